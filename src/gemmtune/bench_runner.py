@@ -1,0 +1,99 @@
+"""Runs and records measurements for one problem: the `measure` a strategy gets.
+
+Each choice is checked against the reference the first time it is measured
+(output poisoned with NaN first, so unwritten elements show); a wrong or
+failing choice is recorded and never timed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .choices import Choice, Timing
+from .compile import CompileResult
+from .correctness import check, reference
+from .inputs import KernelInputs
+from .measure import Timer
+
+log = logging.getLogger("gemmtune")
+Listener = Callable[..., None]
+
+
+class Bench:
+    def __init__(self, ki: KernelInputs, tensors: Sequence[torch.Tensor], compiled: CompileResult,
+                 timer: Timer, *, check_correctness: bool = True, listener: Listener | None = None,
+                 total_hint: int = 0):
+        self.ki, self.tensors, self.compiled, self.timer = ki, tuple(tensors), compiled, timer
+        self.check_correctness = check_correctness
+        self.listener = listener or (lambda event, **info: None)
+        self.out: torch.Tensor | None = None
+        self._ref: torch.Tensor | None = None
+        self.records: dict[Choice, Timing] = {}
+        self.runs = 0
+        self.seconds: dict[str, float] = {}
+        self.total_hint = total_hint
+
+    # -- the function strategies call -------------------------------------------------
+    def measure(self, choices: Sequence[Choice], stage: str) -> list[float | None]:
+        t0 = time.perf_counter()
+        out = [self._measure_one(c, stage) for c in choices]
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
+        return out
+
+    def _fn(self, choice: Choice) -> Callable[[], Any]:
+        launch = self.compiled.launcher(choice)
+        rt, tensors, out = choice.runtime_dict, self.tensors, self._out(choice)
+        return lambda: launch(tensors, out, **rt)
+
+    def _out(self, choice: Choice) -> torch.Tensor:
+        if self.out is None:
+            self.out = choice.layout.fix().empty()
+        return self.out
+
+    def _measure_one(self, choice: Choice, stage: str) -> float | None:
+        prior = self.records.get(choice)
+        if prior is not None and prior.status != "ok":
+            return None
+        try:
+            fn = self._fn(choice)
+            if self.check_correctness and prior is None:
+                problem = self._check(choice, fn)
+                if problem:
+                    log.warning("gemmtune: excluded %s %s: wrong result: %s", choice.name, choice.description, problem)
+                    self.records[choice] = Timing(choice, None, stage, "wrong_result", problem)
+                    return None
+            ms = self.timer.time(fn)
+        except Exception as exc:  # a launch failure excludes the choice, not the tuning
+            detail = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+            log.warning("gemmtune: excluded %s: run failed: %s", choice.name, detail)
+            self.records[choice] = Timing(choice, None, stage, "run_failed", detail)
+            return None
+        self.runs += 1
+        self.records[choice] = Timing(choice, ms, stage)
+        self.listener("benchmark", done=self.runs, total=self.total_hint, choice=choice)
+        return ms
+
+    def _check(self, choice: Choice, fn: Callable[[], Any]) -> str | None:
+        if self._ref is None:
+            self._ref = reference(self.ki, self.tensors)
+        out = self._out(choice)
+        out.fill_(float("nan"))
+        fn()
+        if out.is_cuda:
+            torch.cuda.synchronize(out.device)
+        return check(self.ki, out, self._ref)
+
+    # -- finalists ---------------------------------------------------------------------
+    def retime(self, choices: Sequence[Choice], rounds: int) -> list[float]:
+        """Re-time `choices` interleaved; their records take the new times."""
+        t0 = time.perf_counter()
+        times = self.timer.time_interleaved([self._fn(c) for c in choices], rounds)
+        self.seconds["finalist"] = time.perf_counter() - t0
+        for c, ms in zip(choices, times):
+            self.records[c] = Timing(c, ms, "finalist")
+        self.runs += len(choices)
+        return times

@@ -1,0 +1,131 @@
+"""The `gemmtune` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .errors import GemmtuneError
+from .report import autotune_table, selection_dict, write_json
+from .settings import Settings
+from .strategies import STRATEGIES
+from .suite import ProblemSpec, load_suite
+from .tune import tune
+
+err = Console(stderr=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gemmtune", description="GEMM autotuner for PyTorch")
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("tune", help="tune one GEMM (--shape) or a suite of them (--suite)")
+    src = t.add_mutually_exclusive_group()
+    src.add_argument("--shape", help="MxKxN, for C[M,N] = A[M,K] @ B[K,N] (default 512x512x512)")
+    src.add_argument("--suite", help="JSON file of shapes (format of shared/bench/shapes.json)")
+    t.add_argument("--op", choices=("mm", "addmm", "bmm"), default="mm")
+    t.add_argument("--batch", type=int, default=1, help="batch size for bmm")
+    t.add_argument("--dtype", default=None, help="float16|bfloat16|float32|float64 (default: bfloat16 on cuda, "
+                   "float32 on cpu; for --suite, each shape's own)")
+    t.add_argument("--b-layout", choices=("row", "col"), default="row",
+                   help="col: B is the transpose of a contiguous [N,K] weight, as in nn.Linear")
+    t.add_argument("--device", default=None, help="cuda|cpu (default: cuda when present)")
+    t.add_argument("--strategy", choices=sorted(STRATEGIES), default=None)
+    t.add_argument("--top-x", type=int, default=None, help="prescreen: configs kept after stage 1")
+    t.add_argument("--backends", default=None, help="comma-separated families: extern,triton,numba")
+    t.add_argument("--json", dest="json_path", default=None, help="write the Selection(s) as JSON here")
+    t.add_argument("--rows", type=int, default=None, help="rows of the AUTOTUNE table (default 20)")
+    t.add_argument("--no-progress", action="store_true")
+    t.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+@contextmanager
+def progress_listener(enabled: bool) -> Iterator:
+    if not enabled:
+        yield None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as prog:
+        tasks: dict[str, int] = {}
+
+        def listen(event: str, **info) -> None:
+            if event == "choices":
+                for k in list(tasks):
+                    prog.remove_task(tasks.pop(k))
+                tasks["compile"] = prog.add_task("compiling", total=info["binaries"])
+                tasks["benchmark"] = prog.add_task("benchmarking", total=info["total"])
+            elif event in tasks:
+                prog.update(tasks[event], completed=info["done"], total=max(info["total"], info["done"]))
+
+        yield listen
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    device = args.device or default_device()
+    settings = Settings.from_env(strategy=args.strategy, top_x=args.top_x, backends=args.backends,
+                                 report_rows=args.rows, verbose=args.verbose or None)
+    if args.suite:
+        specs = load_suite(args.suite, dtype=args.dtype)
+    else:
+        dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+        specs = [ProblemSpec.parse(args.shape or "512x512x512", op=args.op, batch=args.batch, dtype=dtype,
+                                   b_layout=args.b_layout)]
+    results = []
+    with progress_listener(not args.no_progress and err.is_terminal) as listen:
+        for spec in specs:
+            tensors = spec.tensors(device)
+            sel = tune(spec.op, *tensors, settings=settings, listener=listen)
+            out.print(autotune_table(sel, rows=settings.report_rows))
+            out.print()
+            results.append((spec, sel))
+    if len(results) > 1:
+        out.print(summary_table(results))
+    if args.json_path:
+        docs = [{"name": spec.name, **selection_dict(sel)} for spec, sel in results]
+        write_json(docs[0] if len(docs) == 1 and not args.suite else {"results": docs}, args.json_path)
+    return 0
+
+
+def summary_table(results) -> Table:
+    table = Table(title="gemmtune summary")
+    for col in ("shape", "problem", "winner", "ms", "TFLOP/s", "best extern ms", "vs extern", "choices",
+                "runs", "tuning s"):
+        table.add_column(col, justify="left" if col in ("shape", "problem", "winner") else "right")
+    for spec, sel in results:
+        ext = [t.ms for t in sel.timings if t.choice.is_extern and t.ms is not None]
+        ext_ms = min(ext) if ext else None
+        table.add_row(spec.name or "-", spec.describe(), f"{sel.winner.name} {sel.winner.description}",
+                      f"{sel.winner_ms:.4f}", f"{sel.problem.flops / sel.winner_ms / 1e9:.1f}",
+                      f"{ext_ms:.4f}" if ext_ms else "-", f"{ext_ms / sel.winner_ms:.3f}x" if ext_ms else "-",
+                      str(sel.n_choices), str(sel.benchmark_runs), f"{sel.tuning_s:.2f}")
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+                        format="%(message)s")
+    try:
+        if args.command == "tune":
+            return cmd_tune(args)
+    except (GemmtuneError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 2
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

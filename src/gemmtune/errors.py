@@ -1,0 +1,27 @@
+"""Typed errors raised by gemmtune.
+
+Every error names the argument and the problem so the caller can fix the call
+without reading gemmtune's source.
+"""
+
+from __future__ import annotations
+
+
+class GemmtuneError(Exception):
+    """Base class of every error gemmtune raises on purpose."""
+
+
+class InputError(GemmtuneError, ValueError):
+    """The tensors or scalars given to an op are not a valid GEMM problem."""
+
+
+class BackendError(GemmtuneError, ValueError):
+    """An unknown backend family or strategy name was requested."""
+
+
+class NoCandidatesError(GemmtuneError, RuntimeError):
+    """No candidate kernel could be built (or survived compile and checks)."""
+
+
+class LayoutError(GemmtuneError, ValueError):
+    """An output layout was requested that the selection cannot honour."""

@@ -1,0 +1,73 @@
+"""Output layouts and the rule that fixes them.
+
+A selection made only of library (extern) kernels keeps a FlexibleLayout: the
+caller may still pick the output strides.  As soon as a generated template is a
+candidate, code is generated for one concrete stride order, so every choice
+gets the same FixedLayout before compilation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class FlexibleLayout:
+    """Size, dtype and device are known; the strides may still be chosen by the caller.
+
+    Example:
+        >>> import torch
+        >>> FlexibleLayout((4, 8), torch.float32, "cpu").fix().stride
+        (8, 1)
+    """
+
+    size: tuple[int, ...]
+    dtype: torch.dtype
+    device: str
+
+    kind = "flexible"
+
+    @property
+    def stride(self) -> tuple[int, ...]:
+        """The stride the layout would get if fixed now (row-major)."""
+        return contiguous_strides(self.size)
+
+    def fix(self, stride: tuple[int, ...] | None = None) -> "FixedLayout":
+        return FixedLayout(self.size, self.dtype, self.device, stride or contiguous_strides(self.size))
+
+
+@dataclass(frozen=True)
+class FixedLayout:
+    """Size, dtype, device and strides are all decided.
+
+    Example:
+        >>> import torch
+        >>> FixedLayout((4, 8), torch.float32, "cpu", (8, 1)).kind
+        'fixed'
+    """
+
+    size: tuple[int, ...]
+    dtype: torch.dtype
+    device: str
+    stride: tuple[int, ...]
+
+    kind = "fixed"
+
+    def fix(self, stride: tuple[int, ...] | None = None) -> "FixedLayout":
+        return self
+
+    def empty(self) -> torch.Tensor:
+        return torch.empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device)
+
+
+Layout = FlexibleLayout | FixedLayout

@@ -1,0 +1,129 @@
+"""One fair timer per device.
+
+The same procedure times every choice, library kernel or template: FACTS.md
+shows a tuner can favour a slower kernel when the two are timed differently.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Protocol, Sequence
+
+import torch
+
+Fn = Callable[[], object]
+
+
+class Timer(Protocol):
+    def time(self, fn: Fn) -> float:
+        """Median milliseconds of `fn`."""
+
+    def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[float]:
+        """Median milliseconds of each of `fns`, timed round-robin so drift hits all alike."""
+
+
+class CudaTimer:
+    """CUDA events around each run, with the L2 cache flushed before every run.
+
+    Example:
+        >>> timer = CudaTimer(torch.device("cuda"), rep_ms=20)  # doctest: +SKIP
+        >>> timer.time(lambda: torch.mm(a, b))  # doctest: +SKIP
+    """
+
+    def __init__(self, device: torch.device, rep_ms: float = 20.0, min_reps: int = 5, max_reps: int = 100):
+        self.device, self.rep_ms, self.min_reps, self.max_reps = device, rep_ms, min_reps, max_reps
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+        # Writing twice the L2's size evicts every line the previous run left there.
+        self._flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.int8, device=device)
+        self._sleep = getattr(torch.cuda, "_sleep", None)  # a spin kernel of N clock cycles
+
+    def _cover_host(self, launches: int) -> None:
+        """Keep the GPU busy while the host enqueues `launches` timed runs.
+
+        Without this, a kernel shorter than the host's Python overhead is timed
+        with the launch gap inside its events, which penalises whichever
+        choice has the longer Python path rather than the slower kernel.
+        """
+        if self._sleep is not None:
+            self._sleep(int(min(launches * 40e-6, 0.05) * 1.98e9))
+
+    def _one(self, fn: Fn) -> tuple[torch.cuda.Event, torch.cuda.Event]:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self._flush.zero_()
+        start.record()
+        fn()
+        end.record()
+        return start, end
+
+    def _reps(self, fn: Fn) -> int:
+        # Estimate: 3 flushed runs, then enough reps to fill rep_ms.
+        self._cover_host(3)
+        events = [self._one(fn) for _ in range(3)]
+        torch.cuda.synchronize(self.device)
+        est = statistics.median(s.elapsed_time(e) for s, e in events)
+        return int(min(self.max_reps, max(self.min_reps, self.rep_ms / max(est, 1e-3))))
+
+    def time(self, fn: Fn) -> float:
+        with torch.cuda.device(self.device):
+            fn()  # warm-up: first launch, lazy loading, handle creation
+            torch.cuda.synchronize(self.device)
+            reps = self._reps(fn)
+            self._cover_host(reps)
+            events = [self._one(fn) for _ in range(reps)]
+            torch.cuda.synchronize(self.device)
+            return statistics.median(s.elapsed_time(e) for s, e in events)
+
+    def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[float]:
+        with torch.cuda.device(self.device):
+            for fn in fns:
+                fn()
+            torch.cuda.synchronize(self.device)
+            events: list[list] = [[] for _ in fns]
+            order = list(range(len(fns)))
+            self._cover_host(rounds * len(fns))
+            for r in range(rounds):
+                # Rotate the order each round so no choice always runs first.
+                for i in order[r % len(fns):] + order[: r % len(fns)]:
+                    events[i].append(self._one(fns[i]))
+            torch.cuda.synchronize(self.device)
+            return [statistics.median(s.elapsed_time(e) for s, e in evs) for evs in events]
+
+
+class CpuTimer:
+    """Wall clock around each run after a warm-up run; median of the runs."""
+
+    def __init__(self, rep_ms: float = 200.0, min_reps: int = 3, max_reps: int = 50):
+        self.rep_ms, self.min_reps, self.max_reps = rep_ms, min_reps, max_reps
+
+    @staticmethod
+    def _one(fn: Fn) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+
+    def time(self, fn: Fn) -> float:
+        fn()  # warm-up: JIT dispatch, page faults, thread-pool start
+        est = self._one(fn)
+        reps = int(min(self.max_reps, max(self.min_reps, self.rep_ms / max(est, 1e-3))))
+        return statistics.median([est] + [self._one(fn) for _ in range(reps - 1)])
+
+    def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[float]:
+        # Each round runs every choice as a short block whose first run is
+        # discarded: switching between libraries (torch's OpenMP pool, NumPy's
+        # BLAS pool, numba's) costs the first call of a block a thread hand-over
+        # that no user calling one kernel repeatedly ever pays.
+        samples: list[list[float]] = [[] for _ in fns]
+        for r in range(rounds):
+            for k in range(len(fns)):
+                i = (k + r) % len(fns)
+                fns[i]()
+                samples[i].extend(self._one(fns[i]) for _ in range(2))
+        return [statistics.median(s) for s in samples]
+
+
+def timer_for(device: str, settings) -> Timer:
+    """The timer for `device` ('cpu' or 'cuda:N'), configured by `settings`."""
+    if device.startswith("cuda"):
+        return CudaTimer(torch.device(device), settings.gpu_rep_ms, settings.min_reps, settings.max_reps)
+    return CpuTimer(settings.cpu_rep_ms, min(settings.min_reps, 3), settings.max_reps)

@@ -1,0 +1,122 @@
+"""The one Settings object.  `GEMMTUNE_*` environment variables are read here only."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
+
+from .errors import BackendError
+
+FAMILIES = ("extern", "triton", "numba")
+"""Backend family names accepted by `backends=`:
+
+- ``extern``: library kernels (cuBLAS through aten on GPU; torch.mm/oneDNN and NumPy BLAS on CPU)
+- ``triton``: the Triton GEMM template (NVIDIA GPUs)
+- ``numba``: the JIT-compiled tiled CPU template
+"""
+
+
+def check_backends(backends: Any) -> tuple[str, ...] | None:
+    """Validate a backends tuple; None means every family available on the device."""
+    if backends is None:
+        return None
+    if isinstance(backends, str):
+        backends = tuple(b.strip() for b in backends.split(",") if b.strip())
+    backends = tuple(backends)
+    unknown = [b for b in backends if b not in FAMILIES]
+    if unknown or not backends:
+        raise BackendError(f"backends: unknown family {unknown or backends!r}; known families: {', '.join(FAMILIES)}")
+    return backends
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob of a tuning run, in one frozen object.
+
+    Example:
+        >>> s = Settings(strategy="exhaustive", top_x=3)
+        >>> s.with_(top_x=7).top_x
+        7
+    """
+
+    backends: tuple[str, ...] | None = None  # None: every family available on the device
+    strategy: str = "prescreen"
+    top_x: int = 5  # prescreen: configs kept after stage 1 (FACTS.md: X=5 had 0% regret, X=3 up to 1.2%)
+    stage1_runtime: tuple[tuple[str, Any], ...] | None = None  # None: each template's data-chosen default
+    finalists: int = 4  # best choices re-timed interleaved before the pick (extern always added)
+    finalist_rounds: int = 15
+    compile_timeout_s: float = 120.0
+    compile_workers: int = 0  # 0: one per CPU core (at most 32)
+    check_correctness: bool = True
+    gpu_rep_ms: float = 20.0  # per-choice timing budget on GPU
+    cpu_rep_ms: float = 200.0  # per-choice timing budget on CPU
+    min_reps: int = 5
+    max_reps: int = 100
+    report_rows: int = 20
+    verbose: bool = False
+
+    def with_(self, **changes: Any) -> "Settings":
+        """A copy with `changes` applied and validated."""
+        if "backends" in changes:
+            changes["backends"] = check_backends(changes["backends"])
+        return replace(self, **changes)
+
+    def __post_init__(self) -> None:
+        from .strategies import STRATEGIES
+
+        if self.strategy not in STRATEGIES:
+            raise BackendError(f"strategy: unknown strategy {self.strategy!r}; known: {', '.join(STRATEGIES)}")
+        if self.top_x < 1:
+            raise ValueError(f"top_x: must be >= 1, got {self.top_x}")
+        if self.finalists < 1:
+            raise ValueError(f"finalists: must be >= 1, got {self.finalists}")
+        if self.compile_timeout_s <= 0:
+            raise ValueError(f"compile_timeout_s: must be > 0, got {self.compile_timeout_s}")
+        check_backends(self.backends)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        """Build from `GEMMTUNE_<FIELD>` variables (e.g. GEMMTUNE_TOP_X=7), then `overrides` (None values ignored)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get("GEMMTUNE_" + f.name.upper())
+            if raw is None or f.name == "stage1_runtime":
+                continue
+            values[f.name] = _parse(f.name, raw, getattr(cls, f.name, None))
+        raw_stage1 = env.get("GEMMTUNE_STAGE1_RUNTIME")
+        if raw_stage1:
+            values["stage1_runtime"] = parse_runtime(raw_stage1)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "backends" in values:
+            values["backends"] = check_backends(values["backends"])
+        return cls(**values)
+
+
+def parse_runtime(text: str) -> tuple[tuple[str, Any], ...]:
+    """'swizzle=8' -> (('swizzle', 8),)."""
+    out = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise ValueError(f"stage1 runtime: expected NAME=VALUE, got {part!r}")
+        k, v = part.split("=", 1)
+        out.append((k.strip(), int(v)))
+    return tuple(sorted(out))
+
+
+def _parse(name: str, raw: str, default: Any) -> Any:
+    if name == "backends":
+        return raw
+    try:
+        if isinstance(default, bool):
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"GEMMTUNE_{name.upper()}: cannot parse {raw!r}") from exc
+    return raw

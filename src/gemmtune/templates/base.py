@@ -1,0 +1,88 @@
+"""The template plug-in interface.
+
+A template turns a problem into candidate Choices and a Choice into a compiled
+launcher.  The engine only talks to this interface; it never asks which kind
+of template it holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from ..choices import Choice, as_params
+from ..inputs import KernelInputs
+
+Launcher = Callable[..., torch.Tensor]
+"""`launcher(tensors, out, **runtime) -> out`: runs one compiled binary."""
+
+
+def source_hash(*objs: Any) -> str:
+    """sha256 of the source text of `objs` (functions, classes or strings)."""
+    h = hashlib.sha256()
+    for obj in objs:
+        h.update((obj if isinstance(obj, str) else inspect.getsource(obj)).encode())
+    return h.hexdigest()
+
+
+class Template(ABC):
+    """A family of kernels sharing one source.
+
+    Subclasses set `uid`, `family` and `src_hash` (None for library kernels)
+    and implement `supports`, `configs` and `compile`.
+    """
+
+    uid: str
+    family: str
+    src_hash: str | None = None
+    runtime_space: Mapping[str, Sequence[Any]] = {}
+    default_runtime: Mapping[str, Any] = {}  # the stage-1 value for prescreening
+    # Device types where the template is active by default; elsewhere (e.g. the
+    # Triton interpreter on CPU) only when its family is asked for by name.
+    native_devices: tuple[str, ...] = ("cpu", "cuda")
+
+    @property
+    def is_extern(self) -> bool:
+        return self.src_hash is None
+
+    @abstractmethod
+    def supports(self, ki: KernelInputs) -> bool:
+        """Whether this template can run `ki` at all (op, dtype, device)."""
+
+    def compile_configs(self, ki: KernelInputs) -> list[Mapping[str, Any]]:
+        """Compile-time configs fitted to `ki`; library kernels have one empty config."""
+        return [{}]
+
+    def configs(self, ki: KernelInputs) -> list[Choice]:
+        """Every candidate for `ki`: each compile-time config x each runtime value."""
+        runtimes = _product(self.runtime_space)
+        return [
+            Choice(self.uid, self.src_hash, as_params(cfg), as_params(rt), family=self.family)
+            for cfg in self.compile_configs(ki)
+            for rt in runtimes
+        ]
+
+    @abstractmethod
+    def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
+        """Build the binary for `choice` (runtime params excluded) and return its launcher."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} uid={self.uid} src_hash={(self.src_hash or 'None')[:12]}>"
+
+
+def _product(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    combos: list[dict[str, Any]] = [{}]
+    for name, values in sorted(space.items()):
+        combos = [{**c, name: v} for c in combos for v in values]
+    return combos
+
+
+def split_operands(ki: KernelInputs, tensors: Sequence[torch.Tensor]):
+    """(bias or None, a, b) in op order."""
+    if ki.op == "addmm":
+        return tensors[0], tensors[1], tensors[2]
+    return None, tensors[0], tensors[1]

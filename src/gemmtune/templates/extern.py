@@ -1,0 +1,90 @@
+"""Library ("extern") kernels: aten (cuBLAS / oneDNN) and NumPy BLAS.
+
+Their `src_hash` is None: they have no source of ours to hash.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..choices import Choice
+from ..inputs import KernelInputs
+from .base import Launcher, Template, split_operands
+
+
+class AtenTemplate(Template):
+    """torch.mm / torch.addmm / torch.bmm: cuBLAS on GPU, oneDNN/MKL on CPU."""
+
+    family = "extern"
+
+    def __init__(self, op: str):
+        self.op = op
+        self.uid = f"aten_{op}"
+
+    def supports(self, ki: KernelInputs) -> bool:
+        return ki.op == self.op
+
+    def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
+        alpha, beta = ki.alpha, ki.beta
+
+        def launch(tensors, out=None):
+            if ki.op == "mm":
+                return torch.mm(tensors[0], tensors[1], out=out)
+            if ki.op == "bmm":
+                return torch.bmm(tensors[0], tensors[1], out=out)
+            bias = tensors[0].expand(ki.M, ki.N)
+            return torch.addmm(bias, tensors[1], tensors[2], beta=beta, alpha=alpha, out=out)
+
+        return launch
+
+
+class AtenBiasAddmmTemplate(Template):
+    """addmm with a row-vector bias passed unexpanded, so cuBLASLt fuses it as an epilogue."""
+
+    uid = "aten_bias_addmm"
+    family = "extern"
+
+    def supports(self, ki: KernelInputs) -> bool:
+        bias = ki.bias
+        return (ki.op == "addmm" and ki.device_type == "cuda" and bias is not None
+                and ki.alpha == 1.0 and ki.beta == 1.0
+                and (len(bias.size) == 1 or (len(bias.size) == 2 and bias.size[0] == 1)))
+
+    def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
+        def launch(tensors, out=None):
+            bias = tensors[0].reshape(-1).expand(ki.N)
+            return torch.addmm(bias, tensors[1], tensors[2], out=out)
+
+        return launch
+
+
+class NumpyTemplate(Template):
+    """NumPy's matmul (its BLAS: OpenBLAS or MKL) on CPU float32/float64."""
+
+    uid = "numpy_blas"
+    family = "extern"
+    native_devices = ("cpu",)
+
+    def supports(self, ki: KernelInputs) -> bool:
+        return ki.device_type == "cpu" and ki.dtype in (torch.float32, torch.float64)
+
+    def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
+        alpha, beta = ki.alpha, ki.beta
+
+        def launch(tensors, out=None):
+            bias, a, b = split_operands(ki, tensors)
+            if out is None:
+                out = torch.empty(ki.out_size, dtype=ki.dtype)
+            o = out.numpy()
+            np.matmul(a.numpy(), b.numpy(), out=o)
+            if bias is not None:
+                if alpha != 1.0:
+                    o *= alpha
+                if beta != 0.0:
+                    o += beta * bias.numpy()
+            return out
+
+        return launch

@@ -1,0 +1,29 @@
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+# Without a GPU, Triton templates run through Triton's interpreter.  The flag is
+# read when a kernel is decorated, so it must be set before any kernel import.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+# Short CPU timing windows keep the suite fast; timing quality is not under test here.
+os.environ.setdefault("GEMMTUNE_CPU_REP_MS", "10")
+os.environ.setdefault("GEMMTUNE_FINALIST_ROUNDS", "3")
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+SWEEP = SHARED / "data" / "sweep_h200_bf16_triton_plain.jsonl"
+SHAPES = SHARED / "bench" / "shapes.json"
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def sweep_path():
+    if not SWEEP.exists():
+        pytest.skip(f"reference sweep not found at {SWEEP}")
+    return SWEEP

@@ -1,0 +1,156 @@
+"""The engine: one heuristics call, layout rule, compile failures, correctness gate."""
+
+import pytest
+import torch
+
+import gemmtune
+from gemmtune import heuristics
+from gemmtune.errors import BackendError, InputError, NoCandidatesError
+from gemmtune.inputs import KernelInputs
+from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
+
+from helpers import ScriptedTemplate
+
+
+def mats(M=48, K=32, N=40):
+    return torch.randn(M, K), torch.randn(K, N)
+
+
+def test_get_template_configs_called_once_with_every_template(monkeypatch):
+    calls = []
+    real = heuristics.get_template_configs
+
+    def spy(ki, templates, op_name, finalize=()):
+        calls.append(([t.uid for t in templates], op_name))
+        return real(ki, templates, op_name, finalize)
+
+    monkeypatch.setattr(heuristics, "get_template_configs", spy)
+    templates = [AtenTemplate("mm"), NumpyTemplate(), ScriptedTemplate("s1"), ScriptedTemplate("s2")]
+    gemmtune.tune("mm", *mats(), templates=templates)
+    assert calls == [(["aten_mm", "numpy_blas", "s1", "s2"], "mm")]
+
+
+def test_finalize_hook_sees_every_templates_choices_in_one_call():
+    seen = []
+
+    def hook(ki, choices, op_name):
+        seen.append({c.template_uid for c in choices})
+        return choices
+
+    templates = [AtenTemplate("mm"), NumpyTemplate(), ScriptedTemplate("s1"), ScriptedTemplate("s2")]
+    gemmtune.tune("mm", *mats(), templates=templates, finalize=[hook])
+    assert seen == [{"aten_mm", "numpy_blas", "s1", "s2"}]
+
+
+def test_global_hook_can_pin_one_choice():
+    def pin(ki, choices, op):
+        return [c for c in choices if c.template_uid == "s1" and c.config_dict["TILE"] == 16 and c.runtime_dict["group"] == 2]
+
+    remove = gemmtune.add_finalize_hook(pin)
+    try:
+        sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), ScriptedTemplate("s1")])
+    finally:
+        remove()
+    assert sel.n_choices == 1 and sel.winner.config_dict == {"TILE": 16}
+
+
+def test_layout_flexible_when_only_library_kernels():
+    sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), NumpyTemplate()])
+    assert isinstance(sel.layout, gemmtune.FlexibleLayout)
+    assert all(isinstance(t.choice.layout, gemmtune.FlexibleLayout) for t in sel.timings)
+
+
+def test_layout_fixed_once_a_template_competes():
+    sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), ScriptedTemplate()])
+    assert isinstance(sel.layout, gemmtune.FixedLayout)
+    assert sel.layout.stride == (40, 1)
+    assert all(isinstance(t.choice.layout, gemmtune.FixedLayout) for t in sel.timings)
+
+
+def test_layout_flexible_again_when_a_hook_removes_templates():
+    ki = KernelInputs.from_tensors("mm", *mats())
+    choices = heuristics.get_template_configs(ki, [AtenTemplate("mm"), ScriptedTemplate()], "mm",
+                                              finalize=[lambda k, cs, op: [c for c in cs if c.is_extern]])
+    assert [c.layout.kind for c in choices] == ["flexible"]
+
+
+def test_backends_extern_only_is_flexible_and_cpu_default_uses_numba():
+    a, b = mats()
+    sel = gemmtune.tune("mm", a, b, backends=("extern",))
+    assert sel.layout.kind == "flexible"
+    assert {t.choice.template_uid for t in sel.timings} == {"aten_mm", "numpy_blas"}
+
+
+def test_unknown_backend_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown family"):
+        gemmtune.tune("mm", *mats(), backends=("cublas",))
+    with pytest.raises(BackendError, match="strategy"):
+        gemmtune.tune("mm", *mats(), strategy="random")
+
+
+def test_choice_that_fails_to_compile_is_dropped_and_reported():
+    broken = ScriptedTemplate("broken", mode="compile_error")
+    good = ScriptedTemplate("good")
+    sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), broken, good], strategy="exhaustive")
+    statuses = {t.choice.template_uid: t.status for t in sel.timings}
+    assert statuses["broken"] == "compile_failed"
+    assert all(t.status == "ok" for t in sel.timings if t.choice.template_uid != "broken")
+    assert "shared memory" in next(t.detail for t in sel.timings if t.choice.template_uid == "broken")
+    assert "compile failed" in gemmtune.autotune_table(sel)
+    assert sel.winner.template_uid != "broken"
+
+
+def test_compile_timeout_drops_the_choice():
+    slow = ScriptedTemplate("slow", mode="slow_compile", n_configs=1, sleep_s=3.0)
+    settings = gemmtune.Settings(compile_timeout_s=0.5)
+    sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), slow], settings=settings)
+    assert {t.status for t in sel.timings if t.choice.template_uid == "slow"} == {"compile_failed"}
+    assert "TimeoutError" in next(t.detail for t in sel.timings if t.choice.template_uid == "slow")
+    assert sel.compile_s < 2.5
+
+
+def test_every_template_failing_still_runs_the_library_kernel():
+    sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), ScriptedTemplate(mode="compile_error")])
+    assert sel.winner.template_uid == "aten_mm"
+
+
+def test_no_candidates_at_all_is_a_clear_error():
+    with pytest.raises(NoCandidatesError, match="no template offers a candidate"):
+        gemmtune.tune("mm", *mats(), templates=[])
+    with pytest.raises(NoCandidatesError, match="every candidate failed to compile"):
+        gemmtune.tune("mm", *mats(), templates=[ScriptedTemplate(mode="compile_error")])
+
+
+def test_wrong_candidate_is_excluded_and_reported():
+    sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), ScriptedTemplate("bad", mode="wrong")],
+                        strategy="exhaustive")
+    bad = [t for t in sel.timings if t.choice.template_uid == "bad"]
+    assert bad and all(t.status == "wrong_result" and t.ms is None for t in bad)
+    assert sel.winner.template_uid == "aten_mm"
+    assert "wrong result" in gemmtune.autotune_table(sel)
+
+
+def test_selection_kernel_runs_the_winner():
+    a, b = mats()
+    sel = gemmtune.tune("mm", a, b, templates=[ScriptedTemplate()])
+    torch.testing.assert_close(sel(a, b), a @ b)
+
+
+def test_benchmark_runs_counts_every_timing():
+    templates = [AtenTemplate("mm"), ScriptedTemplate(n_configs=8, runtime=(1, 2, 4))]
+    exh = gemmtune.tune("mm", *mats(), templates=templates, strategy="exhaustive")
+    pre = gemmtune.tune("mm", *mats(), templates=templates, strategy="prescreen",
+                        settings=gemmtune.Settings(top_x=2))
+    def finalists(sel):
+        return sum(t.stage == "finalist" for t in sel.timings)
+
+    # exhaustive: 25 choices; prescreen: 8 configs + 2 kept x 2 other groups + 1 extern; both + finalists.
+    assert 2 <= finalists(exh) <= 5 and 2 <= finalists(pre) <= 5
+    assert exh.benchmark_runs == 25 + finalists(exh)
+    assert pre.benchmark_runs == 13 + finalists(pre)
+    assert sum(t.status == "not_benchmarked" for t in pre.timings) == 25 - 13
+
+
+def test_zero_size_problem_is_an_input_error():
+    with pytest.raises(InputError, match="M=0"):
+        gemmtune.tune("mm", torch.randn(0, 4), torch.randn(4, 3))

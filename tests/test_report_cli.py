@@ -1,0 +1,112 @@
+"""The AUTOTUNE report, the JSON form and the CLI."""
+
+import json
+import re
+
+import pytest
+import torch
+
+import gemmtune
+from gemmtune.cli import main
+from gemmtune.errors import InputError
+from gemmtune.suite import ProblemSpec, load_suite
+from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
+
+from helpers import ScriptedTemplate
+
+ROW = re.compile(r"^  (\S+)\s+(\d+\.\d{4}) ms\s+(\d+\.\d)% (.*)$")
+
+
+@pytest.fixture(scope="module")
+def selection():
+    a, b = torch.randn(64, 48), torch.randn(32, 48).t()
+    return gemmtune.tune("mm", a, b, templates=[AtenTemplate("mm"), NumpyTemplate(), ScriptedTemplate()])
+
+
+def test_table_has_inductor_format(selection):
+    lines = gemmtune.autotune_table(selection).splitlines()
+    assert lines[0] == "AUTOTUNE mm(64x48, 48x32)"
+    assert lines[1] == "strides: [48, 1], [1, 48]"
+    assert lines[2] == "dtypes: torch.float32, torch.float32"
+    rows = [ROW.match(line) for line in lines[3:-1]]
+    assert rows and all(rows)
+    pct = [float(r.group(3)) for r in rows]
+    assert pct[0] == 100.0 and pct == sorted(pct, reverse=True)
+    assert any("group=" in r.group(4) for r in rows)
+    assert re.fullmatch(r"SingleProcess AUTOTUNE benchmarking takes \d+\.\d{4} seconds and \d+\.\d{4} seconds "
+                        r"precompiling for 6 choices and \d+\.\d{4} seconds prescreening", lines[-1])
+
+
+def test_json_has_every_field(selection):
+    d = gemmtune.selection_dict(selection)
+    for key in ("problem", "winner", "layout", "choices", "benchmark_runs", "compile_s", "benchmark_s", "tuning_s"):
+        assert key in d
+    assert d["layout"] == "fixed"
+    assert d["winner"] in {c["name"] for c in d["choices"]}
+    for c in d["choices"]:
+        assert set(c) >= {"name", "template", "config", "runtime_params", "ms", "stage"}
+    assert json.loads(json.dumps(d, default=str))["benchmark_runs"] == selection.benchmark_runs
+
+
+def run_cli(tmp_path, *args):
+    path = tmp_path / f"out{len(list(tmp_path.iterdir()))}.json"
+    assert main(["tune", "--no-progress", "--json", str(path), *args]) == 0
+    return json.loads(path.read_text())
+
+
+def test_cli_prescreen_benchmarks_fewer_runs_than_exhaustive(tmp_path, capsys):
+    common = ["--device", "cpu", "--shape", "96x64x80"]
+    pre = run_cli(tmp_path, *common, "--strategy", "prescreen", "--top-x", "2")
+    exh = run_cli(tmp_path, *common, "--strategy", "exhaustive")
+    assert pre["benchmark_runs"] < exh["benchmark_runs"]
+    assert pre["layout"] == exh["layout"] == "fixed"
+    assert {c["family"] for c in exh["choices"]} == {"extern", "numba"}
+    out = capsys.readouterr().out
+    assert out.count("AUTOTUNE mm(96x64, 64x80)") == 2
+
+
+def test_cli_extern_only_addmm_col_layout(tmp_path):
+    d = run_cli(tmp_path, "--device", "cpu", "--op", "addmm", "--shape", "33x17x9", "--b-layout", "col",
+                "--backends", "extern")
+    assert d["layout"] == "flexible"
+    assert d["problem"]["strides"][2] == [1, 17]
+
+
+def test_cli_bmm(tmp_path):
+    d = run_cli(tmp_path, "--device", "cpu", "--op", "bmm", "--batch", "3", "--shape", "20x16x12")
+    assert d["problem"]["batch"] == 3 and d["winner"]
+
+
+def test_cli_suite_prints_summary(tmp_path, capsys):
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps({"shapes": [
+        {"name": "a", "op": "mm", "M": 32, "K": 16, "N": 24, "dtype": "float32", "b_layout": "row"},
+        {"name": "b", "op": "mm", "M": 8, "K": 40, "N": 16, "dtype": "float32", "b_layout": "col"}]}))
+    d = run_cli(tmp_path, "--device", "cpu", "--suite", str(suite), "--backends", "extern")
+    assert [r["name"] for r in d["results"]] == ["a", "b"]
+    assert "gemmtune summary" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--shape", "12x0x3"], "positive integer"),
+    (["--shape", "12x3"], "MxKxN"),
+    (["--dtype", "int8"], "unsupported dtype"),
+    (["--backends", "cutlass"], "unknown family"),
+])
+def test_cli_bad_input_is_a_clear_error(args, needle, capsys):
+    assert main(["tune", "--no-progress", "--device", "cpu", *args]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_suite_file_of_the_public_benchmark_parses():
+    from pathlib import Path
+
+    SHAPES = Path(__file__).resolve().parents[2] / "shared" / "bench" / "shapes.json"
+    if not SHAPES.exists():
+        pytest.skip("shared/bench/shapes.json not present")
+    specs = load_suite(SHAPES)
+    assert len(specs) >= 20 and all(s.op == "mm" for s in specs)
+    a, b = ProblemSpec(4, 8, 6, b_layout="col").tensors("cpu")
+    assert a.shape == (4, 8) and b.shape == (8, 6) and b.stride() == (1, 8)
+    with pytest.raises(InputError):
+        ProblemSpec(4, 8, 6, op="conv")
