@@ -22,6 +22,16 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_store(tmp_path, monkeypatch):
+    """Each test gets its own empty store (numba's compiled kernels stay cached across tests)."""
+    import gemmtune.store
+    import gemmtune.engine
+
+    monkeypatch.setattr(gemmtune.store, "default_cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(gemmtune.engine, "_STORES", {})
+
+
 @pytest.fixture
 def sweep_path():
     if not SWEEP.exists():

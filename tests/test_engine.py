@@ -7,6 +7,7 @@ import gemmtune
 from gemmtune import heuristics
 from gemmtune.errors import BackendError, InputError, NoCandidatesError
 from gemmtune.inputs import KernelInputs
+from gemmtune.store import Store
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
 
 from helpers import ScriptedTemplate
@@ -138,9 +139,9 @@ def test_selection_kernel_runs_the_winner():
 
 def test_benchmark_runs_counts_every_timing():
     templates = [AtenTemplate("mm"), ScriptedTemplate(n_configs=8, runtime=(1, 2, 4))]
-    exh = gemmtune.tune("mm", *mats(), templates=templates, strategy="exhaustive")
+    exh = gemmtune.tune("mm", *mats(), templates=templates, strategy="exhaustive", store=Store(":memory:"))
     pre = gemmtune.tune("mm", *mats(), templates=templates, strategy="prescreen",
-                        settings=gemmtune.Settings(top_x=2))
+                        settings=gemmtune.Settings(top_x=2), store=Store(":memory:"))
     def finalists(sel):
         return sum(t.stage == "finalist" for t in sel.timings)
 

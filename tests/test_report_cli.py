@@ -55,7 +55,7 @@ def run_cli(tmp_path, *args):
 
 
 def test_cli_prescreen_benchmarks_fewer_runs_than_exhaustive(tmp_path, capsys):
-    common = ["--device", "cpu", "--shape", "96x64x80"]
+    common = ["--device", "cpu", "--shape", "96x64x80", "--store", "off"]
     pre = run_cli(tmp_path, *common, "--strategy", "prescreen", "--top-x", "2")
     exh = run_cli(tmp_path, *common, "--strategy", "exhaustive")
     assert pre["benchmark_runs"] < exh["benchmark_runs"]

@@ -13,7 +13,7 @@ from .inputs import KernelInputs
 from .layout import FixedLayout, FlexibleLayout
 from .report import autotune_table, selection_dict
 from .settings import FAMILIES, Settings
-from .tune import tune
+from .engine import tune
 
 __version__ = "0.1.0"
 

@@ -116,10 +116,15 @@ class Selection:
     tuning_s: float
     device_name: str
     kernel: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    out_layout: str = "row"
+    cache_hit: bool = False  # the pick came from the store: nothing compiled but the winner, nothing timed
+    from_store: int = 0  # timings recalled from the store
+    stale_entries: int = 0  # stored timings ignored because the template's source changed
 
     @property
-    def winner_ms(self) -> float:
-        return min(t.ms for t in self.timings if t.choice == self.winner and t.ms is not None)
+    def winner_ms(self) -> float | None:
+        times = [t.ms for t in self.timings if t.choice == self.winner and t.ms is not None]
+        return min(times) if times else None
 
     @property
     def n_choices(self) -> int:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
@@ -18,7 +20,7 @@ from .report import autotune_table, selection_dict, write_json
 from .settings import Settings
 from .strategies import STRATEGIES
 from .suite import ProblemSpec, load_suite
-from .tune import tune
+from .engine import shared_store, tune
 
 err = Console(stderr=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -47,9 +49,49 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--backends", default=None, help="comma-separated families: extern,triton,numba")
     t.add_argument("--json", dest="json_path", default=None, help="write the Selection(s) as JSON here")
     t.add_argument("--rows", type=int, default=None, help="rows of the AUTOTUNE table (default 20)")
+    t.add_argument("--store", default=None, help="where picks are kept: a SQLite path, 'memory' or 'off' "
+                   "(default: store.sqlite in $GEMMTUNE_CACHE_DIR or ~/.cache/gemmtune)")
+    t.add_argument("--lookup-table", default=None, help="JSON table of pinned choices (e.g. a `cache export` file)")
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("-v", "--verbose", action="store_true")
+    c = sub.add_parser("cache", help="inspect and ship the store of picks")
+    c.add_argument("action", choices=("ls", "show", "clear", "export", "import"))
+    c.add_argument("arg", nargs="?", help="show: text in the problem key; export/import: JSON file")
+    c.add_argument("--store", default=None, help="store location (default: the cache dir's store.sqlite)")
     return p
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    store = shared_store(Settings.from_env(store=args.store).store)
+    if args.action == "ls":
+        table = Table(title=f"gemmtune store {store.path}")
+        for col in ("problem", "device", "pick", "ms", "timings"):
+            table.add_column(col)
+        for p in store.problems():
+            rt = " ".join(f"{k}={v}" for k, v in p["runtime_params"].items())
+            cfg = ",".join(f"{k}={v}" for k, v in p["config"].items())
+            table.add_row(p["problem"], str(p["env_info"].get("device")), f"{p['template']} {cfg} {rt}".strip(),
+                          f"{p['ms']:.4f}" if p["ms"] is not None else "-", str(p["timings"]))
+        out.print(table)
+    elif args.action == "show":
+        out.print_json(data=store.show(args.arg or ""))
+    elif args.action == "clear":
+        out.print(f"cleared {store.clear()} picks from {store.path}")
+    elif args.action == "export":
+        if not args.arg:
+            raise ValueError("cache export: give the JSON file to write")
+        data = store.export()
+        write_json(data, args.arg)
+        out.print(f"exported {len(data['entries'])} picks to {args.arg}")
+    elif args.action == "import":
+        if not args.arg:
+            raise ValueError("cache import: give the JSON file to read")
+        try:
+            data = json.loads(Path(args.arg).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cache import: cannot read {args.arg}: {exc}") from exc
+        out.print(f"imported {store.import_(data)} picks into {store.path}")
+    return 0
 
 
 @contextmanager
@@ -76,7 +118,8 @@ def progress_listener(enabled: bool) -> Iterator:
 def cmd_tune(args: argparse.Namespace) -> int:
     device = args.device or default_device()
     settings = Settings.from_env(strategy=args.strategy, top_x=args.top_x, backends=args.backends,
-                                 report_rows=args.rows, verbose=args.verbose or None)
+                                 report_rows=args.rows, verbose=args.verbose or None, store=args.store,
+                                 lookup_table=args.lookup_table)
     if args.suite:
         specs = load_suite(args.suite, dtype=args.dtype)
     else:
@@ -88,6 +131,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         for spec in specs:
             tensors = spec.tensors(device)
             sel = tune(spec.op, *tensors, settings=settings, listener=listen)
+            if sel.cache_hit:
+                out.print(f"cache hit: {spec.describe()} -> {sel.winner.key} (no benchmarking; "
+                          f"{sel.from_store} stored timings, tuned in {sel.tuning_s:.3f} s)")
+            elif sel.from_store:
+                out.print(f"partial cache hit: {sel.from_store} timings from the store, "
+                          f"{sel.benchmark_runs} new benchmark runs")
+            if sel.stale_entries:
+                out.print(f"ignored {sel.stale_entries} stored timings measured with an older template source")
             out.print(autotune_table(sel, rows=settings.report_rows))
             out.print()
             results.append((spec, sel))
@@ -121,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "tune":
             return cmd_tune(args)
+        if args.command == "cache":
+            return cmd_cache(args)
     except (GemmtuneError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 2

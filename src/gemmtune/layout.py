@@ -21,6 +21,15 @@ def contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def output_strides(size: tuple[int, ...], out_layout: str | None) -> tuple[int, ...]:
+    """Row-major strides, or for "col" the last two dims swapped ([M, N] with strides (1, M))."""
+    if out_layout != "col":
+        return contiguous_strides(size)
+    m, n = size[-2], size[-1]
+    lead = (max(m, 1) * max(n, 1),) if len(size) == 3 else ()
+    return (*lead, 1, max(m, 1))
+
+
 @dataclass(frozen=True)
 class FlexibleLayout:
     """Size, dtype and device are known; the strides may still be chosen by the caller.

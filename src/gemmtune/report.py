@@ -36,9 +36,11 @@ def autotune_table(sel: Selection, rows: int | None = 20) -> str:
         "dtypes: " + ", ".join(f"torch.{dtype_name(o.dtype)}" for o in ki.operands),
     ]
     timed = [t for t in sel.timings if t.ms is not None]
-    best = min(t.ms for t in timed)
+    best = min((t.ms for t in timed), default=0.0)
     shown = timed if rows is None else timed[:rows]
-    width = max(len(t.choice.name) for t in shown)
+    width = max((len(t.choice.name) for t in shown), default=0)
+    if not timed:
+        lines.append(f"  {sel.winner.name} (not timed: {sel.strategy}) {describe_choice(sel.winner)}  <- winner")
     for t in shown:
         mark = "  <- winner" if t.choice == sel.winner else ""
         lines.append(f"  {t.choice.name:<{width}} {t.ms:.4f} ms {100.0 * best / t.ms:5.1f}% {describe_choice(t.choice)}{mark}")
@@ -69,6 +71,10 @@ def selection_dict(sel: Selection) -> dict[str, Any]:
         "winner_ms": sel.winner_ms,
         "winner_runtime_params": sel.winner.runtime_dict,
         "layout": sel.layout.kind,
+        "out_layout": sel.out_layout,
+        "cache_hit": sel.cache_hit,
+        "from_store": sel.from_store,
+        "stale_entries": sel.stale_entries,
         "benchmark_runs": sel.benchmark_runs,
         "compile_s": sel.compile_s,
         "benchmark_s": sel.benchmark_s,

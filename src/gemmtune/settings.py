@@ -17,6 +17,16 @@ FAMILIES = ("extern", "triton", "numba")
 """
 
 
+def cache_dir() -> "Path":
+    """`$GEMMTUNE_CACHE_DIR`, else `$XDG_CACHE_HOME/gemmtune`, else `~/.cache/gemmtune`."""
+    from pathlib import Path
+
+    env = os.environ.get("GEMMTUNE_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gemmtune"
+
+
 def check_backends(backends: Any) -> tuple[str, ...] | None:
     """Validate a backends tuple; None means every family available on the device."""
     if backends is None:
@@ -55,6 +65,8 @@ class Settings:
     max_reps: int = 100
     report_rows: int = 20
     verbose: bool = False
+    store: str | None = None  # None: SQLite file in the cache dir; "memory": this process; "off": none; or a path
+    lookup_table: str | None = None  # JSON table (or `gemmtune cache export` file) of pinned choices
 
     def with_(self, **changes: Any) -> "Settings":
         """A copy with `changes` applied and validated."""

@@ -175,8 +175,9 @@ def numba_available() -> bool:
 
 def cache_dir() -> Path:
     """Where rendered kernel files (and Numba's cache of them) live."""
-    root = os.environ.get("GEMMTUNE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "gemmtune")
-    return Path(root) / "numba"
+    from ..settings import cache_dir as root
+
+    return root() / "numba"
 
 
 def _fallback_dir() -> Path:

@@ -1,0 +1,315 @@
+"""tune(): one GEMM problem, end to end.  It reads as the list of its steps."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import heuristics
+from .bench_runner import Bench, Listener
+from .choices import Choice, Selection, Timing
+from .compile import CompileResult, precompile
+from .errors import InputError, LayoutError, NoCandidatesError
+from .inputs import KernelInputs
+from .layout import FixedLayout, FlexibleLayout, output_strides
+from .measure import timer_for
+from .overrides import LookupTable
+from .settings import Settings
+from .store import Row, Store, canon, env_info, env_key, open_store
+from .strategies import STRATEGIES, Measured, StrategyOptions
+from .templates import active_templates
+from .templates.base import Template
+
+log = logging.getLogger("gemmtune")
+OUT_LAYOUTS = (None, "row", "col")
+_STORES: dict[str, Store] = {}
+
+
+def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = None,
+         backends: Sequence[str] | None = None, strategy: str | None = None,
+         settings: Settings | None = None, alpha: float = 1.0, beta: float = 1.0,
+         out_layout: str | None = None, finalize: Sequence[heuristics.FinalizeHook] = (),
+         templates: Sequence[Template] | None = None, store: Store | None = None,
+         listener: Listener | None = None) -> Selection:
+    """Tune one `mm`, `addmm` or `bmm` problem and return the Selection.
+
+    `tensors` are the op's arguments in torch order (addmm: bias, mat1, mat2).
+    `device` moves them first; `backends` is a tuple of family names from
+    `gemmtune.FAMILIES` (`("extern",)`: library kernels only); `strategy` is
+    `"prescreen"` (default) or `"exhaustive"`; `out_layout` is None/"row" or
+    "col" (strides (1, M); only while the selection is flexible).  Timings and
+    the pick are kept in the persistent store (`settings.store`), so a second
+    tune of the same problem is a cache hit.
+
+    Example:
+        >>> import torch, gemmtune
+        >>> a, b = torch.randn(64, 32), torch.randn(32, 16)
+        >>> sel = gemmtune.tune("mm", a, b, backends=("extern",))
+        >>> torch.allclose(sel(a, b), a @ b)
+        True
+    """
+    started = time.perf_counter()
+    settings = (settings or Settings.from_env()).with_(
+        **{k: v for k, v in (("backends", backends), ("strategy", strategy)) if v is not None})
+    if out_layout not in OUT_LAYOUTS:
+        raise InputError(f"out_layout: expected None, 'row' or 'col', got {out_layout!r}")
+    tensors = _place(tensors, device)
+    ki = KernelInputs.from_tensors(op, *tensors, alpha=alpha, beta=beta)
+    _require_work(ki)
+    emit = listener or (lambda event, **info: None)
+
+    active = active_templates(ki, settings.backends, templates)
+    hooks = [*finalize, *([LookupTable.load(settings.lookup_table)] if settings.lookup_table else [])]
+    choices = heuristics.get_template_configs(ki, active, op, hooks)
+    if not choices:
+        raise NoCandidatesError(f"{ki.describe()}: no template offers a candidate for "
+                                f"{ki.dtype} on {ki.device} with backends={settings.backends}")
+    layout = _check_out_layout(ki, choices, out_layout)
+    ctx = _Context(ki, tensors, settings, {t.uid: t for t in active}, emit, out_layout,
+                   store if store is not None else shared_store(settings.store))
+    memory = ctx.recall(choices)
+    emit("choices", total=len(choices), binaries=len({c.binary_key for c in choices}))
+
+    if memory.full_hit(choices):
+        hit = ctx.from_store(choices, memory, layout, started)
+        if hit is not None:
+            return hit
+    todo = [c for c in choices if c not in memory.known]
+    compiled = ctx.compile(todo if memory.known else choices)
+    runnable = [c for c in choices if c in memory.runnable or compiled.launcher(c) is not None]
+    if not runnable:
+        raise NoCandidatesError(f"{ki.describe()}: every candidate failed to compile: "
+                                + "; ".join(sorted(set(compiled.failures.values())))[:500])
+
+    bench = Bench(ki, tensors, compiled, timer_for(ki.device, settings), known=memory.known,
+                  check_correctness=settings.check_correctness, listener=emit, total_hint=len(runnable),
+                  out_factory=lambda: _empty_out(ki, out_layout), ensure=ctx.ensure_compiled)
+    if len(runnable) == 1:  # pinned (lookup table or hook): nothing to search
+        winner = runnable[0]
+        bench.verify(winner)
+    else:
+        options = StrategyOptions(top_x=settings.top_x, stage1=_stage1(active, settings))
+        ranked = STRATEGIES[settings.strategy](runnable, bench.measure, options)
+        winner = _pick(ranked, bench, settings, memory.pick)
+    winner = ctx.remember(choices, bench, compiled, winner, replace=memory.pick is not None)
+    return Selection(
+        problem=ki, winner=winner, timings=_timings(choices, compiled, bench), layout=layout,
+        strategy=settings.strategy if len(runnable) > 1 else "pinned", benchmark_runs=bench.runs,
+        compile_s=compiled.seconds, benchmark_s=bench.seconds.get("final", 0.0) + bench.seconds.get("finalist", 0.0),
+        prescreen_s=bench.seconds.get("prescreen", 0.0), tuning_s=time.perf_counter() - started,
+        device_name=device_name(ki.device), kernel=_kernel(ki, winner, ctx.ensure_compiled(winner), out_layout),
+        out_layout=out_layout or "row", cache_hit=False, from_store=len(memory.known), stale_entries=memory.stale)
+
+
+# -- the steps ------------------------------------------------------------------------------
+
+def _place(tensors: Sequence[Any], device: str | torch.device | None) -> tuple:
+    if device is None:
+        return tuple(tensors)
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device: {device!r} requested but CUDA is not available here")
+    return tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in tensors)
+
+
+def _require_work(ki: KernelInputs) -> None:
+    dims = {"M": ki.M, "N": ki.N, "K": ki.K, "batch": ki.batch}
+    empty = [f"{k}={v}" for k, v in dims.items() if v == 0]
+    if empty:
+        raise InputError(f"{ki.describe()}: nothing to tune, {', '.join(empty)} (the product is empty or all bias)")
+
+
+def _check_out_layout(ki: KernelInputs, choices: Sequence[Choice], out_layout: str | None):
+    layout = choices[0].layout
+    if out_layout == "col" and isinstance(layout, FixedLayout):
+        generated = sorted({c.template_uid for c in choices if not c.is_extern})
+        raise LayoutError(f"{ki.describe()}: out_layout='col' cannot be honoured: generated templates "
+                          f"({', '.join(generated)}) are candidates, so the output layout was fixed row-major "
+                          f"before code generation; use backends=('extern',) to keep it flexible")
+    return layout
+
+
+def _empty_out(ki: KernelInputs, out_layout: str | None) -> torch.Tensor:
+    return torch.empty_strided(ki.out_size, output_strides(ki.out_size, out_layout), dtype=ki.dtype, device=ki.device)
+
+
+def _stage1(templates: Sequence[Template], settings: Settings) -> dict[str, dict[str, Any]]:
+    if settings.stage1_runtime is not None:
+        return {t.uid: dict(settings.stage1_runtime) for t in templates}
+    return {t.uid: dict(t.default_runtime) for t in templates}
+
+
+def _pick(ranked: Sequence[Measured], bench: Bench, settings: Settings, stored_pick: Choice | None) -> Choice:
+    """Re-time the best few, plus the best library kernel, interleaved; fastest wins."""
+    ok = [m.choice for m in ranked if m.ms is not None]
+    if not ok:
+        failures = "; ".join(f"{t.choice.name}: {t.detail}" for t in bench.records.values() if t.status != "ok")
+        raise NoCandidatesError(f"{bench.ki.describe()}: no candidate produced a correct result ({failures[:500]})")
+    finalists = ok[: settings.finalists]
+    best_extern = next((c for c in ok if c.is_extern), None)
+    if best_extern is not None and best_extern not in finalists:
+        finalists.append(best_extern)
+    if len(finalists) == 1:
+        return finalists[0]
+    if stored_pick in finalists and all(bench.records[c].stage == "store" for c in finalists):
+        return stored_pick  # nothing new reached the final: the stored decision stands
+    times = bench.retime(finalists, settings.finalist_rounds)
+    return min(zip(times, range(len(finalists)), finalists))[2]
+
+
+def _timings(choices: Sequence[Choice], compiled: CompileResult, bench: Bench) -> tuple[Timing, ...]:
+    rows = []
+    for c in choices:
+        if c in bench.records:
+            rows.append(bench.records[c])
+        elif c.binary_key in compiled.failures:
+            rows.append(Timing(c, None, "compile", "compile_failed", compiled.failures[c.binary_key]))
+        else:
+            rows.append(Timing(c, None, "skipped", "not_benchmarked"))
+    return tuple(sorted(rows, key=lambda t: (t.ms is None, t.ms or 0.0)))
+
+
+def _kernel(ki: KernelInputs, winner: Choice, launch, out_layout: str | None) -> Callable[..., torch.Tensor]:
+    rt = winner.runtime_dict
+    if out_layout == "col":
+        def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+            return launch(tensors, _empty_out(ki, "col") if out is None else out, **rt)
+        return kernel
+
+    def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return launch(tensors, out, **rt)
+
+    return kernel
+
+
+def device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def shared_store(location: str | None) -> Store:
+    """One Store per location per process; "off" gives a fresh, empty one every time."""
+    if location == "off":
+        return Store(":memory:")
+    key = location or "default"
+    if key not in _STORES:
+        _STORES[key] = open_store(location)
+    return _STORES[key]
+
+
+def _row(choice: Choice, ms: float | None, status: str, stage: str | None) -> Row:
+    return Row(choice.template_uid, choice.src_hash, canon(choice.config), canon(choice.runtime), ms, status, stage)
+
+
+@dataclass
+class _Memory:
+    """What the store knew about this problem's current choices."""
+
+    known: dict[Choice, Timing]
+    pick: Choice | None
+    stale: int
+
+    @property
+    def runnable(self) -> set[Choice]:
+        return {c for c, t in self.known.items() if t.status == "ok"}
+
+    def full_hit(self, choices: Sequence[Choice]) -> bool:
+        return self.pick is not None and all(c in self.known for c in choices)
+
+
+@dataclass
+class _Context:
+    ki: KernelInputs
+    tensors: tuple
+    settings: Settings
+    templates: dict[str, Template]
+    emit: Listener
+    out_layout: str | None
+    store: Store
+
+    def __post_init__(self) -> None:
+        self.info = env_info(self.ki.device)
+        self.env = env_key(self.info)
+        self.problem = f"{self.ki.problem_key}|out={self.out_layout or 'row'}"
+        self.compiled: CompileResult | None = None
+
+    def compile(self, choices: Sequence[Choice]) -> CompileResult:
+        self.compiled = precompile(choices, self.templates, self.ki, self.tensors,
+                                   timeout_s=self.settings.compile_timeout_s, workers=self.settings.compile_workers,
+                                   on_done=lambda done, total: self.emit("compile", done=done, total=total))
+        return self.compiled
+
+    def ensure_compiled(self, choice: Choice):
+        """The launcher of `choice`, compiling it now if it was skipped (its timing came from the store)."""
+        if self.compiled is None:
+            self.compiled = CompileResult()
+        launch = self.compiled.launcher(choice)
+        if launch is None:
+            extra = precompile([choice], self.templates, self.ki, self.tensors,
+                               timeout_s=self.settings.compile_timeout_s, workers=1)
+            self.compiled.launchers.update(extra.launchers)
+            self.compiled.failures.update(extra.failures)
+            self.compiled.seconds += extra.seconds
+            launch = self.compiled.launcher(choice)
+            if launch is None:
+                raise NoCandidatesError(f"{self.ki.describe()}: {choice.name} no longer compiles: "
+                                        f"{extra.failures.get(choice.binary_key)}")
+        return launch
+
+    def recall(self, choices: Sequence[Choice]) -> _Memory:
+        stored = self.store.load(self.env, self.problem)
+        by_key = {(c.template_uid, canon(c.config), canon(c.runtime)): c for c in choices}
+        known: dict[Choice, Timing] = {}
+        stale = 0
+        for row in stored.rows:
+            c = by_key.get(row.choice_key)
+            if c is None:
+                continue
+            if row.src_hash != c.src_hash:
+                stale += 1
+                continue
+            known[c] = Timing(c, row.ms, "store", row.status, "from the store")
+        pick = by_key.get(stored.pick.choice_key) if stored.pick else None
+        if pick is not None and (pick.src_hash != stored.pick.src_hash or pick not in known):
+            pick = None
+        if stale:
+            log.warning("gemmtune: %s: ignored %d stored timings measured with an older template source",
+                        self.ki.describe(), stale)
+        return _Memory(known, pick, stale)
+
+    def from_store(self, choices: Sequence[Choice], memory: _Memory, layout, started: float) -> Selection | None:
+        """A full hit: no search; only the stored winner is compiled."""
+        winner = memory.pick
+        try:
+            launch = self.ensure_compiled(winner)
+        except NoCandidatesError as exc:
+            log.warning("gemmtune: stored pick unusable, tuning again: %s", exc)
+            return None
+        self.emit("compile", done=1, total=1)
+        timings = tuple(sorted((memory.known[c] for c in choices), key=lambda t: (t.ms is None, t.ms or 0.0)))
+        return Selection(
+            problem=self.ki, winner=winner, timings=timings, layout=layout, strategy="store", benchmark_runs=0,
+            compile_s=self.compiled.seconds, benchmark_s=0.0, prescreen_s=0.0, tuning_s=time.perf_counter() - started,
+            device_name=device_name(self.ki.device), kernel=_kernel(self.ki, winner, launch, self.out_layout),
+            out_layout=self.out_layout or "row", cache_hit=True, from_store=len(memory.known), stale_entries=0)
+
+    def remember(self, choices: Sequence[Choice], bench: Bench, compiled: CompileResult, winner: Choice,
+                 replace: bool) -> Choice:
+        """Write new timings and the pick; return the stored pick (another process may have won the race)."""
+        rows = [_row(c, t.ms, t.status, t.stage) for c, t in bench.records.items() if t.stage != "store"]
+        rows += [_row(c, None, "compile_failed", "compile") for c in choices
+                 if c.binary_key in compiled.failures and c not in bench.records]
+        ms = bench.records[winner].ms if winner in bench.records else None
+        stored = self.store.save(self.env, self.info, self.problem, self.ki.describe(), rows,
+                                 _row(winner, ms, "ok", self.settings.strategy), replace_pick=replace)
+        if stored.choice_key == _row(winner, ms, "ok", None).choice_key:
+            return winner
+        by_key = {(c.template_uid, canon(c.config), canon(c.runtime)): c for c in choices}
+        other = by_key.get(stored.choice_key)
+        return other if other is not None and other.src_hash == stored.src_hash else winner
