@@ -120,6 +120,7 @@ class Selection:
     cache_hit: bool = False  # the pick came from the store: nothing compiled but the winner, nothing timed
     from_store: int = 0  # timings recalled from the store
     stale_entries: int = 0  # stored timings ignored because the template's source changed
+    binary_seconds: dict = field(default_factory=dict, compare=False, repr=False)  # binary_key -> compile s
 
     @property
     def winner_ms(self) -> float | None:

@@ -54,11 +54,29 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lookup-table", default=None, help="JSON table of pinned choices (e.g. a `cache export` file)")
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("-v", "--verbose", action="store_true")
+    w = sub.add_parser("sweep", help="record every candidate's time for every shape of a suite (resumable)")
+    w.add_argument("--suite", required=True, help="JSON file of shapes (format of shared/bench/shapes.json)")
+    w.add_argument("--out", required=True, help="dataset to write (JSONL; appended to, so a rerun resumes)")
+    w.add_argument("--device", default=None)
+    w.add_argument("--dtype", default=None, help="override every shape's dtype")
+    w.add_argument("--only", default="", help="comma-separated shape names")
     c = sub.add_parser("cache", help="inspect and ship the store of picks")
     c.add_argument("action", choices=("ls", "show", "clear", "export", "import"))
     c.add_argument("arg", nargs="?", help="show: text in the problem key; export/import: JSON file")
     c.add_argument("--store", default=None, help="store location (default: the cache dir's store.sqlite)")
     return p
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import sweep
+
+    specs = load_suite(args.suite, dtype=args.dtype)
+    only = {s for s in args.only.split(",") if s}
+    specs = [s for s in specs if not only or s.name in only]
+    added = sweep(specs, args.out, args.device or default_device(), Settings.from_env(),
+                  log=lambda m: out.print(m), command="gemmtune sweep " + " ".join(sys.argv[2:]))
+    out.print(f"recorded {added} new shapes in {args.out}")
+    return 0
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -174,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_tune(args)
         if args.command == "cache":
             return cmd_cache(args)
+        if args.command == "sweep":
+            return cmd_sweep(args)
     except (GemmtuneError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 2

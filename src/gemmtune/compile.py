@@ -28,6 +28,7 @@ class CompileResult:
     launchers: dict[tuple, Launcher] = field(default_factory=dict)
     failures: dict[tuple, str] = field(default_factory=dict)
     seconds: float = 0.0
+    binary_seconds: dict[tuple, float] = field(default_factory=dict)  # compile time of each binary
 
     def launcher(self, choice: Choice) -> Launcher | None:
         return self.launchers.get(choice.binary_key)
@@ -51,8 +52,10 @@ def precompile(choices: Sequence[Choice], templates: Mapping[str, Template], ki:
     keys: dict[Future, tuple] = {}
 
     def build(c: Choice) -> Launcher:
-        started[c.binary_key] = time.perf_counter()
-        return templates[c.template_uid].compile(c, ki, example)
+        t0 = started[c.binary_key] = time.perf_counter()
+        launcher = templates[c.template_uid].compile(c, ki, example)
+        result.binary_seconds[c.binary_key] = time.perf_counter() - t0
+        return launcher
 
     for key, c in unique.items():
         keys[pool.submit(build, c)] = key

@@ -103,7 +103,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         compile_s=compiled.seconds, benchmark_s=bench.seconds.get("final", 0.0) + bench.seconds.get("finalist", 0.0),
         prescreen_s=bench.seconds.get("prescreen", 0.0), tuning_s=time.perf_counter() - started,
         device_name=device_name(ki.device), kernel=_kernel(ki, winner, ctx.ensure_compiled(winner), out_layout),
-        out_layout=out_layout or "row", cache_hit=False, from_store=len(memory.known), stale_entries=memory.stale)
+        out_layout=out_layout or "row", cache_hit=False, from_store=len(memory.known), stale_entries=memory.stale,
+        binary_seconds=dict(compiled.binary_seconds))
 
 
 # -- the steps ------------------------------------------------------------------------------
