@@ -1,0 +1,47 @@
+"""`gemmtune sweep`: the dataset it writes, resuming, and reading it back."""
+
+import json
+
+from gemmtune.cli import main
+from gemmtune.dataset import FORMAT, load_dataset
+from gemmtune.replay import replay
+from gemmtune.strategies import StrategyOptions
+
+
+def suite(tmp_path):
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps({"shapes": [
+        {"name": "a", "op": "mm", "M": 40, "K": 24, "N": 32, "dtype": "float32", "b_layout": "row"},
+        {"name": "b", "op": "mm", "M": 24, "K": 40, "N": 16, "dtype": "float32", "b_layout": "col"}]}))
+    return path
+
+
+def test_sweep_records_every_choice_and_resumes(tmp_path, capsys):
+    out = tmp_path / "ds.jsonl"
+    assert main(["sweep", "--suite", str(suite(tmp_path)), "--out", str(out), "--device", "cpu", "--only", "a"]) == 0
+    assert main(["sweep", "--suite", str(suite(tmp_path)), "--out", str(out), "--device", "cpu"]) == 0
+    assert "a: already recorded, skipped" in capsys.readouterr().out
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["type"] for r in lines] == ["meta", "shape", "shape"]
+    assert lines[0]["format"] == FORMAT and lines[0]["timer"]["statistic"] == "median"
+    for rec in lines[1:]:
+        fams = {c["family"] for c in rec["choices"]}
+        assert fams == {"extern", "numba"}
+        assert all(c["ms"] is not None for c in rec["choices"])
+        numba = [c for c in rec["choices"] if c["family"] == "numba"]
+        assert {c["runtime_params"]["group"] for c in numba} == {1, 4, 16}
+        assert rec["drift"]["start_ms"] > 0 and rec["drift"]["end_ms"] > 0
+    meta, shapes = load_dataset(out)
+    assert [s.name for s in shapes] == ["a", "b"]
+    for s in shapes:
+        assert replay(s, "exhaustive", StrategyOptions()).regret_pct == 0.0
+
+
+def test_reference_sweep_is_imported(sweep_path):
+    meta, shapes = load_dataset(sweep_path)
+    assert meta["format"] == "reference-sweep" and len(shapes) == 6
+    s = shapes[0]
+    assert s.shape == (2048, 2048, 2048)
+    assert any(c.template_uid == "aten_mm" for c in s.times)
+    assert {c.runtime_dict["swizzle"] for c in s.times if not c.is_extern} == {1, 2, 4, 8}
+    assert len(s.compile_s) == len({c.binary_key for c in s.times if not c.is_extern})
