@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--device", default=None)
     w.add_argument("--dtype", default=None, help="override every shape's dtype")
     w.add_argument("--only", default="", help="comma-separated shape names")
+    sub.add_parser("simulate", add_help=False,
+                   help="replay search strategies on recorded timings: regret vs work (gemmtune simulate -h)")
     c = sub.add_parser("cache", help="inspect and ship the store of picks")
     c.add_argument("action", choices=("ls", "show", "clear", "export", "import"))
     c.add_argument("arg", nargs="?", help="show: text in the problem key; export/import: JSON file")
@@ -184,6 +186,11 @@ def summary_table(results) -> Table:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["simulate"]:
+        from .simulate import simulate_main
+
+        return simulate_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(message)s")

@@ -21,7 +21,8 @@ from .measure import timer_for
 from .overrides import LookupTable
 from .settings import Settings
 from .store import Row, Store, canon, env_info, env_key, open_store
-from .strategies import STRATEGIES, Measured, StrategyOptions
+from .strategies import STRATEGIES, Measured, ProblemDims, StrategyOptions
+from .strategies.model_pruned import stage0
 from .templates import active_templates
 from .templates.base import Template
 
@@ -79,8 +80,13 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         hit = ctx.from_store(choices, memory, layout, started)
         if hit is not None:
             return hit
+    options = StrategyOptions(top_x=settings.top_x, stage1=_stage1(active, settings), stage0_n=settings.stage0_n,
+                              problem=ProblemDims(ki.M, ki.N, ki.K, ki.batch, _element_size(ki.dtype)),
+                              budget_runs=settings.budget_runs)
     todo = [c for c in choices if c not in memory.known]
-    compiled = ctx.compile(todo if memory.known else choices)
+    if settings.strategy == "model_pruned":
+        todo = stage0(todo, options)  # pruned binaries are never compiled
+    compiled = ctx.compile(todo)
     runnable = [c for c in choices if c in memory.runnable or compiled.launcher(c) is not None]
     if not runnable:
         raise NoCandidatesError(f"{ki.describe()}: every candidate failed to compile: "
@@ -93,7 +99,6 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         winner = runnable[0]
         bench.verify(winner)
     else:
-        options = StrategyOptions(top_x=settings.top_x, stage1=_stage1(active, settings))
         ranked = STRATEGIES[settings.strategy](runnable, bench.measure, options)
         winner = _pick(ranked, bench, settings, memory.pick)
     winner = ctx.remember(choices, bench, compiled, winner, replace=memory.pick is not None)
@@ -133,6 +138,10 @@ def _check_out_layout(ki: KernelInputs, choices: Sequence[Choice], out_layout: s
                           f"({', '.join(generated)}) are candidates, so the output layout was fixed row-major "
                           f"before code generation; use backends=('extern',) to keep it flexible")
     return layout
+
+
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
 
 
 def _empty_out(ki: KernelInputs, out_layout: str | None) -> torch.Tensor:

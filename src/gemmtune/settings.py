@@ -54,6 +54,8 @@ class Settings:
     strategy: str = "prescreen"
     top_x: int = 5  # prescreen: configs kept after stage 1 (FACTS.md: X=5 had 0% regret, X=3 up to 1.2%)
     stage1_runtime: tuple[tuple[str, Any], ...] | None = None  # None: each template's data-chosen default
+    stage0_n: int | None = None  # model_pruned: binaries kept by the cost model before anything compiles
+    budget_runs: int | None = None  # stop after this many benchmark runs and return the best so far
     finalists: int = 4  # best choices re-timed interleaved before the pick (extern always added)
     finalist_rounds: int = 15
     compile_timeout_s: float = 120.0
@@ -95,6 +97,9 @@ class Settings:
         for f in fields(cls):
             raw = env.get("GEMMTUNE_" + f.name.upper())
             if raw is None or f.name == "stage1_runtime":
+                continue
+            if f.name in ("stage0_n", "budget_runs", "store", "lookup_table"):
+                values[f.name] = int(raw) if f.name in ("stage0_n", "budget_runs") else raw
                 continue
             values[f.name] = _parse(f.name, raw, getattr(cls, f.name, None))
         raw_stage1 = env.get("GEMMTUNE_STAGE1_RUNTIME")

@@ -1,0 +1,308 @@
+"""Simulation of search strategies on recorded timings: regret, work, budgets, the cost model."""
+
+import gzip
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gemmtune import simulate as sim
+from gemmtune.choices import Choice, as_params
+from gemmtune.dataset import ReplayShape
+from gemmtune.model import H100, H200, estimate_ms, occupancy
+from gemmtune.simulate import StrategySpec, default_specs, load, simulate, simulate_main, without_library
+from gemmtune.strategies import STRATEGIES, ProblemDims, StrategyOptions, budgeted, default_options, prescreen
+
+DEFAULT = default_options()
+
+
+# -- hand-made data -------------------------------------------------------------------------
+
+def hand_made(with_library=True):
+    """3 configs x 2 swizzles (+ a library kernel at 1.5 ms); config B=2 at swizzle 1 is best (1.0 ms)."""
+    table = {(1, 1): 5.0, (1, 8): 4.0, (2, 1): 1.0, (2, 8): 3.0, (3, 1): 2.5, (3, 8): 2.0}
+    times = {Choice("t", "h", as_params({"B": b}), as_params({"sw": s}), family="t"): ms for (b, s), ms in table.items()}
+    if with_library:
+        times[Choice("lib", None)] = 1.5
+    compile_s = {c.binary_key: 1.6 for c in times if not c.is_extern}
+    return ReplayShape((64, 64, 64), times, "hand" + ("" if with_library else "-nolib"), compile_s)
+
+
+def spec_for(name, shapes, **opts):
+    """A spec that runs registered strategy `name` with tune's defaults (+ a model cut, a budget)."""
+    options = replace(DEFAULT, stage1={**DEFAULT.stage1, "t": {"sw": 8}}, **opts)
+    if name == "model_pruned":
+        options = replace(options, stage0_n=opts.get("stage0_n", 20))
+    if name == "budgeted":
+        options = replace(options, budget_runs=opts.get("budget_runs", 50), budget_inner="prescreen")
+    return StrategySpec(name, name, options)
+
+
+@pytest.fixture
+def sweep(sweep_path):
+    return load(sweep_path)
+
+
+# -- every registered strategy ----------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_strategy_on_the_reference_sweep(sweep, name):
+    shapes, dims = sweep
+    res = simulate(shapes, [spec_for(name, shapes)], dims)[name]
+    assert len(res.per_shape) == 6
+    for r in res.per_shape:
+        assert r.winner is not None and 0.0 <= r.regret_pct < 100.0
+        assert 0 < r.benchmark_runs <= r.exhaustive_runs
+    assert 0 < res.work_fraction <= 1.0
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_strategy_on_hand_made_data(name):
+    shapes = [hand_made(), hand_made(False)]
+    res = simulate(shapes, [spec_for(name, shapes, top_x=1)])[name]
+    assert [r.winner is not None for r in res.per_shape] == [True, True]
+    assert all(r.benchmark_runs <= r.exhaustive_runs for r in res.per_shape)
+
+
+def test_exhaustive_has_zero_regret_and_all_the_work(sweep):
+    shapes, dims = sweep
+    res = simulate(shapes, [StrategySpec("exhaustive", "exhaustive")], dims)["exhaustive"]
+    assert res.max_regret_pct == 0.0 and res.median_regret_pct == 0.0
+    assert res.work_fraction == 1.0
+    assert res.benchmark_runs == sum(len(s.choices) for s in shapes)
+    assert res.compiles == sum(len({c.binary_key for c in s.choices if not c.is_extern}) for s in shapes)
+
+
+def test_regret_and_work_on_hand_made_numbers():
+    # prescreen X=1 at sw=8: stage 1 sees B1 4.0, B2 3.0, B3 2.0 -> keeps B3; stage 2 adds B3@sw1 (2.5) and the
+    # library (1.5).  With the library the pick is 1.5 ms (regret 50%); without, B3@sw8 at 2.0 ms (regret 100%).
+    shapes = [hand_made(), hand_made(False)]
+    spec = StrategySpec("p1", "prescreen", StrategyOptions(top_x=1, stage1={"t": {"sw": 8}}))
+    res = simulate(shapes, [spec])["p1"]
+    assert [r.regret_pct for r in res.per_shape] == pytest.approx([50.0, 100.0])
+    assert [r.benchmark_runs for r in res.per_shape] == [5, 4]
+    assert res.max_regret_pct == pytest.approx(100.0) and res.median_regret_pct == pytest.approx(75.0)
+    assert res.work_fraction == pytest.approx(9 / 13)
+    assert [r.winner for r in res.per_shape] == ["lib", "t_B3[sw=8]"]
+    assert res.compiles == 6  # three binaries per shape: every one was timed in stage 1
+
+
+def test_estimated_tuning_time_follows_the_formula():
+    shape = hand_made()
+    res = simulate([shape], [StrategySpec("exhaustive", "exhaustive")], parallel=16)["exhaustive"]
+    timing = sum(ms * (min(100, max(5, 20 / ms)) + 4) / 1e3 for ms in shape.times.values())
+    assert res.est_tuning_s == pytest.approx(3 * 1.6 / 16 + timing)
+
+
+def test_prescreen_beats_x1_and_default_is_prescreen(sweep):
+    shapes, dims = sweep
+    specs = [StrategySpec("default", "default", StrategyOptions()),
+             StrategySpec("prescreen", "prescreen", DEFAULT)]
+    rep = simulate(shapes, specs, dims)
+    assert rep["default"].per_shape == rep["prescreen"].per_shape
+
+
+def test_default_strategy_regret_and_work_on_the_reference_sweep(sweep):
+    shapes, dims = sweep
+    for data in (shapes, without_library(shapes)):
+        res = simulate(data, [s for s in default_specs(data) if s.name == "default"], dims)["default"]
+        assert res.max_regret_pct <= 0.5, [(r.name, r.regret_pct) for r in res.per_shape]
+        assert res.work_fraction <= 0.30
+
+
+# -- budgets --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("budget", [0, 1, 2, 10, 100, 148, 149, 200, 10_000])
+@pytest.mark.parametrize("name", ["exhaustive", "prescreen", "model_pruned", "default", "budgeted"])
+def test_budget_is_never_exceeded(sweep, name, budget):
+    shapes, dims = sweep
+    res = simulate(shapes, [spec_for(name, shapes, budget_runs=budget)], dims)[name]
+    for r in res.per_shape:
+        assert r.benchmark_runs <= budget
+        if budget >= 1:
+            assert r.winner is not None  # at least the library kernel or one template was timed
+
+
+def test_budgeted_times_library_kernels_first(sweep):
+    shapes, _ = sweep
+    for shape in shapes:
+        seen = []
+        measure = lambda cs, stage: seen.extend(cs) or [shape.times.get(c) for c in cs]  # noqa: E731
+        ranked = budgeted("prescreen", 30)(shape.choices, measure, DEFAULT)
+        n_lib = sum(c.is_extern for c in shape.choices)
+        assert all(c.is_extern for c in seen[:n_lib]) and len(seen) == min(30, len(shape.choices))
+        assert ranked[0].ms == min(shape.times[c] for c in seen)  # best so far
+
+
+def test_budget_stops_a_search_early_and_half_the_work_is_enough(sweep):
+    shapes, dims = sweep
+    specs = [s for s in default_specs(shapes) if s.strategy in ("budgeted", "default")]
+    rep = simulate(without_library(shapes), specs, dims)
+    assert rep["budgeted[25%,prescreen]"].work_fraction <= 0.25
+    assert rep["budgeted[25%,prescreen]"].max_regret_pct > 1.0  # cut inside stage 1/2: it loses something
+    assert rep["budgeted[50%,prescreen]"].per_shape == rep["default"].per_shape  # prescreen fits in 50%
+
+
+@settings(max_examples=60, deadline=None)
+@given(times=st.lists(st.floats(0.01, 10.0), min_size=1, max_size=12), n_lib=st.integers(0, 2),
+       budget=st.integers(0, 20), x=st.integers(1, 4))
+def test_budget_property(times, n_lib, budget, x):
+    choices = [Choice(f"lib{i}", None) for i in range(n_lib)]
+    choices += [Choice("t", "h", as_params({"B": i // 2}), as_params({"sw": i % 2}), family="t") for i in range(len(times))]
+    table = dict(zip(choices, [1.0] * n_lib + times))
+    calls = []
+    measure = lambda cs, stage: calls.extend(cs) or [table[c] for c in cs]  # noqa: E731
+    ranked = STRATEGIES["prescreen"](choices, measure, StrategyOptions(top_x=x, budget_runs=budget))
+    assert len(calls) <= budget and len(calls) == len(set(calls))
+    assert calls[: min(budget, n_lib)] == choices[: min(budget, n_lib)]
+    timed = [m for m in ranked if m.ms is not None]
+    assert len(timed) == len(calls) and (not timed or timed[0].ms == min(table[c] for c in calls))
+
+
+# -- model pruning --------------------------------------------------------------------------------
+
+def test_model_pruned_covering_everything_equals_prescreen(sweep):
+    shapes, dims = sweep
+    specs = [StrategySpec("all", "model_pruned", replace(DEFAULT, stage0_n=10_000)),
+             StrategySpec("prescreen", "prescreen", DEFAULT)]
+    rep = simulate(shapes, specs, dims)
+    assert rep["all"].per_shape == rep["prescreen"].per_shape
+
+
+def test_model_pruned_compiles_only_kept_binaries(sweep):
+    shapes, dims = sweep
+    res = simulate(shapes, [StrategySpec("m", "model_pruned", replace(DEFAULT, stage0_n=20))], dims)["m"]
+    assert all(r.compiles <= 20 for r in res.per_shape)
+
+
+def test_model_is_swappable_and_library_kernels_are_never_pruned(sweep):
+    shapes, dims = sweep
+    calls = []
+    worst_first = lambda cfg, M, N, K, **kw: calls.append(cfg) or -cfg["BLOCK_M"] * cfg["BLOCK_N"]  # noqa: E731
+    opts = replace(DEFAULT, stage0_n=3, model=worst_first, problem=dims[0])
+    seen = []
+    prescreen_ranked = STRATEGIES["model_pruned"](shapes[0].choices, lambda cs, st: seen.extend(cs) or
+                                                  [shapes[0].times.get(c) for c in cs], opts)
+    assert calls and Choice("aten_mm", None) in seen
+    assert len({c.binary_key for c in seen if not c.is_extern}) == 3
+    assert prescreen_ranked[0].choice == Choice("aten_mm", None)
+
+
+def test_model_pruned_without_problem_dims_is_an_error():
+    with pytest.raises(ValueError, match="problem"):
+        STRATEGIES["model_pruned"](hand_made().choices, lambda cs, st: [1.0] * len(cs), StrategyOptions(stage0_n=1))
+
+
+# -- the cost model ---------------------------------------------------------------------------------
+
+BIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=4, num_warps=8)
+
+
+def test_model_smem_overflow_is_infinite():
+    too_big = dict(BLOCK_M=256, BLOCK_N=256, BLOCK_K=128, num_stages=5, num_warps=8)
+    assert occupancy(too_big) == 0 and estimate_ms(too_big, 4096, 4096, 4096) == math.inf
+    assert math.isfinite(estimate_ms(BIG, 4096, 4096, 4096))
+
+
+@pytest.mark.parametrize("cfg", [BIG, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=64, num_stages=5, num_warps=4),
+                                 dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_stages=3, num_warps=4)])
+def test_model_bigger_problems_take_longer(cfg):
+    for base in [(1024, 1024, 1024), (16, 4096, 4096), (4096, 512, 8192)]:
+        t0 = estimate_ms(cfg, *base)
+        for axis in range(3):
+            grown = list(base)
+            grown[axis] *= 4
+            # Never faster; possibly flat while the extra tiles land on idle SMs (16 x 4096 x 4096 on 128-row tiles).
+            assert estimate_ms(cfg, *grown) >= t0 * (1 - 1e-3)
+        assert estimate_ms(cfg, *(4 * d for d in base)) > 2 * t0
+        assert estimate_ms(cfg, *base, batch=8) >= t0 and estimate_ms(cfg, *base, batch=64) > t0
+    assert estimate_ms(cfg, 8192, 8192, 8192) > estimate_ms(cfg, 2048, 2048, 2048) * 16
+
+
+def test_model_hardware_and_dtype():
+    skinny = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_stages=4, num_warps=4)
+    assert estimate_ms(skinny, 16, 65536, 8192, hw=H100) > estimate_ms(skinny, 16, 65536, 8192, hw=H200)  # DRAM bound
+    assert estimate_ms(BIG, 4096, 4096, 4096, dtype_bytes=4) > estimate_ms(BIG, 4096, 4096, 4096)
+    assert 1.0 < estimate_ms(BIG, 8192, 8192, 8192) < 3.0  # measured ~1.6 ms
+
+
+def test_model_top10_for_8192_cubed_holds_a_near_best_config(sweep):
+    shapes, _ = sweep
+    shape = next(s for s in shapes if s.shape == (8192, 8192, 8192))
+    best_by_cfg = {}
+    for c, ms in shape.times.items():
+        if not c.is_extern:
+            best_by_cfg[c.config] = min(ms, best_by_cfg.get(c.config, math.inf))
+    ranked = sorted(best_by_cfg, key=lambda cfg: estimate_ms(dict(cfg), 8192, 8192, 8192))
+    best = min(best_by_cfg.values())
+    assert min(best_by_cfg[cfg] for cfg in ranked[:10]) <= 1.10 * best
+
+
+# -- report, CLI, dataset -----------------------------------------------------------------------------
+
+def test_json_schema(sweep):
+    shapes, dims = sweep
+    specs = [s for s in default_specs(shapes) if s.name in ("exhaustive", "default", "model_pruned[n=20]")]
+    doc = json.loads(json.dumps(simulate(shapes, specs, dims).to_json()))
+    assert list(doc) == ["strategies"] and len(doc["strategies"]) == 3
+    for s in doc["strategies"]:
+        assert set(s) == {"name", "max_regret_pct", "median_regret_pct", "work_fraction", "benchmark_runs",
+                          "compiles", "est_tuning_s", "per_shape"}
+        assert len(s["per_shape"]) == 6
+        for r in s["per_shape"]:
+            assert set(r) == {"shape", "name", "winner", "regret_pct", "benchmark_runs"}
+            assert isinstance(r["winner"], str) and isinstance(r["benchmark_runs"], int)
+
+
+def test_default_specs_cover_the_grid(sweep):
+    shapes, _ = sweep
+    names = [s.name for s in default_specs(shapes)]
+    assert sum(n.startswith("prescreen[") for n in names) == 6 * 4  # X x swizzle {1,2,4,8}
+    assert "prescreen[x=5,swizzle=8]" in names and "model_pruned[n=80]" in names and "default" in names
+    assert {"exhaustive", "budgeted[25%,prescreen]", "budgeted[50%,prescreen]"} <= set(names)
+
+
+def test_plot_is_written(sweep, tmp_path):
+    pytest.importorskip("matplotlib")
+    shapes, dims = sweep
+    rep = simulate(shapes, default_specs(shapes)[:6], dims)
+    out = sim.plot_regret_vs_work(rep, tmp_path / "sub" / "regret.png")
+    assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_writes_json_and_plot(sweep_path, tmp_path, capsys):
+    rc = simulate_main(["--dataset", str(sweep_path), "--strategy", "default", "model_pruned",
+                        "--json", str(tmp_path / "r.json")])
+    assert rc == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert [s["name"] for s in doc["strategies"]] == ["default"] + [f"model_pruned[n={n}]" for n in (10, 20, 40, 80)]
+    assert "model_pruned[n=20]" in capsys.readouterr().out
+
+
+def test_cli_errors(sweep_path, monkeypatch, capsys):
+    monkeypatch.setattr(sim, "SHIPPED", "data/does-not-exist.jsonl.gz")
+    assert simulate_main([]) == 2
+    assert "--dataset" in capsys.readouterr().err
+    assert simulate_main(["--dataset", str(sweep_path), "--strategy", "nope"]) == 2
+
+
+def test_gemmtune_dataset_dims_and_compile_times(tmp_path):
+    path = tmp_path / "d.jsonl.gz"
+    cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_stages=3, num_warps=4)
+    choices = [{"template": "triton_mm", "src_hash": "x", "family": "triton", "config": cfg,
+                "runtime_params": {"swizzle": s}, "ms": 1.0 + s, "status": "ok", "compile_s": 2.0} for s in (1, 8)]
+    choices.append({"template": "aten_bmm", "src_hash": None, "family": "extern", "config": {}, "runtime_params": {},
+                    "ms": 1.5, "status": "ok", "compile_s": None})
+    lines = [{"type": "meta", "format": "gemmtune-dataset/1"},
+             {"type": "shape", "name": "b", "op": "bmm", "M": 128, "K": 64, "N": 256, "batch": 4, "dtype": "float32",
+              "choices": choices}]
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(json.dumps(x) for x in lines) + "\n")
+    shapes, dims = load(path)
+    assert dims == [ProblemDims(128, 256, 64, 4, 4)]
+    res = simulate(shapes, [StrategySpec("e", "exhaustive")], dims, parallel=2)["e"]
+    assert res.compiles == 1 and res.per_shape[0].winner == "aten_bmm"
+    assert res.est_tuning_s == pytest.approx(2.0 / 2 + sum(ms * (min(100, max(5, 20 / ms)) + 4) / 1e3
+                                                           for ms in (2.0, 9.0, 1.5)))
