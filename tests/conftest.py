@@ -30,6 +30,7 @@ def _fresh_store(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gemmtune.store, "default_cache_dir", lambda: tmp_path / "cache")
     monkeypatch.setattr(gemmtune.engine, "_STORES", {})
+    gemmtune.clear_dispatch_cache()
 
 
 @pytest.fixture

@@ -14,6 +14,8 @@ from .layout import FixedLayout, FlexibleLayout
 from .report import autotune_table, selection_dict
 from .settings import FAMILIES, Settings
 from .engine import tune
+from .api import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
+from .patching import patch, unpatch
 
 __version__ = "0.1.0"
 
@@ -21,4 +23,5 @@ __all__ = [
     "BackendError", "Choice", "FAMILIES", "FixedLayout", "FlexibleLayout", "GemmtuneError", "InputError",
     "KernelInputs", "LayoutError", "NoCandidatesError", "Selection", "Settings", "Timing",
     "add_finalize_hook", "autotune_table", "get_template_configs", "selection_dict", "tune",
+    "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "unpatch",
 ]
