@@ -83,7 +83,8 @@ class Bench:
             self.records[choice] = Timing(choice, None, stage, "run_failed", detail)
             return None
         self.runs += 1
-        self.records[choice] = Timing(choice, ms, stage)
+        gpu, host = getattr(self.timer, "last", (None, None))
+        self.records[choice] = Timing(choice, ms, stage, gpu_ms=gpu, host_ms=host)
         self.listener("benchmark", done=self.runs, total=self.total_hint, choice=choice)
         return ms
 

@@ -89,6 +89,8 @@ class Timing:
     stage: str  # "prescreen", "final", "finalist" or "skipped"
     status: str = "ok"  # "ok", "compile_failed", "wrong_result", "run_failed", "not_benchmarked"
     detail: str = ""
+    gpu_ms: float | None = None  # GPU: kernel time by CUDA events (ms is max(gpu_ms, host_ms) by default)
+    host_ms: float | None = None  # GPU: host time to launch one call
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,14 @@ class CudaTimer:
         >>> timer.time(lambda: torch.mm(a, b))  # doctest: +SKIP
     """
 
-    def __init__(self, device: torch.device, rep_ms: float = 20.0, min_reps: int = 5, max_reps: int = 100):
+    def __init__(self, device: torch.device, rep_ms: float = 20.0, min_reps: int = 5, max_reps: int = 100,
+                 count_host: bool = True):
         self.device, self.rep_ms, self.min_reps, self.max_reps = device, rep_ms, min_reps, max_reps
+        # An eager caller pays max(GPU time, host launch time) per call: a kernel
+        # whose launcher costs 30 us of Python is no faster in a loop than 30 us,
+        # however short it runs on the GPU.  `count_host` makes the timer say so.
+        self.count_host = count_host
+        self.last: tuple[float, float] = (0.0, 0.0)  # (GPU ms, host ms) of the last time()
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
         # Writing twice the L2's size evicts every line the previous run left there.
         self._flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.int8, device=device)
@@ -48,20 +54,28 @@ class CudaTimer:
         if self._sleep is not None:
             self._sleep(int(min(launches * 40e-6, 0.05) * 1.98e9))
 
-    def _one(self, fn: Fn) -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    def _one(self, fn: Fn) -> tuple[torch.cuda.Event, torch.cuda.Event, float]:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         self._flush.zero_()
         start.record()
+        t0 = time.perf_counter()
         fn()
+        host = time.perf_counter() - t0
         end.record()
-        return start, end
+        return start, end, host * 1e3
+
+    def _cost(self, events: Sequence[tuple]) -> float:
+        gpu = statistics.median(s.elapsed_time(e) for s, e, _ in events)
+        host = statistics.median(h for _, _, h in events)
+        self.last = (gpu, host)
+        return max(gpu, host) if self.count_host else gpu
 
     def _reps(self, fn: Fn) -> int:
         # Estimate: 3 flushed runs, then enough reps to fill rep_ms.
         self._cover_host(3)
         events = [self._one(fn) for _ in range(3)]
         torch.cuda.synchronize(self.device)
-        est = statistics.median(s.elapsed_time(e) for s, e in events)
+        est = statistics.median(s.elapsed_time(e) for s, e, _ in events)
         return int(min(self.max_reps, max(self.min_reps, self.rep_ms / max(est, 1e-3))))
 
     def time(self, fn: Fn) -> float:
@@ -72,7 +86,7 @@ class CudaTimer:
             self._cover_host(reps)
             events = [self._one(fn) for _ in range(reps)]
             torch.cuda.synchronize(self.device)
-            return statistics.median(s.elapsed_time(e) for s, e in events)
+            return self._cost(events)
 
     def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[float]:
         with torch.cuda.device(self.device):
@@ -87,7 +101,7 @@ class CudaTimer:
                 for i in order[r % len(fns):] + order[: r % len(fns)]:
                     events[i].append(self._one(fns[i]))
             torch.cuda.synchronize(self.device)
-            return [statistics.median(s.elapsed_time(e) for s, e in evs) for evs in events]
+            return [self._cost(evs) for evs in events]
 
 
 class CpuTimer:
@@ -125,5 +139,6 @@ class CpuTimer:
 def timer_for(device: str, settings) -> Timer:
     """The timer for `device` ('cpu' or 'cuda:N'), configured by `settings`."""
     if device.startswith("cuda"):
-        return CudaTimer(torch.device(device), settings.gpu_rep_ms, settings.min_reps, settings.max_reps)
+        return CudaTimer(torch.device(device), settings.gpu_rep_ms, settings.min_reps, settings.max_reps,
+                         count_host=settings.count_host_overhead)
     return CpuTimer(settings.cpu_rep_ms, min(settings.min_reps, 3), settings.max_reps)

@@ -81,7 +81,8 @@ def selection_dict(sel: Selection) -> dict[str, Any]:
         "prescreen_s": sel.prescreen_s,
         "tuning_s": sel.tuning_s,
         "n_choices": sel.n_choices,
-        "choices": [{**t.choice.to_dict(), "ms": t.ms, "stage": t.stage, "status": t.status, "detail": t.detail}
+        "choices": [{**t.choice.to_dict(), "ms": t.ms, "gpu_ms": t.gpu_ms, "host_ms": t.host_ms, "stage": t.stage,
+                     "status": t.status, "detail": t.detail}
                     for t in sel.timings],
     }
 

@@ -62,6 +62,7 @@ class Settings:
     compile_workers: int = 0  # 0: one per CPU core (at most 32)
     check_correctness: bool = True
     gpu_rep_ms: float = 20.0  # per-choice timing budget on GPU
+    count_host_overhead: bool = True  # GPU: a choice costs max(GPU time, host launch time), as in an eager loop
     cpu_rep_ms: float = 200.0  # per-choice timing budget on CPU
     min_reps: int = 5
     max_reps: int = 100

@@ -61,6 +61,7 @@ def sweep(specs: Sequence[ProblemSpec], out: str | Path, device: str, settings: 
                       "timer": {"kind": type(timer).__name__, "gpu_rep_ms": settings.gpu_rep_ms,
                                 "cpu_rep_ms": settings.cpu_rep_ms, "min_reps": settings.min_reps,
                                 "max_reps": settings.max_reps, "l2_flush": device.startswith("cuda"),
+                                "count_host_overhead": settings.count_host_overhead,
                                 "statistic": "median"},
                       "command": command})
     done, added = _done(out), 0
@@ -80,6 +81,7 @@ def sweep(specs: Sequence[ProblemSpec], out: str | Path, device: str, settings: 
             choices.append({"template": t.choice.template_uid, "src_hash": t.choice.src_hash,
                             "family": t.choice.family, "config": t.choice.config_dict,
                             "runtime_params": t.choice.runtime_dict, "ms": t.ms, "status": t.status,
+                            "gpu_ms": t.gpu_ms, "host_ms": t.host_ms,
                             "compile_s": compile_s.get(t.choice.binary_key)})
         _append(out, {"type": "shape", "name": spec.name, "op": spec.op, "M": spec.M, "K": spec.K, "N": spec.N,
                       "batch": spec.batch, "dtype": spec.dtype, "b_layout": spec.b_layout,

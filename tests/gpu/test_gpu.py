@@ -102,3 +102,14 @@ def test_cuda_timer_times_and_interleaves():
     ms = timer.time(lambda: torch.mm(a, b))
     both = timer.time_interleaved([lambda: torch.mm(a, b), lambda: torch.mm(a, b)], rounds=10)
     assert ms > 0 and len(both) == 2 and all(x > 0 for x in both)
+    gpu, host = timer.last
+    assert gpu > 0 and host > 0 and ms >= gpu
+
+
+def test_host_launch_cost_counts_for_tiny_problems():
+    # A 16x16x16 mm takes ~2 us on the GPU; its cost to an eager caller is the host launch.
+    a, b = operands("mm", 16, 16, 16, torch.bfloat16, "row")
+    sel = gemmtune.tune("mm", a, b, store=None, settings=gemmtune.Settings(store="off"))
+    win = next(t for t in sel.timings if t.choice == sel.winner)
+    assert win.host_ms is not None and win.gpu_ms is not None
+    assert win.ms == max(win.gpu_ms, win.host_ms)
