@@ -155,3 +155,32 @@ def test_benchmark_runs_counts_every_timing():
 def test_zero_size_problem_is_an_input_error():
     with pytest.raises(InputError, match="M=0"):
         gemmtune.tune("mm", torch.randn(0, 4), torch.randn(4, 3))
+
+
+class SplitTimer:
+    """A fake GPU-like timer: fixed GPU and host times, recorded like CudaTimer does."""
+
+    def __init__(self):
+        self.last, self.last_all = (0.0, 0.0), []
+
+    def time(self, fn):
+        fn()
+        self.last = (0.002, 0.030)
+        return max(self.last)
+
+    def time_interleaved(self, fns, rounds):
+        for fn in fns:
+            fn()
+        self.last_all = [(0.002, 0.030 + i / 1000) for i in range(len(fns))]
+        return [max(p) for p in self.last_all]
+
+
+def test_gpu_and_host_times_are_recorded_for_every_timed_choice(monkeypatch):
+    from gemmtune import engine
+
+    monkeypatch.setattr(engine, "timer_for", lambda device, settings: SplitTimer())
+    sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), NumpyTemplate(), ScriptedTemplate()])
+    timed = [t for t in sel.timings if t.ms is not None]
+    assert timed and all(t.gpu_ms == 0.002 and t.host_ms is not None and t.ms == max(t.gpu_ms, t.host_ms)
+                         for t in timed)
+    assert any(t.stage == "finalist" for t in timed)

@@ -114,7 +114,8 @@ class Bench:
         t0 = time.perf_counter()
         times = self.timer.time_interleaved([self._fn(c) for c in choices], rounds)
         self.seconds["finalist"] = time.perf_counter() - t0
-        for c, ms in zip(choices, times):
-            self.records[c] = Timing(c, ms, "finalist")
+        split = getattr(self.timer, "last_all", None) or [(None, None)] * len(choices)
+        for c, ms, (gpu, host) in zip(choices, times, split):
+            self.records[c] = Timing(c, ms, "finalist", gpu_ms=gpu, host_ms=host)
         self.runs += len(choices)
         return times

@@ -39,6 +39,7 @@ class CudaTimer:
         # however short it runs on the GPU.  `count_host` makes the timer say so.
         self.count_host = count_host
         self.last: tuple[float, float] = (0.0, 0.0)  # (GPU ms, host ms) of the last time()
+        self.last_all: list[tuple[float, float]] = []  # the same per function of the last time_interleaved()
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
         # Writing twice the L2's size evicts every line the previous run left there.
         self._flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.int8, device=device)
@@ -101,7 +102,12 @@ class CudaTimer:
                 for i in order[r % len(fns):] + order[: r % len(fns)]:
                     events[i].append(self._one(fns[i]))
             torch.cuda.synchronize(self.device)
-            return [self._cost(evs) for evs in events]
+            costs = []
+            self.last_all = []
+            for evs in events:
+                costs.append(self._cost(evs))
+                self.last_all.append(self.last)
+            return costs
 
 
 class CpuTimer:
