@@ -205,3 +205,19 @@ def test_eight_processes_share_one_store(tmp_path):
     per_choice = db.execute("SELECT count(*) FROM timings GROUP BY env, problem, template, config, runtime").fetchall()
     assert per_choice and all(n == 1 for (n,) in per_choice)
     assert db.execute("SELECT count(*) FROM timings").fetchone()[0] == 3 * 2  # aten_mm + numpy_blas per shape
+
+
+def test_prescreen_pick_is_a_full_hit_but_exhaustive_measures_the_pruned_rest():
+    a, b = mats()
+    templates = [AtenTemplate("mm"), ScriptedTemplate(n_configs=8, runtime=(1, 2, 4))]
+    settings = gemmtune.Settings(top_x=2)
+    first = gemmtune.tune("mm", a, b, templates=templates, settings=settings)
+    pruned = sum(t.status == "not_benchmarked" for t in first.timings)
+    assert pruned > 0
+    second = gemmtune.tune("mm", a, b, templates=templates, settings=settings)
+    assert second.cache_hit and second.benchmark_runs == 0 and second.winner == first.winner
+    exh = gemmtune.tune("mm", a, b, templates=templates, strategy="exhaustive")
+    assert not exh.cache_hit and exh.from_store == first.n_choices - pruned
+    assert exh.benchmark_runs >= pruned
+    assert all(t.ms is not None for t in exh.timings)
+    assert gemmtune.tune("mm", a, b, templates=templates, strategy="exhaustive").cache_hit

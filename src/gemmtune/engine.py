@@ -76,7 +76,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     memory = ctx.recall(choices)
     emit("choices", total=len(choices), binaries=len({c.binary_key for c in choices}))
 
-    if memory.full_hit(choices):
+    if memory.full_hit(choices, exhaustive=settings.strategy == "exhaustive"):
         hit = ctx.from_store(choices, memory, layout, started)
         if hit is not None:
             return hit
@@ -224,13 +224,16 @@ class _Memory:
     known: dict[Choice, Timing]
     pick: Choice | None
     stale: int
+    covered: set[Choice]  # choices the stored search decided about without timing them (pruned)
 
     @property
     def runnable(self) -> set[Choice]:
         return {c for c, t in self.known.items() if t.status == "ok"}
 
-    def full_hit(self, choices: Sequence[Choice]) -> bool:
-        return self.pick is not None and all(c in self.known for c in choices)
+    def full_hit(self, choices: Sequence[Choice], exhaustive: bool) -> bool:
+        """Every choice was timed before, or (unless an exhaustive search is asked for) pruned by it."""
+        covered = set() if exhaustive else self.covered
+        return self.pick is not None and all(c in self.known or c in covered for c in choices)
 
 
 @dataclass
@@ -276,6 +279,7 @@ class _Context:
         stored = self.store.load(self.env, self.problem)
         by_key = {(c.template_uid, canon(c.config), canon(c.runtime)): c for c in choices}
         known: dict[Choice, Timing] = {}
+        covered: set[Choice] = set()
         stale = 0
         for row in stored.rows:
             c = by_key.get(row.choice_key)
@@ -284,14 +288,17 @@ class _Context:
             if row.src_hash != c.src_hash:
                 stale += 1
                 continue
-            known[c] = Timing(c, row.ms, "store", row.status, "from the store")
+            if row.status == "not_benchmarked":
+                covered.add(c)
+            else:
+                known[c] = Timing(c, row.ms, "store", row.status, "from the store")
         pick = by_key.get(stored.pick.choice_key) if stored.pick else None
         if pick is not None and (pick.src_hash != stored.pick.src_hash or pick not in known):
             pick = None
         if stale:
             log.warning("gemmtune: %s: ignored %d stored timings measured with an older template source",
                         self.ki.describe(), stale)
-        return _Memory(known, pick, stale)
+        return _Memory(known, pick, stale, covered)
 
     def from_store(self, choices: Sequence[Choice], memory: _Memory, layout, started: float) -> Selection | None:
         """A full hit: no search; only the stored winner is compiled."""
@@ -302,7 +309,8 @@ class _Context:
             log.warning("gemmtune: stored pick unusable, tuning again: %s", exc)
             return None
         self.emit("compile", done=1, total=1)
-        timings = tuple(sorted((memory.known[c] for c in choices), key=lambda t: (t.ms is None, t.ms or 0.0)))
+        timings = tuple(sorted((memory.known.get(c) or Timing(c, None, "skipped", "not_benchmarked") for c in choices),
+                               key=lambda t: (t.ms is None, t.ms or 0.0)))
         return Selection(
             problem=self.ki, winner=winner, timings=timings, layout=layout, strategy="store", benchmark_runs=0,
             compile_s=self.compiled.seconds, benchmark_s=0.0, prescreen_s=0.0, tuning_s=time.perf_counter() - started,
@@ -315,6 +323,8 @@ class _Context:
         rows = [_row(c, t.ms, t.status, t.stage) for c, t in bench.records.items() if t.stage != "store"]
         rows += [_row(c, None, "compile_failed", "compile") for c in choices
                  if c.binary_key in compiled.failures and c not in bench.records]
+        rows += [_row(c, None, "not_benchmarked", "skipped") for c in choices
+                 if c.binary_key not in compiled.failures and c not in bench.records]
         ms = bench.records[winner].ms if winner in bench.records else None
         stored = self.store.save(self.env, self.info, self.problem, self.ki.describe(), rows,
                                  _row(winner, ms, "ok", self.settings.strategy), replace_pick=replace)

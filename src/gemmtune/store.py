@@ -202,7 +202,8 @@ class Store:
             db.executemany(
                 "INSERT INTO timings VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(env, problem, template, config, runtime) "
                 "DO UPDATE SET src_hash=excluded.src_hash, ms=excluded.ms, status=excluded.status, "
-                "stage=excluded.stage, recorded=excluded.recorded WHERE timings.src_hash IS NOT excluded.src_hash",
+                "stage=excluded.stage, recorded=excluded.recorded WHERE timings.src_hash IS NOT excluded.src_hash "
+                "OR (timings.status = 'not_benchmarked' AND excluded.status != 'not_benchmarked')",
                 [(env, problem, r.template, r.src_hash, r.config, r.runtime, r.ms, r.status, r.stage, now)
                  for r in rows])
             verb = "INSERT OR REPLACE" if replace_pick else "INSERT OR IGNORE"
