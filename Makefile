@@ -21,6 +21,7 @@ $(VENV)/.dev: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(BIN)/gemmtune tune
+	$(BIN)/gemmtune simulate --strategy exhaustive "prescreen[x=5,swizzle=8]" "model_pruned[n=20]" default
 
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q

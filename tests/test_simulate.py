@@ -306,3 +306,21 @@ def test_gemmtune_dataset_dims_and_compile_times(tmp_path):
     assert res.compiles == 1 and res.per_shape[0].winner == "aten_bmm"
     assert res.est_tuning_s == pytest.approx(2.0 / 2 + sum(ms * (min(100, max(5, 20 / ms)) + 4) / 1e3
                                                            for ms in (2.0, 9.0, 1.5)))
+
+
+def test_default_strategy_on_the_shipped_h200_dataset():
+    from gemmtune.simulate import load_shipped
+
+    shapes, dims = load_shipped()
+    assert len(shapes) == 24
+    res = simulate(shapes, [s for s in default_specs(shapes) if s.name == "default"], dims)["default"]
+    assert res.max_regret_pct <= 0.5, [(r.name, r.regret_pct) for r in res.per_shape]
+    assert res.work_fraction <= 0.30
+
+
+def test_simulate_with_no_arguments_prints_the_table_from_shipped_data(capsys):
+    from gemmtune.cli import main
+
+    assert main(["simulate", "--strategy", "default", "exhaustive"]) == 0
+    out = capsys.readouterr().out
+    assert "24 shapes" in out and "default" in out and "exhaustive" in out
