@@ -184,3 +184,33 @@ def test_gpu_and_host_times_are_recorded_for_every_timed_choice(monkeypatch):
     assert timed and all(t.gpu_ms == 0.002 and t.host_ms is not None and t.ms == max(t.gpu_ms, t.host_ms)
                          for t in timed)
     assert any(t.stage == "finalist" for t in timed)
+
+
+def test_effort_levels_are_presets_under_explicit_settings():
+    quick = gemmtune.Settings.from_env({}, effort="quick")
+    assert (quick.strategy, quick.stage0_n, quick.top_x) == ("model_pruned", 20, 3)
+    assert gemmtune.Settings.from_env({}, effort="quick", strategy="prescreen").strategy == "prescreen"
+    assert gemmtune.Settings().with_(effort="max").strategy == "exhaustive"
+    with pytest.raises(ValueError, match="effort"):
+        gemmtune.Settings.from_env({}, effort="insane")
+    with pytest.raises(ValueError, match="budget_s"):
+        gemmtune.Settings(budget_s=0)
+
+
+def test_time_budget_stops_and_returns_the_best_so_far():
+    slow = ScriptedTemplate("slow", mode="slow_compile", n_configs=4, sleep_s=1.5)
+    store = Store(":memory:")
+    settings = gemmtune.Settings(budget_s=0.5, compile_workers=1)
+    a, b = mats()
+    sel = gemmtune.tune("mm", a, b, templates=[AtenTemplate("mm"), NumpyTemplate(), slow], settings=settings,
+                        store=store)
+    assert sel.budget_exhausted
+    assert sel.winner.is_extern  # the library kernels are timed first, whatever the budget
+    assert sel.tuning_s < 5.0
+    text = gemmtune.autotune_table(sel)
+    assert "time budget" in text and "BudgetExceeded" not in text
+    # Nothing the budget cut short is remembered as decided: the next tune is not a full hit.
+    again = gemmtune.tune("mm", a, b, templates=[AtenTemplate("mm"), NumpyTemplate(),
+                                                 ScriptedTemplate("slow", mode="slow_compile", n_configs=4,
+                                                                  sleep_s=0.0)], store=store)
+    assert not again.cache_hit and any(t.choice.template_uid == "slow" and t.ms for t in again.timings)

@@ -31,6 +31,8 @@ class Bench:
                  ensure: Callable[[Choice], Any] | None = None):
         self.ki, self.tensors, self.compiled, self.timer = ki, tuple(tensors), compiled, timer
         self.known = known or {}  # timings recalled from the store: answered without running
+        self.deadline: float | None = None  # perf_counter() after which nothing more is timed (--budget-s)
+        self.budget_exhausted = False
         self.out_factory = out_factory
         self.ensure = ensure or compiled.launcher
         self.check_correctness = check_correctness
@@ -66,8 +68,11 @@ class Bench:
             return prior.ms if prior.status == "ok" else None
         if prior is not None and prior.status != "ok":
             return None
-        if prior is not None and prior.stage == "store":
-            return prior.ms
+        if prior is not None:
+            return prior.ms  # timed already in this tune (or recalled): never twice
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.budget_exhausted = True
+            return None
         try:
             fn = self._fn(choice)
             if self.check_correctness and prior is None:

@@ -123,6 +123,7 @@ class Selection:
     from_store: int = 0  # timings recalled from the store
     stale_entries: int = 0  # stored timings ignored because the template's source changed
     binary_seconds: dict = field(default_factory=dict, compare=False, repr=False)  # binary_key -> compile s
+    budget_exhausted: bool = False  # the time budget ran out: the winner is the best found so far
 
     @property
     def winner_ms(self) -> float | None:

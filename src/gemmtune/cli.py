@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default=None, help="cuda|cpu (default: cuda when present)")
     t.add_argument("--strategy", choices=sorted(STRATEGIES), default=None)
     t.add_argument("--top-x", type=int, default=None, help="prescreen: configs kept after stage 1")
+    t.add_argument("--effort", choices=("quick", "default", "max"), default=None,
+                   help="quick: cost-model pruning to 20 configs; max: exhaustive (explicit flags win)")
+    t.add_argument("--budget-s", type=float, default=None,
+                   help="cap tuning wall time: stop and return the best so far (library kernels timed first)")
     t.add_argument("--backends", default=None, help="comma-separated families: extern,triton,numba")
     t.add_argument("--json", dest="json_path", default=None, help="write the Selection(s) as JSON here")
     t.add_argument("--rows", type=int, default=None, help="rows of the AUTOTUNE table (default 20)")
@@ -138,6 +142,7 @@ def progress_listener(enabled: bool) -> Iterator:
 def cmd_tune(args: argparse.Namespace) -> int:
     device = args.device or default_device()
     settings = Settings.from_env(strategy=args.strategy, top_x=args.top_x, backends=args.backends,
+                                 effort=args.effort, budget_s=args.budget_s,
                                  report_rows=args.rows, verbose=args.verbose or None, store=args.store,
                                  lookup_table=args.lookup_table)
     if args.suite:

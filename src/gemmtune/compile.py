@@ -36,10 +36,12 @@ class CompileResult:
 
 def precompile(choices: Sequence[Choice], templates: Mapping[str, Template], ki: KernelInputs,
                example: Sequence[torch.Tensor], *, timeout_s: float, workers: int = 0,
-               on_done: Callable[[int, int], None] | None = None) -> CompileResult:
+               on_done: Callable[[int, int], None] | None = None, deadline: float | None = None) -> CompileResult:
     """Compile every distinct binary among `choices` in a thread pool.
 
-    `on_done(done, total)` is called after each binary (for progress bars).
+    `on_done(done, total)` is called after each binary (for progress bars).  Past
+    `deadline` (a `time.perf_counter()` value) the binaries still pending are
+    abandoned and recorded as failures ("budget").
     """
     start = time.perf_counter()
     result = CompileResult()
@@ -76,6 +78,12 @@ def precompile(choices: Sequence[Choice], templates: Mapping[str, Template], ki:
                 if on_done:
                     on_done(done_count, len(unique))
             now = time.perf_counter()
+            if deadline is not None and now > deadline and pending:
+                for fut in list(pending):
+                    fut.cancel()
+                    result.failures[keys[fut]] = "BudgetExceeded: tuning time budget spent before this compiled"
+                pending = set()
+                break
             for fut in list(pending):
                 t0 = started.get(keys[fut])
                 if t0 is not None and now - t0 > timeout_s:

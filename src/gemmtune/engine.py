@@ -86,7 +86,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     todo = [c for c in choices if c not in memory.known]
     if settings.strategy == "model_pruned":
         todo = stage0(todo, options)  # pruned binaries are never compiled
-    compiled = ctx.compile(todo)
+    deadline = started + settings.budget_s if settings.budget_s else None
+    compiled = ctx.compile(todo, deadline)
     runnable = [c for c in choices if c in memory.runnable or compiled.launcher(c) is not None]
     if not runnable:
         raise NoCandidatesError(f"{ki.describe()}: every candidate failed to compile: "
@@ -95,6 +96,9 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     bench = Bench(ki, tensors, compiled, timer_for(ki.device, settings), known=memory.known,
                   check_correctness=settings.check_correctness, listener=emit, total_hint=len(runnable),
                   out_factory=lambda: _empty_out(ki, out_layout), ensure=ctx.ensure_compiled)
+    if deadline is not None:  # under a time budget the library kernels, the safety net, are timed first
+        bench.measure([c for c in runnable if c.is_extern], "final")
+    bench.deadline = deadline
     if len(runnable) == 1:  # pinned (lookup table or hook): nothing to search
         winner = runnable[0]
         bench.verify(winner)
@@ -109,7 +113,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         prescreen_s=bench.seconds.get("prescreen", 0.0), tuning_s=time.perf_counter() - started,
         device_name=device_name(ki.device), kernel=_kernel(ki, winner, ctx.ensure_compiled(winner), out_layout),
         out_layout=out_layout or "row", cache_hit=False, from_store=len(memory.known), stale_entries=memory.stale,
-        binary_seconds=dict(compiled.binary_seconds))
+        binary_seconds=dict(compiled.binary_seconds),
+        budget_exhausted=bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in compiled.failures.values()))
 
 
 # -- the steps ------------------------------------------------------------------------------
@@ -164,7 +169,7 @@ def _pick(ranked: Sequence[Measured], bench: Bench, settings: Settings, stored_p
     best_extern = next((c for c in ok if c.is_extern), None)
     if best_extern is not None and best_extern not in finalists:
         finalists.append(best_extern)
-    if len(finalists) == 1:
+    if len(finalists) == 1 or bench.budget_exhausted:
         return finalists[0]
     if stored_pick in finalists and all(bench.records[c].stage == "store" for c in finalists):
         return stored_pick  # nothing new reached the final: the stored decision stands
@@ -252,10 +257,11 @@ class _Context:
         self.problem = f"{self.ki.problem_key}|out={self.out_layout or 'row'}"
         self.compiled: CompileResult | None = None
 
-    def compile(self, choices: Sequence[Choice]) -> CompileResult:
+    def compile(self, choices: Sequence[Choice], deadline: float | None = None) -> CompileResult:
         self.compiled = precompile(choices, self.templates, self.ki, self.tensors,
                                    timeout_s=self.settings.compile_timeout_s, workers=self.settings.compile_workers,
-                                   on_done=lambda done, total: self.emit("compile", done=done, total=total))
+                                   on_done=lambda done, total: self.emit("compile", done=done, total=total),
+                                   deadline=deadline)
         return self.compiled
 
     def ensure_compiled(self, choice: Choice):
@@ -321,10 +327,12 @@ class _Context:
                  replace: bool) -> Choice:
         """Write new timings and the pick; return the stored pick (another process may have won the race)."""
         rows = [_row(c, t.ms, t.status, t.stage) for c, t in bench.records.items() if t.stage != "store"]
+        budget_cut = {k for k, v in compiled.failures.items() if v.startswith("BudgetExceeded")}
         rows += [_row(c, None, "compile_failed", "compile") for c in choices
-                 if c.binary_key in compiled.failures and c not in bench.records]
-        rows += [_row(c, None, "not_benchmarked", "skipped") for c in choices
-                 if c.binary_key not in compiled.failures and c not in bench.records]
+                 if c.binary_key in compiled.failures and c.binary_key not in budget_cut and c not in bench.records]
+        if not bench.budget_exhausted and not budget_cut:  # a cut-short search decided nothing about the rest
+            rows += [_row(c, None, "not_benchmarked", "skipped") for c in choices
+                     if c.binary_key not in compiled.failures and c not in bench.records]
         ms = bench.records[winner].ms if winner in bench.records else None
         stored = self.store.save(self.env, self.info, self.problem, self.ki.describe(), rows,
                                  _row(winner, ms, "ok", self.settings.strategy), replace_pick=replace)

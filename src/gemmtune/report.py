@@ -47,8 +47,14 @@ def autotune_table(sel: Selection, rows: int | None = 20) -> str:
     if len(shown) < len(timed):
         lines.append(f"  ... {len(timed) - len(shown)} more timed choices (see --json)")
     for t in sel.timings:
+        if t.detail.startswith("BudgetExceeded"):
+            continue
         if t.status in ("wrong_result", "run_failed", "compile_failed"):
             lines.append(f"  {t.choice.name} {describe_choice(t.choice)}: {t.status.replace('_', ' ')}: {t.detail}")
+    if sel.budget_exhausted:
+        cut = sum(t.detail.startswith("BudgetExceeded") or t.status == "not_benchmarked" for t in sel.timings)
+        lines.append(f"tuning stopped at the time budget (--budget-s): the winner is the best found so far; "
+                     f"{cut} choices not compiled or not timed")
     lines.append(summary_line(sel))
     return "\n".join(lines)
 
@@ -73,6 +79,7 @@ def selection_dict(sel: Selection) -> dict[str, Any]:
         "layout": sel.layout.kind,
         "out_layout": sel.out_layout,
         "cache_hit": sel.cache_hit,
+        "budget_exhausted": sel.budget_exhausted,
         "from_store": sel.from_store,
         "stale_entries": sel.stale_entries,
         "benchmark_runs": sel.benchmark_runs,

@@ -40,6 +40,14 @@ def check_backends(backends: Any) -> tuple[str, ...] | None:
     return backends
 
 
+EFFORTS: dict[str, dict[str, Any]] = {
+    # Few candidates: the cost model keeps 20 binaries (docs/DATASET.md: lossless with cuBLAS in the pool).
+    "quick": {"strategy": "model_pruned", "stage0_n": 20, "top_x": 3, "finalists": 2, "gpu_rep_ms": 10.0},
+    "default": {},
+    "max": {"strategy": "exhaustive", "finalists": 6},
+}
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every knob of a tuning run, in one frozen object.
@@ -54,6 +62,8 @@ class Settings:
     strategy: str = "prescreen"
     top_x: int = 5  # prescreen: configs kept after stage 1 (FACTS.md: X=5 had 0% regret, X=3 up to 1.2%)
     stage1_runtime: tuple[tuple[str, Any], ...] | None = None  # None: each template's data-chosen default
+    effort: str = "default"  # quick | default | max: presets (EFFORTS) under explicit settings
+    budget_s: float | None = None  # wall-clock cap on one tune: stop, return the best so far, say so
     stage0_n: int | None = None  # model_pruned: binaries kept by the cost model before anything compiles
     budget_runs: int | None = None  # stop after this many benchmark runs and return the best so far
     finalists: int = 4  # best choices re-timed interleaved before the pick (extern always added)
@@ -72,7 +82,9 @@ class Settings:
     lookup_table: str | None = None  # JSON table (or `gemmtune cache export` file) of pinned choices
 
     def with_(self, **changes: Any) -> "Settings":
-        """A copy with `changes` applied and validated."""
+        """A copy with `changes` applied and validated (an `effort` brings its presets)."""
+        if "effort" in changes:
+            changes = {**_effort(changes["effort"]), **changes}
         if "backends" in changes:
             changes["backends"] = check_backends(changes["backends"])
         return replace(self, **changes)
@@ -86,6 +98,9 @@ class Settings:
             raise ValueError(f"top_x: must be >= 1, got {self.top_x}")
         if self.finalists < 1:
             raise ValueError(f"finalists: must be >= 1, got {self.finalists}")
+        _effort(self.effort)
+        if self.budget_s is not None and self.budget_s <= 0:
+            raise ValueError(f"budget_s: must be > 0 seconds, got {self.budget_s}")
         if self.compile_timeout_s <= 0:
             raise ValueError(f"compile_timeout_s: must be > 0, got {self.compile_timeout_s}")
         check_backends(self.backends)
@@ -99,17 +114,26 @@ class Settings:
             raw = env.get("GEMMTUNE_" + f.name.upper())
             if raw is None or f.name == "stage1_runtime":
                 continue
-            if f.name in ("stage0_n", "budget_runs", "store", "lookup_table"):
-                values[f.name] = int(raw) if f.name in ("stage0_n", "budget_runs") else raw
+            if f.name in ("stage0_n", "budget_runs", "store", "lookup_table", "budget_s"):
+                conv = {"stage0_n": int, "budget_runs": int, "budget_s": float}.get(f.name, str)
+                values[f.name] = _parse(f.name, raw, conv(1) if conv is not str else "")
                 continue
             values[f.name] = _parse(f.name, raw, getattr(cls, f.name, None))
         raw_stage1 = env.get("GEMMTUNE_STAGE1_RUNTIME")
         if raw_stage1:
             values["stage1_runtime"] = parse_runtime(raw_stage1)
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if "effort" in values:
+            values = {**_effort(values["effort"]), **values}
         if "backends" in values:
             values["backends"] = check_backends(values["backends"])
         return cls(**values)
+
+
+def _effort(name: str) -> dict[str, Any]:
+    if name not in EFFORTS:
+        raise ValueError(f"effort: unknown level {name!r}; use one of {', '.join(EFFORTS)}")
+    return EFFORTS[name]
 
 
 def parse_runtime(text: str) -> tuple[tuple[str, Any], ...]:
