@@ -221,3 +221,15 @@ def test_prescreen_pick_is_a_full_hit_but_exhaustive_measures_the_pruned_rest():
     assert exh.benchmark_runs >= pruned
     assert all(t.ms is not None for t in exh.timings)
     assert gemmtune.tune("mm", a, b, templates=templates, strategy="exhaustive").cache_hit
+
+
+def test_a_stale_stored_pick_is_never_returned_and_gets_replaced():
+    a, b = mats()
+    first = gemmtune.tune("mm", a, b, templates=[ScriptedTemplate("only", n_configs=1, runtime=(1,))])
+    changed = ScriptedTemplate("only", n_configs=1, runtime=(1,))
+    changed.src_hash = "f" * 64
+    second = gemmtune.tune("mm", a, b, templates=[changed])
+    assert not second.cache_hit and second.stale_entries == 1
+    assert second.winner.src_hash == "f" * 64 and first.winner.src_hash != second.winner.src_hash
+    third = gemmtune.tune("mm", a, b, templates=[changed])
+    assert third.cache_hit and third.winner.src_hash == "f" * 64

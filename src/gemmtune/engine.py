@@ -105,7 +105,9 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     else:
         ranked = STRATEGIES[settings.strategy](runnable, bench.measure, options)
         winner = _pick(ranked, bench, settings, memory.pick)
-    winner = ctx.remember(choices, bench, compiled, winner, replace=memory.pick is not None)
+    # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
+    # a first pick is insert-if-absent so that racing processes agree on one.
+    winner = ctx.remember(choices, bench, compiled, winner, replace=memory.stored_pick)
     return Selection(
         problem=ki, winner=winner, timings=_timings(choices, compiled, bench), layout=layout,
         strategy=settings.strategy if len(runnable) > 1 else "pinned", benchmark_runs=bench.runs,
@@ -230,6 +232,7 @@ class _Memory:
     pick: Choice | None
     stale: int
     covered: set[Choice]  # choices the stored search decided about without timing them (pruned)
+    stored_pick: bool = False  # a pick row exists (usable or not)
 
     @property
     def runnable(self) -> set[Choice]:
@@ -304,7 +307,7 @@ class _Context:
         if stale:
             log.warning("gemmtune: %s: ignored %d stored timings measured with an older template source",
                         self.ki.describe(), stale)
-        return _Memory(known, pick, stale, covered)
+        return _Memory(known, pick, stale, covered, stored.pick is not None)
 
     def from_store(self, choices: Sequence[Choice], memory: _Memory, layout, started: float) -> Selection | None:
         """A full hit: no search; only the stored winner is compiled."""
