@@ -228,7 +228,7 @@ def _miss(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
     """Find or build the runner for a problem not in the dict (validates; tunes at most once per problem)."""
     global _MISSES
     from .settings import check_backends
-    from .validate import validate_operands
+    from .validate import check_backends_arg, validate_operands
 
     table = _TABLES[op]
     with _LOCK:
@@ -240,7 +240,9 @@ def _miss(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
         if key is not None and key in table:  # another thread tuned it while we waited
             next(_HITS)
             return table[key]
+        tensors = _resolved(tensors)
         validate_operands(op, tensors, alpha, beta)
+        check_backends_arg(backends)
         canon_backends = check_backends(backends)
         if out_layout not in OUT_LAYOUTS:
             raise InputError(f"{op}: out_layout must be None, 'row' or 'col', got {out_layout!r}")
@@ -293,6 +295,8 @@ def _runner(op: str, sel: Any, alpha: float, beta: float, backends: tuple[str, .
         def run_addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             if (a.requires_grad or b.requires_grad or bias.requires_grad) and _grad_enabled():
                 return torch.ops.gemmtune.addmm.default(bias, a, b, beta, alpha, bk, out_layout)
+            if a.is_neg() or b.is_neg() or bias.is_neg():  # lazy negation views: kernels read raw memory
+                bias, a, b = bias.resolve_neg(), a.resolve_neg(), b.resolve_neg()
             return kernel(bias, a, b)
 
         return run_addmm
@@ -301,9 +305,23 @@ def _runner(op: str, sel: Any, alpha: float, beta: float, backends: tuple[str, .
     def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if (a.requires_grad or b.requires_grad) and _grad_enabled():
             return custom(a, b, bk, out_layout)
+        if a.is_neg() or b.is_neg():  # lazy negation views (x.conj().imag): kernels read raw memory
+            a, b = a.resolve_neg(), b.resolve_neg()
         return kernel(a, b)
 
     return run
+
+
+def _resolved(tensors: tuple) -> tuple:
+    """The operands with lazy negation views (negative bit, e.g. `x.conj().imag`) made real.
+
+    The eager ops accept them (torch.mm does); `gemmtune.tune` refuses them
+    with an InputError, since its kernels read raw memory.
+    """
+    if any(isinstance(t, torch.Tensor) and not t.is_nested and t.layout == torch.strided and t.is_neg()
+           for t in tensors):
+        return tuple(t.resolve_neg() if isinstance(t, torch.Tensor) else t for t in tensors)
+    return tensors
 
 
 def _is_empty(op: str, tensors: Sequence[torch.Tensor]) -> bool:

@@ -64,7 +64,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     _require_work(ki)
     emit = listener or (lambda event, **info: None)
 
-    active = active_templates(ki, settings.backends, templates)
+    active = active_templates(ki, settings.backends, templates, settings.experimental_templates)
     hooks = [*finalize, *([LookupTable.load(settings.lookup_table)] if settings.lookup_table else [])]
     choices = heuristics.get_template_configs(ki, active, op, hooks)
     if not choices:
@@ -122,12 +122,17 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
 # -- the steps ------------------------------------------------------------------------------
 
 def _place(tensors: Sequence[Any], device: str | torch.device | None) -> tuple:
+    # Candidates run on data, not on the autograd graph (NumPy and out= refuse grad-tracking tensors).
+    detach = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in tensors)
     if device is None:
-        return tuple(tensors)
-    dev = torch.device(device)
+        return detach
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InputError(f"device: {device!r} is not a device ({exc})") from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise InputError(f"device: {device!r} requested but CUDA is not available here")
-    return tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in tensors)
+    return tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in detach)
 
 
 def _require_work(ki: KernelInputs) -> None:

@@ -87,6 +87,8 @@ def estimate_ms(config: Mapping[str, int], M: int, N: int, K: int, dtype_bytes: 
         >>> estimate_ms(dict(cfg, BLOCK_K=128, num_stages=5), 8192, 8192, 8192)
         inf
     """
+    if int(config.get("SPLIT_K", 1)) > 1:
+        return split_k_ms(config, M, N, K, dtype_bytes, batch, hw)
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     stages = config.get("num_stages", 3)
     occ = occupancy(config, dtype_bytes, hw)
@@ -117,6 +119,37 @@ def estimate_ms(config: Mapping[str, int], M: int, N: int, K: int, dtype_bytes: 
     thin = 1.0 + 0.25 * max(0.0, _MIN_ACC / acc - 1.0)  # threads with little work are mostly loop overhead
     total_s = hw.launch_us * 1e-6 + waves * latency_s + pipeline * thin * max(compute_s, memory_s)
     return total_s * 1e3
+
+
+def split_k_ms(config: Mapping[str, int], M: int, N: int, K: int, dtype_bytes: int = 2, batch: int = 1,
+               hw: Hardware = H200) -> float:
+    """Estimated milliseconds of a two-pass split-K config (`SPLIT_K` slices of K, `triton_splitk`).
+
+    Pass 1 is modelled as `batch * SPLIT_K` independent GEMMs of depth `ceil(K / SPLIT_K)`; pass 2
+    reads the fp32 partials and writes the output once, at DRAM bandwidth, plus a second launch.
+
+    Example:
+        >>> cfg = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_stages=3, num_warps=4)
+        >>> split_k_ms(dict(cfg, SPLIT_K=8), 16, 4096, 14336) < estimate_ms(cfg, 16, 4096, 14336)
+        True
+        >>> split_k_ms(dict(cfg, SPLIT_K=8), 4096, 4096, 4096) > estimate_ms(cfg, 4096, 4096, 4096)
+        True
+    """
+    split = int(config.get("SPLIT_K", 1))
+    base = {k: v for k, v in config.items() if k != "SPLIT_K"}
+    first = estimate_ms(base, M, N, -(-K // split), dtype_bytes, batch * split, hw)
+    reduce_bytes = batch * M * N * (split * 4 + dtype_bytes)
+    return first + (hw.launch_us * 1e-6 + reduce_bytes / (hw.dram_tbs * 1e12)) * 1e3
+
+
+def hardware_for(device_name: str) -> Hardware:
+    """The model's Hardware for a device name (`torch.cuda.get_device_name()`): H100 or H200.
+
+    Example:
+        >>> hardware_for("NVIDIA H100 80GB HBM3").name, hardware_for("NVIDIA H200").name
+        ('H100 SXM', 'H200 SXM')
+    """
+    return H100 if "H100" in device_name.upper() else H200
 
 
 def rank_configs(configs: list[Mapping[str, int]], M: int, N: int, K: int, dtype_bytes: int = 2,

@@ -31,6 +31,9 @@ def check_backends(backends: Any) -> tuple[str, ...] | None:
     """Validate a backends tuple; None means every family available on the device."""
     if backends is None:
         return None
+    from .validate import check_backends_arg
+
+    check_backends_arg(backends)
     if isinstance(backends, str):
         backends = tuple(b.strip() for b in backends.split(",") if b.strip())
     backends = tuple(backends)
@@ -71,6 +74,7 @@ class Settings:
     compile_timeout_s: float = 120.0
     compile_workers: int = 0  # 0: one per CPU core (at most 32)
     check_correctness: bool = True
+    experimental_templates: bool = False  # add the Hopper templates not yet run on an H200 (split-K, TMA)
     gpu_rep_ms: float = 20.0  # per-choice timing budget on GPU
     count_host_overhead: bool = True  # GPU: a choice costs max(GPU time, host launch time), as in an eager loop
     cpu_rep_ms: float = 200.0  # per-choice timing budget on CPU

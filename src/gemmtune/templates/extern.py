@@ -78,13 +78,13 @@ class NumpyTemplate(Template):
             bias, a, b = split_operands(ki, tensors)
             if out is None:
                 out = torch.empty(ki.out_size, dtype=ki.dtype)
-            o = out.numpy()
-            np.matmul(a.numpy(), b.numpy(), out=o)
+            o = out.detach().numpy()
+            np.matmul(a.detach().numpy(), b.detach().numpy(), out=o)
             if bias is not None:
                 if alpha != 1.0:
                     o *= alpha
                 if beta != 0.0:
-                    o += beta * bias.numpy()
+                    o += beta * bias.detach().numpy()
             return out
 
         return launch

@@ -48,8 +48,31 @@ def _pow2_at_least(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
-def config_space() -> list[dict[str, int]]:
-    """The full compile-time space before it is fitted to a problem."""
+SPACE_SIZES = ("default", "max")
+"""Named sizes of the compile-time space: `config_space(size)`, `TritonMMTemplate(size=...)`."""
+
+
+def config_space(size: str = "default") -> list[dict[str, int]]:
+    """The full compile-time space before it is fitted to a problem.
+
+    `"default"` (150 configs) is what `TritonMMTemplate()` uses; `"max"` is a superset of it
+    (about 380 configs: 2 and 6 stages, 2 warps, 16-wide, 16- and 256-deep tiles) for an
+    exhaustive effort level.
+
+    Example:
+        >>> len(config_space()), len(config_space("max")) >= 100
+        (150, True)
+        >>> all(c in config_space("max") for c in config_space())
+        True
+    """
+    if size == "default":
+        return _default_space()
+    if size == "max":
+        return _max_space()
+    raise ValueError(f"config_space: unknown size {size!r}; expected one of {', '.join(SPACE_SIZES)}")
+
+
+def _default_space() -> list[dict[str, int]]:
     space = []
     for bm in _TILES_MN:
         for bn in _TILES_N:
@@ -66,6 +89,33 @@ def config_space() -> list[dict[str, int]]:
                         if stages == 5 and bk > 32 or stages == 3 and bk == 32 and tile > 64 * 64 or bk == 128 and tile > 64 * 128:
                             continue
                         space.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=stages, num_warps=warps))
+    return space
+
+
+def _max_space() -> list[dict[str, int]]:
+    """The default space plus a looser grid; only the accumulator and shared-memory limits prune."""
+    space = _default_space()
+    seen = {tuple(sorted(c.items())) for c in space}
+    for bm in (16, 32, 64, 128, 256):
+        for bn in (16, 32, 64, 128, 256):
+            for bk in (16, 32, 64, 128, 256):
+                for stages in (2, 3, 4, 5, 6):
+                    for warps in (2, 4, 8):
+                        tile = bm * bn
+                        if not 4 <= tile // (32 * warps) <= _ACC_REGS_MAX:
+                            continue  # idle threads, or the accumulator spills
+                        if tile < 16 * 64 or warps == 2 and tile > 32 * 32 or warps == 8 and tile < 64 * 128:
+                            continue
+                        if stages * (bm + bn) * bk * 2 > _DEFAULT_SMEM or bk >= 128 and tile > 64 * 128:
+                            continue
+                        if (bk == 16 or bk == 256) and tile > 32 * 64 or bk == 16 and stages < 4:
+                            continue  # 16-deep and 256-deep steps only for skinny tiles
+                        if stages == 6 and bk > 32 or stages == 2 and bk < 64 or stages == 5 and bk > 64:
+                            continue  # shallow pipelines only pay with deep K steps, and vice versa
+                        c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=stages, num_warps=warps)
+                        if tuple(sorted(c.items())) not in seen:
+                            seen.add(tuple(sorted(c.items())))
+                            space.append(c)
     return space
 
 
@@ -108,8 +158,9 @@ class TritonMMTemplate(Template):
     default_runtime = {"swizzle": STAGE1_SWIZZLE}
     native_devices = ("cuda",)
 
-    def __init__(self, space: Sequence[Mapping[str, int]] | None = None):
-        self.space = list(space) if space is not None else config_space()
+    def __init__(self, space: Sequence[Mapping[str, int]] | None = None, size: str = "default"):
+        """`space` replaces the compile-time space; otherwise `config_space(size)` ("default" or "max")."""
+        self.space = list(space) if space is not None else config_space(size)
 
     def supports(self, ki: KernelInputs) -> bool:
         if not triton_available() or ki.dtype not in (torch.float16, torch.bfloat16, torch.float32):

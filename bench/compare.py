@@ -1,0 +1,304 @@
+"""gemmtune vs cuBLAS vs Inductor max-autotune, side by side, in one process on one GPU.
+
+For every shape of a suite:
+
+1. cuBLAS: `torch.mm` / `torch.addmm` / `torch.bmm` as they are.
+2. Inductor max-autotune DEFAULT: `torch.compile(mode="max-autotune-no-cudagraphs")` of a function
+   doing the op, with fresh caches (`TORCHINDUCTOR_CACHE_DIR` a new temp dir, `torch._dynamo.reset()`
+   per shape); its compile + tune wall time, its choice count and pick (from Inductor's feedback hook).
+3. gemmtune: `tune()` with the store off, twice: the first call is "cold" (this process compiles;
+   Triton's on-disk cache is a fresh temp dir unless `--keep-triton-cache`), the second "warm"
+   (binaries cached in memory and on disk, nothing remembered by a store).
+4. gemmtune exhaustive (store off) for the shapes named with `--exhaustive`: prescreen's regret.
+
+The picks are then timed interleaved (`CudaTimer.time_interleaved`: L2 flushed before every run,
+CUDA events, rotated order; GPU time and host time both recorded).  Writes JSON after every shape,
+prints a markdown table, and with `--plot PREFIX` draws `PREFIX_speedup.png` (speedup over cuBLAS
+per shape) and `PREFIX_tuning.png` (tuning wall time vs Inductor) if matplotlib is installed.
+
+    python bench/compare.py --suite bench/shapes.json --out compare.json --plot compare \\
+        --exhaustive square-2048,llama3-8b-down-m16
+    python bench/compare.py --dry-run          # CPU: parse the suite, print the plan, time nothing
+
+Example (no GPU needed):
+    >>> import importlib.util, pathlib
+    >>> spec = importlib.util.spec_from_file_location("compare", pathlib.Path("bench/compare.py"))
+    >>> compare = importlib.util.module_from_spec(spec); spec.loader.exec_module(compare)  # doctest: +SKIP
+    >>> len(compare.build_plan(compare.load_specs("bench/shapes.json"), {"square-2048"})) # doctest: +SKIP
+    24
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
+
+INDUCTOR_MODE = "max-autotune-no-cudagraphs"
+
+
+# -- the plan (no GPU needed) ----------------------------------------------------------------------
+
+def load_specs(path: str | Path, only: Sequence[str] = ()):
+    """The suite's ProblemSpecs, optionally restricted to names in `only`."""
+    from gemmtune.suite import load_suite
+
+    specs = load_suite(path)
+    if only:
+        missing = sorted(set(only) - {s.name for s in specs})
+        if missing:
+            raise SystemExit(f"--only: unknown shape(s) {', '.join(missing)}")
+        specs = [s for s in specs if s.name in set(only)]
+    return specs
+
+
+def build_plan(specs, exhaustive: set[str], inductor: bool = True, rounds: int = 30) -> list[dict[str, Any]]:
+    """What will be measured for each shape, in order."""
+    plan = []
+    for spec in specs:
+        steps = ["cublas: torch op as is",
+                 "gemmtune: tune (store off), cold compile cache",
+                 "gemmtune: tune (store off), warm compile cache"]
+        timed = ["gemmtune pick", "cublas"]
+        if inductor:
+            steps.append(f"inductor: torch.compile(mode={INDUCTOR_MODE!r}), fresh TORCHINDUCTOR_CACHE_DIR, dynamo reset")
+            timed.append("inductor pick")
+        if spec.name in exhaustive:
+            steps.append("gemmtune: tune exhaustive (store off) -> regret of the default pick")
+            timed.append("gemmtune exhaustive pick")
+        steps.append(f"interleaved timing ({rounds} rounds): " + ", ".join(timed))
+        plan.append({"name": spec.name, "problem": spec.describe(), "op": spec.op, "M": spec.M, "K": spec.K,
+                     "N": spec.N, "batch": spec.batch, "dtype": spec.dtype, "b_layout": spec.b_layout,
+                     "steps": steps, "timed": timed})
+    return plan
+
+
+def print_plan(plan: list[dict[str, Any]]) -> None:
+    print(f"{len(plan)} shapes, {sum(len(p['timed']) for p in plan)} timed kernels")
+    for p in plan:
+        print(f"- {p['name']}: {p['problem']}")
+        for step in p["steps"]:
+            print(f"    {step}")
+
+
+# -- measurements (GPU) ----------------------------------------------------------------------------
+
+def op_fn(op: str) -> Callable:
+    import torch
+
+    return {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}[op]
+
+
+def run_inductor(spec, tensors) -> tuple[Callable, dict[str, Any]]:
+    """Compile + autotune with Inductor max-autotune on fresh caches; return the compiled fn and facts."""
+    import torch
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
+    torch._dynamo.reset()
+    seen: dict[str, Any] = {}
+    try:  # Inductor's feedback hook reports every autotuned choice's time (torch >= 2.6)
+        from torch._inductor import select_algorithm
+
+        def saver(timings, *rest):  # (timings, name, input_nodes, choices, ...): the tail varies by version
+            if timings:
+                best = min(timings.items(), key=lambda kv: kv[1])
+                seen.update(choices=len(timings), pick=getattr(best[0], "name", str(best[0])),
+                            pick_desc=getattr(best[0], "description", ""), pick_ms=float(best[1]))
+
+        select_algorithm.add_feedback_saver(saver)
+    except (ImportError, AttributeError):
+        saver = None
+    fn = op_fn(spec.op)
+    compiled = torch.compile(lambda *t: fn(*t), mode=INDUCTOR_MODE, dynamic=False, fullgraph=True)
+    t0 = time.perf_counter()
+    compiled(*tensors)
+    torch.cuda.synchronize()
+    seen["tune_s"] = time.perf_counter() - t0
+    if saver is not None:
+        try:
+            select_algorithm.clear_feedback_savers()
+        except AttributeError:
+            pass
+    return compiled, seen
+
+
+def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: int) -> dict[str, Any]:
+    import torch
+
+    import gemmtune
+
+    tensors = spec.tensors("cuda")
+    row: dict[str, Any] = {"name": spec.name, "problem": spec.describe(), "M": spec.M, "K": spec.K, "N": spec.N,
+                           "batch": spec.batch, "op": spec.op, "dtype": spec.dtype, "b_layout": spec.b_layout}
+    t0 = time.perf_counter()
+    cold = gemmtune.tune(spec.op, *tensors, settings=settings)
+    row["gemmtune_cold_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    warm = gemmtune.tune(spec.op, *tensors, settings=settings)
+    row["gemmtune_warm_s"] = time.perf_counter() - t0
+    row.update(winner=cold.winner.key, winner_template=cold.winner.template_uid, warm_winner=warm.winner.key,
+               n_choices=cold.n_choices, benchmark_runs=cold.benchmark_runs, compile_s=cold.compile_s,
+               templates=sorted({t.choice.template_uid for t in cold.timings}))
+    cublas = op_fn(spec.op)
+    fns = {"gemmtune": lambda: cold(*tensors), "cublas": lambda: cublas(*tensors)}
+    if inductor:
+        compiled, facts = run_inductor(spec, tensors)
+        row.update({f"inductor_{k}": v for k, v in facts.items()})
+        fns["inductor"] = lambda: compiled(*tensors)
+    if exhaustive:
+        t0 = time.perf_counter()
+        exh = gemmtune.tune(spec.op, *tensors, settings=settings.with_(strategy="exhaustive"))
+        row.update(exh_winner=exh.winner.key, exh_tune_s=time.perf_counter() - t0, exh_runs=exh.benchmark_runs)
+        fns["exhaustive"] = lambda: exh(*tensors)
+    ms = timer.time_interleaved(list(fns.values()), rounds)
+    for (name, _), t, (gpu, host) in zip(fns.items(), ms, timer.last_all):
+        row[f"{name}_ms"], row[f"{name}_host_ms"] = t, host
+    row["speedup_vs_cublas"] = row["cublas_ms"] / row["gemmtune_ms"]
+    if inductor:
+        row["inductor_speedup_vs_cublas"] = row["cublas_ms"] / row["inductor_ms"]
+    if exhaustive:
+        same = row["exh_winner"] == row["winner"]
+        row["regret_pct"] = 0.0 if same else 100 * (row["gemmtune_ms"] / row["exhaustive_ms"] - 1)
+    del tensors
+    torch.cuda.empty_cache()
+    return row
+
+
+# -- reporting --------------------------------------------------------------------------------------
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    out = [f"{meta.get('device')}, torch {meta.get('torch')}, triton {meta.get('triton')}, {meta.get('date')}", "",
+           "| shape | problem | cuBLAS ms | gemmtune pick | ms | x cuBLAS | Inductor ms | x cuBLAS | "
+           "tune s cold | warm | Inductor s | choices |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ind = r.get("inductor_ms")
+        out.append(f"| {r['name']} | {r['problem']} | {r['cublas_ms']:.4f} | `{r['winner']}` | {r['gemmtune_ms']:.4f} | "
+                   f"{r['speedup_vs_cublas']:.3f} | {'-' if ind is None else f'{ind:.4f}'} | "
+                   f"{'-' if ind is None else format(r['inductor_speedup_vs_cublas'], '.3f')} | "
+                   f"{r['gemmtune_cold_s']:.1f} | {r['gemmtune_warm_s']:.1f} | "
+                   f"{'-' if r.get('inductor_tune_s') is None else format(r['inductor_tune_s'], '.1f')} | "
+                   f"{r['n_choices']} |")
+    ex = [r for r in rows if "exh_winner" in r]
+    if ex:
+        out += ["", "| shape | default pick | exhaustive pick | regret % | runs | exhaustive runs |", "|---|---|---|---|---|---|"]
+        out += [f"| {r['name']} | `{r['winner']}` | `{r['exh_winner']}` | {r['regret_pct']:.2f} | "
+                f"{r['benchmark_runs']} | {r['exh_runs']} |" for r in ex]
+    return "\n".join(out)
+
+
+def plot(rows: list[dict[str, Any]], prefix: str) -> list[str]:
+    """Speedup over cuBLAS per shape and tuning time vs Inductor; [] without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot: matplotlib not installed, no plots", file=sys.stderr)
+        return []
+    names = [r["name"] for r in rows]
+    x = range(len(rows))
+    written = []
+    for kind, series, ylabel in (
+            ("speedup", [("gemmtune", "speedup_vs_cublas"), ("Inductor max-autotune", "inductor_speedup_vs_cublas")],
+             "speedup over cuBLAS (x)"),
+            ("tuning", [("gemmtune cold", "gemmtune_cold_s"), ("gemmtune warm", "gemmtune_warm_s"),
+                        ("Inductor max-autotune", "inductor_tune_s")], "tuning wall time (s)")):
+        fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.5), 4.5))
+        width = 0.8 / len(series)
+        for i, (label, key) in enumerate(series):
+            ax.bar([j + i * width for j in x], [r.get(key) or 0.0 for r in rows], width, label=label)
+        if kind == "speedup":
+            ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks([j + 0.4 - width / 2 for j in x])
+        ax.set_xticklabels(names, rotation=70, ha="right", fontsize=7)
+        ax.set_ylabel(ylabel)
+        ax.legend()
+        fig.tight_layout()
+        path = f"{prefix}_{kind}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+# -- main ---------------------------------------------------------------------------------------------
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--suite", default=str(ROOT / "bench" / "shapes.json"))
+    p.add_argument("--out", default="compare.json")
+    p.add_argument("--only", default="", help="comma-separated shape names (default: all)")
+    p.add_argument("--exhaustive", default="", help="comma-separated shape names also tuned exhaustively")
+    p.add_argument("--no-inductor", action="store_true", help="skip Inductor max-autotune")
+    p.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds")
+    p.add_argument("--strategy", default=None, help="gemmtune strategy (default: Settings default)")
+    p.add_argument("--effort", default=None, help="gemmtune effort level, if this gemmtune has one")
+    p.add_argument("--keep-triton-cache", action="store_true", help="do not point TRITON_CACHE_DIR at a fresh dir")
+    p.add_argument("--plot", default="", help="write PREFIX_speedup.png and PREFIX_tuning.png")
+    p.add_argument("--dry-run", action="store_true", help="parse the suite, print the plan, measure nothing")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not args.dry_run and not args.keep_triton_cache:  # before anything imports or compiles with Triton
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cold-")
+    names = lambda text: [s for s in text.split(",") if s]  # noqa: E731
+    specs = load_specs(args.suite, names(args.only))
+    exhaustive = set(names(args.exhaustive))
+    unknown = sorted(exhaustive - {s.name for s in specs})
+    if unknown:
+        raise SystemExit(f"--exhaustive: shape(s) not in the run: {', '.join(unknown)}")
+    plan = build_plan(specs, exhaustive, inductor=not args.no_inductor, rounds=args.rounds)
+    if args.dry_run:
+        print_plan(plan)
+        if args.out:
+            Path(args.out).write_text(json.dumps({"dry_run": True, "plan": plan}, indent=1))
+        return 0
+
+    import torch
+
+    import gemmtune
+    from gemmtune.measure import CudaTimer
+    from gemmtune.settings import Settings
+
+    if not torch.cuda.is_available():
+        raise SystemExit("compare.py measures on a CUDA GPU; use --dry-run elsewhere")
+    extra = {k: v for k, v in (("strategy", args.strategy), ("effort", args.effort)) if v is not None}
+    settings = Settings.from_env().with_(store="off", **extra)
+    timer = CudaTimer(torch.device("cuda"), rep_ms=50, count_host=False)
+    meta = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "triton": __import__("triton").__version__, "gemmtune": gemmtune.__version__,
+            "python": platform.python_version(), "command": " ".join(sys.argv), "inductor_mode": INDUCTOR_MODE,
+            "timing": "GPU ms by CUDA events, L2 flushed, interleaved; *_host_ms: host time per call"}
+    rows = []
+    for spec in specs:
+        row = run_shape(spec, settings, timer, spec.name in exhaustive, not args.no_inductor, args.rounds)
+        rows.append(row)
+        print(f"{spec.name}: gemmtune {row['winner']} {row['gemmtune_ms']:.4f} ms (x{row['speedup_vs_cublas']:.3f}), "
+              f"cuBLAS {row['cublas_ms']:.4f} ms, Inductor {row.get('inductor_ms', float('nan')):.4f} ms; "
+              f"tune {row['gemmtune_cold_s']:.1f}/{row['gemmtune_warm_s']:.1f} s", flush=True)
+        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
+    print()
+    print(markdown(rows, meta))
+    if args.plot:
+        for path in plot(rows, args.plot):
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

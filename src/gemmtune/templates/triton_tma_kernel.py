@@ -1,0 +1,105 @@
+"""The Triton kernel behind the `triton_tma_persistent` template (Hopper and later).
+
+A persistent GEMM: the grid holds at most one program per SM; each program walks the output
+tiles `start, start + NUM_SMS, ...` in swizzled order (GROUP_M rows of tiles walked column by
+column), so consecutive tiles share A and B in L2 and launch/prologue costs are paid once per
+SM.  Operands move through device-side tensor descriptors (`tl.make_tensor_descriptor`, backed
+by TMA on Hopper): loads past the matrix edges return zeros, stores past them are dropped, so
+no masks are needed in the main loop.  A is row-major `[M, K]`; B is row-major `[K, N]`, or with
+B_TRANS the rows of a `[N, K]` weight (B = W.t(), as in `nn.Linear`).  The output is row-major.
+
+Every descriptor needs a 16-byte-aligned base and 16-byte-aligned row strides (the template
+checks this); creating descriptors on the device needs a scratch allocator
+(`triton.set_allocator`, set by the template before each launch).
+
+M, N, K, the row strides, alpha/beta and the swizzle GROUP_M are runtime arguments; GROUP_M is
+excluded from specialisation so every swizzle shares one binary.  This file is hashed whole as
+the template's `src_hash`.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tile_coords(tile_id, width, grid_m, GROUP_M):
+    group_id = tile_id // width
+    first_m = group_id * GROUP_M
+    group_size = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + ((tile_id % width) % group_size)
+    pid_n = (tile_id % width) // group_size
+    return pid_m, pid_n
+
+
+@triton.jit(do_not_specialize=["GROUP_M"])
+def tma_persistent_kernel(
+    A, B, C, BIAS,
+    M, N, K,
+    stride_am, stride_b_row, stride_cm,
+    stride_biasm, stride_biasn,
+    alpha, beta,
+    GROUP_M,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    B_TRANS: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+):
+    out_ty = C.dtype.element_ty
+    a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_TRANS:
+        b_desc = tl.make_tensor_descriptor(B, shape=[N, K], strides=[stride_b_row, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(B, shape=[K, N], strides=[stride_b_row, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    if EPILOGUE_SUBTILE:
+        c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[stride_cm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N // 2])
+    else:
+        c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[stride_cm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
+
+    start = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    num_tiles = grid_m * grid_n
+    width = GROUP_M * grid_n
+    # The epilogue recomputes its tile from its own counter, so the (flattened, software-
+    # pipelined) main loop and the epilogue share no loop-carried value.
+    tile_c = start - NUM_SMS
+
+    for tile in tl.range(start, num_tiles, NUM_SMS, flatten=True):
+        pid_m, pid_n = _tile_coords(tile, width, grid_m, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kk in range(k_steps):
+            off_k = kk * BLOCK_K
+            a = a_desc.load([off_m, off_k])
+            if B_TRANS:
+                b = b_desc.load([off_n, off_k])
+                acc = tl.dot(a, b.T, acc, input_precision=INPUT_PRECISION)
+            else:
+                b = b_desc.load([off_k, off_n])
+                acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+
+        tile_c += NUM_SMS
+        pid_m, pid_n = _tile_coords(tile_c, width, grid_m, GROUP_M)
+        off_cm = pid_m * BLOCK_M
+        off_cn = pid_n * BLOCK_N
+        if SCALED:
+            acc = acc * alpha
+        if HAS_BIAS:
+            rm = off_cm + tl.arange(0, BLOCK_M)
+            rn = off_cn + tl.arange(0, BLOCK_N)
+            mask = (rm[:, None] < M) & (rn[None, :] < N)
+            bias = tl.load(BIAS + rm[:, None] * stride_biasm + rn[None, :] * stride_biasn, mask=mask, other=0.0)
+            acc = acc + beta * bias.to(tl.float32)
+        if EPILOGUE_SUBTILE:
+            # Two half-width stores: half the shared-memory staging buffer, room for a stage more.
+            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            acc0, acc1 = tl.split(halves)
+            c_desc.store([off_cm, off_cn], acc0.to(out_ty))
+            c_desc.store([off_cm, off_cn + BLOCK_N // 2], acc1.to(out_ty))
+        else:
+            c_desc.store([off_cm, off_cn], acc.to(out_ty))
