@@ -1,0 +1,131 @@
+"""GPU fuzzing: random GEMM problems through every Triton binary and the library kernels.
+
+Each case draws an op (mm / addmm / bmm), sizes (odd ones included), a dtype, operand layouts
+(row-major, transposed, sliced with a step, expanded), a bias shape and alpha/beta, sometimes a
+NaN or Inf in an operand.  Every choice of the plain Triton template (a few configs fitted to the
+problem x every swizzle) and of the library kernels runs on a NaN-poisoned output and is checked
+against the float64 reference with `gemmtune.correctness.check`.  A crash, a launch failure or a
+wrong result is counted and reported with the case; the pass condition is 0 wrong results.
+
+    python bench/fuzz_gpu.py --cases 1000 --out fuzz.json          # on an H200
+    TRITON_INTERPRET=1 python bench/fuzz_gpu.py --device cpu --cases 5 --max-dim 40   # smoke test
+
+Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections import Counter
+
+import torch
+
+from gemmtune.correctness import check, reference
+from gemmtune.inputs import KernelInputs
+from gemmtune.templates.extern import AtenTemplate
+from gemmtune.templates.triton_mm import TritonMMTemplate
+
+LAYOUTS = ("row", "col", "sliced", "expanded")
+
+
+def operand(lead, r, c, layout, dtype, device, rng):
+    """An [.., r, c] tensor with the given stride pattern."""
+    if layout == "col":
+        return torch.randn(*lead, c, r, device=device).to(dtype).transpose(-1, -2)
+    if layout == "sliced":
+        return torch.randn(*lead, r, 2 * c + 1, device=device).to(dtype)[..., 1::2][..., :c]
+    if layout == "expanded" and r > 1:
+        return torch.randn(*lead, 1, c, device=device).to(dtype).expand(*lead, r, c)
+    return torch.randn(*lead, r, c, device=device).to(dtype)
+
+
+def draw(rng: random.Random, device: str, max_dim: int, dtypes):
+    op = rng.choice(("mm", "mm", "addmm", "bmm"))
+    dims = [rng.choice((1, 2, 3, 7, 16, 17, 31, 64, 100, 127, 128, 255, 257, 384, 511, 1000)) for _ in range(3)]
+    M, K, N = (min(d, max_dim) for d in dims)
+    batch = rng.randint(1, 4) if op == "bmm" else 1
+    dtype = rng.choice(dtypes)
+    lead = (batch,) if op == "bmm" else ()
+    a = operand(lead, M, K, rng.choice(LAYOUTS), dtype, device, rng)
+    b = operand(lead, K, N, rng.choice(LAYOUTS), dtype, device, rng)
+    special = rng.random() < 0.15
+    if special:
+        a = a.clone()
+        idx = tuple(rng.randrange(d) for d in a.shape)
+        a[idx] = rng.choice((float("nan"), float("inf"), float("-inf")))
+    alpha, beta = rng.choice((1.0, 0.5, -2.0)), rng.choice((1.0, 0.0, 1.5))
+    if op == "addmm":
+        bias = rng.choice((torch.randn(N), torch.randn(M, N), torch.randn(1, N), torch.randn(M, 1)))
+        tensors = (bias.to(device=device, dtype=dtype), a, b)
+    else:
+        tensors, alpha, beta = (a, b), 1.0, 1.0
+    return op, tensors, alpha, beta, special
+
+
+def run_case(op, tensors, alpha, beta, configs_per_case):
+    ki = KernelInputs.from_tensors(op, *tensors, alpha=alpha, beta=beta)
+    ref = reference(ki, tensors)
+    results = []
+    triton = TritonMMTemplate()
+    choices = [c for c in AtenTemplate(op).configs(ki)]
+    if triton.supports(ki):
+        fitted = triton.compile_configs(ki)
+        keep = {tuple(sorted(c.items())) for c in random.Random(ki.problem_key).sample(fitted, min(configs_per_case, len(fitted)))}
+        choices += [c for c in triton.configs(ki) if c.config in keep]
+    launchers = {}
+    for c in choices:
+        template = triton if not c.is_extern else AtenTemplate(op)
+        try:
+            launch = launchers.get(c.binary_key) or launchers.setdefault(c.binary_key, template.compile(c, ki, tensors))
+            out = torch.full(ki.out_size, float("nan"), dtype=ki.dtype, device=tensors[-1].device)
+            launch(tensors, out, **c.runtime_dict)
+            if out.is_cuda:
+                torch.cuda.synchronize()
+            problem = check(ki, out, ref)
+            results.append((c.key, "wrong" if problem else "ok", problem or ""))
+        except Exception as exc:  # noqa: BLE001 - a failure is a finding, the fuzz goes on
+            results.append((c.key, "error", f"{type(exc).__name__}: {str(exc)[:200]}"))
+    return ki, results
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--cases", type=int, default=1000)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--max-dim", type=int, default=1000)
+    p.add_argument("--configs-per-case", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="fuzz_gpu.json")
+    args = p.parse_args()
+    rng = random.Random(args.seed)
+    torch.manual_seed(args.seed)
+    dtypes = (torch.float16, torch.bfloat16, torch.float32) if args.device.startswith("cuda") else (torch.float32, torch.float16)
+    counts, findings, t0 = Counter(), [], time.perf_counter()
+    for i in range(args.cases):
+        op, tensors, alpha, beta, special = draw(rng, args.device, args.max_dim, dtypes)
+        ki, results = run_case(op, tensors, alpha, beta, args.configs_per_case)
+        counts["cases"] += 1
+        counts["special"] += special
+        for key, status, detail in results:
+            counts[status] += 1
+            if status != "ok":
+                findings.append({"case": i, "problem": ki.to_dict(), "choice": key, "status": status, "detail": detail})
+    counts["seconds"] = round(time.perf_counter() - t0, 1)
+    print("| cases | with NaN/Inf | results | ok | wrong | errors | seconds |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| {counts['cases']} | {counts['special']} | {counts['ok'] + counts['wrong'] + counts['error']} | "
+          f"{counts['ok']} | {counts['wrong']} | {counts['error']} | {counts['seconds']} |")
+    for f in findings[:20]:
+        print(f"  case {f['case']}: {f['choice']} {f['status']}: {f['detail']}")
+    with open(args.out, "w") as fh:
+        json.dump({"device": args.device, "counts": dict(counts), "findings": findings,
+                   "torch": torch.__version__, "command": " ".join(sys.argv)}, fh, indent=1, default=str)
+    return 1 if counts["wrong"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
