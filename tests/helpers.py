@@ -1,5 +1,7 @@
 """Small test-only templates."""
 
+import ctypes
+import os
 import time
 
 import torch
@@ -11,7 +13,10 @@ from gemmtune.templates.base import Template, source_hash
 class ScriptedTemplate(Template):
     """A generated-kernel stand-in whose compile and results the test controls.
 
-    mode: "ok" (correct torch.mm), "compile_error", "slow_compile", "wrong".
+    mode: "ok" (correct torch.mm), "compile_error", "slow_compile", "wrong", and faults at run time
+    (CPU stand-ins for GPU fault classes): "crash_run" (the process dies, as after an illegal
+    address), "segfault_run" (a real SIGSEGV from a wild write), "hang_run" (never returns),
+    "raise_run" (a launch error).
     """
 
     family = "numba"
@@ -36,8 +41,17 @@ class ScriptedTemplate(Template):
         if self.mode == "slow_compile":
             time.sleep(self.sleep_s)
         wrong = self.mode == "wrong"
+        mode = self.mode
 
         def launch(tensors, out=None, group=1):
+            if mode == "crash_run":
+                os._exit(134)
+            if mode == "segfault_run":
+                ctypes.memset(8, 0, 64)  # write to an unmapped page
+            if mode == "hang_run":
+                time.sleep(10_000)
+            if mode == "raise_run":
+                raise RuntimeError("CUDA error: an illegal memory access was encountered (simulated)")
             a, b = tensors[-2], tensors[-1]
             res = torch.matmul(a, b)
             if wrong:

@@ -73,35 +73,42 @@ class Bench:
         if self.deadline is not None and time.perf_counter() > self.deadline:
             self.budget_exhausted = True
             return None
-        try:
-            fn = self._fn(choice)
-            if self.check_correctness and prior is None:
-                problem = self._check(choice, fn)
-                if problem:
-                    log.warning("gemmtune: excluded %s %s: wrong result: %s", choice.name, choice.description, problem)
-                    self.records[choice] = Timing(choice, None, stage, "wrong_result", problem)
-                    return None
-            ms = self.timer.time(fn)
-        except Exception as exc:  # a launch failure excludes the choice, not the tuning
-            detail = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
-            log.warning("gemmtune: excluded %s: run failed: %s", choice.name, detail)
-            self.records[choice] = Timing(choice, None, stage, "run_failed", detail)
+        record = self.run_one(choice, stage)
+        self.records[choice] = record
+        if record.status != "ok":
+            log.warning("gemmtune: excluded %s %s: %s: %s", choice.name, choice.description,
+                        record.status.replace("_", " "), record.detail)
             return None
         self.runs += 1
-        gpu, host = getattr(self.timer, "last", (None, None))
-        self.records[choice] = Timing(choice, ms, stage, gpu_ms=gpu, host_ms=host)
         self.listener("benchmark", done=self.runs, total=self.total_hint, choice=choice)
-        return ms
+        return record.ms
+
+    def run_one(self, choice: Choice, stage: str) -> Timing:
+        """Check (first time) and time one choice here, in this process."""
+        try:
+            fn = self._fn(choice)
+            if self.check_correctness:
+                problem = self._check(choice, fn)
+                if problem:
+                    return Timing(choice, None, stage, "wrong_result", problem)
+            ms = self.timer.time(fn)
+        except Exception as exc:  # a launch failure excludes the choice, not the tuning
+            return Timing(choice, None, stage, "run_failed", f"{type(exc).__name__}: {str(exc).strip()[:200]}")
+        gpu, host = getattr(self.timer, "last", (None, None))
+        return Timing(choice, ms, stage, gpu_ms=gpu, host_ms=host)
 
     def verify(self, choice: Choice) -> None:
         """Correctness only (a pinned choice is not timed); raises when it is wrong."""
         from .errors import NoCandidatesError
 
-        problem = self._check(choice, self._fn(choice)) if self.check_correctness else None
+        problem = self.check_one(choice) if self.check_correctness else None
         if problem:
             raise NoCandidatesError(f"{self.ki.describe()}: the pinned choice {choice.key} gives a wrong result: {problem}")
         known = self.known.get(choice)
         self.records[choice] = Timing(choice, known.ms if known else None, "pinned")
+
+    def check_one(self, choice: Choice) -> str | None:
+        return self._check(choice, self._fn(choice))
 
     def _check(self, choice: Choice, fn: Callable[[], Any]) -> str | None:
         if self._ref is None:
@@ -117,10 +124,13 @@ class Bench:
     def retime(self, choices: Sequence[Choice], rounds: int) -> list[float]:
         """Re-time `choices` interleaved; their records take the new times."""
         t0 = time.perf_counter()
-        times = self.timer.time_interleaved([self._fn(c) for c in choices], rounds)
+        times, split = self.time_interleaved(choices, rounds)
         self.seconds["finalist"] = time.perf_counter() - t0
-        split = getattr(self.timer, "last_all", None) or [(None, None)] * len(choices)
         for c, ms, (gpu, host) in zip(choices, times, split):
             self.records[c] = Timing(c, ms, "finalist", gpu_ms=gpu, host_ms=host)
         self.runs += len(choices)
         return times
+
+    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> tuple[list[float], list[tuple]]:
+        times = self.timer.time_interleaved([self._fn(c) for c in choices], rounds)
+        return times, getattr(self.timer, "last_all", None) or [(None, None)] * len(choices)

@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--store", default=None, help="where picks are kept: a SQLite path, 'memory' or 'off' "
                    "(default: store.sqlite in $GEMMTUNE_CACHE_DIR or ~/.cache/gemmtune)")
     t.add_argument("--lookup-table", default=None, help="JSON table of pinned choices (e.g. a `cache export` file)")
+    t.add_argument("--isolation", choices=("off", "subprocess"), default=None,
+                   help="subprocess: checks and timings run in a worker process that may crash or hang safely")
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("-v", "--verbose", action="store_true")
     w = sub.add_parser("sweep", help="record every candidate's time for every shape of a suite (resumable)")
@@ -142,7 +144,7 @@ def progress_listener(enabled: bool) -> Iterator:
 def cmd_tune(args: argparse.Namespace) -> int:
     device = args.device or default_device()
     settings = Settings.from_env(strategy=args.strategy, top_x=args.top_x, backends=args.backends,
-                                 effort=args.effort, budget_s=args.budget_s,
+                                 effort=args.effort, budget_s=args.budget_s, isolation=args.isolation,
                                  report_rows=args.rows, verbose=args.verbose or None, store=args.store,
                                  lookup_table=args.lookup_table)
     if args.suite:

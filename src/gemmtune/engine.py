@@ -93,18 +93,19 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         raise NoCandidatesError(f"{ki.describe()}: every candidate failed to compile: "
                                 + "; ".join(sorted(set(compiled.failures.values())))[:500])
 
-    bench = Bench(ki, tensors, compiled, timer_for(ki.device, settings), known=memory.known,
-                  check_correctness=settings.check_correctness, listener=emit, total_hint=len(runnable),
-                  out_factory=lambda: _empty_out(ki, out_layout), ensure=ctx.ensure_compiled)
-    if deadline is not None:  # under a time budget the library kernels, the safety net, are timed first
-        bench.measure([c for c in runnable if c.is_extern], "final")
-    bench.deadline = deadline
-    if len(runnable) == 1:  # pinned (lookup table or hook): nothing to search
-        winner = runnable[0]
-        bench.verify(winner)
+    common = dict(known=memory.known, check_correctness=settings.check_correctness, listener=emit,
+                  total_hint=len(runnable), out_factory=lambda: _empty_out(ki, out_layout), ensure=ctx.ensure_compiled)
+    if settings.isolation == "subprocess":
+        from .isolation import IsolatedBench
+
+        bench = IsolatedBench(ki, tensors, compiled, None, templates=ctx.templates, settings=settings,
+                              out_layout=out_layout, run_timeout_s=settings.run_timeout_s, **common)
     else:
-        ranked = STRATEGIES[settings.strategy](runnable, bench.measure, options)
-        winner = _pick(ranked, bench, settings, memory.pick)
+        bench = Bench(ki, tensors, compiled, timer_for(ki.device, settings), **common)
+    try:
+        winner = _search(bench, runnable, settings, options, memory, deadline)
+    finally:
+        getattr(bench, "close", lambda: None)()
     # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
     # a first pick is insert-if-absent so that racing processes agree on one.
     winner = ctx.remember(choices, bench, compiled, winner, replace=memory.stored_pick)
@@ -120,6 +121,18 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
 
 
 # -- the steps ------------------------------------------------------------------------------
+
+def _search(bench: Bench, runnable: Sequence[Choice], settings: Settings, options: StrategyOptions,
+            memory: "_Memory", deadline: float | None) -> Choice:
+    if deadline is not None:  # under a time budget the library kernels, the safety net, are timed first
+        bench.measure([c for c in runnable if c.is_extern], "final")
+    bench.deadline = deadline
+    if len(runnable) == 1:  # pinned (lookup table or hook): nothing to search
+        bench.verify(runnable[0])
+        return runnable[0]
+    ranked = STRATEGIES[settings.strategy](runnable, bench.measure, options)
+    return _pick(ranked, bench, settings, memory.pick)
+
 
 def _place(tensors: Sequence[Any], device: str | torch.device | None) -> tuple:
     # Candidates run on data, not on the autograd graph (NumPy and out= refuse grad-tracking tensors).

@@ -74,6 +74,8 @@ class Settings:
     compile_timeout_s: float = 120.0
     compile_workers: int = 0  # 0: one per CPU core (at most 32)
     check_correctness: bool = True
+    isolation: str = "off"  # "subprocess": checks and timings run in a worker process (crash-safe)
+    run_timeout_s: float = 60.0  # isolation: a choice whose run takes longer is a hang
     experimental_templates: bool = False  # add the Hopper templates not yet run on an H200 (split-K, TMA)
     gpu_rep_ms: float = 20.0  # per-choice timing budget on GPU
     count_host_overhead: bool = True  # GPU: a choice costs max(GPU time, host launch time), as in an eager loop
@@ -103,6 +105,8 @@ class Settings:
         if self.finalists < 1:
             raise ValueError(f"finalists: must be >= 1, got {self.finalists}")
         _effort(self.effort)
+        if self.isolation not in ("off", "subprocess"):
+            raise ValueError(f"isolation: expected 'off' or 'subprocess', got {self.isolation!r}")
         if self.budget_s is not None and self.budget_s <= 0:
             raise ValueError(f"budget_s: must be > 0 seconds, got {self.budget_s}")
         if self.compile_timeout_s <= 0:

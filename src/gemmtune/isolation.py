@@ -1,0 +1,210 @@
+"""Subprocess benchmarking: candidates run in a worker process, never in the caller's.
+
+A generated kernel that writes out of bounds, hits an illegal address or hangs
+can poison a CUDA context or take a process down.  With
+`Settings(isolation="subprocess")` every correctness check and timing runs in
+one worker process per device (spawned, pinned with CUDA_VISIBLE_DEVICES); the
+caller only compiles (which raises ordinary Python errors) and dispatches the
+winner.  A worker that dies or stops answering marks the choice it was running
+as failed, is restarted, and tuning goes on with the next choice.
+
+The inputs reach the worker through torch's shared-memory / CUDA-IPC pickling
+and are cloned there, so a kernel that writes out of bounds in the worker
+writes into the worker's own copies.
+
+In-process measurement (`isolation="off"`) is faster (no process start, no
+round trip per choice) and is what the default uses until the GPU half has
+been run on an H200 (docs/RELIABILITY.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Sequence
+
+import torch
+import torch.multiprocessing as tmp
+
+from .bench_runner import Bench
+from .choices import Choice, Timing
+from .compile import CompileResult, precompile
+from .inputs import KernelInputs
+from .templates.base import Template
+
+log = logging.getLogger("gemmtune")
+
+
+class WorkerLost(RuntimeError):
+    """The worker process died or stopped answering."""
+
+
+@contextmanager
+def _env(**changes: str | None) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in changes}
+    try:
+        for k, v in changes.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _serve(conn: Any) -> None:
+    """Worker main loop: build a Bench on `setup`, then answer measure / retime / check requests."""
+    from .measure import timer_for
+
+    bench = None
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        kind = msg[0]
+        try:
+            if kind == "setup":
+                _, op, tensors, alpha, beta, templates, settings, out_layout = msg
+                local = "cuda:0" if tensors[-1].is_cuda else "cpu"
+                tensors = tuple(t.to(local).clone() for t in tensors)  # our own copies
+                ki = KernelInputs.from_tensors(op, *tensors, alpha=alpha, beta=beta)
+                by_uid = {t.uid: t for t in templates}
+                compiled = CompileResult()
+
+                def ensure(choice: Choice, ki=ki, tensors=tensors, by_uid=by_uid, compiled=compiled):
+                    launch = compiled.launcher(choice)
+                    if launch is None:
+                        res = precompile([choice], by_uid, ki, tensors, timeout_s=settings.compile_timeout_s, workers=1)
+                        compiled.launchers.update(res.launchers)
+                        if choice.binary_key in res.failures:
+                            raise RuntimeError(res.failures[choice.binary_key])
+                        launch = compiled.launcher(choice)
+                    return launch
+
+                from .engine import _empty_out
+
+                bench = Bench(ki, tensors, compiled, timer_for(ki.device, settings),
+                              check_correctness=settings.check_correctness, ensure=ensure,
+                              out_factory=lambda ki=ki: _empty_out(ki, out_layout))
+                conn.send(("ok", None))
+            elif kind == "run":
+                conn.send(("ok", bench.run_one(msg[1], msg[2])))
+            elif kind == "check":
+                conn.send(("ok", bench.check_one(msg[1])))
+            elif kind == "interleaved":
+                conn.send(("ok", bench.time_interleaved(msg[1], msg[2])))
+            elif kind == "stop":
+                conn.send(("ok", None))
+                return
+        except Exception as exc:  # noqa: BLE001 - report, keep serving
+            conn.send(("error", f"{type(exc).__name__}: {str(exc)[:300]}"))
+
+
+class Worker:
+    """One spawned worker process for one device."""
+
+    def __init__(self, device: str, timeout_s: float):
+        self.device, self.timeout_s = device, timeout_s
+        self.restarts = 0
+        self._setup: tuple | None = None
+        self._start()
+
+    def _start(self) -> None:
+        ctx = tmp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        visible = None
+        if self.device.startswith("cuda"):
+            index = torch.device(self.device).index or 0
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            visible = visible.split(",")[index] if visible else str(index)
+        with _env(CUDA_VISIBLE_DEVICES=visible) if visible is not None else _env():
+            self.proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="gemmtune-worker")
+            self.proc.start()
+        child.close()
+
+    def setup(self, *payload: Any) -> None:
+        self._setup = ("setup", *payload)
+        self.call(self._setup, timeout_s=max(self.timeout_s, 120.0))
+
+    def call(self, msg: tuple, timeout_s: float | None = None) -> Any:
+        timeout_s = timeout_s or self.timeout_s
+        try:
+            self.conn.send(msg)
+            if not self.conn.poll(timeout_s):
+                raise WorkerLost(f"no answer within {timeout_s:g} s (hang)")
+            status, value = self.conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as exc:
+            self.proc.join(timeout=1.0)
+            raise WorkerLost(f"worker died (exit code {self.proc.exitcode})") from exc
+        if status == "error":
+            raise RuntimeError(value)
+        return value
+
+    def restart(self) -> None:
+        self.close(kill=True)
+        self.restarts += 1
+        self._start()
+        if self._setup is not None:
+            self.call(self._setup, timeout_s=max(self.timeout_s, 120.0))
+
+    def close(self, kill: bool = False) -> None:
+        if self.proc.is_alive() and not kill:
+            try:
+                self.conn.send(("stop",))
+                self.conn.poll(2.0)
+            except (OSError, EOFError):
+                pass
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=5.0)
+        self.conn.close()
+
+
+class IsolatedBench(Bench):
+    """A Bench whose checks and timings run in a worker process.
+
+    Example:
+        >>> # gemmtune.tune("mm", a, b, settings=gemmtune.Settings(isolation="subprocess"))
+    """
+
+    def __init__(self, *args: Any, templates: Mapping[str, Template], settings: Any, out_layout: str | None,
+                 run_timeout_s: float, **kw: Any):
+        super().__init__(*args, **kw)
+        self.worker = Worker(self.ki.device, run_timeout_s)
+        self.worker.setup(self.ki.op, self.tensors, self.ki.alpha, self.ki.beta, list(templates.values()),
+                          settings, out_layout)
+
+    def _lost(self, choice: Choice, stage: str, exc: WorkerLost) -> Timing:
+        log.warning("gemmtune: %s %s: %s; worker restarted", choice.name, choice.description, exc)
+        self.worker.restart()
+        return Timing(choice, None, stage, "run_failed", f"isolated run failed: {exc}")
+
+    def run_one(self, choice: Choice, stage: str) -> Timing:
+        try:
+            return self.worker.call(("run", choice, stage))
+        except WorkerLost as exc:
+            return self._lost(choice, stage, exc)
+        except RuntimeError as exc:
+            return Timing(choice, None, stage, "run_failed", str(exc))
+
+    def check_one(self, choice: Choice) -> str | None:
+        try:
+            return self.worker.call(("check", choice))
+        except (WorkerLost, RuntimeError) as exc:
+            if isinstance(exc, WorkerLost):
+                self.worker.restart()
+            return f"isolated check failed: {exc}"
+
+    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> tuple[list[float], list[tuple]]:
+        return self.worker.call(("interleaved", list(choices), rounds))
+
+    def close(self) -> None:
+        self.worker.close()

@@ -1,0 +1,52 @@
+"""Subprocess benchmarking: faulty candidates never take the caller down (CPU stand-ins for GPU faults)."""
+
+import os
+
+import torch
+
+import gemmtune
+from gemmtune.templates.extern import AtenTemplate
+
+from helpers import ScriptedTemplate
+
+ISOLATED = gemmtune.Settings(isolation="subprocess", run_timeout_s=4.0, store="off", strategy="exhaustive",
+                             cpu_rep_ms=5, finalist_rounds=2)
+
+
+def one(uid, mode):
+    return ScriptedTemplate(uid, mode=mode, n_configs=1, runtime=(1,))
+
+
+def test_isolated_tuning_survives_every_fault_class():
+    a, b = torch.randn(40, 24), torch.randn(24, 32)
+    templates = [AtenTemplate("mm"), one("crash", "crash_run"), one("segv", "segfault_run"),
+                 one("hang", "hang_run"), one("raises", "raise_run"), one("wrong", "wrong"),
+                 one("broken", "compile_error"), one("good", "ok")]
+    sel = gemmtune.tune("mm", a, b, templates=templates, settings=ISOLATED)
+    status = {t.choice.template_uid: (t.status, t.detail) for t in sel.timings}
+    assert status["crash"][0] == "run_failed" and "worker died" in status["crash"][1]
+    assert status["segv"][0] == "run_failed" and "worker died" in status["segv"][1]
+    assert status["hang"][0] == "run_failed" and "hang" in status["hang"][1]
+    assert status["raises"][0] == "run_failed" and "illegal memory access" in status["raises"][1]
+    assert status["wrong"][0] == "wrong_result"
+    assert status["broken"][0] == "compile_failed"
+    assert status["good"][0] == "ok" and status["aten_mm"][0] == "ok"
+    assert sel.winner.template_uid in ("good", "aten_mm")
+    torch.testing.assert_close(sel(a, b), a @ b)
+    assert os.getpid() and torch.mm(a, b).shape == (40, 32)  # this process is alive and healthy
+
+
+def test_isolated_and_in_process_agree_on_a_healthy_pool():
+    a, b = torch.randn(48, 16), torch.randn(16, 24)
+    templates = [AtenTemplate("mm"), ScriptedTemplate("good", n_configs=2, runtime=(1, 2))]
+    sel = gemmtune.tune("mm", a, b, templates=templates, settings=ISOLATED.with_(strategy="prescreen"))
+    assert all(t.status in ("ok", "not_benchmarked") for t in sel.timings)
+    assert sel.benchmark_runs > 0 and sel.winner_ms is not None
+    torch.testing.assert_close(sel(a, b), a @ b)
+
+
+def test_isolation_setting_is_validated():
+    import pytest
+
+    with pytest.raises(ValueError, match="isolation"):
+        gemmtune.Settings(isolation="container")
