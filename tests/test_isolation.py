@@ -50,3 +50,10 @@ def test_isolation_setting_is_validated():
 
     with pytest.raises(ValueError, match="isolation"):
         gemmtune.Settings(isolation="container")
+
+
+def test_report_says_subprocess():
+    a, b = torch.randn(16, 8), torch.randn(8, 12)
+    sel = gemmtune.tune("mm", a, b, templates=[AtenTemplate("mm"), ScriptedTemplate("good", n_configs=1)],
+                        settings=ISOLATED)
+    assert gemmtune.autotune_table(sel).splitlines()[-1].startswith("SubProcess AUTOTUNE benchmarking takes")

@@ -124,6 +124,7 @@ class Selection:
     stale_entries: int = 0  # stored timings ignored because the template's source changed
     binary_seconds: dict = field(default_factory=dict, compare=False, repr=False)  # binary_key -> compile s
     budget_exhausted: bool = False  # the time budget ran out: the winner is the best found so far
+    isolation: str = "off"  # "subprocess" when candidates ran in a worker process
 
     @property
     def winner_ms(self) -> float | None:

@@ -116,7 +116,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         prescreen_s=bench.seconds.get("prescreen", 0.0), tuning_s=time.perf_counter() - started,
         device_name=device_name(ki.device), kernel=_kernel(ki, winner, ctx.ensure_compiled(winner), out_layout),
         out_layout=out_layout or "row", cache_hit=False, from_store=len(memory.known), stale_entries=memory.stale,
-        binary_seconds=dict(compiled.binary_seconds),
+        binary_seconds=dict(compiled.binary_seconds), isolation=settings.isolation,
         budget_exhausted=bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in compiled.failures.values()))
 
 

@@ -60,7 +60,8 @@ def autotune_table(sel: Selection, rows: int | None = 20) -> str:
 
 
 def summary_line(sel: Selection) -> str:
-    return (f"SingleProcess AUTOTUNE benchmarking takes {sel.benchmark_s:.4f} seconds and "
+    mode = "SubProcess" if sel.isolation == "subprocess" else "SingleProcess"
+    return (f"{mode} AUTOTUNE benchmarking takes {sel.benchmark_s:.4f} seconds and "
             f"{sel.compile_s:.4f} seconds precompiling for {sel.n_choices} choices and "
             f"{sel.prescreen_s:.4f} seconds prescreening")
 
