@@ -20,7 +20,7 @@ $(VENV)/.dev: $(VENV)/.installed
 	touch $@
 
 demo: $(VENV)/.installed
-	$(BIN)/gemmtune tune
+	$(BIN)/gemmtune tune --store off
 	$(BIN)/gemmtune simulate --strategy exhaustive "prescreen[x=5,swizzle=8]" "model_pruned[n=20]" default
 
 test: $(VENV)/.dev
