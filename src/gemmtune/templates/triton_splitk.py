@@ -29,6 +29,7 @@ import torch
 from ..choices import Choice
 from ..inputs import KernelInputs
 from .base import Launcher, Template, split_operands
+from .triton_mm import fit_configs as plain_fit
 from .triton_mm import (SPACE_SIZES, STAGE1_SWIZZLE, SWIZZLES, _bstrides, _input_precision, _pow2_at_least,
                         _smem_limit, interpreting, triton_available, triton_cdiv)
 
@@ -105,24 +106,8 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
         >>> fit_configs([cfg], 16, 4096, 1024, 2, 232448)   # 8 K steps cannot feed 16 slices
         []
     """
-    seen, out = set(), []
-    cap_m, cap_n, cap_k = (max(16, _pow2_at_least(d)) for d in (M, N, K))
-    for cfg in space:
-        c = dict(cfg)
-        c["BLOCK_M"] = min(c["BLOCK_M"], cap_m)
-        c["BLOCK_N"] = min(c["BLOCK_N"], cap_n)
-        c["BLOCK_K"] = min(c["BLOCK_K"], cap_k)
-        if c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * elt_bytes > smem_limit:
-            continue
-        if c["BLOCK_M"] * c["BLOCK_N"] < 32 * 32 * 2 and c["num_warps"] > 4:
-            continue
-        if triton_cdiv(K, c["BLOCK_K"]) < c["SPLIT_K"] or batch * c["SPLIT_K"] * M * N * 4 > WORKSPACE_LIMIT:
-            continue
-        key = tuple(sorted(c.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(c)
-    return out
+    return [c for c in plain_fit(space, M, N, K, elt_bytes, smem_limit)
+            if triton_cdiv(K, c["BLOCK_K"]) >= c["SPLIT_K"] and batch * c["SPLIT_K"] * M * N * 4 <= WORKSPACE_LIMIT]
 
 
 def _reduce_tile(M: int, N: int) -> tuple[int, int]:
