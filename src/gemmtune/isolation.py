@@ -72,8 +72,8 @@ def _serve(conn: Any) -> None:
         kind = msg[0]
         try:
             if kind == "setup":
-                _, op, tensors, alpha, beta, templates, settings, out_layout = msg
-                local = "cuda:0" if tensors[-1].is_cuda else "cpu"
+                _, op, tensors, alpha, beta, templates, settings, out_layout, device_type = msg
+                local = "cuda:0" if device_type == "cuda" else "cpu"  # the one device this worker sees
                 tensors = tuple(t.to(local).clone() for t in tensors)  # our own copies
                 ki = KernelInputs.from_tensors(op, *tensors, alpha=alpha, beta=beta)
                 by_uid = {t.uid: t for t in templates}
@@ -179,8 +179,12 @@ class IsolatedBench(Bench):
                  run_timeout_s: float, **kw: Any):
         super().__init__(*args, **kw)
         self.worker = Worker(self.ki.device, run_timeout_s)
-        self.worker.setup(self.ki.op, self.tensors, self.ki.alpha, self.ki.beta, list(templates.values()),
-                          settings, out_layout)
+        # CUDA IPC handles name the sender's device index; a worker pinned to one GPU sees it as
+        # cuda:0, so inputs on another index travel through host shared memory instead.
+        index = torch.device(self.ki.device).index if self.ki.device_type == "cuda" else None
+        payload = self.tensors if not index else tuple(t.cpu() for t in self.tensors)
+        self.worker.setup(self.ki.op, payload, self.ki.alpha, self.ki.beta, list(templates.values()),
+                          settings, out_layout, self.ki.device_type)
 
     def _lost(self, choice: Choice, stage: str, exc: WorkerLost) -> Timing:
         log.warning("gemmtune: %s %s: %s; worker restarted", choice.name, choice.description, exc)
