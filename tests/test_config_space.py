@@ -34,3 +34,13 @@ def test_every_triton_template_has_100_configs_before_pruning_in_max(space):
 
 def test_max_space_fitted_to_a_large_problem_keeps_100_configs():
     assert len(fit_configs(config_space("max"), 4096, 4096, 4096, 2, 232_448)) >= 100
+
+
+def test_effort_max_uses_the_max_space():
+    import gemmtune
+    from gemmtune.templates import default_templates
+
+    assert gemmtune.Settings().with_(effort="max").config_space == "max"
+    plain = next(t for t in default_templates(size="max") if t.uid == "triton_mm")
+    assert len(plain.space) >= 100 and len(plain.space) > len(next(
+        t for t in default_templates() if t.uid == "triton_mm").space)

@@ -64,7 +64,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     _require_work(ki)
     emit = listener or (lambda event, **info: None)
 
-    active = active_templates(ki, settings.backends, templates, settings.experimental_templates)
+    active = active_templates(ki, settings.backends, templates, settings.experimental_templates,
+                              settings.config_space)
     hooks = [*finalize, *([LookupTable.load(settings.lookup_table)] if settings.lookup_table else [])]
     choices = heuristics.get_template_configs(ki, active, op, hooks)
     if not choices:

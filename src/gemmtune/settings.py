@@ -47,7 +47,7 @@ EFFORTS: dict[str, dict[str, Any]] = {
     # Few candidates: the cost model keeps 20 binaries (docs/DATASET.md: lossless with cuBLAS in the pool).
     "quick": {"strategy": "model_pruned", "stage0_n": 20, "top_x": 3, "finalists": 2, "gpu_rep_ms": 10.0},
     "default": {},
-    "max": {"strategy": "exhaustive", "finalists": 6},
+    "max": {"strategy": "exhaustive", "finalists": 6, "config_space": "max"},
 }
 
 
@@ -76,6 +76,7 @@ class Settings:
     check_correctness: bool = True
     isolation: str = "off"  # "subprocess": checks and timings run in a worker process (crash-safe)
     run_timeout_s: float = 60.0  # isolation: a choice whose run takes longer is a hang
+    config_space: str = "default"  # Triton config spaces: "default" or "max" (>= 100 configs per template)
     experimental_templates: bool = False  # add the Hopper templates not yet run on an H200 (split-K, TMA)
     gpu_rep_ms: float = 20.0  # per-choice timing budget on GPU
     count_host_overhead: bool = True  # GPU: a choice costs max(GPU time, host launch time), as in an eager loop
@@ -105,6 +106,8 @@ class Settings:
         if self.finalists < 1:
             raise ValueError(f"finalists: must be >= 1, got {self.finalists}")
         _effort(self.effort)
+        if self.config_space not in ("default", "max"):
+            raise ValueError(f"config_space: expected 'default' or 'max', got {self.config_space!r}")
         if self.isolation not in ("off", "subprocess"):
             raise ValueError(f"isolation: expected 'off' or 'subprocess', got {self.isolation!r}")
         if self.budget_s is not None and self.budget_s <= 0:

@@ -9,7 +9,7 @@ from .base import Template
 from .extern import AtenBiasAddmmTemplate, AtenTemplate, NumpyTemplate
 
 
-def default_templates(experimental: bool = False) -> list[Template]:
+def default_templates(experimental: bool = False, size: str = "default") -> list[Template]:
     """Every shipped template, extern first.  Templates not usable here report supports()=False.
 
     `experimental=True` adds the Hopper templates (`triton_splitk`, `triton_tma_persistent`):
@@ -20,23 +20,24 @@ def default_templates(experimental: bool = False) -> list[Template]:
     from .triton_mm import TritonMMTemplate
 
     pool = [AtenTemplate("mm"), AtenTemplate("addmm"), AtenTemplate("bmm"), AtenBiasAddmmTemplate(),
-            NumpyTemplate(), TritonMMTemplate()]
+            NumpyTemplate(), TritonMMTemplate(size=size)]
     if experimental:
         from .triton_splitk import TritonSplitKTemplate
         from .triton_tma import TritonTMAPersistentTemplate
 
-        pool += [TritonSplitKTemplate(), TritonTMAPersistentTemplate()]
+        pool += [TritonSplitKTemplate(size=size), TritonTMAPersistentTemplate(size=size)]
     return pool + [NumbaMMTemplate()]
 
 
 def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
-                     templates: Sequence[Template] | None = None, experimental: bool = False) -> list[Template]:
+                     templates: Sequence[Template] | None = None, experimental: bool = False,
+                     size: str = "default") -> list[Template]:
     """Templates of the requested families that can run `ki`.
 
     With `backends=None`, every family native to the device (GPU: extern + triton;
     CPU: extern + numba); a family named explicitly is used wherever it runs.
     """
-    pool = default_templates(experimental) if templates is None else list(templates)
+    pool = default_templates(experimental, size) if templates is None else list(templates)
 
     def wanted(t: Template) -> bool:
         return ki.device_type in t.native_devices if backends is None else t.family in backends
