@@ -9,7 +9,7 @@ from gemmtune.templates.extern import AtenTemplate
 
 from helpers import ScriptedTemplate
 
-ISOLATED = gemmtune.Settings(isolation="subprocess", run_timeout_s=4.0, store="off", strategy="exhaustive",
+ISOLATED = gemmtune.Settings(isolation="subprocess", run_timeout_s=8.0, store="off", strategy="exhaustive",
                              cpu_rep_ms=5, finalist_rounds=2)
 
 
