@@ -2,8 +2,9 @@
 
 Each case draws an op (mm / addmm / bmm), sizes (odd ones included), a dtype, operand layouts
 (row-major, transposed, sliced with a step, expanded), a bias shape and alpha/beta, sometimes a
-NaN or Inf in an operand.  Every choice of the plain Triton template (a few configs fitted to the
-problem x every swizzle) and of the library kernels runs on a NaN-poisoned output and is checked
+NaN or Inf in an operand.  Every choice of each Triton template that takes the problem (plain,
+split-K forced on, persistent TMA; a few configs fitted to the problem x every swizzle) and of the
+library kernels runs on a NaN-poisoned output and is checked
 against the float64 reference with `gemmtune.correctness.check`.  A crash, a launch failure or a
 wrong result is counted and reported with the case; the pass condition is 0 wrong results.
 
@@ -66,19 +67,32 @@ def draw(rng: random.Random, device: str, max_dim: int, dtypes):
     return op, tensors, alpha, beta, special
 
 
-def run_case(op, tensors, alpha, beta, configs_per_case):
+def fuzz_templates(include_experimental: bool = True):
+    """The Triton templates under test: the plain one and (with `include_experimental`) split-K and TMA."""
+    templates = [TritonMMTemplate()]
+    if include_experimental:
+        from gemmtune.templates.triton_splitk import TritonSplitKTemplate
+        from gemmtune.templates.triton_tma import TritonTMAPersistentTemplate
+
+        templates += [TritonSplitKTemplate(force=True), TritonTMAPersistentTemplate()]
+    return templates
+
+
+def run_case(op, tensors, alpha, beta, configs_per_case, templates=None):
     ki = KernelInputs.from_tensors(op, *tensors, alpha=alpha, beta=beta)
     ref = reference(ki, tensors)
     results = []
-    triton = TritonMMTemplate()
-    choices = [c for c in AtenTemplate(op).configs(ki)]
-    if triton.supports(ki):
-        fitted = triton.compile_configs(ki)
-        keep = {tuple(sorted(c.items())) for c in random.Random(ki.problem_key).sample(fitted, min(configs_per_case, len(fitted)))}
-        choices += [c for c in triton.configs(ki) if c.config in keep]
+    extern = AtenTemplate(op)
+    pairs = [(extern, c) for c in extern.configs(ki)]
+    for template in templates if templates is not None else fuzz_templates():
+        if not template.supports(ki):
+            continue
+        fitted = template.compile_configs(ki)
+        pick = random.Random(f"{ki.problem_key}{template.uid}").sample(fitted, min(configs_per_case, len(fitted)))
+        keep = {tuple(sorted(c.items())) for c in pick}
+        pairs += [(template, c) for c in template.configs(ki) if c.config in keep]
     launchers = {}
-    for c in choices:
-        template = triton if not c.is_extern else AtenTemplate(op)
+    for template, c in pairs:
         try:
             launch = launchers.get(c.binary_key) or launchers.setdefault(c.binary_key, template.compile(c, ki, tensors))
             out = torch.full(ki.out_size, float("nan"), dtype=ki.dtype, device=tensors[-1].device)
@@ -86,9 +100,9 @@ def run_case(op, tensors, alpha, beta, configs_per_case):
             if out.is_cuda:
                 torch.cuda.synchronize()
             problem = check(ki, out, ref)
-            results.append((c.key, "wrong" if problem else "ok", problem or ""))
+            results.append((c.template_uid, c.key, "wrong" if problem else "ok", problem or ""))
         except Exception as exc:  # noqa: BLE001 - a failure is a finding, the fuzz goes on
-            results.append((c.key, "error", f"{type(exc).__name__}: {str(exc)[:200]}"))
+            results.append((c.template_uid, c.key, "error", f"{type(exc).__name__}: {str(exc)[:200]}"))
     return ki, results
 
 
@@ -100,29 +114,39 @@ def main() -> int:
     p.add_argument("--configs-per-case", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="fuzz_gpu.json")
+    p.add_argument("--plain-only", action="store_true", help="fuzz only the plain Triton template (no split-K, TMA)")
     args = p.parse_args()
+    templates = fuzz_templates(not args.plain_only)
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
     dtypes = (torch.float16, torch.bfloat16, torch.float32) if args.device.startswith("cuda") else (torch.float32, torch.float16)
     counts, findings, t0 = Counter(), [], time.perf_counter()
+    per_template: Counter = Counter()
     for i in range(args.cases):
         op, tensors, alpha, beta, special = draw(rng, args.device, args.max_dim, dtypes)
-        ki, results = run_case(op, tensors, alpha, beta, args.configs_per_case)
+        ki, results = run_case(op, tensors, alpha, beta, args.configs_per_case, templates)
         counts["cases"] += 1
         counts["special"] += special
-        for key, status, detail in results:
+        for uid, key, status, detail in results:
             counts[status] += 1
+            per_template[uid, status] += 1
             if status != "ok":
                 findings.append({"case": i, "problem": ki.to_dict(), "choice": key, "status": status, "detail": detail})
+        if (i + 1) % 100 == 0:
+            print(f"{i + 1} cases, {counts['wrong']} wrong, {counts['error']} errors, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
     counts["seconds"] = round(time.perf_counter() - t0, 1)
     print("| cases | with NaN/Inf | results | ok | wrong | errors | seconds |")
     print("|---|---|---|---|---|---|---|")
     print(f"| {counts['cases']} | {counts['special']} | {counts['ok'] + counts['wrong'] + counts['error']} | "
           f"{counts['ok']} | {counts['wrong']} | {counts['error']} | {counts['seconds']} |")
+    for (uid, status), n in sorted(per_template.items()):
+        print(f"  {uid}: {n} {status}")
     for f in findings[:20]:
         print(f"  case {f['case']}: {f['choice']} {f['status']}: {f['detail']}")
     with open(args.out, "w") as fh:
         json.dump({"device": args.device, "counts": dict(counts), "findings": findings,
+                   "per_template": {f"{u}:{s}": n for (u, s), n in per_template.items()},
                    "torch": torch.__version__, "command": " ".join(sys.argv)}, fh, indent=1, default=str)
     return 1 if counts["wrong"] else 0
 

@@ -57,3 +57,54 @@ def test_report_says_subprocess():
     sel = gemmtune.tune("mm", a, b, templates=[AtenTemplate("mm"), ScriptedTemplate("good", n_configs=1)],
                         settings=ISOLATED)
     assert gemmtune.autotune_table(sel).splitlines()[-1].startswith("SubProcess AUTOTUNE benchmarking takes")
+
+
+def test_one_worker_per_device_is_kept_and_reused_across_tunes():
+    from gemmtune import isolation
+
+    templates = [AtenTemplate("mm"), ScriptedTemplate("good", n_configs=1)]
+    a, b = torch.randn(16, 8), torch.randn(8, 12)
+    gemmtune.tune("mm", a, b, templates=templates, settings=ISOLATED)
+    (kept,) = isolation._POOL["cpu"]
+    pid = kept.proc.pid
+    c, d = torch.randn(24, 8), torch.randn(8, 40)
+    sel = gemmtune.tune("mm", c, d, templates=templates, settings=ISOLATED)
+    torch.testing.assert_close(sel(c, d), c @ d)
+    assert [w.proc.pid for w in isolation._POOL["cpu"]] == [pid]  # same process, new problem
+    assert kept._setup is None  # the kept worker holds no reference to the caller's tensors
+    kept.proc.kill()  # a kept worker that died while idle is replaced on the next tune
+    kept.proc.join()
+    sel = gemmtune.tune("mm", a, b, templates=templates, settings=ISOLATED)
+    assert sel.winner_ms is not None and isolation._POOL["cpu"][0].proc.pid != pid
+    isolation.shutdown_workers()
+    assert not isolation._POOL
+
+
+def test_auto_isolation_isolates_gpus_and_measures_cpu_in_process():
+    from gemmtune.settings import isolation_for
+
+    assert gemmtune.Settings().isolation == "auto"
+    assert isolation_for("auto", "cuda") == "subprocess" and isolation_for("auto", "cpu") == "off"
+    a, b = torch.randn(16, 8), torch.randn(8, 12)
+    sel = gemmtune.tune("mm", a, b, templates=[AtenTemplate("mm"), ScriptedTemplate("good", n_configs=1)],
+                        settings=gemmtune.Settings(store="off", cpu_rep_ms=5))
+    assert sel.isolation == "off"
+
+
+def test_unpicklable_templates_fall_back_in_process_under_auto_but_not_when_asked(monkeypatch):
+    import pytest
+
+    from gemmtune import engine
+
+    class Local(ScriptedTemplate):  # defined in a function: cannot be pickled to a worker
+        pass
+
+    a, b = torch.randn(16, 8), torch.randn(8, 12)
+    templates = [AtenTemplate("mm"), Local("local", n_configs=1)]
+    with pytest.raises(gemmtune.IsolationUnavailable, match="cannot be sent to a worker"):
+        gemmtune.tune("mm", a, b, templates=templates, settings=ISOLATED)
+    # "auto" on a GPU would isolate: here it warns and measures in this process instead.
+    monkeypatch.setattr(engine, "isolation_for", lambda mode, device_type: "subprocess")
+    sel = gemmtune.tune("mm", a, b, templates=templates, settings=ISOLATED.with_(isolation="auto"))
+    assert sel.isolation == "off" and sel.winner_ms is not None
+    torch.testing.assert_close(sel(a, b), a @ b)

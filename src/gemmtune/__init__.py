@@ -7,7 +7,7 @@ Example:
 """
 
 from .choices import Choice, Selection, Timing
-from .errors import BackendError, GemmtuneError, InputError, LayoutError, NoCandidatesError
+from .errors import BackendError, GemmtuneError, InputError, IsolationUnavailable, LayoutError, NoCandidatesError
 from .heuristics import add_finalize_hook, get_template_configs
 from .inputs import KernelInputs
 from .validate import ProblemTooLargeError
@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackendError", "Choice", "FAMILIES", "FixedLayout", "FlexibleLayout", "GemmtuneError", "InputError",
-    "KernelInputs", "LayoutError", "NoCandidatesError", "ProblemTooLargeError", "Selection", "Settings", "Timing",
+    "IsolationUnavailable", "KernelInputs", "LayoutError", "NoCandidatesError", "ProblemTooLargeError", "Selection", "Settings", "Timing",
     "add_finalize_hook", "autotune_table", "get_template_configs", "selection_dict", "tune",
     "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "unpatch",
 ]

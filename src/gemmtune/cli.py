@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--store", default=None, help="where picks are kept: a SQLite path, 'memory' or 'off' "
                    "(default: store.sqlite in $GEMMTUNE_CACHE_DIR or ~/.cache/gemmtune)")
     t.add_argument("--lookup-table", default=None, help="JSON table of pinned choices (e.g. a `cache export` file)")
-    t.add_argument("--isolation", choices=("off", "subprocess"), default=None,
+    t.add_argument("--isolation", choices=("auto", "off", "subprocess"), default=None,
                    help="subprocess: checks and timings run in a worker process that may crash or hang safely")
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("-v", "--verbose", action="store_true")

@@ -19,7 +19,7 @@ from .inputs import KernelInputs
 from .layout import FixedLayout, FlexibleLayout, output_strides
 from .measure import timer_for
 from .overrides import LookupTable
-from .settings import Settings
+from .settings import Settings, isolation_for
 from .store import Row, Store, canon, env_info, env_key, open_store
 from .strategies import STRATEGIES, Measured, ProblemDims, StrategyOptions
 from .strategies.model_pruned import stage0
@@ -96,12 +96,20 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
 
     common = dict(known=memory.known, check_correctness=settings.check_correctness, listener=emit,
                   total_hint=len(runnable), out_factory=lambda: _empty_out(ki, out_layout), ensure=ctx.ensure_compiled)
-    if settings.isolation == "subprocess":
-        from .isolation import IsolatedBench
+    isolation = isolation_for(settings.isolation, ki.device_type)
+    bench = None
+    if isolation == "subprocess":
+        from .isolation import IsolatedBench, IsolationUnavailable
 
-        bench = IsolatedBench(ki, tensors, compiled, None, templates=ctx.templates, settings=settings,
-                              out_layout=out_layout, run_timeout_s=settings.run_timeout_s, **common)
-    else:
+        try:
+            bench = IsolatedBench(ki, tensors, compiled, None, templates=ctx.templates, settings=settings,
+                                  out_layout=out_layout, run_timeout_s=settings.run_timeout_s, **common)
+        except IsolationUnavailable as exc:
+            if settings.isolation == "subprocess":  # asked for explicitly: do not run unisolated
+                raise
+            log.warning("gemmtune: %s; measuring in this process", exc)
+            isolation = "off"
+    if bench is None:
         bench = Bench(ki, tensors, compiled, timer_for(ki.device, settings), **common)
     try:
         winner = _search(bench, runnable, settings, options, memory, deadline)
@@ -117,7 +125,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         prescreen_s=bench.seconds.get("prescreen", 0.0), tuning_s=time.perf_counter() - started,
         device_name=device_name(ki.device), kernel=_kernel(ki, winner, ctx.ensure_compiled(winner), out_layout),
         out_layout=out_layout or "row", cache_hit=False, from_store=len(memory.known), stale_entries=memory.stale,
-        binary_seconds=dict(compiled.binary_seconds), isolation=settings.isolation,
+        binary_seconds=dict(compiled.binary_seconds), isolation=isolation,
         budget_exhausted=bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in compiled.failures.values()))
 
 

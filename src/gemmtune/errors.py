@@ -25,3 +25,8 @@ class NoCandidatesError(GemmtuneError, RuntimeError):
 
 class LayoutError(GemmtuneError, ValueError):
     """An output layout was requested that the selection cannot honour."""
+
+
+class IsolationUnavailable(GemmtuneError, RuntimeError):
+    """`isolation="subprocess"` was asked for but the candidates cannot be sent to a worker process
+    (e.g. a template class defined inside a function cannot be pickled)."""

@@ -12,15 +12,22 @@ The inputs reach the worker through torch's shared-memory / CUDA-IPC pickling
 and are cloned there, so a kernel that writes out of bounds in the worker
 writes into the worker's own copies.
 
-In-process measurement (`isolation="off"`) is faster (no process start, no
-round trip per choice) and is what the default uses until the GPU half has
-been run on an H200 (docs/RELIABILITY.md).
+Workers are kept for the life of the process (one idle worker per device is
+reused by the next tune), so the worker start (torch import, CUDA context,
+~2-3 s) is paid once per process, not once per tune.
+
+`Settings.isolation="auto"` (the default) isolates on GPUs and measures
+in-process on CPU; in-process measurement (`isolation="off"`) saves the
+worker start and one pipe round trip per choice (docs/RELIABILITY.md).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import pickle
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
@@ -31,6 +38,7 @@ import torch.multiprocessing as tmp
 from .bench_runner import Bench
 from .choices import Choice, Timing
 from .compile import CompileResult, precompile
+from .errors import IsolationUnavailable
 from .inputs import KernelInputs
 from .templates.base import Template
 
@@ -101,6 +109,11 @@ def _serve(conn: Any) -> None:
                 conn.send(("ok", bench.check_one(msg[1])))
             elif kind == "interleaved":
                 conn.send(("ok", bench.time_interleaved(msg[1], msg[2])))
+            elif kind == "reset":
+                bench = None
+                if torch.cuda.is_available() and torch.cuda.is_initialized():
+                    torch.cuda.empty_cache()
+                conn.send(("ok", None))
             elif kind == "stop":
                 conn.send(("ok", None))
                 return
@@ -168,6 +181,59 @@ class Worker:
         self.conn.close()
 
 
+_POOL: dict[str, list[Worker]] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def _acquire(device: str, timeout_s: float) -> Worker:
+    """An idle live worker for `device`, or a new one."""
+    with _POOL_LOCK:
+        idle = _POOL.setdefault(device, [])
+        while idle:
+            worker = idle.pop()
+            if worker.proc.is_alive():
+                worker.timeout_s = timeout_s
+                return worker
+            worker.close(kill=True)
+    return Worker(device, timeout_s)
+
+
+def _release(worker: Worker) -> None:
+    """Keep a live worker for the next tune on its device (one per device); stop the rest.
+
+    A kept worker first drops its copies of the inputs and its compiled launchers, so an idle
+    worker holds no device memory beyond its CUDA context.
+    """
+    worker._setup = None  # holds the caller's tensors
+    try:
+        worker.call(("reset",), timeout_s=10.0)
+    except (WorkerLost, RuntimeError):
+        worker.close(kill=True)
+        return
+    with _POOL_LOCK:
+        idle = _POOL.setdefault(worker.device, [])
+        if worker.proc.is_alive() and not idle:
+            idle.append(worker)
+            return
+    worker.close()
+
+
+def shutdown_workers() -> None:
+    """Stop every kept worker (also run at interpreter exit).
+
+    Example:
+        >>> shutdown_workers()
+    """
+    with _POOL_LOCK:
+        workers = [w for idle in _POOL.values() for w in idle]
+        _POOL.clear()
+    for worker in workers:
+        worker.close()
+
+
+atexit.register(shutdown_workers)
+
+
 class IsolatedBench(Bench):
     """A Bench whose checks and timings run in a worker process.
 
@@ -178,13 +244,24 @@ class IsolatedBench(Bench):
     def __init__(self, *args: Any, templates: Mapping[str, Template], settings: Any, out_layout: str | None,
                  run_timeout_s: float, **kw: Any):
         super().__init__(*args, **kw)
-        self.worker = Worker(self.ki.device, run_timeout_s)
+        try:
+            pickle.dumps((list(templates.values()), settings))
+        except Exception as exc:  # noqa: BLE001 - any pickling failure means: cannot isolate
+            raise IsolationUnavailable(f"templates cannot be sent to a worker process: "
+                                       f"{type(exc).__name__}: {exc}") from exc
+        self.worker = _acquire(self.ki.device, run_timeout_s)
         # CUDA IPC handles name the sender's device index; a worker pinned to one GPU sees it as
         # cuda:0, so inputs on another index travel through host shared memory instead.
         index = torch.device(self.ki.device).index if self.ki.device_type == "cuda" else None
         payload = self.tensors if not index else tuple(t.cpu() for t in self.tensors)
-        self.worker.setup(self.ki.op, payload, self.ki.alpha, self.ki.beta, list(templates.values()),
-                          settings, out_layout, self.ki.device_type)
+        try:
+            self.worker.setup(self.ki.op, payload, self.ki.alpha, self.ki.beta, list(templates.values()),
+                              settings, out_layout, self.ki.device_type)
+        except WorkerLost:  # a kept worker that died while idle: start afresh once
+            self.worker.close(kill=True)
+            self.worker = Worker(self.ki.device, run_timeout_s)
+            self.worker.setup(self.ki.op, payload, self.ki.alpha, self.ki.beta, list(templates.values()),
+                              settings, out_layout, self.ki.device_type)
 
     def _lost(self, choice: Choice, stage: str, exc: WorkerLost) -> Timing:
         log.warning("gemmtune: %s %s: %s; worker restarted", choice.name, choice.description, exc)
@@ -211,4 +288,4 @@ class IsolatedBench(Bench):
         return self.worker.call(("interleaved", list(choices), rounds))
 
     def close(self) -> None:
-        self.worker.close()
+        _release(self.worker)

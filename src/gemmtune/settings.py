@@ -43,6 +43,21 @@ def check_backends(backends: Any) -> tuple[str, ...] | None:
     return backends
 
 
+ISOLATION_MODES = ("auto", "subprocess", "off")
+
+
+def isolation_for(mode: str, device_type: str) -> str:
+    """The isolation a tune on `device_type` uses: "auto" is "subprocess" on GPUs and "off" on CPU.
+
+    Example:
+        >>> isolation_for("auto", "cuda"), isolation_for("auto", "cpu"), isolation_for("off", "cuda")
+        ('subprocess', 'off', 'off')
+    """
+    if mode == "auto":
+        return "subprocess" if device_type == "cuda" else "off"
+    return mode
+
+
 EFFORTS: dict[str, dict[str, Any]] = {
     # Few candidates: the cost model keeps 20 binaries (docs/DATASET.md: lossless with cuBLAS in the pool).
     "quick": {"strategy": "model_pruned", "stage0_n": 20, "top_x": 3, "finalists": 2, "gpu_rep_ms": 10.0},
@@ -74,7 +89,7 @@ class Settings:
     compile_timeout_s: float = 120.0
     compile_workers: int = 0  # 0: one per CPU core (at most 32)
     check_correctness: bool = True
-    isolation: str = "off"  # "subprocess": checks and timings run in a worker process (crash-safe)
+    isolation: str = "auto"  # "subprocess": checks and timings in a worker process; "off": in-process; "auto": subprocess on GPU
     run_timeout_s: float = 60.0  # isolation: a choice whose run takes longer is a hang
     config_space: str = "default"  # Triton config spaces: "default" or "max" (>= 100 configs per template)
     experimental_templates: bool = False  # add the Hopper templates not yet run on an H200 (split-K, TMA)
@@ -108,8 +123,8 @@ class Settings:
         _effort(self.effort)
         if self.config_space not in ("default", "max"):
             raise ValueError(f"config_space: expected 'default' or 'max', got {self.config_space!r}")
-        if self.isolation not in ("off", "subprocess"):
-            raise ValueError(f"isolation: expected 'off' or 'subprocess', got {self.isolation!r}")
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation: expected one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
         if self.budget_s is not None and self.budget_s <= 0:
             raise ValueError(f"budget_s: must be > 0 seconds, got {self.budget_s}")
         if self.compile_timeout_s <= 0:
