@@ -8,7 +8,7 @@ library kernels runs on a NaN-poisoned output and is checked
 against the float64 reference with `gemmtune.correctness.check`.  A crash, a launch failure or a
 wrong result is counted and reported with the case; the pass condition is 0 wrong results.
 
-    python bench/fuzz_gpu.py --cases 1000 --out fuzz.json          # on an H200
+    python bench/fuzz_gpu.py --cases 1000 --jobs 12 --out fuzz.json          # on an H200
     TRITON_INTERPRET=1 python bench/fuzz_gpu.py --device cpu --cases 5 --max-dim 40   # smoke test
 
 Prints a table and writes JSON.
@@ -67,14 +67,24 @@ def draw(rng: random.Random, device: str, max_dim: int, dtypes):
     return op, tensors, alpha, beta, special
 
 
-def fuzz_templates(include_experimental: bool = True):
-    """The Triton templates under test: the plain one and (with `include_experimental`) split-K and TMA."""
-    templates = [TritonMMTemplate()]
-    if include_experimental:
-        from gemmtune.templates.triton_splitk import TritonSplitKTemplate
-        from gemmtune.templates.triton_tma import TritonTMAPersistentTemplate
+def fuzz_templates(include_experimental: bool = True, pool: int = 0, seed: int = 0):
+    """The Triton templates under test: the plain one and (with `include_experimental`) split-K and TMA.
 
-        templates += [TritonSplitKTemplate(force=True), TritonTMAPersistentTemplate()]
+    With `pool` > 0 each template keeps a fixed random sample of `pool` configs of its space, so the
+    binaries compiled for one case serve the next ones (sizes and strides are runtime arguments).
+    """
+    from gemmtune.templates.triton_splitk import TritonSplitKTemplate
+    from gemmtune.templates.triton_tma import TritonTMAPersistentTemplate
+
+    classes = [(TritonMMTemplate, {})]
+    if include_experimental:
+        classes += [(TritonSplitKTemplate, {"force": True}), (TritonTMAPersistentTemplate, {})]
+    templates = []
+    for cls, kw in classes:
+        space = cls().space
+        if pool:
+            space = random.Random(f"{seed}:{cls.uid}").sample(space, min(pool, len(space)))
+        templates.append(cls(space=space, **kw))
     return templates
 
 
@@ -106,25 +116,18 @@ def run_case(op, tensors, alpha, beta, configs_per_case, templates=None):
     return ki, results
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--cases", type=int, default=1000)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--max-dim", type=int, default=1000)
-    p.add_argument("--configs-per-case", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="fuzz_gpu.json")
-    p.add_argument("--plain-only", action="store_true", help="fuzz only the plain Triton template (no split-K, TMA)")
-    args = p.parse_args()
-    templates = fuzz_templates(not args.plain_only)
-    rng = random.Random(args.seed)
-    torch.manual_seed(args.seed)
-    dtypes = (torch.float16, torch.bfloat16, torch.float32) if args.device.startswith("cuda") else (torch.float32, torch.float16)
-    counts, findings, t0 = Counter(), [], time.perf_counter()
-    per_template: Counter = Counter()
-    for i in range(args.cases):
-        op, tensors, alpha, beta, special = draw(rng, args.device, args.max_dim, dtypes)
-        ki, results = run_case(op, tensors, alpha, beta, args.configs_per_case, templates)
+def run_shard(args_tuple):
+    """Cases i = shard, shard + shards, ... (each drawn from its own seeded RNG): counts and findings."""
+    shard, shards, a = args_tuple
+    torch.manual_seed(a["seed"] * 1000 + shard)
+    templates = fuzz_templates(not a["plain_only"], a["pool"], a["seed"] * 1000 + shard)
+    dtypes = ((torch.float16, torch.bfloat16, torch.float32) if a["device"].startswith("cuda")
+              else (torch.float32, torch.float16))
+    counts, findings, per_template = Counter(), [], Counter()
+    for i in range(shard, a["cases"], shards):
+        rng = random.Random(a["seed"] * 1_000_003 + i)
+        op, tensors, alpha, beta, special = draw(rng, a["device"], a["max_dim"], dtypes)
+        ki, results = run_case(op, tensors, alpha, beta, a["configs_per_case"], templates)
         counts["cases"] += 1
         counts["special"] += special
         for uid, key, status, detail in results:
@@ -132,9 +135,39 @@ def main() -> int:
             per_template[uid, status] += 1
             if status != "ok":
                 findings.append({"case": i, "problem": ki.to_dict(), "choice": key, "status": status, "detail": detail})
-        if (i + 1) % 100 == 0:
-            print(f"{i + 1} cases, {counts['wrong']} wrong, {counts['error']} errors, "
-                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+        if counts["cases"] % 50 == 0:
+            print(f"shard {shard}: {counts['cases']} cases, {counts['wrong']} wrong, {counts['error']} errors", flush=True)
+    return counts, findings, per_template
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--cases", type=int, default=1000)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--max-dim", type=int, default=1000)
+    p.add_argument("--configs-per-case", type=int, default=3, help="configs per template per case (x every swizzle)")
+    p.add_argument("--pool", type=int, default=6, help="configs each template samples once per shard (0: whole space)")
+    p.add_argument("--jobs", type=int, default=1, help="processes, each with its own shard of the cases")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="fuzz_gpu.json")
+    p.add_argument("--plain-only", action="store_true", help="fuzz only the plain Triton template (no split-K, TMA)")
+    args = p.parse_args()
+    a = vars(args)
+    t0 = time.perf_counter()
+    jobs = [(j, args.jobs, a) for j in range(args.jobs)]
+    if args.jobs == 1:
+        parts = [run_shard(jobs[0])]
+    else:
+        import multiprocessing as mp
+
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            parts = pool.map(run_shard, jobs)
+    counts, findings, per_template = Counter(), [], Counter()
+    for c, f, pt in parts:
+        counts.update(c)
+        findings += f
+        per_template.update(pt)
+    findings.sort(key=lambda f: f["case"])
     counts["seconds"] = round(time.perf_counter() - t0, 1)
     print("| cases | with NaN/Inf | results | ok | wrong | errors | seconds |")
     print("|---|---|---|---|---|---|---|")

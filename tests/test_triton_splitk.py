@@ -90,10 +90,10 @@ def test_supports_follows_rule_unless_forced():
 
 def test_registered_after_plain_opt_in_and_not_native_on_cpu():
     assert "triton_splitk" not in [t.uid for t in default_templates()]  # not yet run on an H200
-    uids = [t.uid for t in default_templates(experimental=True)]
+    uids = [t.uid for t in default_templates(hopper=True)]
     assert uids.index("triton_mm") < uids.index("triton_splitk") < uids.index("triton_tma_persistent")
     ki = KernelInputs.from_tensors("mm", torch.ones(16, 4096), torch.ones(4096, 64))  # split-K worthy
-    active = {t.uid for t in active_templates(ki, None, experimental=True)}
+    active = {t.uid for t in active_templates(ki, None, hopper=True)}
     assert "triton_splitk" not in active and "triton_tma_persistent" not in active
 
 

@@ -64,7 +64,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     _require_work(ki)
     emit = listener or (lambda event, **info: None)
 
-    active = active_templates(ki, settings.backends, templates, settings.experimental_templates,
+    active = active_templates(ki, settings.backends, templates, settings.hopper_templates,
                               settings.config_space)
     hooks = [*finalize, *([LookupTable.load(settings.lookup_table)] if settings.lookup_table else [])]
     choices = heuristics.get_template_configs(ki, active, op, hooks)
@@ -81,11 +81,13 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         hit = ctx.from_store(choices, memory, layout, started)
         if hit is not None:
             return hit
+    # The cost model describes NVIDIA GPUs: elsewhere stage 0 keeps everything (model_pruned = prescreen).
+    strategy_used = "prescreen" if settings.strategy == "model_pruned" and ki.device_type != "cuda" else settings.strategy
     options = StrategyOptions(top_x=settings.top_x, stage1=_stage1(active, settings), stage0_n=settings.stage0_n,
                               problem=ProblemDims(ki.M, ki.N, ki.K, ki.batch, _element_size(ki.dtype)),
                               budget_runs=settings.budget_runs)
     todo = [c for c in choices if c not in memory.known]
-    if settings.strategy == "model_pruned":
+    if strategy_used == "model_pruned":
         todo = stage0(todo, options)  # pruned binaries are never compiled
     deadline = started + settings.budget_s if settings.budget_s else None
     compiled = ctx.compile(todo, deadline)
@@ -112,7 +114,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     if bench is None:
         bench = Bench(ki, tensors, compiled, timer_for(ki.device, settings), **common)
     try:
-        winner = _search(bench, runnable, settings, options, memory, deadline)
+        winner = _search(bench, runnable, settings.with_(strategy=strategy_used), options, memory, deadline)
     finally:
         getattr(bench, "close", lambda: None)()
     # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
@@ -120,7 +122,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     winner = ctx.remember(choices, bench, compiled, winner, replace=memory.stored_pick)
     return Selection(
         problem=ki, winner=winner, timings=_timings(choices, compiled, bench), layout=layout,
-        strategy=settings.strategy if len(runnable) > 1 else "pinned", benchmark_runs=bench.runs,
+        strategy=strategy_used if len(runnable) > 1 else "pinned", benchmark_runs=bench.runs,
         compile_s=compiled.seconds, benchmark_s=bench.seconds.get("final", 0.0) + bench.seconds.get("finalist", 0.0),
         prescreen_s=bench.seconds.get("prescreen", 0.0), tuning_s=time.perf_counter() - started,
         device_name=device_name(ki.device), kernel=_kernel(ki, winner, ctx.ensure_compiled(winner), out_layout),

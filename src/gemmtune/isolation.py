@@ -118,7 +118,22 @@ def _serve(conn: Any) -> None:
                 conn.send(("ok", None))
                 return
         except Exception as exc:  # noqa: BLE001 - report, keep serving
-            conn.send(("error", f"{type(exc).__name__}: {str(exc)[:300]}"))
+            text = f"{type(exc).__name__}: {str(exc)[:300]}"
+            if not _context_healthy():  # a sticky CUDA error (illegal address, ...): this process is spent
+                conn.send(("fatal", text))
+                os._exit(3)
+            conn.send(("error", text))
+
+
+def _context_healthy() -> bool:
+    """False when this process's CUDA context is poisoned (every later CUDA call would fail)."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return True
+    try:
+        torch.cuda.synchronize()
+        return torch.ones(1, device="cuda").add_(1).item() == 2.0
+    except Exception:  # noqa: BLE001 - any failure here means the context is gone
+        return False
 
 
 class Worker:
@@ -157,6 +172,9 @@ class Worker:
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as exc:
             self.proc.join(timeout=1.0)
             raise WorkerLost(f"worker died (exit code {self.proc.exitcode})") from exc
+        if status == "fatal":  # the worker's CUDA context was poisoned; it has exited
+            self.proc.join(timeout=5.0)
+            raise WorkerLost(f"CUDA context lost: {value}")
         if status == "error":
             raise RuntimeError(value)
         return value
@@ -285,7 +303,15 @@ class IsolatedBench(Bench):
             return f"isolated check failed: {exc}"
 
     def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> tuple[list[float], list[tuple]]:
-        return self.worker.call(("interleaved", list(choices), rounds))
+        try:
+            return self.worker.call(("interleaved", list(choices), rounds))
+        except (WorkerLost, RuntimeError) as exc:  # keep the earlier, separate timings of the finalists
+            log.warning("gemmtune: interleaved re-timing failed (%s); using the earlier timings", exc)
+            if isinstance(exc, WorkerLost):
+                self.worker.restart()
+            earlier = [self.records.get(c) for c in choices]
+            return ([t.ms if t is not None and t.ms is not None else float("inf") for t in earlier],
+                    [(t.gpu_ms, t.host_ms) if t is not None else (None, None) for t in earlier])
 
     def close(self) -> None:
         _release(self.worker)

@@ -45,15 +45,22 @@ class CudaTimer:
         self._flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.int8, device=device)
         self._sleep = getattr(torch.cuda, "_sleep", None)  # a spin kernel of N clock cycles
 
-    def _cover_host(self, launches: int) -> None:
-        """Keep the GPU busy while the host enqueues `launches` timed runs.
+    def _cover_host(self, seconds: float) -> None:
+        """Keep the GPU busy for about `seconds` while the host enqueues timed runs.
 
         Without this, a kernel shorter than the host's Python overhead is timed
         with the launch gap inside its events, which penalises whichever
         choice has the longer Python path rather than the slower kernel.
         """
         if self._sleep is not None:
-            self._sleep(int(min(launches * 40e-6, 0.05) * 1.98e9))
+            self._sleep(int(min(seconds * 1.3, 0.05) * 1.98e9))
+
+    @staticmethod
+    def _host_s(fn: Fn) -> float:
+        """Host seconds to enqueue one run of `fn` (after its warm-up), plus the flush and events."""
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0 + 15e-6
 
     def _one(self, fn: Fn) -> tuple[torch.cuda.Event, torch.cuda.Event, float]:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -71,9 +78,9 @@ class CudaTimer:
         self.last = (gpu, host)
         return max(gpu, host) if self.count_host else gpu
 
-    def _reps(self, fn: Fn) -> int:
+    def _reps(self, fn: Fn, host_s: float) -> int:
         # Estimate: 3 flushed runs, then enough reps to fill rep_ms.
-        self._cover_host(3)
+        self._cover_host(3 * host_s)
         events = [self._one(fn) for _ in range(3)]
         torch.cuda.synchronize(self.device)
         est = statistics.median(s.elapsed_time(e) for s, e, _ in events)
@@ -83,8 +90,10 @@ class CudaTimer:
         with torch.cuda.device(self.device):
             fn()  # warm-up: first launch, lazy loading, handle creation
             torch.cuda.synchronize(self.device)
-            reps = self._reps(fn)
-            self._cover_host(reps)
+            host_s = self._host_s(fn)
+            torch.cuda.synchronize(self.device)
+            reps = self._reps(fn, host_s)
+            self._cover_host(reps * host_s)
             events = [self._one(fn) for _ in range(reps)]
             torch.cuda.synchronize(self.device)
             return self._cost(events)
@@ -94,10 +103,12 @@ class CudaTimer:
             for fn in fns:
                 fn()
             torch.cuda.synchronize(self.device)
+            round_s = sum(self._host_s(fn) for fn in fns)
+            torch.cuda.synchronize(self.device)
             events: list[list] = [[] for _ in fns]
             order = list(range(len(fns)))
-            self._cover_host(rounds * len(fns))
             for r in range(rounds):
+                self._cover_host(round_s)  # per round: the GPU never waits for the host inside a round
                 # Rotate the order each round so no choice always runs first.
                 for i in order[r % len(fns):] + order[: r % len(fns)]:
                     events[i].append(self._one(fns[i]))

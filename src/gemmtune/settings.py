@@ -59,10 +59,12 @@ def isolation_for(mode: str, device_type: str) -> str:
 
 
 EFFORTS: dict[str, dict[str, Any]] = {
-    # Few candidates: the cost model keeps 20 binaries (docs/DATASET.md: lossless with cuBLAS in the pool).
-    "quick": {"strategy": "model_pruned", "stage0_n": 20, "top_x": 3, "finalists": 2, "gpu_rep_ms": 10.0},
+    # default (the field defaults below): the cost model keeps 20 binaries of every template's space,
+    # prescreen keeps 4, 3 finalists are re-timed interleaved (docs/PERFORMANCE.md has the H200 run).
+    "quick": {"strategy": "model_pruned", "stage0_n": 8, "top_x": 2, "finalists": 2, "gpu_rep_ms": 5.0},
     "default": {},
-    "max": {"strategy": "exhaustive", "finalists": 6, "config_space": "max"},
+    # Every choice of the "max" spaces (>= 100 configs per Triton template) is timed.
+    "max": {"strategy": "exhaustive", "finalists": 6, "config_space": "max", "gpu_rep_ms": 20.0},
 }
 
 
@@ -77,14 +79,14 @@ class Settings:
     """
 
     backends: tuple[str, ...] | None = None  # None: every family available on the device
-    strategy: str = "prescreen"
-    top_x: int = 5  # prescreen: configs kept after stage 1 (FACTS.md: X=5 had 0% regret, X=3 up to 1.2%)
+    strategy: str = "model_pruned"  # GPUs: cost model first (stage 0), then prescreen; CPU: prescreen
+    top_x: int = 4  # prescreen: configs kept after stage 1 (FACTS.md: X=5 had 0% regret, X=3 up to 1.2%)
     stage1_runtime: tuple[tuple[str, Any], ...] | None = None  # None: each template's data-chosen default
     effort: str = "default"  # quick | default | max: presets (EFFORTS) under explicit settings
     budget_s: float | None = None  # wall-clock cap on one tune: stop, return the best so far, say so
-    stage0_n: int | None = None  # model_pruned: binaries kept by the cost model before anything compiles
+    stage0_n: int | None = 20  # model_pruned: binaries kept by the cost model before anything compiles
     budget_runs: int | None = None  # stop after this many benchmark runs and return the best so far
-    finalists: int = 4  # best choices re-timed interleaved before the pick (extern always added)
+    finalists: int = 3  # best choices re-timed interleaved before the pick (extern always added)
     finalist_rounds: int = 15
     compile_timeout_s: float = 120.0
     compile_workers: int = 0  # 0: one per CPU core (at most 32)
@@ -92,8 +94,8 @@ class Settings:
     isolation: str = "auto"  # "subprocess": checks and timings in a worker process; "off": in-process; "auto": subprocess on GPU
     run_timeout_s: float = 60.0  # isolation: a choice whose run takes longer is a hang
     config_space: str = "default"  # Triton config spaces: "default" or "max" (>= 100 configs per template)
-    experimental_templates: bool = False  # add the Hopper templates not yet run on an H200 (split-K, TMA)
-    gpu_rep_ms: float = 20.0  # per-choice timing budget on GPU
+    hopper_templates: bool = True  # the split-K and persistent-TMA templates (False: plain template only)
+    gpu_rep_ms: float = 10.0  # per-choice timing budget on GPU (finalists are re-timed interleaved)
     count_host_overhead: bool = True  # GPU: a choice costs max(GPU time, host launch time), as in an eager loop
     cpu_rep_ms: float = 200.0  # per-choice timing budget on CPU
     min_reps: int = 5

@@ -4,6 +4,7 @@ Run on an H200:  python -m pytest -q tests/gpu/test_hopper_templates.py -s
 """
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -41,9 +42,11 @@ def check_all(template, op, tensors, alpha=1.0, beta=1.0):
     ref = reference(ki, tensors)
     choices = template.configs(ki)
     assert choices
-    launchers = {}
+    firsts = {c.binary_key: c for c in choices}
+    with ThreadPoolExecutor(8) as pool:  # compile the binaries in parallel, as tune() does
+        launchers = dict(zip(firsts, pool.map(lambda c: template.compile(c, ki, tensors), firsts.values())))
     for c in choices:
-        launch = launchers.setdefault(c.binary_key, template.compile(c, ki, tensors))
+        launch = launchers[c.binary_key]
         out = torch.full(ki.out_size, float("nan"), dtype=ki.dtype, device="cuda")
         launch(tensors, out, **c.runtime_dict)
         torch.cuda.synchronize()
@@ -139,7 +142,7 @@ def test_splitk_is_deterministic():
 
 def _tune(M, K, N, b_layout):
     tensors = operands("mm", M, K, N, torch.bfloat16, b_layout)
-    sel = gemmtune.tune("mm", *tensors, settings=gemmtune.Settings(store="off", experimental_templates=True))
+    sel = gemmtune.tune("mm", *tensors, settings=gemmtune.Settings(store="off"))  # Hopper templates by default
     uids = {t.choice.template_uid for t in sel.timings}
     wrong = [t.choice.key for t in sel.timings if t.choice.template_uid in NEW and t.status == "wrong_result"]
     assert not wrong, wrong

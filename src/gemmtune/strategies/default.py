@@ -38,12 +38,12 @@ def default_options(options: StrategyOptions | None = None) -> StrategyOptions:
         ({'swizzle': 8}, 5)
     """
     if options is None:
-        options = StrategyOptions(top_x=settings_default("top_x"))
+        options = StrategyOptions(top_x=settings_default("top_x"), stage0_n=settings_default("stage0_n"))
     return dataclasses.replace(options, stage1={**template_stage1(), **options.stage1})
 
 
 def default(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
-    """Run `Settings().strategy` (today: prescreen) with template stage-1 defaults filled in.
+    """Run `Settings().strategy` (today: model_pruned, N=20) with template stage-1 defaults filled in.
 
     Example:
         >>> from gemmtune.choices import Choice

@@ -2,7 +2,7 @@
 
 Stage 0 ranks every template binary (compile-time config) with an analytic cost model
 (`gemmtune.model.estimate_ms` unless `options.model` replaces it) and keeps the best
-`options.stage0_n`; prescreening then runs on the kept binaries plus every library kernel.
+`options.stage0_n`, dealt round-robin over the templates' own rankings; prescreening then runs on the kept binaries plus every library kernel.
 Binaries the model cannot describe (no BLOCK_M/N/K in their config) and library kernels are
 never pruned.  Only kept binaries need compiling.
 """
@@ -46,10 +46,19 @@ def stage0(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
     else:
         model = options.model
     p = options.problem
-    scored = [(model(g[0].config_dict, p.M, p.N, p.K, dtype_bytes=p.dtype_bytes, batch=p.batch), key)
-              for key, g in binaries(choices).items() if modelled(g[0])]
-    scored.sort(key=lambda t: t[0])  # stable: ties keep the template's order
-    keep = {key for _, key in scored[:n]}
+    scored = [(model(g[0].config_dict, p.M, p.N, p.K, dtype_bytes=p.dtype_bytes, batch=p.batch), key,
+               g[0].template_uid) for key, g in binaries(choices).items() if modelled(g[0])]
+    # The model ranks tiles, not templates: the kept binaries are dealt round-robin from each
+    # template's own ranking, so every template (plain, split-K, TMA) reaches prescreening.
+    per_template: dict[str, list] = {}
+    for score, key, uid in sorted(scored, key=lambda t: t[0]):  # stable: ties keep the template's order
+        per_template.setdefault(uid, []).append(key)
+    keep: set = set()
+    ranks = list(per_template.values())
+    for i in range(max((len(r) for r in ranks), default=0)):
+        for ranked in ranks:
+            if i < len(ranked) and len(keep) < n:
+                keep.add(ranked[i])
     return [c for c in choices if not modelled(c) or c.binary_key in keep]
 
 

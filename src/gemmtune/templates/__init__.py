@@ -9,19 +9,23 @@ from .base import Template
 from .extern import AtenBiasAddmmTemplate, AtenTemplate, NumpyTemplate
 
 
-def default_templates(experimental: bool = False, size: str = "default") -> list[Template]:
+def default_templates(hopper: bool = True, size: str = "default") -> list[Template]:
     """Every shipped template, extern first.  Templates not usable here report supports()=False.
 
-    `experimental=True` adds the Hopper templates (`triton_splitk`, `triton_tma_persistent`):
-    checked through the Triton interpreter but not yet run on an H200, so they are opt-in
-    (`Settings(experimental_templates=True)`, `GEMMTUNE_EXPERIMENTAL_TEMPLATES=1`) until they are.
+    `hopper=True` (the default; `Settings(hopper_templates=False)` or `GEMMTUNE_HOPPER_TEMPLATES=0`
+    turns it off) adds `triton_splitk` (offered for small M*N with a deep K) and
+    `triton_tma_persistent` (compute capability >= 9).
+
+    Example:
+        >>> [t.uid for t in default_templates(hopper=False)][-2:]
+        ['triton_mm', 'numba_mm']
     """
     from .cpu_numba import NumbaMMTemplate
     from .triton_mm import TritonMMTemplate
 
     pool = [AtenTemplate("mm"), AtenTemplate("addmm"), AtenTemplate("bmm"), AtenBiasAddmmTemplate(),
             NumpyTemplate(), TritonMMTemplate(size=size)]
-    if experimental:
+    if hopper:
         from .triton_splitk import TritonSplitKTemplate
         from .triton_tma import TritonTMAPersistentTemplate
 
@@ -30,14 +34,14 @@ def default_templates(experimental: bool = False, size: str = "default") -> list
 
 
 def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
-                     templates: Sequence[Template] | None = None, experimental: bool = False,
+                     templates: Sequence[Template] | None = None, hopper: bool = True,
                      size: str = "default") -> list[Template]:
     """Templates of the requested families that can run `ki`.
 
     With `backends=None`, every family native to the device (GPU: extern + triton;
     CPU: extern + numba); a family named explicitly is used wherever it runs.
     """
-    pool = default_templates(experimental, size) if templates is None else list(templates)
+    pool = default_templates(hopper, size) if templates is None else list(templates)
 
     def wanted(t: Template) -> bool:
         return ki.device_type in t.native_devices if backends is None else t.family in backends
