@@ -19,6 +19,10 @@ per shape) and `PREFIX_tuning.png` (tuning wall time vs Inductor) if matplotlib 
     python bench/compare.py --suite bench/shapes.json --out compare.json --plot compare \\
         --exhaustive square-2048,llama3-8b-down-m16
     python bench/compare.py --dry-run          # CPU: parse the suite, print the plan, time nothing
+    # two GPUs of one host at once, then one table:
+    CUDA_VISIBLE_DEVICES=0 python bench/compare.py --part 1/2 --out a.json & \
+    CUDA_VISIBLE_DEVICES=1 python bench/compare.py --part 2/2 --out b.json; wait
+    python bench/compare.py --merge a.json b.json --out compare.json --plot compare
 
 Example (no GPU needed):
     >>> import importlib.util, pathlib
@@ -138,6 +142,7 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
 
     import gemmtune
 
+    shape_t0 = time.perf_counter()
     tensors = spec.tensors("cuda")
     row: dict[str, Any] = {"name": spec.name, "problem": spec.describe(), "M": spec.M, "K": spec.K, "N": spec.N,
                            "batch": spec.batch, "op": spec.op, "dtype": spec.dtype, "b_layout": spec.b_layout}
@@ -159,7 +164,14 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     if exhaustive:
         t0 = time.perf_counter()
         exh = gemmtune.tune(spec.op, *tensors, settings=settings.with_(strategy="exhaustive"))
-        row.update(exh_winner=exh.winner.key, exh_tune_s=time.perf_counter() - t0, exh_runs=exh.benchmark_runs)
+        row.update(exh_winner=exh.winner.key, exh_tune_s=time.perf_counter() - t0, exh_runs=exh.benchmark_runs,
+                   exh_choices=exh.n_choices)
+        # Best generated kernel vs the library kernel, both as timed inside the exhaustive tune.
+        timed = [t for t in exh.timings if t.ms is not None]
+        best_t = min((t for t in timed if not t.choice.is_extern), key=lambda t: t.ms, default=None)
+        lib = min((t for t in timed if t.choice.is_extern), key=lambda t: t.ms, default=None)
+        if best_t is not None and lib is not None:
+            row.update(exh_best_template=best_t.choice.key, exh_best_template_ms=best_t.ms, exh_library_ms=lib.ms)
         fns["exhaustive"] = lambda: exh(*tensors)
     ms = timer.time_interleaved(list(fns.values()), rounds)
     for (name, _), t, (gpu, host) in zip(fns.items(), ms, timer.last_all):
@@ -172,6 +184,7 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
         row["regret_pct"] = 0.0 if same else 100 * (row["gemmtune_ms"] / row["exhaustive_ms"] - 1)
     del tensors
     torch.cuda.empty_cache()
+    row["shape_wall_s"] = time.perf_counter() - shape_t0
     return row
 
 
@@ -196,6 +209,39 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         out += [f"| {r['name']} | `{r['winner']}` | `{r['exh_winner']}` | {r['regret_pct']:.2f} | "
                 f"{r['benchmark_runs']} | {r['exh_runs']} |" for r in ex]
     return "\n".join(out)
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets, computed from the rows (None where the run did not measure it)."""
+    import math
+    import statistics
+
+    def geomean(xs):
+        xs = [x for x in xs if x]
+        return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+    out: dict[str, Any] = {"shapes": len(rows)}
+    cold = [r["gemmtune_cold_s"] for r in rows]
+    warm = [r["gemmtune_warm_s"] for r in rows]
+    ind = [r["inductor_tune_s"] for r in rows if r.get("inductor_tune_s") is not None]
+    out.update(median_cold_s=statistics.median(cold), median_warm_s=statistics.median(warm))
+    if ind:
+        out.update(median_inductor_s=statistics.median(ind),
+                   cold_vs_inductor=statistics.median(cold) / statistics.median(ind),
+                   warm_vs_inductor=statistics.median(warm) / statistics.median(ind))
+    best = []
+    for r in rows:
+        ref = min(x for x in (r["cublas_ms"], r.get("inductor_ms"), r.get("exhaustive_ms")) if x is not None)
+        best.append(r["gemmtune_ms"] / ref)
+    out.update(within_1pct_of_best=sum(b <= 1.01 for b in best) / len(rows),
+               worst_vs_best=max(best), worst_vs_cublas=max(r["gemmtune_ms"] / r["cublas_ms"] for r in rows),
+               over_1_02_cublas=[r["name"] for r in rows if r["gemmtune_ms"] > 1.02 * r["cublas_ms"]],
+               geomean_speedup=geomean([r["speedup_vs_cublas"] for r in rows]),
+               inductor_geomean_speedup=geomean([r.get("inductor_speedup_vs_cublas") for r in rows]))
+    for r in rows:
+        if r.get("exh_best_template_ms"):
+            out.setdefault("best_template_vs_library", {})[r["name"]] = r["exh_library_ms"] / r["exh_best_template_ms"]
+    return out
 
 
 def plot(rows: list[dict[str, Any]], prefix: str) -> list[str]:
@@ -249,6 +295,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep-triton-cache", action="store_true", help="do not point TRITON_CACHE_DIR at a fresh dir")
     p.add_argument("--plot", default="", help="write PREFIX_speedup.png and PREFIX_tuning.png")
     p.add_argument("--dry-run", action="store_true", help="parse the suite, print the plan, measure nothing")
+    p.add_argument("--part", default="", help="K/N: measure only the K-th of N contiguous parts of the suite "
+                   "(run the parts on N GPUs at once, then --merge)")
+    p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
+                   help="merge the JSON of several parts: print the table and summary, write --out and --plot")
     return p.parse_args(argv)
 
 
@@ -256,10 +306,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if not args.dry_run and not args.keep_triton_cache:  # before anything imports or compiles with Triton
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cold-")
+    if args.merge:
+        return merge(args)
     names = lambda text: [s for s in text.split(",") if s]  # noqa: E731
     specs = load_specs(args.suite, names(args.only))
+    if args.part:
+        k, n = (int(x) for x in args.part.split("/"))
+        if not 1 <= k <= n:
+            raise SystemExit(f"--part: expected K/N with 1 <= K <= N, got {args.part!r}")
+        size = -(-len(specs) // n)
+        specs = specs[(k - 1) * size: k * size]
     exhaustive = set(names(args.exhaustive))
-    unknown = sorted(exhaustive - {s.name for s in specs})
+    unknown = sorted(exhaustive - {s.name for s in load_specs(args.suite)})
+    exhaustive &= {s.name for s in specs}
     if unknown:
         raise SystemExit(f"--exhaustive: shape(s) not in the run: {', '.join(unknown)}")
     plan = build_plan(specs, exhaustive, inductor=not args.no_inductor, rounds=args.rounds)
@@ -294,6 +353,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
     print()
     print(markdown(rows, meta))
+    print(json.dumps(summary(rows), indent=1))
+    if args.plot:
+        for path in plot(rows, args.plot):
+            print(f"wrote {path}")
+    return 0
+
+
+def merge(args: argparse.Namespace) -> int:
+    """Join parts measured at once on several GPUs of one host; rows keep the suite's order."""
+    parts = [json.loads(Path(p).read_text()) for p in args.merge]
+    order = {s.name: i for i, s in enumerate(load_specs(args.suite))}
+    rows = sorted((r for part in parts for r in part["rows"]), key=lambda r: order.get(r["name"], len(order)))
+    meta = dict(parts[0]["meta"], parts=[p["meta"].get("command") for p in parts])
+    out = {"meta": meta, "rows": rows, "summary": summary(rows)}
+    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+    print(markdown(rows, meta))
+    print(json.dumps(out["summary"], indent=1))
     if args.plot:
         for path in plot(rows, args.plot):
             print(f"wrote {path}")

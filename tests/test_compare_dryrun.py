@@ -60,3 +60,33 @@ def test_report_table_and_plots(compare, tmp_path):
     paths = compare.plot(rows, str(tmp_path / "cmp"))
     assert [Path(p).name for p in paths] == ["cmp_speedup.png", "cmp_tuning.png"]
     assert all(Path(p).stat().st_size > 0 for p in paths)
+
+
+def test_parts_cover_the_suite_once(compare, tmp_path):
+    names = []
+    for k in (1, 2, 3):
+        out = tmp_path / f"p{k}.json"
+        assert compare.main(["--dry-run", "--suite", str(SUITE), "--part", f"{k}/3", "--out", str(out)]) == 0
+        names += [p["name"] for p in json.loads(out.read_text())["plan"]]
+    assert names == [s["name"] for s in json.loads(SUITE.read_text())["shapes"]]
+    with pytest.raises(SystemExit, match="--part"):
+        compare.main(["--dry-run", "--suite", str(SUITE), "--part", "3/2"])
+
+
+def test_merge_orders_rows_and_computes_the_targets(compare, tmp_path, capsys):
+    slow = dict(fake_row("square-2048"), gemmtune_ms=0.0215, speedup_vs_cublas=0.02 / 0.0215,
+                exhaustive_ms=0.018, exh_winner="t", regret_pct=19.4, exh_runs=50,
+                exh_best_template="t", exh_best_template_ms=0.018, exh_library_ms=0.02)
+    meta = {"device": "H200", "torch": "t", "triton": "3.6", "date": "d", "command": "c"}
+    (tmp_path / "b.json").write_text(json.dumps({"meta": meta, "rows": [slow]}))
+    (tmp_path / "a.json").write_text(json.dumps({"meta": meta, "rows": [fake_row("square-1024")]}))
+    out = tmp_path / "all.json"
+    assert compare.main(["--suite", str(SUITE), "--merge", str(tmp_path / "b.json"), str(tmp_path / "a.json"),
+                         "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert [r["name"] for r in data["rows"]] == ["square-1024", "square-2048"]  # the suite's order
+    s = data["summary"]
+    assert s["within_1pct_of_best"] == 0.5 and s["over_1_02_cublas"] == ["square-2048"]
+    assert s["cold_vs_inductor"] == pytest.approx(3.0 / 5.0)
+    assert s["best_template_vs_library"]["square-2048"] == pytest.approx(0.02 / 0.018)
+    assert "| square-2048 |" in capsys.readouterr().out

@@ -96,12 +96,12 @@ def test_estimated_tuning_time_follows_the_formula():
     assert res.est_tuning_s == pytest.approx(3 * 1.6 / 16 + timing)
 
 
-def test_prescreen_beats_x1_and_default_is_prescreen(sweep):
+def test_default_is_model_pruned_n20_then_prescreen(sweep):
     shapes, dims = sweep
     specs = [StrategySpec("default", "default", StrategyOptions()),
-             StrategySpec("prescreen", "prescreen", DEFAULT)]
+             StrategySpec("model_pruned", "model_pruned", replace(DEFAULT, stage0_n=20, top_x=4))]
     rep = simulate(shapes, specs, dims)
-    assert rep["default"].per_shape == rep["prescreen"].per_shape
+    assert rep["default"].per_shape == rep["model_pruned"].per_shape
 
 
 def test_default_strategy_regret_and_work_on_the_reference_sweep(sweep):
@@ -138,11 +138,12 @@ def test_budgeted_times_library_kernels_first(sweep):
 
 def test_budget_stops_a_search_early_and_half_the_work_is_enough(sweep):
     shapes, dims = sweep
-    specs = [s for s in default_specs(shapes) if s.strategy in ("budgeted", "default")]
+    specs = [s for s in default_specs(shapes) if s.strategy == "budgeted"]
+    specs.append(StrategySpec("prescreen", "prescreen", replace(DEFAULT, top_x=4)))
     rep = simulate(without_library(shapes), specs, dims)
     assert rep["budgeted[25%,prescreen]"].work_fraction <= 0.25
     assert rep["budgeted[25%,prescreen]"].max_regret_pct > 1.0  # cut inside stage 1/2: it loses something
-    assert rep["budgeted[50%,prescreen]"].per_shape == rep["default"].per_shape  # prescreen fits in 50%
+    assert rep["budgeted[50%,prescreen]"].per_shape == rep["prescreen"].per_shape  # prescreen fits in 50%
 
 
 @settings(max_examples=60, deadline=None)

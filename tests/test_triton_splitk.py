@@ -88,9 +88,9 @@ def test_supports_follows_rule_unless_forced():
     assert not TritonSplitKTemplate(force=True).supports(f64)
 
 
-def test_registered_after_plain_opt_in_and_not_native_on_cpu():
-    assert "triton_splitk" not in [t.uid for t in default_templates()]  # not yet run on an H200
-    uids = [t.uid for t in default_templates(hopper=True)]
+def test_registered_after_plain_by_default_and_not_native_on_cpu():
+    assert "triton_splitk" not in [t.uid for t in default_templates(hopper=False)]
+    uids = [t.uid for t in default_templates()]
     assert uids.index("triton_mm") < uids.index("triton_splitk") < uids.index("triton_tma_persistent")
     ki = KernelInputs.from_tensors("mm", torch.ones(16, 4096), torch.ones(4096, 64))  # split-K worthy
     active = {t.uid for t in active_templates(ki, None, hopper=True)}

@@ -104,9 +104,13 @@ def _serve(conn: Any) -> None:
                               out_factory=lambda ki=ki: _empty_out(ki, out_layout))
                 conn.send(("ok", None))
             elif kind == "run":
-                conn.send(("ok", bench.run_one(msg[1], msg[2])))
+                timing = bench.run_one(msg[1], msg[2])
+                _exit_if_poisoned(conn, timing.status != "ok", timing.detail)
+                conn.send(("ok", timing))
             elif kind == "check":
-                conn.send(("ok", bench.check_one(msg[1])))
+                problem = bench.check_one(msg[1])
+                _exit_if_poisoned(conn, problem is not None, problem)
+                conn.send(("ok", problem))
             elif kind == "interleaved":
                 conn.send(("ok", bench.time_interleaved(msg[1], msg[2])))
             elif kind == "reset":
@@ -123,6 +127,13 @@ def _serve(conn: Any) -> None:
                 conn.send(("fatal", text))
                 os._exit(3)
             conn.send(("error", text))
+
+
+def _exit_if_poisoned(conn: Any, failed: bool, detail: str | None) -> None:
+    """After a failed run or check: if the CUDA context is poisoned, say so and exit (the parent restarts us)."""
+    if failed and not _context_healthy():
+        conn.send(("fatal", str(detail)[:300]))
+        os._exit(3)
 
 
 def _context_healthy() -> bool:

@@ -55,4 +55,6 @@ def default(choices: Sequence[Choice], measure: Measure, options: StrategyOption
     name = settings_default("strategy")
     if name == "default":
         raise ValueError("Settings.strategy defaults to 'default': nothing to delegate to")
+    # tune's own defaults, whatever `options` says of them (budgets and the problem are kept)
+    options = dataclasses.replace(options, top_x=settings_default("top_x"), stage0_n=settings_default("stage0_n"))
     return STRATEGIES[name](choices, measure, default_options(options))

@@ -79,10 +79,14 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
     return space
 
 
+_SMEM_RESERVE = 1024  # bytes the compiler keeps for barriers and scalars
+
+
 def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_bytes: int,
-                smem_limit: int) -> list[dict[str, int]]:
+                smem_limit: int, has_bias: bool = False) -> list[dict[str, int]]:
     """Clamp tiles to the problem (BLOCK_M >= 64 for wgmma, BLOCK_N and BLOCK_K >= 32); drop
-    duplicates and configs whose pipeline plus epilogue buffer exceed shared memory.
+    duplicates and configs whose pipeline plus epilogue buffer (plus, with a bias, the layout
+    conversion scratch the compiler adds: BM*BN bytes, measured on an H200) exceed shared memory.
 
     Example:
         >>> cfg = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=4, num_warps=8, EPILOGUE_SUBTILE=1)
@@ -100,8 +104,8 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
         if c["num_warps"] == 8 and c["BLOCK_M"] < 128:
             c["num_warps"] = 4
         bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
-        epilogue = bm * bn * elt_bytes // (2 if c["EPILOGUE_SUBTILE"] else 1)
-        if c["num_stages"] * (bm + bn) * bk * elt_bytes + epilogue > smem_limit:
+        epilogue = bm * bn * elt_bytes // (2 if c["EPILOGUE_SUBTILE"] else 1) + (bm * bn if has_bias else 0)
+        if c["num_stages"] * (bm + bn) * bk * elt_bytes + epilogue + _SMEM_RESERVE > smem_limit:
             continue
         if bm * bn // (32 * c["num_warps"]) > _ACC_REGS_MAX:
             continue
@@ -226,7 +230,8 @@ class TritonTMAPersistentTemplate(Template):
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
         elt = torch.empty((), dtype=ki.dtype).element_size()
-        return fit_configs(self.space, ki.M, ki.N, ki.K, elt, _smem_limit(ki.device))
+        return fit_configs(self.space, ki.M, ki.N, ki.K, elt, _smem_limit(ki.device),
+                           has_bias=ki.op == "addmm" and ki.beta != 0.0)
 
     def sms(self, ki: KernelInputs) -> int:
         """Programs of a full persistent grid: the device's SMs (constexpr NUM_SMS: one binary per device)."""
