@@ -23,10 +23,11 @@ def _fault_kernel(A, B, C, M, N, K, FAULT: tl.constexpr):
     pid = tl.program_id(0)
     if FAULT == 1:  # out-of-bounds write far past the allocation: illegal address
         tl.store(C + (1 << 40) + pid, 1.0)
-    if FAULT == 2:  # never finishes
-        flag = tl.load(A)
+    if FAULT == 2:  # never finishes: volatile loads and a store each turn, so the loop cannot be removed
+        flag = tl.load(A, volatile=True)
         while flag == flag:
-            flag = tl.load(A)
+            tl.store(C + pid, flag)
+            flag = tl.load(A, volatile=True)
     if FAULT == 3:  # illegal read
         x = tl.load(A + (1 << 40))
         tl.store(C + pid, x)
