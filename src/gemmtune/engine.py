@@ -65,7 +65,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     emit = listener or (lambda event, **info: None)
 
     active = active_templates(ki, settings.backends, templates, settings.hopper_templates,
-                              settings.config_space)
+                              settings.config_space, settings.preview_templates)
     hooks = [*finalize, *([LookupTable.load(settings.lookup_table)] if settings.lookup_table else [])]
     choices = heuristics.get_template_configs(ki, active, op, hooks)
     if not choices:

@@ -9,12 +9,13 @@ from .base import Template
 from .extern import AtenBiasAddmmTemplate, AtenTemplate, NumpyTemplate
 
 
-def default_templates(hopper: bool = True, size: str = "default") -> list[Template]:
+def default_templates(hopper: bool = True, size: str = "default", preview: bool = False) -> list[Template]:
     """Every shipped template, extern first.  Templates not usable here report supports()=False.
 
     `hopper=True` (the default; `Settings(hopper_templates=False)` or `GEMMTUNE_HOPPER_TEMPLATES=0`
     turns it off) adds `triton_splitk` (offered for small M*N with a deep K) and
-    `triton_tma_persistent` (compute capability >= 9).
+    `triton_tma_persistent` (compute capability >= 9).  `preview=True` (`Settings(preview_templates=True)`,
+    `GEMMTUNE_PREVIEW_TEMPLATES=1`) adds templates not yet run on a GPU: `triton_gemv` (M <= 4).
 
     Example:
         >>> [t.uid for t in default_templates(hopper=False)][-2:]
@@ -30,18 +31,22 @@ def default_templates(hopper: bool = True, size: str = "default") -> list[Templa
         from .triton_tma import TritonTMAPersistentTemplate
 
         pool += [TritonSplitKTemplate(size=size), TritonTMAPersistentTemplate(size=size)]
+    if preview:
+        from .triton_gemv import TritonGemvTemplate
+
+        pool.append(TritonGemvTemplate(size=size))
     return pool + [NumbaMMTemplate()]
 
 
 def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
                      templates: Sequence[Template] | None = None, hopper: bool = True,
-                     size: str = "default") -> list[Template]:
+                     size: str = "default", preview: bool = False) -> list[Template]:
     """Templates of the requested families that can run `ki`.
 
     With `backends=None`, every family native to the device (GPU: extern + triton;
     CPU: extern + numba); a family named explicitly is used wherever it runs.
     """
-    pool = default_templates(hopper, size) if templates is None else list(templates)
+    pool = default_templates(hopper, size, preview) if templates is None else list(templates)
 
     def wanted(t: Template) -> bool:
         return ki.device_type in t.native_devices if backends is None else t.family in backends
