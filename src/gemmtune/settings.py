@@ -95,7 +95,7 @@ class Settings:
     run_timeout_s: float = 60.0  # isolation: a choice whose run takes longer is a hang
     config_space: str = "default"  # Triton config spaces: "default" or "max" (>= 100 configs per template)
     hopper_templates: bool = True  # the split-K and persistent-TMA templates (False: plain template only)
-    preview_templates: bool = False  # templates not yet run on a GPU (today: triton_gemv for M <= 4)
+    preview_templates: bool = False  # templates not yet proven on a GPU (today: triton_gemv for M <= 4)
     gpu_rep_ms: float = 10.0  # per-choice timing budget on GPU (finalists are re-timed interleaved)
     count_host_overhead: bool = True  # GPU: a choice costs max(GPU time, host launch time), as in an eager loop
     cpu_rep_ms: float = 200.0  # per-choice timing budget on CPU

@@ -15,7 +15,7 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
     `hopper=True` (the default; `Settings(hopper_templates=False)` or `GEMMTUNE_HOPPER_TEMPLATES=0`
     turns it off) adds `triton_splitk` (offered for small M*N with a deep K) and
     `triton_tma_persistent` (compute capability >= 9).  `preview=True` (`Settings(preview_templates=True)`,
-    `GEMMTUNE_PREVIEW_TEMPLATES=1`) adds templates not yet run on a GPU: `triton_gemv` (M <= 4).
+    `GEMMTUNE_PREVIEW_TEMPLATES=1`) adds templates not yet proven on a GPU: `triton_gemv` (M <= 4).
 
     Example:
         >>> [t.uid for t in default_templates(hopper=False)][-2:]

@@ -9,8 +9,9 @@ Compile-time config: BLOCK_N, BLOCK_K, num_warps.  Runtime: M, N, K and every st
 tuning parameter: the grid is one program per BLOCK_N outputs per row).  mm / addmm / bmm, fp16,
 bf16, fp32 (fp32 products, never tf32), any strides.
 
-Preview: checked through the Triton interpreter, not yet run on a GPU, so it joins the pool only
-with `Settings(preview_templates=True)` / `GEMMTUNE_PREVIEW_TEMPLATES=1`.
+Preview: correct on an H200 (tests/gpu/test_preview_templates.py) but not yet faster than cuBLAS
+there (docs/HOPPER_TEMPLATES.md), so it joins the pool only with `Settings(preview_templates=True)` /
+`GEMMTUNE_PREVIEW_TEMPLATES=1`.
 
 Example:
     >>> import torch
