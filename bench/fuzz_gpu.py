@@ -67,8 +67,8 @@ def draw(rng: random.Random, device: str, max_dim: int, dtypes):
     return op, tensors, alpha, beta, special
 
 
-def fuzz_templates(include_experimental: bool = True, pool: int = 0, seed: int = 0):
-    """The Triton templates under test: the plain one and (with `include_experimental`) split-K, TMA and
+def fuzz_templates(include_newer: bool = True, pool: int = 0, seed: int = 0):
+    """The Triton templates under test: the plain one and (with `include_newer`) split-K, TMA and
     the preview GEMV template.
 
     With `pool` > 0 each template keeps a fixed random sample of `pool` configs of its space, so the
@@ -79,7 +79,7 @@ def fuzz_templates(include_experimental: bool = True, pool: int = 0, seed: int =
     from gemmtune.templates.triton_tma import TritonTMAPersistentTemplate
 
     classes = [(TritonMMTemplate, {})]
-    if include_experimental:
+    if include_newer:
         classes += [(TritonSplitKTemplate, {"force": True}), (TritonTMAPersistentTemplate, {}), (TritonGemvTemplate, {})]
     templates = []
     for cls, kw in classes:
