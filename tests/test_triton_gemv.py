@@ -15,7 +15,7 @@ from gemmtune.templates.triton_gemv import GEMV_MAX_M, TritonGemvTemplate, confi
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available()
 needs_interp = pytest.mark.skipif(not INTERP, reason="numerics run through Triton's interpreter on CPU")
-SMALL = [dict(BLOCK_N=4, BLOCK_K=16, num_warps=4), dict(BLOCK_N=16, BLOCK_K=32, num_warps=4),
+SMALL = [dict(BLOCK_N=1, BLOCK_K=64, num_warps=4), dict(BLOCK_N=4, BLOCK_K=16, num_warps=4), dict(BLOCK_N=16, BLOCK_K=32, num_warps=4),
          dict(BLOCK_N=64, BLOCK_K=16, num_warps=8)]
 
 
@@ -56,7 +56,7 @@ def test_offered_for_at_most_four_rows_and_float_types():
 
 
 def test_space_sizes_and_fit():
-    assert len(config_space()) == 16 and len(config_space("max")) >= 100
+    assert len(config_space()) == 24 and len(config_space("max")) >= 100
     with pytest.raises(ValueError, match="unknown size"):
         config_space("huge")
     fitted = fit_configs(config_space(), N=6, K=40)

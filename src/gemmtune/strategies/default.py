@@ -34,8 +34,8 @@ def default_options(options: StrategyOptions | None = None) -> StrategyOptions:
     """`options` (or fresh ones) with tune's default top X and, where missing, template stage-1 values.
 
     Example:
-        >>> default_options().stage1["triton_mm"], default_options().top_x
-        ({'swizzle': 8}, 5)
+        >>> default_options().stage1["triton_mm"], default_options().top_x, default_options().stage0_n
+        ({'swizzle': 8}, 4, 20)
     """
     if options is None:
         options = StrategyOptions(top_x=settings_default("top_x"), stage0_n=settings_default("stage0_n"))
@@ -55,6 +55,8 @@ def default(choices: Sequence[Choice], measure: Measure, options: StrategyOption
     name = settings_default("strategy")
     if name == "default":
         raise ValueError("Settings.strategy defaults to 'default': nothing to delegate to")
-    # tune's own defaults, whatever `options` says of them (budgets and the problem are kept)
-    options = dataclasses.replace(options, top_x=settings_default("top_x"), stage0_n=settings_default("stage0_n"))
+    # tune's own defaults, whatever `options` says of them (budgets and the problem are kept); the
+    # cost model needs the problem's dimensions, so without them nothing is pruned (as tune on CPU)
+    stage0_n = settings_default("stage0_n") if options.problem is not None else None
+    options = dataclasses.replace(options, top_x=settings_default("top_x"), stage0_n=stage0_n)
     return STRATEGIES[name](choices, measure, default_options(options))

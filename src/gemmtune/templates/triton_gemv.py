@@ -21,7 +21,7 @@ Example:
     True
     >>> t.offered(KernelInputs.from_tensors("mm", torch.ones(16, 64), torch.ones(64, 8)))
     False
-    >>> len(config_space()) <= 20 < 100 <= len(config_space("max"))
+    >>> len(config_space()) <= 24 < 100 <= len(config_space("max"))
     True
 """
 
@@ -44,23 +44,27 @@ _ELEMS_PER_THREAD_MAX = 128  # fp32 accumulator elements per thread (registers)
 
 
 def config_space(size: str = "default") -> list[dict[str, int]]:
-    """Compile-time configs before fitting: `"default"` (16) or `"max"` (>= 100).
+    """Compile-time configs before fitting: `"default"` (24) or `"max"` (>= 100).
 
     The default pairs narrow tiles with long K steps (B = W.t(), K contiguous: each row of the
     tile is one coalesced read) and wide tiles with short K steps (B row-major, N contiguous).
 
     Example:
         >>> sorted({c["BLOCK_N"] for c in config_space()})
-        [8, 16, 32, 64, 128, 256]
+        [1, 2, 4, 8, 16, 32, 64, 128, 256]
     """
     if size not in SPACE_SIZES:
         raise ValueError(f"config_space: unknown size {size!r}; expected one of {', '.join(SPACE_SIZES)}")
     if size == "default":
-        tiles = ((8, 512), (16, 256), (16, 512), (32, 128), (32, 256), (64, 128), (128, 64), (256, 32))
+        # Few outputs with long K steps (many programs, long contiguous reads of B = W.t(): the shape
+        # of Inductor's reduction kernels, which won the M = 1 shapes), medium tiles, and wide tiles
+        # with short K steps (B row-major, N contiguous).
+        tiles = ((1, 2048), (2, 2048), (4, 1024), (8, 1024), (8, 512), (16, 256), (16, 512), (32, 128),
+                 (32, 256), (64, 128), (128, 64), (256, 32))
         return [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w) for bn, bk in tiles for w in (4, 8)]
     space = []
-    for bn in (4, 8, 16, 32, 64, 128, 256, 512):
-        for bk in (16, 32, 64, 128, 256, 512, 1024):
+    for bn in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
+        for bk in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
             for warps in (1, 2, 4, 8):
                 elems = bn * bk
                 if not 512 <= elems <= 32768 or elems // (32 * warps) > _ELEMS_PER_THREAD_MAX:
@@ -70,14 +74,14 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
 
 
 def fit_configs(space: Sequence[Mapping[str, int]], N: int, K: int) -> list[dict[str, int]]:
-    """Clamp BLOCK_N to the problem (min 4) and BLOCK_K (min 16); drop duplicates.
+    """Clamp BLOCK_N and BLOCK_K to the problem (BLOCK_K at least 16); drop duplicates.
 
     Example:
         >>> fit_configs([dict(BLOCK_N=256, BLOCK_K=32, num_warps=8)], 3, 7)
         [{'BLOCK_N': 4, 'BLOCK_K': 16, 'num_warps': 8}]
     """
     seen, out = set(), []
-    cap_n, cap_k = max(4, _pow2_at_least(N)), max(16, _pow2_at_least(K))
+    cap_n, cap_k = _pow2_at_least(N), max(16, _pow2_at_least(K))
     for cfg in space:
         c = dict(cfg, BLOCK_N=min(cfg["BLOCK_N"], cap_n), BLOCK_K=min(cfg["BLOCK_K"], cap_k))
         key = tuple(sorted(c.items()))
