@@ -1,4 +1,4 @@
-"""The GEMV template (preview): offer rule, config space, registration and, through Triton's
+"""The GEMV template: offer rule, config space, registration and, through Triton's
 interpreter, numerics for mm / addmm / bmm with M <= 4."""
 
 import os
@@ -64,13 +64,18 @@ def test_space_sizes_and_fit():
     assert len({tuple(sorted(c.items())) for c in fitted}) == len(fitted)
 
 
-def test_preview_only_when_asked_for():
-    assert "triton_gemv" not in [t.uid for t in default_templates()]
-    assert "triton_gemv" in [t.uid for t in default_templates(preview=True)]
+def test_in_the_default_pool_and_previews_extend_it(monkeypatch):
+    from gemmtune import templates
+
+    assert "triton_gemv" in [t.uid for t in default_templates()]
+    assert "triton_gemv" not in [t.uid for t in default_templates(hopper=False)]
     assert not gemmtune.Settings().preview_templates
     assert gemmtune.Settings.from_env({"GEMMTUNE_PREVIEW_TEMPLATES": "1"}).preview_templates
+    assert [t.uid for t in default_templates(preview=True)] == [t.uid for t in default_templates()]  # none today
+    monkeypatch.setattr(templates, "PREVIEW_TEMPLATES", (TritonGemvTemplate,))
+    assert [t.uid for t in default_templates(hopper=False, preview=True)].count("triton_gemv") == 1
     ki = KernelInputs.from_tensors("mm", torch.ones(1, 64), torch.ones(64, 64))
-    assert "triton_gemv" not in {t.uid for t in active_templates(ki, None, preview=True)}  # not native on CPU
+    assert "triton_gemv" not in {t.uid for t in active_templates(ki, None)}  # not native on CPU
 
 
 def test_source_hash_is_the_kernel_file():

@@ -26,13 +26,17 @@ class Timer(Protocol):
 class CudaTimer:
     """CUDA events around each run, with the L2 cache flushed before every run.
 
+    `flush="read"` (default) evicts L2 by reading a buffer twice its size; `"write"` zeroes it
+    instead, as Triton's do_bench does, which leaves L2 dirty and charges the timed kernel for
+    the write-back (gemmtune.settings.L2_FLUSH_MODES).
+
     Example:
         >>> timer = CudaTimer(torch.device("cuda"), rep_ms=20)  # doctest: +SKIP
         >>> timer.time(lambda: torch.mm(a, b))  # doctest: +SKIP
     """
 
     def __init__(self, device: torch.device, rep_ms: float = 20.0, min_reps: int = 5, max_reps: int = 100,
-                 count_host: bool = True):
+                 count_host: bool = True, flush: str = "read"):
         self.device, self.rep_ms, self.min_reps, self.max_reps = device, rep_ms, min_reps, max_reps
         # An eager caller pays max(GPU time, host launch time) per call: a kernel
         # whose launcher costs 30 us of Python is no faster in a loop than 30 us,
@@ -42,7 +46,11 @@ class CudaTimer:
         self.last_all: list[tuple[float, float]] = []  # the same per function of the last time_interleaved()
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
         # Writing twice the L2's size evicts every line the previous run left there.
-        self._flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.int8, device=device)
+        self._flush = torch.zeros(max(2 * l2, 64 << 20) // 4, dtype=torch.int32, device=device)
+        self._sink = torch.zeros((), dtype=torch.int64, device=device)
+        if flush not in ("read", "write"):
+            raise ValueError(f"CudaTimer: flush must be 'read' or 'write', got {flush!r}")
+        self.flush = flush
         self._sleep = getattr(torch.cuda, "_sleep", None)  # a spin kernel of N clock cycles
 
     def _cover_host(self, seconds: float) -> None:
@@ -62,9 +70,16 @@ class CudaTimer:
         fn()
         return time.perf_counter() - t0 + 15e-6
 
+    def _evict(self) -> None:
+        """Empty L2 of whatever the previous run left there."""
+        if self.flush == "write":
+            self._flush.zero_()
+        else:
+            torch.sum(self._flush, dim=0, dtype=torch.int64, out=self._sink)
+
     def _one(self, fn: Fn) -> tuple[torch.cuda.Event, torch.cuda.Event, float]:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        self._flush.zero_()
+        self._evict()
         start.record()
         t0 = time.perf_counter()
         fn()
@@ -157,5 +172,5 @@ def timer_for(device: str, settings) -> Timer:
     """The timer for `device` ('cpu' or 'cuda:N'), configured by `settings`."""
     if device.startswith("cuda"):
         return CudaTimer(torch.device(device), settings.gpu_rep_ms, settings.min_reps, settings.max_reps,
-                         count_host=settings.count_host_overhead)
+                         count_host=settings.count_host_overhead, flush=settings.l2_flush)
     return CpuTimer(settings.cpu_rep_ms, min(settings.min_reps, 3), settings.max_reps)

@@ -44,6 +44,12 @@ def check_backends(backends: Any) -> tuple[str, ...] | None:
 
 
 ISOLATION_MODES = ("auto", "subprocess", "off")
+L2_FLUSH_MODES = ("read", "write")
+"""How the GPU timer empties L2 before a timed run.  "write" zeroes a 2x-L2 buffer (what Triton's
+do_bench does): L2 is then full of dirty lines, and the timed kernel pays for writing them back to
+DRAM as it evicts them, about L2-size of write traffic, which a memory-bound kernel (decode-time
+GEMV/GEMM) feels as 30-50% extra time.  "read" sums the buffer instead: L2 holds clean lines of
+data no kernel uses, the state a kernel meets after reading a large weight.  See docs/PERFORMANCE.md."""
 
 
 def isolation_for(mode: str, device_type: str) -> str:
@@ -95,9 +101,10 @@ class Settings:
     run_timeout_s: float = 60.0  # isolation: a choice whose run takes longer is a hang
     config_space: str = "default"  # Triton config spaces: "default" or "max" (>= 100 configs per template)
     hopper_templates: bool = True  # the split-K and persistent-TMA templates (False: plain template only)
-    preview_templates: bool = False  # templates not yet proven on a GPU (today: triton_gemv for M <= 4)
+    preview_templates: bool = False  # templates not yet proven on a GPU (templates.PREVIEW_TEMPLATES; none today)
     gpu_rep_ms: float = 10.0  # per-choice timing budget on GPU (finalists are re-timed interleaved)
     count_host_overhead: bool = True  # GPU: a choice costs max(GPU time, host launch time), as in an eager loop
+    l2_flush: str = "read"  # GPU: evict L2 before each timed run by reading ("read") or zeroing ("write") a buffer
     cpu_rep_ms: float = 200.0  # per-choice timing budget on CPU
     min_reps: int = 5
     max_reps: int = 100
@@ -126,6 +133,8 @@ class Settings:
         _effort(self.effort)
         if self.config_space not in ("default", "max"):
             raise ValueError(f"config_space: expected 'default' or 'max', got {self.config_space!r}")
+        if self.l2_flush not in L2_FLUSH_MODES:
+            raise ValueError(f"l2_flush: expected one of {', '.join(L2_FLUSH_MODES)}, got {self.l2_flush!r}")
         if self.isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation: expected one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
         if self.budget_s is not None and self.budget_s <= 0:

@@ -60,7 +60,7 @@ def sweep(specs: Sequence[ProblemSpec], out: str | Path, device: str, settings: 
                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                       "timer": {"kind": type(timer).__name__, "gpu_rep_ms": settings.gpu_rep_ms,
                                 "cpu_rep_ms": settings.cpu_rep_ms, "min_reps": settings.min_reps,
-                                "max_reps": settings.max_reps, "l2_flush": device.startswith("cuda"),
+                                "max_reps": settings.max_reps, "l2_flush": settings.l2_flush if device.startswith("cuda") else None,
                                 "count_host_overhead": settings.count_host_overhead,
                                 "statistic": "median"},
                       "command": command})

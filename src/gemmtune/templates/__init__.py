@@ -9,13 +9,19 @@ from .base import Template
 from .extern import AtenBiasAddmmTemplate, AtenTemplate, NumpyTemplate
 
 
+PREVIEW_TEMPLATES: tuple = ()
+"""Template classes not yet proven on a GPU, added by `preview=True`.  Empty today: `triton_gemv`
+graduated after its H200 measurements (docs/HOPPER_TEMPLATES.md)."""
+
+
 def default_templates(hopper: bool = True, size: str = "default", preview: bool = False) -> list[Template]:
     """Every shipped template, extern first.  Templates not usable here report supports()=False.
 
     `hopper=True` (the default; `Settings(hopper_templates=False)` or `GEMMTUNE_HOPPER_TEMPLATES=0`
-    turns it off) adds `triton_splitk` (offered for small M*N with a deep K) and
-    `triton_tma_persistent` (compute capability >= 9).  `preview=True` (`Settings(preview_templates=True)`,
-    `GEMMTUNE_PREVIEW_TEMPLATES=1`) adds templates not yet proven on a GPU: `triton_gemv` (M <= 4).
+    turns it off) adds `triton_splitk` (offered for small M*N with a deep K), `triton_skinny`
+    (one-launch split-K, M <= 256), `triton_gemv` (M <= 4) and `triton_tma_persistent` (compute
+    capability >= 9).  `preview=True` (`Settings(preview_templates=True)`, `GEMMTUNE_PREVIEW_TEMPLATES=1`)
+    adds the templates of `PREVIEW_TEMPLATES`, those not yet proven on a GPU (none today).
 
     Example:
         >>> [t.uid for t in default_templates(hopper=False)][-2:]
@@ -27,14 +33,15 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
     pool = [AtenTemplate("mm"), AtenTemplate("addmm"), AtenTemplate("bmm"), AtenBiasAddmmTemplate(),
             NumpyTemplate(), TritonMMTemplate(size=size)]
     if hopper:
+        from .triton_gemv import TritonGemvTemplate
+        from .triton_skinny import TritonSkinnyTemplate
         from .triton_splitk import TritonSplitKTemplate
         from .triton_tma import TritonTMAPersistentTemplate
 
-        pool += [TritonSplitKTemplate(size=size), TritonTMAPersistentTemplate(size=size)]
+        pool += [TritonSplitKTemplate(size=size), TritonSkinnyTemplate(size=size), TritonGemvTemplate(size=size),
+                 TritonTMAPersistentTemplate(size=size)]
     if preview:
-        from .triton_gemv import TritonGemvTemplate
-
-        pool.append(TritonGemvTemplate(size=size))
+        pool += [factory(size=size) for factory in PREVIEW_TEMPLATES]
     return pool + [NumbaMMTemplate()]
 
 

@@ -1,4 +1,4 @@
-"""The `triton_gemv` template (preview): matrix-vector style kernels for M <= 4 (decode-time GEMV).
+"""The `triton_gemv` template: matrix-vector style kernels for M <= 4 (decode-time GEMV).
 
 With one to four rows in A, an mm is bound by reading B once; a tensor-core tile of 16+ rows wastes
 most of its work and cuBLAS's GEMV path leaves bandwidth unused on the H200 (Inductor's fused
@@ -9,9 +9,8 @@ Compile-time config: BLOCK_N, BLOCK_K, num_warps.  Runtime: M, N, K and every st
 tuning parameter: the grid is one program per BLOCK_N outputs per row).  mm / addmm / bmm, fp16,
 bf16, fp32 (fp32 products, never tf32), any strides.
 
-Preview: correct on an H200 (tests/gpu/test_preview_templates.py) but not yet faster than cuBLAS
-there (docs/HOPPER_TEMPLATES.md), so it joins the pool only with `Settings(preview_templates=True)` /
-`GEMMTUNE_PREVIEW_TEMPLATES=1`.
+On an H200 its narrow long-K configs beat cuBLAS on three of the suite's four M = 1 shapes
+(bench/skinny_probe.py, docs/HOPPER_TEMPLATES.md), so it is in the default pool (Hopper set).
 
 Example:
     >>> import torch
@@ -36,6 +35,7 @@ import torch
 from ..choices import Choice
 from ..inputs import KernelInputs
 from .base import Launcher, Template, split_operands
+from .triton_launch import FastLaunch
 from .triton_mm import SPACE_SIZES, _bstrides, _pow2_at_least, interpreting, triton_available, triton_cdiv
 
 KERNEL_FILE = Path(__file__).with_name("triton_gemv_kernel.py")
@@ -135,18 +135,24 @@ class TritonGemvTemplate(Template):
                 bias, sbias = out, (0, 0)
             return (a, b, out, bias, M, N, K, *_bstrides(a), *_bstrides(b), *_bstrides(out), *sbias, alpha, beta)
 
+        fast: FastLaunch | None = None
+
         def launch(tensors, out=None):
             if out is None:
                 out = torch.empty(ki.out_size, dtype=ki.dtype, device=tensors[-1].device)
-            gemv_kernel[grid](*args(tensors, out), **meta)
+            a = args(tensors, out)
+            if fast is None or not fast(a):
+                gemv_kernel[grid](*a, **meta)
             return out
 
         if not interpreting():  # compile now, so errors and resource overflows surface at compile time
             device = example[-1].device
             out = torch.empty(ki.out_size, dtype=ki.dtype, device=device)
             with torch.cuda.device(device):
-                compiled = gemv_kernel.warmup(*args(example, out), grid=grid, **meta)
+                a = args(example, out)
+                compiled = gemv_kernel.warmup(*a, grid=grid, **meta)
                 init = getattr(compiled, "_init_handles", None)
                 if init is not None:
                     init()
+                fast = FastLaunch.build(gemv_kernel, compiled, grid, meta, a)
         return launch

@@ -19,6 +19,7 @@ import torch
 from ..choices import Choice
 from ..inputs import KernelInputs
 from .base import Launcher, Template, split_operands
+from .triton_launch import FastLaunch
 
 KERNEL_FILE = Path(__file__).with_name("triton_kernel.py")
 SWIZZLES = (1, 2, 4, 8)
@@ -194,20 +195,26 @@ class TritonMMTemplate(Template):
                 bias, sbias = out, (0, 0)
             return (a, b, out, bias, M, N, K, *sa, *sb, *sc, *sbias, alpha, beta, swizzle)
 
+        fast: FastLaunch | None = None
+
         def launch(tensors, out=None, swizzle=STAGE1_SWIZZLE):
             if out is None:
                 out = torch.empty(ki.out_size, dtype=ki.dtype, device=tensors[-1].device)
-            gemm_kernel[grid](*args(tensors, out, swizzle), **meta)
+            a = args(tensors, out, swizzle)
+            if fast is None or not fast(a):
+                gemm_kernel[grid](*a, **meta)
             return out
 
         if not interpreting():
             out = torch.empty(ki.out_size, dtype=ki.dtype, device=example[-1].device)
             with torch.cuda.device(example[-1].device):
-                compiled = gemm_kernel.warmup(*args(example, out, STAGE1_SWIZZLE), grid=grid, **meta)
+                a = args(example, out, STAGE1_SWIZZLE)
+                compiled = gemm_kernel.warmup(*a, grid=grid, **meta)
                 # Loading the binary is where shared-memory / register overflows surface.
                 init = getattr(compiled, "_init_handles", None)
                 if init is not None:
                     init()
+                fast = FastLaunch.build(gemm_kernel, compiled, grid, meta, a)
         return launch
 
 

@@ -29,6 +29,7 @@ import torch
 from ..choices import Choice
 from ..inputs import KernelInputs
 from .base import Launcher, Template, split_operands
+from .triton_launch import FastLaunch
 from .triton_mm import fit_configs as plain_fit
 from .triton_mm import (SPACE_SIZES, STAGE1_SWIZZLE, SWIZZLES, _bstrides, _input_precision, _pow2_at_least,
                         _smem_limit, interpreting, triton_available, triton_cdiv)
@@ -189,13 +190,17 @@ class TritonSplitKTemplate(Template):
             second = (ws, out, bias, M, N, *ws_strides, *sc, *sbias, alpha, beta)
             return first, second
 
+        fast: list[FastLaunch | None] = [None, None]  # direct launch paths, built below
+
         def launch(tensors, out=None, swizzle=STAGE1_SWIZZLE):
             device = tensors[-1].device
             if out is None:
                 out = torch.empty(ki.out_size, dtype=ki.dtype, device=device)
             first, second = args(tensors, out, self.workspace(ws_shape, device), swizzle)
-            splitk_partial_kernel[grid1](*first, **meta1)
-            splitk_reduce_kernel[grid2](*second, **meta2)
+            if fast[0] is None or not fast[0](first):
+                splitk_partial_kernel[grid1](*first, **meta1)
+            if fast[1] is None or not fast[1](second):
+                splitk_reduce_kernel[grid2](*second, **meta2)
             return out
 
         if not interpreting():
@@ -204,10 +209,11 @@ class TritonSplitKTemplate(Template):
             dummy_ws = torch.empty(1, dtype=torch.float32, device=device)  # only its type and alignment matter
             first, second = args(example, out, dummy_ws, STAGE1_SWIZZLE)
             with torch.cuda.device(device):
-                for kernel, a, grid, meta in ((splitk_partial_kernel, first, grid1, meta1),
-                                              (splitk_reduce_kernel, second, grid2, meta2)):
+                for i, (kernel, a, grid, meta) in enumerate(((splitk_partial_kernel, first, grid1, meta1),
+                                                             (splitk_reduce_kernel, second, grid2, meta2))):
                     compiled = kernel.warmup(*a, grid=grid, **meta)
                     init = getattr(compiled, "_init_handles", None)  # resource overflows surface here
                     if init is not None:
                         init()
+                    fast[i] = FastLaunch.build(kernel, compiled, grid, meta, a)
         return launch
