@@ -137,7 +137,8 @@ def run_inductor(spec, tensors) -> tuple[Callable, dict[str, Any]]:
     return compiled, seen
 
 
-def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: int) -> dict[str, Any]:
+def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: int,
+              timer_other=None) -> dict[str, Any]:
     import torch
 
     import gemmtune
@@ -177,6 +178,11 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     for (name, _), t, (gpu, host) in zip(fns.items(), ms, timer.last_all):
         row[f"{name}_ms"], row[f"{name}_host_ms"] = t, host
     row["speedup_vs_cublas"] = row["cublas_ms"] / row["gemmtune_ms"]
+    if timer_other is not None:
+        for name, t in zip(fns, timer_other.time_interleaved(list(fns.values()), rounds)):
+            row[f"{name}_ms_{timer_other.flush}"] = t
+        row[f"speedup_vs_cublas_{timer_other.flush}"] = (row[f"cublas_ms_{timer_other.flush}"]
+                                                         / row[f"gemmtune_ms_{timer_other.flush}"])
     if inductor:
         row["inductor_speedup_vs_cublas"] = row["cublas_ms"] / row["inductor_ms"]
     if exhaustive:
@@ -238,6 +244,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                over_1_02_cublas=[r["name"] for r in rows if r["gemmtune_ms"] > 1.02 * r["cublas_ms"]],
                geomean_speedup=geomean([r["speedup_vs_cublas"] for r in rows]),
                inductor_geomean_speedup=geomean([r.get("inductor_speedup_vs_cublas") for r in rows]))
+    for flush in ("write", "read"):
+        other = [r.get(f"speedup_vs_cublas_{flush}") for r in rows]
+        if any(other):
+            out[f"geomean_speedup_{flush}_flush"] = geomean(other)
     for r in rows:
         if r.get("exh_best_template_ms"):
             out.setdefault("best_template_vs_library", {})[r["name"]] = r["exh_library_ms"] / r["exh_best_template_ms"]
@@ -338,14 +348,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("compare.py measures on a CUDA GPU; use --dry-run elsewhere")
     extra = {k: v for k, v in (("strategy", args.strategy), ("effort", args.effort)) if v is not None}
     settings = Settings.from_env().with_(store="off", **extra)
-    timer = CudaTimer(torch.device("cuda"), rep_ms=50, count_host=False)
+    timer = CudaTimer(torch.device("cuda"), rep_ms=50, count_host=False, flush=settings.l2_flush)
+    # The same picks once more with L2 left dirty (Triton do_bench's flush), for comparison.
+    other = "write" if settings.l2_flush == "read" else "read"
+    timer_other = CudaTimer(torch.device("cuda"), rep_ms=50, count_host=False, flush=other)
     meta = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
             "torch": torch.__version__, "triton": __import__("triton").__version__, "gemmtune": gemmtune.__version__,
             "python": platform.python_version(), "command": " ".join(sys.argv), "inductor_mode": INDUCTOR_MODE,
-            "timing": "GPU ms by CUDA events, L2 flushed, interleaved; *_host_ms: host time per call"}
+            "timing": f"GPU ms by CUDA events, L2 evicted by {settings.l2_flush}ing a 2x-L2 buffer, interleaved; "
+                      f"*_ms_{other}: the same with the {other} flush; *_host_ms: host time per call",
+            "l2_flush": settings.l2_flush}
     rows = []
     for spec in specs:
-        row = run_shape(spec, settings, timer, spec.name in exhaustive, not args.no_inductor, args.rounds)
+        row = run_shape(spec, settings, timer, spec.name in exhaustive, not args.no_inductor, args.rounds,
+                        timer_other)
         rows.append(row)
         print(f"{spec.name}: gemmtune {row['winner']} {row['gemmtune_ms']:.4f} ms (x{row['speedup_vs_cublas']:.3f}), "
               f"cuBLAS {row['cublas_ms']:.4f} ms, Inductor {row.get('inductor_ms', float('nan')):.4f} ms; "

@@ -217,3 +217,36 @@ def test_time_budget_stops_and_returns_the_best_so_far():
                                                  ScriptedTemplate("slow", mode="slow_compile", n_configs=4,
                                                                   sleep_s=0.0)], store=store)
     assert not again.cache_hit and any(t.choice.template_uid == "slow" and t.ms for t in again.timings)
+
+
+def test_pick_never_lets_host_time_crown_a_gpu_slower_kernel():
+    """count_host_overhead: a generated kernel slower on the GPU than the library kernel does not win
+    because torch.mm's host dispatch happens to cost more than its kernel."""
+    from types import SimpleNamespace
+
+    from gemmtune.choices import Choice, Timing, as_params
+    from gemmtune.engine import _pick
+    from gemmtune.settings import Settings
+    from gemmtune.strategies.base import Measured
+
+    lib = Choice("aten_mm", None)
+    slow_gpu = Choice("triton_mm", "h", as_params({"BLOCK_M": 128}), family="triton")
+    fast_gpu = Choice("triton_mm", "h", as_params({"BLOCK_M": 64}), family="triton")
+    # (cost = max(GPU, host), GPU, host) in ms after the interleaved re-timing
+    final = {lib: (0.029, 0.0196, 0.029), slow_gpu: (0.0233, 0.0233, 0.012), fast_gpu: (0.0250, 0.0190, 0.025)}
+
+    def run(candidates):
+        records = {}
+
+        def retime(cs, rounds):
+            for c in cs:
+                cost, gpu, host = final[c]
+                records[c] = Timing(c, cost, "finalist", gpu_ms=gpu, host_ms=host)
+            return [final[c][0] for c in cs]
+
+        bench = SimpleNamespace(budget_exhausted=False, records=records, retime=retime)
+        ranked = [Measured(c, final[c][0], "prescreen") for c in sorted(candidates, key=lambda c: final[c][0])]
+        return _pick(ranked, bench, Settings(finalists=3), None)
+
+    assert run([lib, slow_gpu]) == lib  # cheaper per eager call, but 19% slower on the GPU
+    assert run([lib, slow_gpu, fast_gpu]) == fast_gpu  # faster on the GPU and than the library's cost

@@ -205,7 +205,14 @@ def _pick(ranked: Sequence[Measured], bench: Bench, settings: Settings, stored_p
     if stored_pick in finalists and all(bench.records[c].stage == "store" for c in finalists):
         return stored_pick  # nothing new reached the final: the stored decision stands
     times = bench.retime(finalists, settings.finalist_rounds)
-    return min(zip(times, range(len(finalists)), finalists))[2]
+    ranked_final = list(zip(times, range(len(finalists)), finalists))
+    lib_gpu = bench.records[best_extern].gpu_ms if best_extern is not None else None
+    if lib_gpu is not None:
+        # Host launch time (count_host_overhead) may only keep a slow launcher from winning; it never
+        # lets a kernel that is slower on the GPU than the library kernel win (on a slow host,
+        # torch.mm's own dispatch can cost more than its kernel, and a CUDA graph pays GPU time only).
+        ranked_final = [r for r in ranked_final if r[2].is_extern or (bench.records[r[2]].gpu_ms or 0.0) <= lib_gpu]
+    return min(ranked_final)[2]
 
 
 def _timings(choices: Sequence[Choice], compiled: CompileResult, bench: Bench) -> tuple[Timing, ...]:
