@@ -3,7 +3,7 @@
 Each case draws an op (mm / addmm / bmm), sizes (odd ones included), a dtype, operand layouts
 (row-major, transposed, sliced with a step, expanded), a bias shape and alpha/beta, sometimes a
 NaN or Inf in an operand.  Every choice of each Triton template that takes the problem (plain,
-split-K forced on, persistent TMA, GEMV for M <= 4; a few configs fitted to the problem x every swizzle) and of the
+split-K forced on, persistent TMA, GEMV for M <= 4, one-launch split-K for M <= 256; a few configs fitted to the problem x every swizzle) and of the
 library kernels runs on a NaN-poisoned output and is checked
 against the float64 reference with `gemmtune.correctness.check`.  A crash, a launch failure or a
 wrong result is counted and reported with the case; the pass condition is 0 wrong results.
@@ -68,19 +68,21 @@ def draw(rng: random.Random, device: str, max_dim: int, dtypes):
 
 
 def fuzz_templates(include_newer: bool = True, pool: int = 0, seed: int = 0):
-    """The Triton templates under test: the plain one and (with `include_newer`) split-K, TMA and
-    the preview GEMV template.
+    """The Triton templates under test: the plain one and (with `include_newer`) split-K, TMA, GEMV
+    and one-launch split-K (`triton_skinny`).
 
     With `pool` > 0 each template keeps a fixed random sample of `pool` configs of its space, so the
     binaries compiled for one case serve the next ones (sizes and strides are runtime arguments).
     """
     from gemmtune.templates.triton_gemv import TritonGemvTemplate
+    from gemmtune.templates.triton_skinny import TritonSkinnyTemplate
     from gemmtune.templates.triton_splitk import TritonSplitKTemplate
     from gemmtune.templates.triton_tma import TritonTMAPersistentTemplate
 
     classes = [(TritonMMTemplate, {})]
     if include_newer:
-        classes += [(TritonSplitKTemplate, {"force": True}), (TritonTMAPersistentTemplate, {}), (TritonGemvTemplate, {})]
+        classes += [(TritonSplitKTemplate, {"force": True}), (TritonTMAPersistentTemplate, {}), (TritonGemvTemplate, {}),
+                    (TritonSkinnyTemplate, {})]
     templates = []
     for cls, kw in classes:
         space = cls().space

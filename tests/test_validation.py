@@ -420,3 +420,12 @@ def test_reliability_doc_lists_every_kind():
     rows = set(re.findall(r"^\| `([A-Za-z0-9_]+)` \|", text, flags=re.M))
     missing = {c.kind for c in CASES} - rows
     assert not missing, f"docs/RELIABILITY.md lacks rows for {sorted(missing)}"
+
+
+def test_l2_flush_setting_is_validated_and_read_from_env():
+    import gemmtune
+
+    assert gemmtune.Settings().l2_flush == "read"
+    assert gemmtune.Settings.from_env({"GEMMTUNE_L2_FLUSH": "write"}).l2_flush == "write"
+    with pytest.raises(ValueError, match="l2_flush: expected one of read, write, got 'dirty'"):
+        gemmtune.Settings(l2_flush="dirty")
