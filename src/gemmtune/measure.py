@@ -13,6 +13,7 @@ from typing import Callable, Protocol, Sequence
 import torch
 
 Fn = Callable[[], object]
+MAX_ROUNDS_FACTOR = 10  # CudaTimer.time_interleaved: at most this many times the rounds asked for
 
 
 class Timer(Protocol):
@@ -113,7 +114,34 @@ class CudaTimer:
             torch.cuda.synchronize(self.device)
             return self._cost(events)
 
+    def extra_rounds(self, done: int, spent_s: float, n_fns: int) -> int:
+        """Rounds to add after `done` rounds took `spent_s`: fill `rep_ms` per function, at most
+        `MAX_ROUNDS_FACTOR` x `done` rounds in all.  Microsecond kernels get hundreds of samples in a
+        few milliseconds instead of the fixed count (15 in a tune's final), whose median still moved
+        by several percent on 10-20 us kernels (docs/PERFORMANCE.md, run D).
+
+        Example:
+            >>> timer = CudaTimer.__new__(CudaTimer); timer.rep_ms = 10.0
+            >>> timer.extra_rounds(15, 0.003, 4), timer.extra_rounds(15, 0.084, 4)
+            (135, 0)
+        """
+        budget_s = self.rep_ms * 1e-3 * n_fns
+        if done <= 0 or spent_s >= budget_s:
+            return 0
+        per_round = max(spent_s / done, 1e-9)
+        return int(min(done * (MAX_ROUNDS_FACTOR - 1), (budget_s - spent_s) / per_round))
+
+    def _rounds(self, fns: Sequence[Fn], events: list[list], first: int, last: int, round_s: float) -> None:
+        order = list(range(len(fns)))
+        for r in range(first, last):
+            self._cover_host(round_s)  # per round: the GPU never waits for the host inside a round
+            # Rotate the order each round so no choice always runs first.
+            for i in order[r % len(fns):] + order[: r % len(fns)]:
+                events[i].append(self._one(fns[i]))
+
     def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[float]:
+        """At least `rounds` rounds (every function once per round, rotated order), then more while
+        the call has used less than `rep_ms` per function (`extra_rounds`)."""
         with torch.cuda.device(self.device):
             for fn in fns:
                 fn()
@@ -121,13 +149,13 @@ class CudaTimer:
             round_s = sum(self._host_s(fn) for fn in fns)
             torch.cuda.synchronize(self.device)
             events: list[list] = [[] for _ in fns]
-            order = list(range(len(fns)))
-            for r in range(rounds):
-                self._cover_host(round_s)  # per round: the GPU never waits for the host inside a round
-                # Rotate the order each round so no choice always runs first.
-                for i in order[r % len(fns):] + order[: r % len(fns)]:
-                    events[i].append(self._one(fns[i]))
+            t0 = time.perf_counter()
+            self._rounds(fns, events, 0, rounds, round_s)
             torch.cuda.synchronize(self.device)
+            extra = self.extra_rounds(rounds, time.perf_counter() - t0, len(fns))
+            if extra:
+                self._rounds(fns, events, rounds, rounds + extra, round_s)
+                torch.cuda.synchronize(self.device)
             costs = []
             self.last_all = []
             for evs in events:
