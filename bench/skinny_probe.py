@@ -42,7 +42,7 @@ def host_us(fn, calls: int = 200) -> float:
     return t * 1e6
 
 
-def probe(spec, rounds: int, rep_ms: float) -> dict:
+def probe(spec, rounds: int, rep_ms: float, space: str = "default", which: str = "skinny,gemv") -> dict:
     from gemmtune.engine import tune
     from gemmtune.measure import CudaTimer
     from gemmtune.settings import Settings
@@ -57,7 +57,8 @@ def probe(spec, rounds: int, rep_ms: float) -> dict:
     row = {"name": spec.name, "M": spec.M, "N": spec.N, "K": spec.K}
     fns = {"cublas": lambda: lib(*tensors)}
     if spec.M <= 256:
-        templates = [TritonSkinnyTemplate()] + ([TritonGemvTemplate()] if spec.M <= 4 else [])
+        templates = ([TritonSkinnyTemplate(size=space)] if "skinny" in which else []) + (
+            [TritonGemvTemplate(size=space)] if spec.M <= 4 and "gemv" in which else [])
         settings = Settings(isolation="off", store="off", gpu_rep_ms=rep_ms, l2_flush="read")
         t0 = time.perf_counter()
         sel = tune(op, *tensors, strategy="exhaustive", settings=settings,
@@ -72,6 +73,7 @@ def probe(spec, rounds: int, rep_ms: float) -> dict:
             if not ok:
                 continue
             best = min(ok, key=lambda t: t.ms)
+            row[f"{tpl.uid}_top5"] = [(t.choice.key, t.gpu_ms) for t in sorted(ok, key=lambda t: t.gpu_ms)[:5]]
             row[f"{tpl.uid}_choice"] = best.choice.key
             row[f"{tpl.uid}_tune_gpu_ms"] = best.gpu_ms
             launch = tpl.compile(best.choice, ki, tensors)
@@ -104,6 +106,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--rep-ms", type=float, default=10.0)
     p.add_argument("--out", default="skinny_probe.json")
+    p.add_argument("--space", default="default", choices=("default", "max"), help="the templates' config spaces")
+    p.add_argument("--templates", default="skinny,gemv", help="which of skinny,gemv to tune")
     args = p.parse_args(argv)
     from gemmtune.suite import load_suite
 
@@ -115,7 +119,7 @@ def main(argv=None) -> int:
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "date": datetime.date.today().isoformat(), "command": " ".join(sys.argv)}
     for spec in specs:
-        row = probe(spec, args.rounds, args.rep_ms)
+        row = probe(spec, args.rounds, args.rep_ms, args.space, args.templates)
         rows.append(row)
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         cb_r, cb_w = row["cublas_ms_read"], row["cublas_ms_write"]

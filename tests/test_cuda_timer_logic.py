@@ -28,8 +28,8 @@ def timer(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
     t = measure.CudaTimer.__new__(measure.CudaTimer)
     t.device, t.rep_ms, t.min_reps, t.max_reps, t.count_host = torch.device("cpu"), 5.0, 5, 100, False
-    t.flush, t._flush, t._sink, t._sleep = "read", torch.zeros(4096, dtype=torch.int32), torch.zeros((), dtype=torch.int64), None
-    t.last, t.last_all = (0.0, 0.0), []
+    t.flush, t._flush, t._sink, t._sleep = "read", torch.zeros(4096), torch.zeros(()), None
+    t.last, t.last_all, t._events, t._flush_ms = (0.0, 0.0), [], [], None
     return t
 
 
@@ -63,3 +63,38 @@ def test_extra_rounds_arithmetic(timer):
     assert timer.extra_rounds(15, 0.003, 4) == 135  # capped at 10x the rounds asked for
     assert timer.extra_rounds(15, 0.030, 4) == 5  # fills the remaining 10 ms at 2 ms per round
     assert timer.extra_rounds(15, 0.050, 4) == 0 and timer.extra_rounds(0, 0.0, 4) == 0
+
+
+def test_time_counts_its_sizing_runs_and_fills_the_budget(timer):
+    timer.rep_ms, timer.min_reps, timer.max_reps = 5.0, 5, 40
+    fn, calls = counted(0.0)
+    timer.time(fn)
+    timed = len(calls) - 2  # minus the warm-up and the host-time probe
+    assert timed == timer.reps_for(timer.last[0])  # the 3 sizing runs are samples, not thrown away
+    assert 5 <= timed <= 40
+
+
+def test_time_gives_long_kernels_min_reps_only(timer):
+    timer.rep_ms, timer.min_reps, timer.max_reps = 5.0, 4, 40
+    fn, calls = counted(3e-3)  # 3 ms per run: the 5 ms budget buys fewer than min_reps
+    timer.time(fn)
+    assert len(calls) - 2 == 4
+
+
+def test_event_pairs_are_reused_across_calls(timer):
+    fn, _ = counted(0.0)
+    timer.time(fn)
+    pool = len(timer._events)
+    timer.time(fn)
+    timer.time_interleaved([fn, fn], rounds=2)
+    assert 0 < pool and len(timer._events) >= pool
+    before = len(timer._events)
+    timer.time(fn)
+    assert len(timer._events) == before  # nothing new allocated for a call the pool already covers
+
+
+def test_reps_budget_counts_the_flush(timer):
+    timer.rep_ms, timer.min_reps, timer.max_reps, timer._flush_ms = 10.0, 5, 1000, 0.04
+    assert timer.reps_for(0.01) == 200  # 10 ms / (0.01 + 0.04 ms)
+    timer._flush_ms = 0.0
+    assert timer.reps_for(0.01) == 1000  # capped

@@ -250,3 +250,37 @@ def test_pick_never_lets_host_time_crown_a_gpu_slower_kernel():
 
     assert run([lib, slow_gpu]) == lib  # cheaper per eager call, but 19% slower on the GPU
     assert run([lib, slow_gpu, fast_gpu]) == fast_gpu  # faster on the GPU and than the library's cost
+
+
+def test_pick_gives_a_tie_within_library_margin_to_the_library_kernel():
+    """A generated kernel 0.5% faster than cuBLAS in the final is within the timer's noise: the library
+    kernel stays; 2% faster wins; with library_margin=0 the 0.5% one wins."""
+    from types import SimpleNamespace
+
+    from gemmtune.choices import Choice, Timing, as_params
+    from gemmtune.engine import _pick
+    from gemmtune.settings import Settings
+    from gemmtune.strategies.base import Measured
+
+    lib = Choice("aten_mm", None)
+    tie = Choice("triton_gemv", "h", as_params({"BLOCK_N": 1}), family="triton")
+    win = Choice("triton_gemv", "h", as_params({"BLOCK_N": 2}), family="triton")
+    final = {lib: 0.0200, tie: 0.0199, win: 0.0196}
+
+    def run(candidates, **kw):
+        records = {}
+
+        def retime(cs, rounds):
+            for c in cs:
+                records[c] = Timing(c, final[c], "finalist", gpu_ms=final[c], host_ms=0.01)
+            return [final[c] for c in cs]
+
+        bench = SimpleNamespace(budget_exhausted=False, records=records, retime=retime)
+        ranked = [Measured(c, final[c], "prescreen") for c in sorted(candidates, key=final.get)]
+        return _pick(ranked, bench, Settings(finalists=3, **kw), None)
+
+    assert run([lib, tie]) == lib
+    assert run([lib, tie, win]) == win
+    assert run([lib, tie], library_margin=0.0) == tie
+    with pytest.raises(ValueError, match="library_margin"):
+        Settings(library_margin=0.7)

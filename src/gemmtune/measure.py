@@ -46,13 +46,16 @@ class CudaTimer:
         self.last: tuple[float, float] = (0.0, 0.0)  # (GPU ms, host ms) of the last time()
         self.last_all: list[tuple[float, float]] = []  # the same per function of the last time_interleaved()
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
-        # Writing twice the L2's size evicts every line the previous run left there.
-        self._flush = torch.zeros(max(2 * l2, 64 << 20) // 4, dtype=torch.int32, device=device)
-        self._sink = torch.zeros((), dtype=torch.int64, device=device)
+        # Twice the L2's size evicts every line the previous run left there.  float32: a float sum
+        # reads at full bandwidth (H200: 37 us for 120 MB); an int32 -> int64 sum took 181 us.
+        self._flush = torch.zeros(max(2 * l2, 64 << 20) // 4, dtype=torch.float32, device=device)
+        self._sink = torch.zeros((), dtype=torch.float32, device=device)
         if flush not in ("read", "write"):
             raise ValueError(f"CudaTimer: flush must be 'read' or 'write', got {flush!r}")
         self.flush = flush
         self._sleep = getattr(torch.cuda, "_sleep", None)  # a spin kernel of N clock cycles
+        self._events: list = []  # reused event pairs: creating two per run cost host time on every run
+        self._flush_ms: float | None = None  # GPU time of one flush, measured on first use
 
     def _cover_host(self, seconds: float) -> None:
         """Keep the GPU busy for about `seconds` while the host enqueues timed runs.
@@ -69,50 +72,89 @@ class CudaTimer:
         """Host seconds to enqueue one run of `fn` (after its warm-up), plus the flush and events."""
         t0 = time.perf_counter()
         fn()
-        return time.perf_counter() - t0 + 15e-6
+        return time.perf_counter() - t0 + 25e-6
 
     def _evict(self) -> None:
         """Empty L2 of whatever the previous run left there."""
         if self.flush == "write":
             self._flush.zero_()
         else:
-            torch.sum(self._flush, dim=0, dtype=torch.int64, out=self._sink)
+            torch.sum(self._flush, dim=0, out=self._sink)
 
-    def _one(self, fn: Fn) -> tuple[torch.cuda.Event, torch.cuda.Event, float]:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    def _pair(self, k: int) -> tuple:
+        """The k-th pooled (start, end) event pair; free again once the device is synchronised."""
+        while len(self._events) <= k:
+            self._events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+        return self._events[k]
+
+    def _one(self, fn: Fn, k: int) -> tuple[int, float]:
+        """Enqueue one flushed, timed run on event pair `k`; returns (k, host ms)."""
+        start, end = self._pair(k)
         self._evict()
         start.record()
         t0 = time.perf_counter()
         fn()
         host = time.perf_counter() - t0
         end.record()
-        return start, end, host * 1e3
+        return k, host * 1e3
 
-    def _cost(self, events: Sequence[tuple]) -> float:
-        gpu = statistics.median(s.elapsed_time(e) for s, e, _ in events)
-        host = statistics.median(h for _, _, h in events)
+    def _collect(self, pending: Sequence[tuple[int, float]]) -> list[tuple[float, float]]:
+        """(GPU ms, host ms) of runs enqueued by `_one`; call after a synchronise (the pairs are then free)."""
+        return [(self._events[k][0].elapsed_time(self._events[k][1]), host) for k, host in pending]
+
+    def _cost(self, samples: Sequence[tuple[float, float]]) -> float:
+        gpu = statistics.median(g for g, _ in samples)
+        host = statistics.median(h for _, h in samples)
         self.last = (gpu, host)
         return max(gpu, host) if self.count_host else gpu
 
-    def _reps(self, fn: Fn, host_s: float) -> int:
-        # Estimate: 3 flushed runs, then enough reps to fill rep_ms.
-        self._cover_host(3 * host_s)
-        events = [self._one(fn) for _ in range(3)]
-        torch.cuda.synchronize(self.device)
-        est = statistics.median(s.elapsed_time(e) for s, e, _ in events)
-        return int(min(self.max_reps, max(self.min_reps, self.rep_ms / max(est, 1e-3))))
+    def flush_ms(self) -> float:
+        """GPU milliseconds of one L2 flush (measured once): the rep budget counts it."""
+        if self._flush_ms is None:
+            self._evict()
+            start, end = self._pair(0)
+            start.record()
+            for _ in range(5):
+                self._evict()
+            end.record()
+            torch.cuda.synchronize(self.device)
+            self._flush_ms = start.elapsed_time(end) / 5
+        return self._flush_ms
+
+    def reps_for(self, est_ms: float) -> int:
+        """Timed runs for a kernel of `est_ms`: fill `rep_ms` of GPU time, flushes included.
+
+        Example:
+            >>> timer = CudaTimer.__new__(CudaTimer); timer._flush_ms = 0.04
+            >>> timer.rep_ms, timer.min_reps, timer.max_reps = 10.0, 5, 50
+            >>> timer.reps_for(0.02), timer.reps_for(0.5), timer.reps_for(5.0)
+            (50, 18, 5)
+        """
+        return int(min(self.max_reps, max(self.min_reps, self.rep_ms / max(est_ms + self.flush_ms(), 1e-3))))
 
     def time(self, fn: Fn) -> float:
+        """Median cost of `fn` over `reps_for` flushed runs; the first few (which size the rest) count."""
         with torch.cuda.device(self.device):
             fn()  # warm-up: first launch, lazy loading, handle creation
             torch.cuda.synchronize(self.device)
             host_s = self._host_s(fn)
+            self.flush_ms()
             torch.cuda.synchronize(self.device)
-            reps = self._reps(fn, host_s)
-            self._cover_host(reps * host_s)
-            events = [self._one(fn) for _ in range(reps)]
+            first = min(3, self.max_reps)
+            self._cover_host(first * host_s)
+            pending = [self._one(fn, k) for k in range(first)]
             torch.cuda.synchronize(self.device)
-            return self._cost(events)
+            samples = self._collect(pending)
+            est = statistics.median(g for g, _ in samples)
+            more = self.reps_for(est) - first
+            if more > 0:
+                # The GPU needs a head start only where enqueueing a run takes longer than running it.
+                per_run_s = (est + self.flush_ms()) * 1e-3
+                self._cover_host(more * max(host_s - per_run_s, 0.0) + 3 * host_s)
+                pending = [self._one(fn, k) for k in range(more)]
+                torch.cuda.synchronize(self.device)
+                samples += self._collect(pending)
+            return self._cost(samples)
 
     def extra_rounds(self, done: int, spent_s: float, n_fns: int) -> int:
         """Rounds to add after `done` rounds took `spent_s`: fill `rep_ms` per function, at most
@@ -131,13 +173,18 @@ class CudaTimer:
         per_round = max(spent_s / done, 1e-9)
         return int(min(done * (MAX_ROUNDS_FACTOR - 1), (budget_s - spent_s) / per_round))
 
-    def _rounds(self, fns: Sequence[Fn], events: list[list], first: int, last: int, round_s: float) -> None:
+    def _rounds(self, fns: Sequence[Fn], first: int, last: int, round_s: float) -> list[list[tuple[int, float]]]:
+        """Enqueue rounds `first`..`last`; per function, its (event pair, host ms) runs."""
         order = list(range(len(fns)))
+        pending: list[list[tuple[int, float]]] = [[] for _ in fns]
+        k = 0
         for r in range(first, last):
             self._cover_host(round_s)  # per round: the GPU never waits for the host inside a round
             # Rotate the order each round so no choice always runs first.
             for i in order[r % len(fns):] + order[: r % len(fns)]:
-                events[i].append(self._one(fns[i]))
+                pending[i].append(self._one(fns[i], k))
+                k += 1
+        return pending
 
     def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[float]:
         """At least `rounds` rounds (every function once per round, rotated order), then more while
@@ -148,18 +195,20 @@ class CudaTimer:
             torch.cuda.synchronize(self.device)
             round_s = sum(self._host_s(fn) for fn in fns)
             torch.cuda.synchronize(self.device)
-            events: list[list] = [[] for _ in fns]
             t0 = time.perf_counter()
-            self._rounds(fns, events, 0, rounds, round_s)
+            pending = self._rounds(fns, 0, rounds, round_s)
             torch.cuda.synchronize(self.device)
+            samples = [self._collect(p) for p in pending]
             extra = self.extra_rounds(rounds, time.perf_counter() - t0, len(fns))
             if extra:
-                self._rounds(fns, events, rounds, rounds + extra, round_s)
+                pending = self._rounds(fns, rounds, rounds + extra, round_s)
                 torch.cuda.synchronize(self.device)
+                for mine, more in zip(samples, pending):
+                    mine += self._collect(more)
             costs = []
             self.last_all = []
-            for evs in events:
-                costs.append(self._cost(evs))
+            for mine in samples:
+                costs.append(self._cost(mine))
                 self.last_all.append(self.last)
             return costs
 

@@ -94,6 +94,7 @@ class Settings:
     budget_runs: int | None = None  # stop after this many benchmark runs and return the best so far
     finalists: int = 3  # best choices re-timed interleaved before the pick (extern always added)
     finalist_rounds: int = 15
+    library_margin: float = 0.01  # a generated kernel must beat the best library kernel by this fraction in the final
     compile_timeout_s: float = 120.0
     compile_workers: int = 0  # 0: one per CPU core (at most 32)
     check_correctness: bool = True
@@ -107,7 +108,7 @@ class Settings:
     l2_flush: str = "read"  # GPU: evict L2 before each timed run by reading ("read") or zeroing ("write") a buffer
     cpu_rep_ms: float = 200.0  # per-choice timing budget on CPU
     min_reps: int = 5
-    max_reps: int = 100
+    max_reps: int = 50  # GPU: timed runs per choice at most (the interleaved final adds more where it matters)
     report_rows: int = 20
     verbose: bool = False
     store: str | None = None  # None: SQLite file in the cache dir; "memory": this process; "off": none; or a path
@@ -128,6 +129,8 @@ class Settings:
             raise BackendError(f"strategy: unknown strategy {self.strategy!r}; known: {', '.join(STRATEGIES)}")
         if self.top_x < 1:
             raise ValueError(f"top_x: must be >= 1, got {self.top_x}")
+        if not 0.0 <= self.library_margin < 0.5:
+            raise ValueError(f"library_margin: expected a fraction in [0, 0.5), got {self.library_margin}")
         if self.finalists < 1:
             raise ValueError(f"finalists: must be >= 1, got {self.finalists}")
         _effort(self.effort)
