@@ -56,7 +56,8 @@ def test_offered_for_at_most_four_rows_and_float_types():
 
 
 def test_space_sizes_and_fit():
-    assert len(config_space()) == 24 and len(config_space("max")) >= 100
+    assert len(config_space()) == 30 and len(config_space("max")) >= 100
+    assert len({tuple(sorted(c.items())) for c in config_space()}) == 30  # no duplicates
     with pytest.raises(ValueError, match="unknown size"):
         config_space("huge")
     fitted = fit_configs(config_space(), N=6, K=40)

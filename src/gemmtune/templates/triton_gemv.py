@@ -20,7 +20,7 @@ Example:
     True
     >>> t.offered(KernelInputs.from_tensors("mm", torch.ones(16, 64), torch.ones(64, 8)))
     False
-    >>> len(config_space()) <= 24 < 100 <= len(config_space("max"))
+    >>> len(config_space()) <= 30 < 100 <= len(config_space("max"))
     True
 """
 
@@ -44,7 +44,7 @@ _ELEMS_PER_THREAD_MAX = 128  # fp32 accumulator elements per thread (registers)
 
 
 def config_space(size: str = "default") -> list[dict[str, int]]:
-    """Compile-time configs before fitting: `"default"` (24) or `"max"` (>= 100).
+    """Compile-time configs before fitting: `"default"` (30) or `"max"` (>= 100).
 
     The default pairs narrow tiles with long K steps (B = W.t(), K contiguous: each row of the
     tile is one coalesced read) and wide tiles with short K steps (B row-major, N contiguous).
@@ -61,7 +61,11 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
         # with short K steps (B row-major, N contiguous).
         tiles = ((1, 2048), (2, 2048), (4, 1024), (8, 1024), (8, 512), (16, 256), (16, 512), (32, 128),
                  (32, 256), (64, 128), (128, 64), (256, 32))
-        return [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w) for bn, bk in tiles for w in (4, 8)]
+        # Two outputs per program with few warps led the "max" space on all four M = 1 shapes of the
+        # suite on an H200 (bench/skinny_probe.py --space max --templates gemv, docs/PERFORMANCE.md).
+        few_warps = ((2, 2048, 2), (2, 1024, 1), (2, 1024, 4), (2, 4096, 4), (8, 1024, 2), (1, 2048, 2))
+        return [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w) for bn, bk in tiles for w in (4, 8)] + [
+            dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w) for bn, bk, w in few_warps]
     space = []
     for bn in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
         for bk in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
