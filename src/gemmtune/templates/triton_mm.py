@@ -182,7 +182,7 @@ class TritonMMTemplate(Template):
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
                     HAS_BIAS=ki.op == "addmm" and ki.beta != 0.0, SCALED=ki.op == "addmm" and ki.alpha != 1.0,
-                    INPUT_PRECISION=_input_precision(ki.dtype))
+                    INPUT_PRECISION=_input_precision(ki.dtype), EVEN_K=ki.K % bk == 0)
         M, N, K, batch, alpha, beta = ki.M, ki.N, ki.K, ki.batch, ki.alpha, ki.beta
         grid = (triton_cdiv(M, bm) * triton_cdiv(N, bn), batch, 1)
 
