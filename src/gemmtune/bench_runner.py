@@ -41,15 +41,30 @@ class Bench:
         self._ref: torch.Tensor | None = None
         self.records: dict[Choice, Timing] = {}
         self.runs = 0
+        self.runnable = 0  # how many choices the search may measure (set by the engine)
         self.seconds: dict[str, float] = {}
         self.total_hint = total_hint
 
     # -- the function strategies call -------------------------------------------------
     def measure(self, choices: Sequence[Choice], stage: str) -> list[float | None]:
+        """Times of `choices` (None: failed), in their order.  While binaries are still compiling
+        (a CompileJob), the first ready choice in order goes next; nothing waits for a binary
+        while another is ready."""
         t0 = time.perf_counter()
-        out = [self._measure_one(c, stage) for c in choices]
+        out: dict[int, float | None] = {}
+        pending = list(range(len(choices)))
+        while pending:
+            nxt = next((i for i in pending if self._ready(choices[i])), None)
+            if nxt is None:
+                self.compiled.wait_any([choices[i] for i in pending])
+                continue
+            pending.remove(nxt)
+            out[nxt] = self._measure_one(choices[nxt], stage)
         self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
-        return out
+        return [out[i] for i in range(len(choices))]
+
+    def _ready(self, choice: Choice) -> bool:
+        return choice.is_extern or choice in self.records or choice in self.known or self.compiled.ready(choice)
 
     def _fn(self, choice: Choice) -> Callable[[], Any]:
         launch = self.ensure(choice)
@@ -72,6 +87,13 @@ class Bench:
             return prior.ms  # timed already in this tune (or recalled): never twice
         if self.deadline is not None and time.perf_counter() > self.deadline:
             self.budget_exhausted = True
+            return None
+        failed = None if choice.is_extern else self.compiled.failures.get(choice.binary_key)
+        if failed is not None:  # a binary that failed while the search was running (CompileJob)
+            if failed.startswith("BudgetExceeded"):
+                self.budget_exhausted = True
+                return None
+            self.records[choice] = Timing(choice, None, "compile", "compile_failed", failed)
             return None
         record = self.run_one(choice, stage)
         self.records[choice] = record

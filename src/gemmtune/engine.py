@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import time
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ import torch
 from . import heuristics
 from .bench_runner import Bench, Listener
 from .choices import Choice, Selection, Timing
-from .compile import CompileResult, precompile
+from .compile import CompileJob, CompileResult, precompile
 from .errors import InputError, LayoutError, NoCandidatesError
 from .inputs import KernelInputs
 from .layout import FixedLayout, FlexibleLayout, output_strides
@@ -90,15 +91,55 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     if strategy_used == "model_pruned":
         todo = stage0(todo, options)  # pruned binaries are never compiled
     deadline = started + settings.budget_s if settings.budget_s else None
-    compiled = ctx.compile(todo, deadline)
-    runnable = [c for c in choices if c in memory.runnable or compiled.launcher(c) is not None]
+    isolation = isolation_for(settings.isolation, ki.device_type)
+    overlap = overlap_for(settings.overlap_compile, isolation, ki.device_type)
+    compiled = ctx.compile(todo, deadline, overlap=overlap)
+    try:
+        winner, bench, isolation = _measure_and_pick(ctx, compiled, choices, memory, settings, strategy_used,
+                                                     options, deadline, isolation, emit)
+    finally:
+        compiled.abandon() if isinstance(compiled, CompileJob) else None
+    # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
+    # a first pick is insert-if-absent so that racing processes agree on one.
+    winner = ctx.remember(choices, bench, compiled, winner, replace=memory.stored_pick)
+    return Selection(
+        problem=ki, winner=winner, timings=_timings(choices, compiled, bench), layout=layout,
+        strategy=strategy_used if bench.runnable > 1 else "pinned", benchmark_runs=bench.runs,
+        compile_s=compiled.seconds, benchmark_s=bench.seconds.get("final", 0.0) + bench.seconds.get("finalist", 0.0),
+        prescreen_s=bench.seconds.get("prescreen", 0.0), tuning_s=time.perf_counter() - started,
+        device_name=device_name(ki.device), kernel=_kernel(ki, winner, ctx.ensure_compiled(winner), out_layout),
+        out_layout=out_layout or "row", cache_hit=False, from_store=len(memory.known), stale_entries=memory.stale,
+        binary_seconds=dict(compiled.binary_seconds), isolation=isolation,
+        budget_exhausted=bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in compiled.failures.values()))
+
+
+def overlap_for(mode: str, isolation: str, device_type: str) -> bool:
+    """Whether stage 1 starts timing binaries while others still compile.
+
+    "auto" overlaps only where the timing runs in an isolated worker on a GPU: there the compile
+    threads share neither the timing process's interpreter nor the device clock it reads.  On CPU
+    (or in-process) the compile threads would compete with the timed kernels for the same cores.
+
+    Example:
+        >>> overlap_for("auto", "subprocess", "cuda"), overlap_for("auto", "off", "cuda"), overlap_for("on", "off", "cpu")
+        (True, False, True)
+    """
+    if mode == "auto":
+        return isolation == "subprocess" and device_type == "cuda"
+    return mode == "on"
+
+
+def _measure_and_pick(ctx: "_Context", compiled: CompileResult, choices: Sequence[Choice], memory: "_Memory",
+                      settings: Settings, strategy_used: str, options: StrategyOptions, deadline: float | None,
+                      isolation: str, emit: Listener) -> tuple[Choice, Bench, str]:
+    ki, tensors, out_layout = ctx.ki, ctx.tensors, ctx.out_layout
+    runnable = [c for c in choices if c in memory.runnable or compiled.may_run(c)]
     if not runnable:
         raise NoCandidatesError(f"{ki.describe()}: every candidate failed to compile: "
                                 + "; ".join(sorted(set(compiled.failures.values())))[:500])
 
     common = dict(known=memory.known, check_correctness=settings.check_correctness, listener=emit,
                   total_hint=len(runnable), out_factory=lambda: _empty_out(ki, out_layout), ensure=ctx.ensure_compiled)
-    isolation = isolation_for(settings.isolation, ki.device_type)
     bench = None
     if isolation == "subprocess":
         from .isolation import IsolatedBench, IsolationUnavailable
@@ -113,22 +154,14 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
             isolation = "off"
     if bench is None:
         bench = Bench(ki, tensors, compiled, timer_for(ki.device, settings), **common)
+        if isinstance(compiled, CompileJob) and settings.overlap_compile == "auto":
+            compiled.finish()  # measuring in this process after all: no timing next to the compile threads
+    bench.runnable = len(runnable)
     try:
         winner = _search(bench, runnable, settings.with_(strategy=strategy_used), options, memory, deadline)
     finally:
         getattr(bench, "close", lambda: None)()
-    # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
-    # a first pick is insert-if-absent so that racing processes agree on one.
-    winner = ctx.remember(choices, bench, compiled, winner, replace=memory.stored_pick)
-    return Selection(
-        problem=ki, winner=winner, timings=_timings(choices, compiled, bench), layout=layout,
-        strategy=strategy_used if len(runnable) > 1 else "pinned", benchmark_runs=bench.runs,
-        compile_s=compiled.seconds, benchmark_s=bench.seconds.get("final", 0.0) + bench.seconds.get("finalist", 0.0),
-        prescreen_s=bench.seconds.get("prescreen", 0.0), tuning_s=time.perf_counter() - started,
-        device_name=device_name(ki.device), kernel=_kernel(ki, winner, ctx.ensure_compiled(winner), out_layout),
-        out_layout=out_layout or "row", cache_hit=False, from_store=len(memory.known), stale_entries=memory.stale,
-        binary_seconds=dict(compiled.binary_seconds), isolation=isolation,
-        budget_exhausted=bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in compiled.failures.values()))
+    return winner, bench, isolation
 
 
 # -- the steps ------------------------------------------------------------------------------
@@ -194,6 +227,10 @@ def _pick(ranked: Sequence[Measured], bench: Bench, settings: Settings, stored_p
     """Re-time the best few, plus the best library kernel, interleaved; fastest wins."""
     ok = [m.choice for m in ranked if m.ms is not None]
     if not ok:
+        records = [t for t in bench.records.values() if t.status != "ok"]
+        if records and all(t.status == "compile_failed" for t in records):  # found out while timing (CompileJob)
+            raise NoCandidatesError(f"{bench.ki.describe()}: every candidate failed to compile: "
+                                    + "; ".join(sorted({t.detail for t in records}))[:500])
         failures = "; ".join(f"{t.choice.name}: {t.detail}" for t in bench.records.values() if t.status != "ok")
         raise NoCandidatesError(f"{bench.ki.describe()}: no candidate produced a correct result ({failures[:500]})")
     finalists = ok[: settings.finalists]
@@ -301,17 +338,22 @@ class _Context:
         self.problem = f"{self.ki.problem_key}|out={self.out_layout or 'row'}"
         self.compiled: CompileResult | None = None
 
-    def compile(self, choices: Sequence[Choice], deadline: float | None = None) -> CompileResult:
-        self.compiled = precompile(choices, self.templates, self.ki, self.tensors,
-                                   timeout_s=self.settings.compile_timeout_s, workers=self.settings.compile_workers,
-                                   on_done=lambda done, total: self.emit("compile", done=done, total=total),
-                                   deadline=deadline)
+    def compile(self, choices: Sequence[Choice], deadline: float | None = None, overlap: bool = False) -> CompileResult:
+        """Compile `choices`' binaries; with `overlap` return at once (a CompileJob still running)."""
+        workers = self.settings.compile_workers
+        if overlap and not workers:  # leave a core to the process timing the first binaries
+            workers = max(1, min(32, os.cpu_count() or 1) - 1)
+        job = CompileJob(choices, self.templates, self.ki, self.tensors, timeout_s=self.settings.compile_timeout_s,
+                         workers=workers, on_done=lambda done, total: self.emit("compile", done=done, total=total),
+                         deadline=deadline)
+        self.compiled = job if overlap else job.finish()
         return self.compiled
 
     def ensure_compiled(self, choice: Choice):
         """The launcher of `choice`, compiling it now if it was skipped (its timing came from the store)."""
         if self.compiled is None:
             self.compiled = CompileResult()
+        self.compiled.wait_any([choice])  # a CompileJob may still be building it
         launch = self.compiled.launcher(choice)
         if launch is None:
             extra = precompile([choice], self.templates, self.ki, self.tensors,

@@ -97,6 +97,7 @@ class Settings:
     library_margin: float = 0.01  # a generated kernel must beat the best library kernel by this fraction in the final
     compile_timeout_s: float = 120.0
     compile_workers: int = 0  # 0: one per CPU core (at most 32)
+    overlap_compile: str = "auto"  # time ready binaries while others compile: "auto" (isolated GPU tunes), "on", "off"
     check_correctness: bool = True
     isolation: str = "auto"  # "subprocess": checks and timings in a worker process; "off": in-process; "auto": subprocess on GPU
     run_timeout_s: float = 60.0  # isolation: a choice whose run takes longer is a hang
@@ -138,6 +139,8 @@ class Settings:
             raise ValueError(f"config_space: expected 'default' or 'max', got {self.config_space!r}")
         if self.l2_flush not in L2_FLUSH_MODES:
             raise ValueError(f"l2_flush: expected one of {', '.join(L2_FLUSH_MODES)}, got {self.l2_flush!r}")
+        if self.overlap_compile not in ("auto", "on", "off"):
+            raise ValueError(f"overlap_compile: expected auto, on or off, got {self.overlap_compile!r}")
         if self.isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation: expected one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
         if self.budget_s is not None and self.budget_s <= 0:

@@ -1,0 +1,118 @@
+"""Timing binaries while others still compile (Settings.overlap_compile, compile.CompileJob).
+
+On CPU "auto" never overlaps (the compile threads would share cores with the timed kernels), so
+these tests ask for it with overlap_compile="on"; the compile stand-ins sleep, they do not compute.
+"""
+
+import time
+
+import pytest
+import torch
+
+import gemmtune
+from gemmtune.compile import CompileJob
+from gemmtune.engine import overlap_for
+from gemmtune.errors import NoCandidatesError
+from gemmtune.inputs import KernelInputs
+from gemmtune.store import Store
+from gemmtune.templates.extern import AtenTemplate
+
+from helpers import ScriptedTemplate
+
+
+class UnevenTemplate(ScriptedTemplate):
+    """TILE=8 compiles at once; TILE=16 takes `sleep_s` (or fails, with mode="late_error")."""
+
+    def compile(self, choice, ki, example):
+        if choice.config_dict["TILE"] == 16:
+            time.sleep(self.sleep_s)
+            if self.mode == "late_error":
+                raise RuntimeError("out of resource: registers")
+        return ScriptedTemplate.compile(self.with_mode("ok"), choice, ki, example)
+
+    def with_mode(self, mode):
+        t = ScriptedTemplate(self.uid, mode, self.n_configs)
+        return t
+
+
+def mats():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(48, 32, generator=g), torch.randn(32, 40, generator=g)
+
+
+def tune(template, **settings):
+    events = []
+    sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), template], strategy="exhaustive",
+                        store=Store(":memory:"), listener=lambda event, **info: events.append((time.perf_counter(), event, info)),
+                        settings=gemmtune.Settings(isolation="off", store="off", cpu_rep_ms=1.0, **settings))
+    return sel, events
+
+
+def test_ready_binaries_are_timed_while_a_slow_one_still_compiles():
+    sel, events = tune(UnevenTemplate("uneven", sleep_s=1.0), overlap_compile="on")
+    all_compiled = next(t for t, e, i in events if e == "compile" and i["done"] == i["total"])
+    fast_timed = [t for t, e, i in events if e == "benchmark" and i["choice"].config_dict.get("TILE") == 8]
+    assert fast_timed and min(fast_timed) < all_compiled - 0.5  # timed long before the slow binary was ready
+    assert all(t.status == "ok" for t in sel.timings)  # the slow binary was waited for, then timed
+    assert {t.choice.config_dict["TILE"] for t in sel.timings if not t.choice.is_extern} == {8, 16}
+
+
+def test_without_overlap_nothing_is_timed_before_every_binary_is_built():
+    sel, events = tune(UnevenTemplate("uneven", sleep_s=0.5), overlap_compile="off")
+    all_compiled = next(t for t, e, i in events if e == "compile" and i["done"] == i["total"])
+    assert all(t > all_compiled for t, e, i in events if e == "benchmark")
+
+
+def test_a_binary_failing_after_timing_began_is_reported_and_skipped():
+    sel, _ = tune(UnevenTemplate("uneven", mode="late_error", sleep_s=0.3), overlap_compile="on")
+    status = {t.choice.config_dict.get("TILE"): (t.status, t.detail) for t in sel.timings if not t.choice.is_extern}
+    assert status[16][0] == "compile_failed" and "registers" in status[16][1]
+    assert status[8][0] == "ok" and sel.winner.config_dict.get("TILE") != 16
+
+
+def test_every_binary_failing_while_overlapped_is_the_compile_error():
+    with pytest.raises(NoCandidatesError, match="every candidate failed to compile"):
+        gemmtune.tune("mm", *mats(), templates=[ScriptedTemplate(mode="compile_error")],
+                      settings=gemmtune.Settings(isolation="off", store="off", overlap_compile="on"))
+
+
+def test_compile_timeout_while_overlapped_drops_only_that_binary():
+    sel, _ = tune(UnevenTemplate("uneven", sleep_s=3.0), overlap_compile="on", compile_timeout_s=0.5)
+    status = {t.choice.config_dict.get("TILE"): (t.status, t.detail) for t in sel.timings if not t.choice.is_extern}
+    assert status[16][0] == "compile_failed" and "TimeoutError" in status[16][1]
+    assert sel.tuning_s < 2.5
+
+
+def test_budget_cut_while_overlapped_is_not_stored_as_a_compile_failure():
+    store = Store(":memory:")
+    settings = gemmtune.Settings(isolation="off", cpu_rep_ms=1.0, overlap_compile="on", budget_s=0.6)
+    sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), UnevenTemplate("uneven", sleep_s=2.0)],
+                        strategy="exhaustive", store=store, settings=settings)
+    assert sel.budget_exhausted
+    rows = [r for r in store.load(*_key(store, sel)).rows]
+    assert not any(r.status == "compile_failed" for r in rows)  # a later tune compiles it again
+
+
+def _key(store, sel):
+    from gemmtune.store import env_info, env_key
+
+    return env_key(env_info(sel.problem.device)), f"{sel.problem.problem_key}|out=row"
+
+
+def test_compile_job_reports_readiness_and_finishes():
+    ki = KernelInputs.from_tensors("mm", *mats())
+    t = UnevenTemplate("uneven", sleep_s=0.4)
+    choices = gemmtune.heuristics.get_template_configs(ki, [t], "mm")
+    fast = next(c for c in choices if c.config_dict["TILE"] == 8)
+    slow = next(c for c in choices if c.config_dict["TILE"] == 16)
+    job = CompileJob(choices, {t.uid: t}, ki, mats(), timeout_s=10.0, workers=2)
+    job.wait_any([fast])
+    assert job.ready(fast) and job.may_run(slow)
+    assert job.finish() is job and job.ready(slow) and job.launcher(slow) is not None and job.seconds > 0.3
+
+
+def test_overlap_setting_is_validated_and_auto_means_isolated_gpu_only():
+    with pytest.raises(ValueError, match="overlap_compile"):
+        gemmtune.Settings(overlap_compile="yes")
+    assert overlap_for("auto", "subprocess", "cuda") and not overlap_for("auto", "off", "cuda")
+    assert not overlap_for("auto", "off", "cpu") and not overlap_for("off", "subprocess", "cuda")
