@@ -116,3 +116,10 @@ def test_overlap_setting_is_validated_and_auto_means_isolated_gpu_only():
         gemmtune.Settings(overlap_compile="yes")
     assert overlap_for("auto", "subprocess", "cuda") and not overlap_for("auto", "off", "cuda")
     assert not overlap_for("auto", "off", "cpu") and not overlap_for("off", "subprocess", "cuda")
+
+
+def test_the_report_says_when_precompiling_overlapped_timing():
+    sel, _ = tune(UnevenTemplate("uneven", sleep_s=0.5), overlap_compile="on")
+    assert sel.overlapped and "precompiling (overlapping prescreening)" in gemmtune.autotune_table(sel)
+    plain, _ = tune(UnevenTemplate("uneven", sleep_s=0.0), overlap_compile="off")
+    assert not plain.overlapped and "overlapping" not in gemmtune.autotune_table(plain)

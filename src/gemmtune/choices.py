@@ -125,6 +125,7 @@ class Selection:
     binary_seconds: dict = field(default_factory=dict, compare=False, repr=False)  # binary_key -> compile s
     budget_exhausted: bool = False  # the time budget ran out: the winner is the best found so far
     isolation: str = "off"  # "subprocess" when candidates ran in a worker process
+    overlapped: bool = False  # timing began while binaries were still compiling (compile_s overlaps the rest)
 
     @property
     def winner_ms(self) -> float | None:

@@ -104,6 +104,11 @@ class CompileJob(CompileResult):
         return choice.binary_key in self.launchers or (choice.binary_key in self._unique
                                                        and choice.binary_key not in self.failures)
 
+    @property
+    def running(self) -> bool:
+        """Some binaries are still compiling."""
+        return bool(self._pending)
+
     def ready(self, choice: Choice) -> bool:
         """True when `choice`'s binary is built or failed (or was never part of this job)."""
         key = choice.binary_key if choice is not None else None

@@ -95,8 +95,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     overlap = overlap_for(settings.overlap_compile, isolation, ki.device_type)
     compiled = ctx.compile(todo, deadline, overlap=overlap)
     try:
-        winner, bench, isolation = _measure_and_pick(ctx, compiled, choices, memory, settings, strategy_used,
-                                                     options, deadline, isolation, emit)
+        winner, bench, isolation, overlapped = _measure_and_pick(ctx, compiled, choices, memory, settings,
+                                                                 strategy_used, options, deadline, isolation, emit)
     finally:
         compiled.abandon() if isinstance(compiled, CompileJob) else None
     # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
@@ -109,7 +109,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         prescreen_s=bench.seconds.get("prescreen", 0.0), tuning_s=time.perf_counter() - started,
         device_name=device_name(ki.device), kernel=_kernel(ki, winner, ctx.ensure_compiled(winner), out_layout),
         out_layout=out_layout or "row", cache_hit=False, from_store=len(memory.known), stale_entries=memory.stale,
-        binary_seconds=dict(compiled.binary_seconds), isolation=isolation,
+        binary_seconds=dict(compiled.binary_seconds), isolation=isolation, overlapped=overlapped,
         budget_exhausted=bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in compiled.failures.values()))
 
 
@@ -131,7 +131,7 @@ def overlap_for(mode: str, isolation: str, device_type: str) -> bool:
 
 def _measure_and_pick(ctx: "_Context", compiled: CompileResult, choices: Sequence[Choice], memory: "_Memory",
                       settings: Settings, strategy_used: str, options: StrategyOptions, deadline: float | None,
-                      isolation: str, emit: Listener) -> tuple[Choice, Bench, str]:
+                      isolation: str, emit: Listener) -> tuple[Choice, Bench, str, bool]:
     ki, tensors, out_layout = ctx.ki, ctx.tensors, ctx.out_layout
     runnable = [c for c in choices if c in memory.runnable or compiled.may_run(c)]
     if not runnable:
@@ -157,11 +157,12 @@ def _measure_and_pick(ctx: "_Context", compiled: CompileResult, choices: Sequenc
         if isinstance(compiled, CompileJob) and settings.overlap_compile == "auto":
             compiled.finish()  # measuring in this process after all: no timing next to the compile threads
     bench.runnable = len(runnable)
+    overlapped = isinstance(compiled, CompileJob) and compiled.running
     try:
         winner = _search(bench, runnable, settings.with_(strategy=strategy_used), options, memory, deadline)
     finally:
         getattr(bench, "close", lambda: None)()
-    return winner, bench, isolation
+    return winner, bench, isolation, overlapped
 
 
 # -- the steps ------------------------------------------------------------------------------

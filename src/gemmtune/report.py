@@ -61,8 +61,9 @@ def autotune_table(sel: Selection, rows: int | None = 20) -> str:
 
 def summary_line(sel: Selection) -> str:
     mode = "SubProcess" if sel.isolation == "subprocess" else "SingleProcess"
+    overlap = " (overlapping prescreening)" if sel.overlapped else ""
     return (f"{mode} AUTOTUNE benchmarking takes {sel.benchmark_s:.4f} seconds and "
-            f"{sel.compile_s:.4f} seconds precompiling for {sel.n_choices} choices and "
+            f"{sel.compile_s:.4f} seconds precompiling{overlap} for {sel.n_choices} choices and "
             f"{sel.prescreen_s:.4f} seconds prescreening")
 
 
@@ -85,6 +86,7 @@ def selection_dict(sel: Selection) -> dict[str, Any]:
         "stale_entries": sel.stale_entries,
         "benchmark_runs": sel.benchmark_runs,
         "compile_s": sel.compile_s,
+        "compile_overlapped": sel.overlapped,
         "benchmark_s": sel.benchmark_s,
         "prescreen_s": sel.prescreen_s,
         "tuning_s": sel.tuning_s,
