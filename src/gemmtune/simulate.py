@@ -104,12 +104,24 @@ class SimulationReport:
             for s in self.strategies]}
 
 
-def _reps(ms: float, rep_ms: float) -> float:
-    return min(100.0, max(5.0, rep_ms / ms)) + 4  # timed runs + warm-up and estimate runs
+FLUSH_MS = 0.037  # one L2 flush by the GPU timer on an H200 (bench/timer_probe.py, docs/PERFORMANCE.md)
+
+
+def choice_seconds(ms: float, rep_ms: float = 10.0, flush_ms: float = FLUSH_MS, min_reps: int = 5,
+                   max_reps: int = 50) -> float:
+    """Estimated seconds `CudaTimer.time` spends on a kernel of `ms`: a warm-up run, then flushed runs
+    filling `rep_ms` of kernel plus flush time (`min_reps`..`max_reps`, the Settings defaults).
+
+    Example:
+        >>> round(choice_seconds(0.02) * 1e3, 3), round(choice_seconds(5.0), 3)
+        (2.87, 0.03)
+    """
+    reps = min(max_reps, max(min_reps, rep_ms / (ms + flush_ms)))
+    return (ms + reps * (ms + flush_ms)) / 1e3
 
 
 def run_one(shape: ReplayShape, spec: StrategySpec, dims: ProblemDims, parallel: int = 16,
-            rep_ms: float = 20.0) -> ShapeResult:
+            rep_ms: float = 10.0) -> ShapeResult:
     """Replay `spec` on one shape."""
     timed: list[Choice] = []
 
@@ -122,13 +134,13 @@ def run_one(shape: ReplayShape, spec: StrategySpec, dims: ProblemDims, parallel:
     regret = 100.0 * (shape.times[top] / shape.best_ms - 1.0) if top is not None else math.inf
     binaries = {c.binary_key for c in timed if not c.is_extern}
     est = sum(shape.compile_s.get(k, 0.0) for k in binaries) / max(1, parallel)
-    est += sum(ms * _reps(ms, rep_ms) / 1e3 for ms in (shape.times.get(c) for c in timed) if ms)
+    est += sum(choice_seconds(ms, rep_ms) for ms in (shape.times.get(c) for c in timed) if ms)
     return ShapeResult(shape.shape, shape.name, top.key if top else None, regret, len(timed), len(shape.choices),
                        len(binaries), est)
 
 
 def simulate(shapes: Sequence[ReplayShape], strategies: Sequence[StrategySpec],
-             dims: Sequence[ProblemDims] | None = None, parallel: int = 16, rep_ms: float = 20.0) -> SimulationReport:
+             dims: Sequence[ProblemDims] | None = None, parallel: int = 16, rep_ms: float = 10.0) -> SimulationReport:
     """Replay every strategy on every shape; `dims` default to (M, N, K), batch 1, 2-byte elements.
 
     Example:
