@@ -56,7 +56,7 @@ INDUCTOR_MODE = "max-autotune-no-cudagraphs"
 
 def load_specs(path: str | Path, only: Sequence[str] = ()):
     """The suite's ProblemSpecs, optionally restricted to names in `only`."""
-    from gemmtune.suite import load_suite
+    from gemmtune.offline.suite import load_suite
 
     specs = load_suite(path)
     if only:
@@ -341,8 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     import gemmtune
-    from gemmtune.measure import CudaTimer
-    from gemmtune.settings import Settings
+    from gemmtune.bench.timers import CudaTimer
+    from gemmtune.core.settings import Settings
 
     if not torch.cuda.is_available():
         raise SystemExit("compare.py measures on a CUDA GPU; use --dry-run elsewhere")

@@ -6,10 +6,10 @@ import time
 
 import torch
 
-from gemmtune.compile import precompile
-from gemmtune.heuristics import get_template_configs
-from gemmtune.inputs import KernelInputs
-from gemmtune.templates.triton_mm import TritonMMTemplate
+from gemmtune.bench.compile import precompile
+from gemmtune.templates.heuristics import get_template_configs
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.templates.triton.mm import TritonMMTemplate
 
 M, K, N = (int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "2048x2048x2048").split("x"))
 workers = [int(w) for w in (sys.argv[2] if len(sys.argv) > 2 else "1,16").split(",")]

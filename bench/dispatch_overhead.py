@@ -30,8 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from gemmtune import api  # noqa: E402
-from gemmtune.inputs import parse_dtype  # noqa: E402
+from gemmtune.dispatch import eager as api  # noqa: E402
+from gemmtune.core.inputs import parse_dtype  # noqa: E402
 
 GPU_SHAPES = "1,2,4,8,16,64,256,1024,4096"
 CPU_SHAPES = "1,2,4,8,16,64,256,1024"  # 4096^3 fp32 takes seconds per call (and minutes to tune) on a CPU

@@ -5,7 +5,7 @@ Each case draws an op (mm / addmm / bmm), sizes (odd ones included), a dtype, op
 NaN or Inf in an operand.  Every choice of each Triton template that takes the problem (plain,
 split-K forced on, persistent TMA, GEMV for M <= 4, one-launch split-K for M <= 256; a few configs fitted to the problem x every swizzle) and of the
 library kernels runs on a NaN-poisoned output and is checked
-against the float64 reference with `gemmtune.correctness.check`.  A crash, a launch failure or a
+against the float64 reference with `gemmtune.bench.correctness.check`.  A crash, a launch failure or a
 wrong result is counted and reported with the case; the pass condition is 0 wrong results.
 
     python bench/fuzz_gpu.py --cases 1000 --jobs 12 --out fuzz.json          # on an H200
@@ -25,10 +25,10 @@ from collections import Counter
 
 import torch
 
-from gemmtune.correctness import check, reference
-from gemmtune.inputs import KernelInputs
+from gemmtune.bench.correctness import check, reference
+from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.extern import AtenTemplate
-from gemmtune.templates.triton_mm import TritonMMTemplate
+from gemmtune.templates.triton.mm import TritonMMTemplate
 
 LAYOUTS = ("row", "col", "sliced", "expanded")
 
@@ -74,10 +74,10 @@ def fuzz_templates(include_newer: bool = True, pool: int = 0, seed: int = 0):
     With `pool` > 0 each template keeps a fixed random sample of `pool` configs of its space, so the
     binaries compiled for one case serve the next ones (sizes and strides are runtime arguments).
     """
-    from gemmtune.templates.triton_gemv import TritonGemvTemplate
-    from gemmtune.templates.triton_skinny import TritonSkinnyTemplate
-    from gemmtune.templates.triton_splitk import TritonSplitKTemplate
-    from gemmtune.templates.triton_tma import TritonTMAPersistentTemplate
+    from gemmtune.templates.triton.gemv import TritonGemvTemplate
+    from gemmtune.templates.triton.skinny import TritonSkinnyTemplate
+    from gemmtune.templates.triton.splitk import TritonSplitKTemplate
+    from gemmtune.templates.triton.tma import TritonTMAPersistentTemplate
 
     classes = [(TritonMMTemplate, {})]
     if include_newer:

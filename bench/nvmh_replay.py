@@ -1,8 +1,8 @@
 """Stage-0 cost models on recorded H200 timings: the analytic model vs nvMatmulHeuristics (CPU only).
 
 Replays `model_pruned` (keep the N binaries a cost model ranks best, then prescreen them) on a
-dataset of recorded timings, once with `gemmtune.model.estimate_ms` and once with nvMH
-(`gemmtune.nvmh.NvmhModel` for the H200, TRITON target), and prints regret against the exhaustive
+dataset of recorded timings, once with `gemmtune.search.cost_model.estimate_ms` and once with nvMH
+(`gemmtune.search.nvmh.NvmhModel` for the H200, TRITON target), and prints regret against the exhaustive
 best, with and without the library kernel in the pool.
 
     PYTHONPATH=src python bench/nvmh_replay.py                       # the shipped H200 suite dataset
@@ -27,10 +27,10 @@ if str(ROOT / "src") not in sys.path:
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict]:
-    from gemmtune.nvmh import nvmh_model
-    from gemmtune.replay import replay
-    from gemmtune.simulate import load, load_shipped, without_library
-    from gemmtune.strategies.default import default_options
+    from gemmtune.search.nvmh import nvmh_model
+    from gemmtune.offline.replay import replay
+    from gemmtune.offline.simulate import load, load_shipped, without_library
+    from gemmtune.search.default import default_options
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", help="recorded timings (default: the dataset shipped in the package)")

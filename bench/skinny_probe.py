@@ -44,12 +44,12 @@ def host_us(fn, calls: int = 200) -> float:
 
 def probe(spec, rounds: int, rep_ms: float, space: str = "default", which: str = "skinny,gemv") -> dict:
     from gemmtune.engine import tune
-    from gemmtune.measure import CudaTimer
-    from gemmtune.settings import Settings
+    from gemmtune.bench.timers import CudaTimer
+    from gemmtune.core.settings import Settings
     from gemmtune.templates.extern import AtenTemplate
-    from gemmtune.templates.triton_gemv import TritonGemvTemplate
-    from gemmtune.templates.triton_launch import FastLaunch
-    from gemmtune.templates.triton_skinny import TritonSkinnyTemplate
+    from gemmtune.templates.triton.gemv import TritonGemvTemplate
+    from gemmtune.templates.triton.launch import FastLaunch
+    from gemmtune.templates.triton.skinny import TritonSkinnyTemplate
 
     tensors = spec.tensors("cuda")
     op = spec.op
@@ -65,7 +65,7 @@ def probe(spec, rounds: int, rep_ms: float, space: str = "default", which: str =
                    templates=[AtenTemplate(op)] + templates)
         row["tune_s"] = time.perf_counter() - t0
         row["bad"] = [(t.choice.key, t.status, t.detail[:120]) for t in sel.timings if t.status not in ("ok",)]
-        from gemmtune.inputs import KernelInputs
+        from gemmtune.core.inputs import KernelInputs
 
         ki = KernelInputs.from_tensors(op, *tensors)
         for tpl in templates:
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     p.add_argument("--space", default="default", choices=("default", "max"), help="the templates' config spaces")
     p.add_argument("--templates", default="skinny,gemv", help="which of skinny,gemv to tune")
     args = p.parse_args(argv)
-    from gemmtune.suite import load_suite
+    from gemmtune.offline.suite import load_suite
 
     specs = load_suite(args.suite)
     controls = set(filter(None, args.controls.split(",")))

@@ -48,9 +48,9 @@ def main() -> int:
 
     import gemmtune
     from gemmtune.engine import tune
-    from gemmtune.measure import CudaTimer
-    from gemmtune.settings import Settings
-    from gemmtune.suite import load_suite
+    from gemmtune.bench.timers import CudaTimer
+    from gemmtune.core.settings import Settings
+    from gemmtune.offline.suite import load_suite
 
     names = [s for s in args.only.split(",") if s]
     specs = [s for s in load_suite(args.suite) if s.name in names]
@@ -82,7 +82,7 @@ def main() -> int:
         print(row["profile"], flush=True)
         # What loading a compiled binary again costs (an isolation worker does this per binary).
         from gemmtune.templates import active_templates
-        from gemmtune.inputs import KernelInputs
+        from gemmtune.core.inputs import KernelInputs
 
         ki = KernelInputs.from_tensors(spec.op, *tensors)
         by_uid = {t.uid: t for t in active_templates(ki, None, None, True, "default", False)}

@@ -23,9 +23,9 @@ import time
 import torch
 
 import gemmtune
-from gemmtune.measure import CudaTimer
+from gemmtune.bench.timers import CudaTimer
 from gemmtune.report import selection_dict
-from gemmtune.suite import load_suite
+from gemmtune.offline.suite import load_suite
 
 
 def interleaved(timer, fns, rounds=30):

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from gemmtune.choices import Choice
+from gemmtune.core.choices import Choice
 from gemmtune.templates.base import Template, source_hash
 
 

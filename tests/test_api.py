@@ -7,10 +7,10 @@ import torch
 from torch import nn
 
 import gemmtune
-from gemmtune import api
-from gemmtune.api import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
-from gemmtune.errors import BackendError, InputError, LayoutError
-from gemmtune.patching import patch, patched_modules, unpatch
+from gemmtune.dispatch import eager as api
+from gemmtune.dispatch.eager import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
+from gemmtune.core.errors import BackendError, InputError, LayoutError
+from gemmtune.dispatch.patching import patch, patched_modules, unpatch
 
 EXTERN = ("extern",)
 # Inductor (torch 2.13) imports TorchScript helpers that warn on import; not ours.
@@ -34,7 +34,7 @@ def tune_calls(monkeypatch):
         calls.append((op, tuple(tuple(t.shape) for t in tensors)))
         return real(op, *tensors, **kwargs)
 
-    monkeypatch.setattr(gemmtune, "tune", spy)
+    monkeypatch.setattr(gemmtune.engine, "tune", spy)
     return calls
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gemmtune.templates.triton_mm import SPACE_SIZES, TritonMMTemplate, config_space, fit_configs
-from gemmtune.templates import triton_splitk, triton_tma
+from gemmtune.templates.triton.mm import SPACE_SIZES, TritonMMTemplate, config_space, fit_configs
+from gemmtune.templates.triton import splitk as triton_splitk, tma as triton_tma
 
 
 def test_plain_default_unchanged_and_max_is_a_larger_superset():

@@ -18,7 +18,7 @@ import torch
 
 numba = pytest.importorskip("numba")
 
-from gemmtune.inputs import KernelInputs  # noqa: E402
+from gemmtune.core.inputs import KernelInputs  # noqa: E402
 from gemmtune.templates import cpu_numba  # noqa: E402
 from gemmtune.templates.cpu_numba import GROUPS, NumbaMMTemplate  # noqa: E402
 
@@ -277,7 +277,7 @@ def test_a_new_process_loads_the_compiled_kernel_from_disk():
     cache_root = Path(SMALL.kernel(choice).py_func.__code__.co_filename).parents[1]
     code = textwrap.dedent("""
         import torch
-        from gemmtune.inputs import KernelInputs
+        from gemmtune.core.inputs import KernelInputs
         from gemmtune.templates.cpu_numba import NumbaMMTemplate
         t = NumbaMMTemplate(space=[(8, 64, 8)])
         a, b = torch.randn(37, 29), torch.randn(29, 53)

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from gemmtune import measure
+from gemmtune.bench import timers as measure
 
 
 class FakeEvent:

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune import heuristics
-from gemmtune.errors import BackendError, InputError, NoCandidatesError
-from gemmtune.inputs import KernelInputs
-from gemmtune.store import Store
+from gemmtune.templates import heuristics
+from gemmtune.core.errors import BackendError, InputError, NoCandidatesError
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.store.sqlite import Store
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
 
 from helpers import ScriptedTemplate
@@ -224,10 +224,10 @@ def test_pick_never_lets_host_time_crown_a_gpu_slower_kernel():
     because torch.mm's host dispatch happens to cost more than its kernel."""
     from types import SimpleNamespace
 
-    from gemmtune.choices import Choice, Timing, as_params
+    from gemmtune.core.choices import Choice, Timing, as_params
     from gemmtune.engine import _pick
-    from gemmtune.settings import Settings
-    from gemmtune.strategies.base import Measured
+    from gemmtune.core.settings import Settings
+    from gemmtune.search.base import Measured
 
     lib = Choice("aten_mm", None)
     slow_gpu = Choice("triton_mm", "h", as_params({"BLOCK_M": 128}), family="triton")
@@ -257,10 +257,10 @@ def test_pick_gives_a_tie_within_library_margin_to_the_library_kernel():
     kernel stays; 2% faster wins; with library_margin=0 the 0.5% one wins."""
     from types import SimpleNamespace
 
-    from gemmtune.choices import Choice, Timing, as_params
+    from gemmtune.core.choices import Choice, Timing, as_params
     from gemmtune.engine import _pick
-    from gemmtune.settings import Settings
-    from gemmtune.strategies.base import Measured
+    from gemmtune.core.settings import Settings
+    from gemmtune.search.base import Measured
 
     lib = Choice("aten_mm", None)
     tie = Choice("triton_gemv", "h", as_params({"BLOCK_N": 1}), family="triton")

@@ -5,7 +5,7 @@ source), small sizes (each dimension 1..40, batch 1..3), 15-20 s in all (150 + 5
 
 - `test_every_candidate_is_correct`: every choice of every CPU template (aten,
   NumPy BLAS, numba) and, through Triton's interpreter, of the Triton template
-  runs on a NaN-poisoned output and must pass `gemmtune.correctness.check`
+  runs on a NaN-poisoned output and must pass `gemmtune.bench.correctness.check`
   against the float64 reference, with NaN and Inf exactly where the reference
   has them (some examples carry a NaN or Inf in an operand: data, not errors).
 - `test_tune_and_eager_agree_with_the_reference`: the same problems through
@@ -26,11 +26,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gemmtune
-from gemmtune.correctness import check, reference
-from gemmtune.inputs import KernelInputs
+from gemmtune.bench.correctness import check, reference
+from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.cpu_numba import NumbaMMTemplate, numba_available
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
-from gemmtune.templates.triton_mm import TritonMMTemplate, triton_available
+from gemmtune.templates.triton.mm import TritonMMTemplate, triton_available
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available() and triton_available()
 TRITON_SPACE = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_stages=2, num_warps=4)]

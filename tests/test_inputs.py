@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.errors import InputError
-from gemmtune.inputs import KernelInputs
+from gemmtune.core.errors import InputError
+from gemmtune.core.inputs import KernelInputs
 
 
 def test_kernel_inputs_describe_mm_addmm_bmm():

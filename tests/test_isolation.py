@@ -60,7 +60,7 @@ def test_report_says_subprocess():
 
 
 def test_one_worker_per_device_is_kept_and_reused_across_tunes():
-    from gemmtune import isolation
+    from gemmtune.bench import isolation
 
     templates = [AtenTemplate("mm"), ScriptedTemplate("good", n_configs=1)]
     a, b = torch.randn(16, 8), torch.randn(8, 12)
@@ -81,7 +81,7 @@ def test_one_worker_per_device_is_kept_and_reused_across_tunes():
 
 
 def test_auto_isolation_isolates_gpus_and_measures_cpu_in_process():
-    from gemmtune.settings import isolation_for
+    from gemmtune.core.settings import isolation_for
 
     assert gemmtune.Settings().isolation == "auto"
     assert isolation_for("auto", "cuda") == "subprocess" and isolation_for("auto", "cpu") == "off"

@@ -6,12 +6,12 @@ import threading
 import pytest
 import torch
 
-import gemmtune.nvmh as nvmh
-from gemmtune.choices import Choice, as_params
-from gemmtune.model import estimate_ms
-from gemmtune.strategies.base import ProblemDims, StrategyOptions
-from gemmtune.strategies.model_pruned import stage0
-from gemmtune.templates import triton_mm, triton_splitk
+import gemmtune.search.nvmh as nvmh
+from gemmtune.core.choices import Choice, as_params
+from gemmtune.search.cost_model import estimate_ms
+from gemmtune.search.base import ProblemDims, StrategyOptions
+from gemmtune.search.model_pruned import stage0
+from gemmtune.templates.triton import mm as triton_mm, splitk as triton_splitk
 
 BIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8)
 TINY = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_stages=3, num_warps=4)

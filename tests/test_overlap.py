@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.compile import CompileJob
+from gemmtune.bench.compile import CompileJob
 from gemmtune.engine import overlap_for
-from gemmtune.errors import NoCandidatesError
-from gemmtune.inputs import KernelInputs
-from gemmtune.store import Store
+from gemmtune.core.errors import NoCandidatesError
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.store.sqlite import Store
 from gemmtune.templates.extern import AtenTemplate
 
 from helpers import ScriptedTemplate
@@ -94,7 +94,7 @@ def test_budget_cut_while_overlapped_is_not_stored_as_a_compile_failure():
 
 
 def _key(store, sel):
-    from gemmtune.store import env_info, env_key
+    from gemmtune.store.sqlite import env_info, env_key
 
     return env_key(env_info(sel.problem.device)), f"{sel.problem.problem_key}|out=row"
 
@@ -102,7 +102,7 @@ def _key(store, sel):
 def test_compile_job_reports_readiness_and_finishes():
     ki = KernelInputs.from_tensors("mm", *mats())
     t = UnevenTemplate("uneven", sleep_s=0.4)
-    choices = gemmtune.heuristics.get_template_configs(ki, [t], "mm")
+    choices = gemmtune.templates.heuristics.get_template_configs(ki, [t], "mm")
     fast = next(c for c in choices if c.config_dict["TILE"] == 8)
     slow = next(c for c in choices if c.config_dict["TILE"] == 16)
     job = CompileJob(choices, {t.uid: t}, ki, mats(), timeout_s=10.0, workers=2)

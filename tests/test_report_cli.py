@@ -8,8 +8,8 @@ import torch
 
 import gemmtune
 from gemmtune.cli import main
-from gemmtune.errors import InputError
-from gemmtune.suite import ProblemSpec, load_suite
+from gemmtune.core.errors import InputError
+from gemmtune.offline.suite import ProblemSpec, load_suite
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
 
 from helpers import ScriptedTemplate

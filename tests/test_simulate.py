@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gemmtune import simulate as sim
-from gemmtune.choices import Choice, as_params
-from gemmtune.dataset import ReplayShape
-from gemmtune.model import H100, H200, estimate_ms, occupancy
-from gemmtune.simulate import StrategySpec, default_specs, load, simulate, simulate_main, without_library
-from gemmtune.strategies import STRATEGIES, ProblemDims, StrategyOptions, budgeted, default_options, prescreen
+from gemmtune.offline import simulate as sim
+from gemmtune.core.choices import Choice, as_params
+from gemmtune.offline.dataset import ReplayShape
+from gemmtune.search.cost_model import H100, H200, estimate_ms, occupancy
+from gemmtune.offline.simulate import StrategySpec, default_specs, load, simulate, simulate_main, without_library
+from gemmtune.search import STRATEGIES, ProblemDims, StrategyOptions, budgeted, default_options, prescreen
 
 DEFAULT = default_options()
 
@@ -311,7 +311,7 @@ def test_gemmtune_dataset_dims_and_compile_times(tmp_path):
 
 
 def test_default_strategy_on_the_shipped_h200_dataset():
-    from gemmtune.simulate import load_shipped
+    from gemmtune.offline.simulate import load_shipped
 
     shapes, dims = load_shipped()
     assert len(shapes) == 24

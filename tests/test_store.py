@@ -12,8 +12,8 @@ import torch
 
 import gemmtune
 from gemmtune.cli import main
-from gemmtune.overrides import LookupTable
-from gemmtune.store import Store
+from gemmtune.store.lookup import LookupTable
+from gemmtune.store.sqlite import Store
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
 
 from helpers import ScriptedTemplate

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-import gemmtune.store as store_mod
-from gemmtune.store import Row, Store
+import gemmtune.store.sqlite as store_mod
+from gemmtune.store.sqlite import Row, Store
 
 STORE_PY = str(Path(store_mod.__file__).resolve())
 ENV = "env0"

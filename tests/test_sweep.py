@@ -3,9 +3,9 @@
 import json
 
 from gemmtune.cli import main
-from gemmtune.dataset import FORMAT, load_dataset
-from gemmtune.replay import replay
-from gemmtune.strategies import StrategyOptions
+from gemmtune.offline.dataset import FORMAT, load_dataset
+from gemmtune.offline.replay import replay
+from gemmtune.search import StrategyOptions
 
 
 def suite(tmp_path):

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.correctness import check, reference
-from gemmtune.inputs import KernelInputs
+from gemmtune.bench.correctness import check, reference
+from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates import active_templates, default_templates
 from gemmtune.templates.extern import AtenTemplate
-from gemmtune.templates.triton_gemv import GEMV_MAX_M, TritonGemvTemplate, config_space, fit_configs
+from gemmtune.templates.triton.gemv import GEMV_MAX_M, TritonGemvTemplate, config_space, fit_configs
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available()
 needs_interp = pytest.mark.skipif(not INTERP, reason="numerics run through Triton's interpreter on CPU")
@@ -82,7 +82,7 @@ def test_in_the_default_pool_and_previews_extend_it(monkeypatch):
 def test_source_hash_is_the_kernel_file():
     import hashlib
 
-    from gemmtune.templates import triton_gemv
+    from gemmtune.templates.triton import gemv as triton_gemv
 
     assert TritonGemvTemplate.src_hash == hashlib.sha256(triton_gemv.KERNEL_FILE.read_bytes()).hexdigest()
 

@@ -7,11 +7,11 @@ import os
 import pytest
 import torch
 
-from gemmtune.correctness import check, reference
-from gemmtune.inputs import KernelInputs
+from gemmtune.bench.correctness import check, reference
+from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates import active_templates, default_templates
-from gemmtune.templates.triton_launch import FastLaunch
-from gemmtune.templates.triton_skinny import (SKINNY_MAX_M, WORKSPACE_LIMIT, TritonSkinnyTemplate, config_space,
+from gemmtune.templates.triton.launch import FastLaunch
+from gemmtune.templates.triton.skinny import (SKINNY_MAX_M, WORKSPACE_LIMIT, TritonSkinnyTemplate, config_space,
                                               fit_configs)
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available()

@@ -5,9 +5,9 @@ import os
 import pytest
 import torch
 
-from gemmtune.inputs import KernelInputs
+from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates import active_templates, default_templates
-from gemmtune.templates.triton_splitk import (SPLITS, TritonSplitKTemplate, config_space, fit_configs,
+from gemmtune.templates.triton.splitk import (SPLITS, TritonSplitKTemplate, config_space, fit_configs,
                                               splitk_worthwhile)
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available()
@@ -35,7 +35,7 @@ class PoisonedWorkspace(Unfitted):
 
 
 def run_all(op, tensors, alpha=1.0, beta=1.0, template=None):
-    from gemmtune.correctness import check, reference
+    from gemmtune.bench.correctness import check, reference
 
     ki = KernelInputs.from_tensors(op, *tensors, alpha=alpha, beta=beta)
     template = template or TritonSplitKTemplate(space=SMALL, force=True)
@@ -72,7 +72,7 @@ def test_fit_drops_empty_slices_and_big_workspaces(monkeypatch):
     cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, SPLIT_K=16, num_stages=3, num_warps=4)
     assert fit_configs([cfg], 16, 4096, 16 * 128, 2, 232448)
     assert not fit_configs([cfg], 16, 4096, 15 * 128, 2, 232448)
-    import gemmtune.templates.triton_splitk as mod
+    import gemmtune.templates.triton.splitk as mod
 
     monkeypatch.setattr(mod, "WORKSPACE_LIMIT", 16 * 16 * 4096 * 4 - 1)
     assert not fit_configs([cfg], 16, 4096, 16 * 128, 2, 232448)

@@ -8,9 +8,9 @@ import os
 import pytest
 import torch
 
-import gemmtune.templates.triton_tma as tma
-from gemmtune.inputs import KernelInputs, TensorMeta
-from gemmtune.templates.triton_tma import (TritonTMAPersistentTemplate, b_trans, config_space, fit_configs,
+import gemmtune.templates.triton.tma as tma
+from gemmtune.core.inputs import KernelInputs, TensorMeta
+from gemmtune.templates.triton.tma import (TritonTMAPersistentTemplate, b_trans, config_space, fit_configs,
                                            tma_compatible)
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available()
@@ -115,7 +115,7 @@ def test_allocator_is_installed_once_per_context():
 # -- numerics through the interpreter ---------------------------------------------------------------
 
 def run_all(op, tensors, alpha=1.0, beta=1.0, template=None):
-    from gemmtune.correctness import check, reference
+    from gemmtune.bench.correctness import check, reference
 
     ki = ki_of(op, *tensors, alpha=alpha, beta=beta)
     template = template or TritonTMAPersistentTemplate(space=SMALL, num_sms=3, allow_fp32=True)

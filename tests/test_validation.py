@@ -17,12 +17,12 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.errors import BackendError, InputError
-from gemmtune.inputs import KernelInputs, TensorMeta
+from gemmtune.core.errors import BackendError, InputError
+from gemmtune.core.inputs import KernelInputs, TensorMeta
 from gemmtune.templates.cpu_numba import NumbaMMTemplate
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
-from gemmtune.templates.triton_mm import TritonMMTemplate
-from gemmtune.validate import ProblemTooLargeError, available_bytes, tuning_bytes, validate_operands
+from gemmtune.templates.triton.mm import TritonMMTemplate
+from gemmtune.core.validate import ProblemTooLargeError, available_bytes, tuning_bytes, validate_operands
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "RELIABILITY.md"
 FAST = gemmtune.Settings(store="off", cpu_rep_ms=1, finalist_rounds=1)
@@ -350,7 +350,7 @@ def test_bad_input_after_a_tuned_problem_is_still_validated():
 
 def test_beyond_memory_is_checked_against_the_free_memory(monkeypatch):
     """A problem that fits in RAM by size but not in what is free: typed error before allocating."""
-    import gemmtune.validate as v
+    import gemmtune.core.validate as v
 
     a, b = torch.ones(1, 1).expand(8192, 8192), torch.ones(1, 1).expand(8192, 8192)
     need = tuning_bytes("mm", [a, b])
@@ -376,7 +376,7 @@ def test_triton_template_excludes_problems_of_2_pow_31_elements():
 
     Described without data (TensorMeta): no 4 GiB tensor is allocated.
     """
-    import gemmtune.templates.triton_mm as tm
+    import gemmtune.templates.triton.mm as tm
 
     if not tm.triton_available():
         pytest.skip("triton is not installed")

@@ -6,19 +6,18 @@ Example:
     >>> print(gemmtune.autotune_table(sel))  # doctest: +SKIP
 """
 
-from .choices import Choice, Selection, Timing
-from .errors import BackendError, GemmtuneError, InputError, IsolationUnavailable, LayoutError, NoCandidatesError
-from .heuristics import add_finalize_hook, get_template_configs
-from .inputs import KernelInputs
-from .validate import ProblemTooLargeError
-from .layout import FixedLayout, FlexibleLayout
+from .core.choices import Choice, Selection, Timing
+from .core.errors import BackendError, GemmtuneError, InputError, IsolationUnavailable, LayoutError, NoCandidatesError
+from .templates.heuristics import add_finalize_hook, get_template_configs
+from .core.inputs import KernelInputs
+from .core.validate import ProblemTooLargeError
+from .core.layout import FixedLayout, FlexibleLayout
 from .report import autotune_table, selection_dict
-from .settings import FAMILIES, Settings
+from .core.settings import FAMILIES, Settings
 from .engine import tune
-from .api import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
-from .patching import patch, unpatch
+from .dispatch import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm, patch, unpatch
 
-__version__ = "0.1.0"
+from .core.version import __version__
 
 __all__ = [
     "BackendError", "Choice", "FAMILIES", "FixedLayout", "FlexibleLayout", "GemmtuneError", "InputError",

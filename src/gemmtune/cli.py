@@ -15,11 +15,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .errors import GemmtuneError
+from .core.errors import GemmtuneError
 from .report import autotune_table, selection_dict, write_json
-from .settings import Settings
-from .strategies import STRATEGIES
-from .suite import ProblemSpec, load_suite
+from .core.settings import Settings
+from .search import STRATEGIES
+from .offline.suite import ProblemSpec, load_suite
 from .engine import shared_store, tune
 
 err = Console(stderr=True)
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweep import sweep
+    from .offline.sweep import sweep
 
     specs = load_suite(args.suite, dtype=args.dtype)
     only = {s for s in args.only.split(",") if s}
@@ -195,7 +195,7 @@ def summary_table(results) -> Table:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["simulate"]:
-        from .simulate import simulate_main
+        from .offline.simulate import simulate_main
 
         return simulate_main(argv[1:])
     args = build_parser().parse_args(argv)

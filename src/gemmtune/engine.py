@@ -11,19 +11,19 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from . import heuristics
-from .bench_runner import Bench, Listener
-from .choices import Choice, Selection, Timing
-from .compile import CompileJob, CompileResult, precompile
-from .errors import InputError, LayoutError, NoCandidatesError
-from .inputs import KernelInputs
-from .layout import FixedLayout, FlexibleLayout, output_strides
-from .measure import timer_for
-from .overrides import LookupTable
-from .settings import Settings, isolation_for
-from .store import Row, Store, canon, env_info, env_key, open_store
-from .strategies import STRATEGIES, Measured, ProblemDims, StrategyOptions
-from .strategies.model_pruned import stage0
+from .templates import heuristics
+from .bench.bench import Bench, Listener
+from .core.choices import Choice, Selection, Timing
+from .bench.compile import CompileJob, CompileResult, precompile
+from .core.errors import InputError, LayoutError, NoCandidatesError
+from .core.inputs import KernelInputs
+from .core.layout import FixedLayout, FlexibleLayout, output_strides
+from .bench.timers import timer_for
+from .store.lookup import LookupTable
+from .core.settings import Settings, isolation_for
+from .store.sqlite import Row, Store, canon, env_info, env_key, open_store
+from .search import STRATEGIES, Measured, ProblemDims, StrategyOptions
+from .search.model_pruned import stage0
 from .templates import active_templates
 from .templates.base import Template
 
@@ -142,7 +142,7 @@ def _measure_and_pick(ctx: "_Context", compiled: CompileResult, choices: Sequenc
                   total_hint=len(runnable), out_factory=lambda: _empty_out(ki, out_layout), ensure=ctx.ensure_compiled)
     bench = None
     if isolation == "subprocess":
-        from .isolation import IsolatedBench, IsolationUnavailable
+        from .bench.isolation import IsolatedBench, IsolationUnavailable
 
         try:
             bench = IsolatedBench(ki, tensors, compiled, None, templates=ctx.templates, settings=settings,

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .choices import Choice, Selection
-from .inputs import dtype_name
+from .core.choices import Choice, Selection
+from .core.inputs import dtype_name
 
 
 def describe_choice(choice: Choice) -> str:

@@ -5,10 +5,10 @@ import torch
 from torch import nn
 
 import gemmtune
-from gemmtune import api
-from gemmtune.api import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
-from gemmtune.errors import LayoutError
-from gemmtune.patching import patch, unpatch
+from gemmtune.dispatch import eager as api
+from gemmtune.dispatch.eager import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
+from gemmtune.core.errors import LayoutError
+from gemmtune.dispatch.patching import patch, unpatch
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
               pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")]

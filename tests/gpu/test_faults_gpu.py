@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.choices import Choice
+from gemmtune.core.choices import Choice
 from gemmtune.templates.base import Template, source_hash
 from gemmtune.templates.extern import AtenTemplate
-from gemmtune.templates.triton_mm import TritonMMTemplate
+from gemmtune.templates.triton.mm import TritonMMTemplate
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 triton = pytest.importorskip("triton")
@@ -112,7 +112,7 @@ def test_default_tuning_under_isolation_matches_in_process():
 
 
 def test_a_kept_worker_serves_the_next_tune_and_a_crash_does_not_poison_it():
-    from gemmtune import isolation
+    from gemmtune.bench import isolation
 
     settings = gemmtune.Settings(isolation="subprocess", run_timeout_s=20.0, store="off", strategy="exhaustive")
     a = torch.randn(128, 64, device="cuda", dtype=torch.float16)

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.correctness import check, reference
-from gemmtune.inputs import KernelInputs
-from gemmtune.measure import CudaTimer
+from gemmtune.bench.correctness import check, reference
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.bench.timers import CudaTimer
 from gemmtune.templates.extern import AtenTemplate
-from gemmtune.templates.triton_mm import SWIZZLES, TritonMMTemplate
+from gemmtune.templates.triton.mm import SWIZZLES, TritonMMTemplate
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

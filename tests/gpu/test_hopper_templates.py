@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.correctness import check, reference
-from gemmtune.inputs import KernelInputs
-from gemmtune.templates.triton_splitk import TritonSplitKTemplate
-from gemmtune.templates.triton_tma import TritonTMAPersistentTemplate
+from gemmtune.bench.correctness import check, reference
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.templates.triton.splitk import TritonSplitKTemplate
+from gemmtune.templates.triton.tma import TritonTMAPersistentTemplate
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.correctness import check, reference
-from gemmtune.inputs import KernelInputs
-from gemmtune.templates.triton_gemv import TritonGemvTemplate
+from gemmtune.bench.correctness import check, reference
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.templates.triton.gemv import TritonGemvTemplate
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -9,11 +9,11 @@ import time
 import pytest
 import torch
 
-from gemmtune.correctness import check, reference
-from gemmtune.inputs import KernelInputs
-from gemmtune.templates.triton_launch import FastLaunch
-from gemmtune.templates.triton_mm import TritonMMTemplate
-from gemmtune.templates.triton_skinny import TritonSkinnyTemplate
+from gemmtune.bench.correctness import check, reference
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.templates.triton.launch import FastLaunch
+from gemmtune.templates.triton.mm import TritonMMTemplate
+from gemmtune.templates.triton.skinny import TritonSkinnyTemplate
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..inputs import KernelInputs
+from ..core.inputs import KernelInputs
 from .base import Template
 from .extern import AtenBiasAddmmTemplate, AtenTemplate, NumpyTemplate
 
@@ -28,15 +28,15 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
         ['triton_mm', 'numba_mm']
     """
     from .cpu_numba import NumbaMMTemplate
-    from .triton_mm import TritonMMTemplate
+    from .triton.mm import TritonMMTemplate
 
     pool = [AtenTemplate("mm"), AtenTemplate("addmm"), AtenTemplate("bmm"), AtenBiasAddmmTemplate(),
             NumpyTemplate(), TritonMMTemplate(size=size)]
     if hopper:
-        from .triton_gemv import TritonGemvTemplate
-        from .triton_skinny import TritonSkinnyTemplate
-        from .triton_splitk import TritonSplitKTemplate
-        from .triton_tma import TritonTMAPersistentTemplate
+        from .triton.gemv import TritonGemvTemplate
+        from .triton.skinny import TritonSkinnyTemplate
+        from .triton.splitk import TritonSplitKTemplate
+        from .triton.tma import TritonTMAPersistentTemplate
 
         pool += [TritonSplitKTemplate(size=size), TritonSkinnyTemplate(size=size), TritonGemvTemplate(size=size),
                  TritonTMAPersistentTemplate(size=size)]

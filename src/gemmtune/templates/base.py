@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..choices import Choice, as_params
-from ..inputs import KernelInputs
+from ..core.choices import Choice, as_params
+from ..core.inputs import KernelInputs
 
 Launcher = Callable[..., torch.Tensor]
 """`launcher(tensors, out, **runtime) -> out`: runs one compiled binary."""

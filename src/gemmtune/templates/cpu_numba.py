@@ -38,8 +38,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..choices import Choice
-from ..inputs import KernelInputs
+from ..core.choices import Choice
+from ..core.inputs import KernelInputs
 from .base import Launcher, Template, split_operands
 
 GROUPS = (1, 4, 16)
@@ -175,7 +175,7 @@ def numba_available() -> bool:
 
 def cache_dir() -> Path:
     """Where rendered kernel files (and Numba's cache of them) live."""
-    from ..settings import cache_dir as root
+    from ..core.settings import cache_dir as root
 
     return root() / "numba"
 

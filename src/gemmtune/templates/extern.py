@@ -10,8 +10,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..choices import Choice
-from ..inputs import KernelInputs
+from ..core.choices import Choice
+from ..core.inputs import KernelInputs
 from .base import Launcher, Template, split_operands
 
 

@@ -1,0 +1,1 @@
+"""Measurement: compiling candidates, timers, the correctness gate, runners and the worker process."""

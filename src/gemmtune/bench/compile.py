@@ -1,0 +1,175 @@
+"""Parallel precompile with a per-choice timeout.
+
+Choices that share a binary (same template + config) compile once.  A binary
+that fails to compile, overflows the device's resources or exceeds the timeout
+is dropped and logged; the remaining choices go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from ..core.choices import Choice
+from ..core.inputs import KernelInputs
+from ..templates.base import Launcher, Template
+
+log = logging.getLogger("gemmtune")
+
+
+@dataclass
+class CompileResult:
+    launchers: dict[tuple, Launcher] = field(default_factory=dict)
+    failures: dict[tuple, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    binary_seconds: dict[tuple, float] = field(default_factory=dict)  # compile time of each binary
+
+    def launcher(self, choice: Choice) -> Launcher | None:
+        return self.launchers.get(choice.binary_key)
+
+    def ready(self, choice: Choice) -> bool:
+        """Whether `choice`'s binary is done compiling (always, once a CompileResult exists)."""
+        return True
+
+    def may_run(self, choice: Choice) -> bool:
+        """Built, or (CompileJob) still compiling."""
+        return self.launcher(choice) is not None
+
+    def wait_any(self, choices: Sequence[Choice]) -> None:
+        """Nothing to wait for (see CompileJob)."""
+
+
+def precompile(choices: Sequence[Choice], templates: Mapping[str, Template], ki: KernelInputs,
+               example: Sequence[torch.Tensor], *, timeout_s: float, workers: int = 0,
+               on_done: Callable[[int, int], None] | None = None, deadline: float | None = None) -> CompileResult:
+    """Compile every distinct binary among `choices` in a thread pool; return when all are done.
+
+    `on_done(done, total)` is called after each binary (for progress bars).  Past
+    `deadline` (a `time.perf_counter()` value) the binaries still pending are
+    abandoned and recorded as failures ("budget").
+    """
+    return CompileJob(choices, templates, ki, example, timeout_s=timeout_s, workers=workers,
+                      on_done=on_done, deadline=deadline).finish()
+
+
+class CompileJob(CompileResult):
+    """Binaries compiling in a thread pool, usable one by one as they finish.
+
+    A CompileResult that fills in while its binaries compile: `ready(choice)` says whether
+    `choice`'s binary is done (built or failed), `wait_any(choices)` blocks until one of theirs
+    is, `finish()` waits for all.  Timeouts and the deadline are enforced while waiting.
+
+    Example:
+        >>> job = CompileJob([], {}, None, (), timeout_s=1.0)
+        >>> job.finish().launchers, job.ready(None)
+        ({}, True)
+    """
+
+    def __init__(self, choices: Sequence[Choice], templates: Mapping[str, Template], ki: KernelInputs,
+                 example: Sequence[torch.Tensor], *, timeout_s: float, workers: int = 0,
+                 on_done: Callable[[int, int], None] | None = None, deadline: float | None = None):
+        super().__init__()
+        self._start = time.perf_counter()
+        self._timeout_s, self._deadline, self._on_done = timeout_s, deadline, on_done
+        self._unique: dict[tuple, Choice] = {}
+        for c in choices:
+            self._unique.setdefault(c.binary_key, c)
+        workers = workers or min(32, os.cpu_count() or 1)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(self._unique) or 1)),
+                                        thread_name_prefix="gemmtune-compile")
+        self._started: dict[tuple, float] = {}  # binary key -> when its compile began
+        self._keys: dict[Future, tuple] = {}
+        self._done_count = 0
+
+        def build(c: Choice) -> Launcher:
+            t0 = self._started[c.binary_key] = time.perf_counter()
+            launcher = templates[c.template_uid].compile(c, ki, example)
+            self.binary_seconds[c.binary_key] = time.perf_counter() - t0
+            return launcher
+
+        for key, c in self._unique.items():
+            self._keys[self._pool.submit(build, c)] = key
+        self._pending = set(self._keys)
+        self._open = bool(self._pending)
+        if not self._open:
+            self._close()
+
+    def may_run(self, choice: Choice) -> bool:
+        return choice.binary_key in self.launchers or (choice.binary_key in self._unique
+                                                       and choice.binary_key not in self.failures)
+
+    @property
+    def running(self) -> bool:
+        """Some binaries are still compiling."""
+        return bool(self._pending)
+
+    def ready(self, choice: Choice) -> bool:
+        """True when `choice`'s binary is built or failed (or was never part of this job)."""
+        key = choice.binary_key if choice is not None else None
+        return key not in self._unique or key in self.launchers or key in self.failures
+
+    def wait_any(self, choices: Sequence[Choice]) -> None:
+        """Block until at least one of `choices`' binaries is done (or nothing is pending)."""
+        while self._pending and not any(self.ready(c) for c in choices):
+            self._poll(0.25)
+
+    def finish(self) -> CompileResult:
+        """Wait for every binary; the pool is shut down.  Returns self."""
+        while self._pending:
+            self._poll(0.25)
+        self._close()
+        return self
+
+    def abandon(self) -> None:
+        """Stop waiting: binaries still compiling finish in the background, unused."""
+        for fut in list(self._pending):
+            fut.cancel()
+        self._pending = set()
+        self._close()
+
+    def _close(self) -> None:
+        if self._open or not self.seconds:
+            # A timed-out compile cannot be interrupted; it finishes in the background, unused.
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self.seconds = time.perf_counter() - self._start
+            self._open = False
+
+    def _resolved(self, key: tuple) -> None:
+        self._done_count += 1
+        if self._on_done:
+            self._on_done(self._done_count, len(self._unique))
+
+    def _poll(self, timeout: float) -> None:
+        done, self._pending = wait(self._pending, timeout=timeout, return_when=FIRST_COMPLETED)
+        for fut in done:
+            key = self._keys[fut]
+            exc = fut.exception()
+            if exc is None:
+                self.launchers[key] = fut.result()
+            else:
+                self.failures[key] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                log.warning("gemmtune: dropped %s: compile failed: %s", self._unique[key].name, self.failures[key])
+            self._resolved(key)
+        now = time.perf_counter()
+        if self._deadline is not None and now > self._deadline and self._pending:
+            for fut in list(self._pending):
+                fut.cancel()
+                self.failures[self._keys[fut]] = "BudgetExceeded: tuning time budget spent before this compiled"
+            self._pending = set()
+        for fut in list(self._pending):
+            t0 = self._started.get(self._keys[fut])
+            if t0 is not None and now - t0 > self._timeout_s:
+                key = self._keys[fut]
+                self._pending.discard(fut)
+                fut.cancel()
+                self.failures[key] = f"TimeoutError: compile exceeded {self._timeout_s:g} s"
+                log.warning("gemmtune: dropped %s: %s", self._unique[key].name, self.failures[key])
+                self._resolved(key)
+        if not self._pending:
+            self._close()

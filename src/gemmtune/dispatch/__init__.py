@@ -1,0 +1,7 @@
+"""Calls into tuned kernels: eager ops, torch.library ops (registered on import) and module patching."""
+
+from . import library  # noqa: F401  registers torch.ops.gemmtune.*
+from .eager import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
+from .patching import patch, unpatch
+
+__all__ = ["addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "unpatch"]

@@ -1,0 +1,378 @@
+"""The eager API: `gemmtune.mm`, `gemmtune.addmm`, `gemmtune.bmm`.
+
+The first call for a problem tunes it (`gemmtune.tune`); every later call looks
+the winner up in an in-process dict and runs it.  That warm path is kept lean:
+
+- the key is a plain tuple of the operands' shapes, strides and dtypes, mat1's
+  device, the addmm scalars, `backends` and `out_layout`; no KernelInputs, no
+  validation, no logging (a miss validates, then tunes);
+- one dict per op, so the op name is not part of the tuple;
+- the dict holds the callable to run: `torch.mm` / `torch.bmm` themselves when
+  the winner is the aten library kernel (autograd then is torch's own), else
+  the Selection's kernel behind a two-attribute check for autograd.
+
+Calls that need a gradient through a generated kernel (numba, Triton, NumPy)
+go through the `torch.library` custom ops of `gemmtune.dispatch.library`, whose registered
+backward computes the standard GEMM gradients with gemmtune again.  Under
+`torch.compile` the functions trace to those custom ops.
+
+The first call of a problem holds one lock (tuning is never concurrent, so its
+timings are not disturbed by a second tuning thread); the warm path takes none.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .. import engine
+from ..core.errors import InputError, NoCandidatesError
+
+__all__ = ["mm", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats"]
+
+OUT_LAYOUTS = (None, "row", "col")
+
+# One dict per op: key tuple -> callable(*tensors) -> output.
+_MM: dict[tuple, Callable[..., torch.Tensor]] = {}
+_ADDMM: dict[tuple, Callable[..., torch.Tensor]] = {}
+_BMM: dict[tuple, Callable[..., torch.Tensor]] = {}
+_TABLES = {"mm": _MM, "addmm": _ADDMM, "bmm": _BMM}
+_SELECTIONS: dict[tuple, Any] = {}  # canonical key -> Selection (for inspection)
+
+_LOCK = threading.RLock()  # held on the miss path only
+_HITS = itertools.count()  # next() on it is atomic; read back by repr
+_MISSES = 0
+_TUNES = 0
+
+# Bound once: each saves an attribute lookup on the warm path.
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_torch_mm = torch.mm
+_torch_bmm = torch.bmm
+
+
+# -- the public functions ------------------------------------------------------------------------
+
+def mm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | None = None,
+       out_layout: str | None = None) -> torch.Tensor:
+    """`a @ b` for 2-D `a` [M, K] and `b` [K, N], run by the tuned winner.
+
+    The first call for a problem (shapes, strides, dtypes, device, `backends`,
+    `out_layout`) tunes it; later calls dispatch straight to the winner.
+    `backends` is a tuple of family names (`gemmtune.FAMILIES`; pass a tuple,
+    not a list, to stay on the fast path); `out_layout` is None, `"row"` or
+    `"col"` (`"col"`: strides (1, M); only a selection of library kernels can
+    honour it, otherwise `gemmtune.LayoutError`).  Supports autograd and
+    `torch.compile(fullgraph=True)` (through the `gemmtune::mm` custom op).
+
+    Example:
+        >>> import torch, gemmtune
+        >>> a, b = torch.randn(8, 4), torch.randn(4, 3)
+        >>> torch.allclose(gemmtune.mm(a, b, backends=("extern",)), a @ b)
+        True
+    """
+    if _is_compiling():
+        return torch.ops.gemmtune.mm.default(a, b, _backends_arg(backends), out_layout)
+    try:
+        fn = _MM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
+    except KeyError:
+        fn = _miss("mm", (a, b), 1.0, 1.0, backends, out_layout)
+    except Exception:  # noqa: BLE001 - not tensors, no strides, unhashable backends: the miss path says why
+        fn = _miss("mm", (a, b), 1.0, 1.0, backends, out_layout)
+    else:
+        next(_HITS)
+    return fn(a, b)
+
+
+def bmm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | None = None,
+        out_layout: str | None = None) -> torch.Tensor:
+    """Batched `a @ b` for 3-D `a` [B, M, K] and `b` [B, K, N], run by the tuned winner.
+
+    Same dispatch, autograd and compile behaviour as `gemmtune.mm`;
+    `out_layout="col"` gives each [M, N] matrix strides (1, M).
+
+    Example:
+        >>> import torch, gemmtune
+        >>> a, b = torch.randn(2, 8, 4), torch.randn(2, 4, 3)
+        >>> torch.allclose(gemmtune.bmm(a, b, backends=("extern",)), torch.bmm(a, b))
+        True
+    """
+    if _is_compiling():
+        return torch.ops.gemmtune.bmm.default(a, b, _backends_arg(backends), out_layout)
+    try:
+        fn = _BMM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
+    except KeyError:
+        fn = _miss("bmm", (a, b), 1.0, 1.0, backends, out_layout)
+    except Exception:  # noqa: BLE001
+        fn = _miss("bmm", (a, b), 1.0, 1.0, backends, out_layout)
+    else:
+        next(_HITS)
+    return fn(a, b)
+
+
+def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float = 1, alpha: float = 1,
+          backends: Sequence[str] | str | None = None, out_layout: str | None = None) -> torch.Tensor:
+    """`beta * bias + alpha * (a @ b)`, as `torch.addmm`, run by the tuned winner.
+
+    `bias` is 0-, 1- or 2-D and broadcasts to the [M, N] output.  `alpha` and
+    `beta` are part of the problem (a new pair is tuned once).  Same dispatch,
+    autograd and compile behaviour as `gemmtune.mm`.
+
+    Example:
+        >>> import torch, gemmtune
+        >>> bias, a, b = torch.randn(3), torch.randn(8, 4), torch.randn(4, 3)
+        >>> out = gemmtune.addmm(bias, a, b, beta=0.5, alpha=2.0, backends=("extern",))
+        >>> torch.allclose(out, torch.addmm(bias, a, b, beta=0.5, alpha=2.0))
+        True
+    """
+    if _is_compiling():
+        return torch.ops.gemmtune.addmm.default(bias, a, b, float(beta), float(alpha),
+                                                _backends_arg(backends), out_layout)
+    try:
+        fn = _ADDMM[(bias.shape, bias.stride(), bias.dtype, a.shape, a.stride(), a.dtype, a.device,
+                     b.shape, b.stride(), b.dtype, alpha, beta, backends, out_layout)]
+    except KeyError:
+        fn = _miss("addmm", (bias, a, b), alpha, beta, backends, out_layout)
+    except Exception:  # noqa: BLE001
+        fn = _miss("addmm", (bias, a, b), alpha, beta, backends, out_layout)
+    else:
+        next(_HITS)
+    return fn(bias, a, b)
+
+
+def clear_dispatch_cache() -> None:
+    """Forget every dispatched problem and reset the counters (the next call of each problem tunes again).
+
+    Only the in-process dispatch dict is cleared; whatever `gemmtune.tune`
+    keeps elsewhere (a persistent store) is untouched.
+
+    Example:
+        >>> import gemmtune
+        >>> gemmtune.clear_dispatch_cache()
+        >>> gemmtune.dispatch_stats()["entries"]
+        0
+    """
+    global _HITS, _MISSES, _TUNES
+    with _LOCK:
+        for table in _TABLES.values():
+            table.clear()
+        _SELECTIONS.clear()
+        _HITS = itertools.count()
+        _MISSES = _TUNES = 0
+
+
+def dispatch_stats() -> dict[str, Any]:
+    """Counters and contents of the dispatch dict.
+
+    `hits`: calls served from the dict; `misses`: calls that were not (each
+    tunes, or reuses an entry under a different spelling of the same key, or
+    falls back to torch for an empty problem); `tunes`: `gemmtune.tune` calls;
+    `entries`: keys held; `selections`: `{problem: winner name}` per tuned
+    problem (`problem` is the Selection's `KernelInputs.problem_key`, followed by
+    the `backends` and `out_layout` it was tuned for).
+
+    Example:
+        >>> import torch, gemmtune
+        >>> gemmtune.clear_dispatch_cache()
+        >>> a = torch.randn(4, 4)
+        >>> _ = gemmtune.mm(a, a, backends=("extern",)); _ = gemmtune.mm(a, a, backends=("extern",))
+        >>> s = gemmtune.dispatch_stats(); (s["hits"], s["misses"], s["tunes"])
+        (1, 1, 1)
+    """
+    with _LOCK:
+        hits = int(repr(_HITS)[len("count("):-1])
+        selections = {
+            f"{sel.problem.problem_key} backends={key[-2]} out_layout={key[-1]}": sel.winner.name
+            for key, sel in _SELECTIONS.items()}
+        return {"hits": hits, "misses": _MISSES, "tunes": _TUNES,
+                "entries": sum(len(t) for t in _TABLES.values()), "selections": selections}
+
+
+def selections() -> dict[tuple, Any]:
+    """The Selection behind every tuned problem, by canonical dispatch key (a copy).
+
+    Example:
+        >>> import torch, gemmtune.dispatch.eager as api
+        >>> _ = api.mm(torch.randn(4, 2), torch.randn(2, 4), backends=("extern",))
+        >>> any(s.winner.is_extern for s in api.selections().values())
+        True
+    """
+    with _LOCK:
+        return dict(_SELECTIONS)
+
+
+# -- the miss path -------------------------------------------------------------------------------
+
+def _key(op: str, tensors: Sequence[torch.Tensor], alpha: Any, beta: Any, backends: Any, out_layout: Any) -> tuple:
+    """The warm path's key, built the slow way: it must equal the inline tuples of mm/addmm/bmm.
+
+    Shape, strides and dtype of every operand, and the device of mat1 only:
+    one attribute read less per operand on the warm path.  The price: once a
+    problem is in the dict, a call with the same metadata but mat2 (or bias) on
+    another device is not validated again and fails with torch's own
+    device-mismatch error instead of `InputError`.
+    """
+    a, b = tensors[-2], tensors[-1]
+    mats = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype)
+    if op == "addmm":
+        bias = tensors[0]
+        return (bias.shape, bias.stride(), bias.dtype) + mats + (alpha, beta, backends, out_layout)
+    return mats + (backends, out_layout)
+
+
+def _miss(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
+          out_layout: Any) -> Callable[..., torch.Tensor]:
+    """Find or build the runner for a problem not in the dict (validates; tunes at most once per problem)."""
+    global _MISSES
+    from ..core.settings import check_backends
+    from ..core.validate import check_backends_arg, validate_operands
+
+    table = _TABLES[op]
+    with _LOCK:
+        try:
+            key: tuple | None = _key(op, tensors, alpha, beta, backends, out_layout)
+            hash(key)
+        except Exception:  # noqa: BLE001 - not tensors (validation below says so) or unhashable backends
+            key = None
+        if key is not None and key in table:  # another thread tuned it while we waited
+            next(_HITS)
+            return table[key]
+        tensors = _resolved(tensors)
+        validate_operands(op, tensors, alpha, beta)
+        check_backends_arg(backends)
+        canon_backends = check_backends(backends)
+        if out_layout not in OUT_LAYOUTS:
+            raise InputError(f"{op}: out_layout must be None, 'row' or 'col', got {out_layout!r}")
+        alpha_f, beta_f = float(alpha), float(beta)
+        canon = _key(op, tensors, alpha_f, beta_f, canon_backends, out_layout)
+        fn = table.get(canon)
+        if fn is None:
+            fn = _build(op, tensors, alpha_f, beta_f, canon_backends, out_layout, canon)
+            table[canon] = fn
+        if key is not None:
+            table[key] = fn
+        _MISSES += 1
+        return fn
+
+
+def _tune_fn() -> Callable[..., Any]:
+    """`engine.tune`, looked up at call time (so a test can spy on it)."""
+    return engine.tune
+
+
+def _build(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
+           out_layout: str | None, canon: tuple) -> Callable[..., torch.Tensor]:
+    global _TUNES
+    if _is_empty(op, tensors):
+        return _torch_fallback(op, alpha, beta, out_layout)
+    with torch.no_grad():  # tune runs every candidate: no graphs, and NumPy needs grad-free tensors
+        sel = _tune_fn()(op, *(t.detach() for t in tensors), backends=backends, alpha=alpha, beta=beta,
+                         out_layout=out_layout)
+    _TUNES += 1
+    if sel.kernel is None:
+        raise NoCandidatesError(f"{sel.problem.describe()}: the selection has no kernel to run")
+    _SELECTIONS[canon] = sel
+    return _runner(op, sel, alpha, beta, backends, out_layout)
+
+
+def _runner(op: str, sel: Any, alpha: float, beta: float, backends: tuple[str, ...] | None,
+            out_layout: str | None) -> Callable[..., torch.Tensor]:
+    """The callable the dict holds for a tuned problem."""
+    uid = sel.winner.template_uid
+    if out_layout != "col":
+        # The aten winners' launchers are exactly torch.mm(a, b) / torch.bmm(a, b): call those
+        # directly (no Python frames in between; autograd is torch's own).
+        if op == "mm" and uid == "aten_mm":
+            return _torch_mm
+        if op == "bmm" and uid == "aten_bmm":
+            return _torch_bmm
+    kernel = sel.kernel
+    bk = _backends_arg(backends)
+    if op == "addmm":
+        def run_addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            if (a.requires_grad or b.requires_grad or bias.requires_grad) and _grad_enabled():
+                return torch.ops.gemmtune.addmm.default(bias, a, b, beta, alpha, bk, out_layout)
+            if a.is_neg() or b.is_neg() or bias.is_neg():  # lazy negation views: kernels read raw memory
+                bias, a, b = bias.resolve_neg(), a.resolve_neg(), b.resolve_neg()
+            return kernel(bias, a, b)
+
+        return run_addmm
+    custom = torch.ops.gemmtune.mm.default if op == "mm" else torch.ops.gemmtune.bmm.default
+
+    def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if (a.requires_grad or b.requires_grad) and _grad_enabled():
+            return custom(a, b, bk, out_layout)
+        if a.is_neg() or b.is_neg():  # lazy negation views (x.conj().imag): kernels read raw memory
+            a, b = a.resolve_neg(), b.resolve_neg()
+        return kernel(a, b)
+
+    return run
+
+
+def _resolved(tensors: tuple) -> tuple:
+    """The operands with lazy negation views (negative bit, e.g. `x.conj().imag`) made real.
+
+    The eager ops accept them (torch.mm does); `gemmtune.tune` refuses them
+    with an InputError, since its kernels read raw memory.
+    """
+    if any(isinstance(t, torch.Tensor) and not t.is_nested and t.layout == torch.strided and t.is_neg()
+           for t in tensors):
+        return tuple(t.resolve_neg() if isinstance(t, torch.Tensor) else t for t in tensors)
+    return tensors
+
+
+def _is_empty(op: str, tensors: Sequence[torch.Tensor]) -> bool:
+    a, b = tensors[-2], tensors[-1]
+    return a.numel() == 0 or b.numel() == 0
+
+
+def _torch_fallback(op: str, alpha: float, beta: float, out_layout: str | None) -> Callable[..., torch.Tensor]:
+    """Empty problems (M, N, K or batch is 0) have nothing to tune: torch computes them (zeros or beta*bias)."""
+    if op == "mm":
+        fn: Callable[..., torch.Tensor] = torch.mm
+    elif op == "bmm":
+        fn = torch.bmm
+    else:
+        def fn(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+    if out_layout != "col":
+        return fn
+    return lambda *t: to_col(fn(*t))
+
+
+# -- helpers shared with gemmtune.dispatch.library ---------------------------------------------------------------
+
+def _backends_arg(backends: Sequence[str] | str | None) -> str | None:
+    """`backends` as the custom ops take it: None or "extern,numba"."""
+    if backends is None or isinstance(backends, str):
+        return backends
+    return ",".join(backends)
+
+
+def to_col(t: torch.Tensor) -> torch.Tensor:
+    """A differentiable copy of `t` whose last two dims are column-major (strides (.., 1, M))."""
+    return t.mT.contiguous().mT
+
+
+def out_strides(size: Sequence[Any], out_layout: str | None) -> tuple:
+    """The strides of a fresh output of `size` ([M, N] or [B, M, N]) in `out_layout`.
+
+    Row-major follows torch's convention for size-0/1 dims (`max(s, 1)`).
+    """
+    m1 = torch.sym_max(size[-2], 1)
+    n1 = torch.sym_max(size[-1], 1)
+    if out_layout == "col":
+        inner = (1, m1)
+    else:
+        inner = (n1, 1)
+    if len(size) == 3:
+        return (m1 * n1,) + inner
+    return inner
+
+
+# Registers torch.ops.gemmtune.{mm,addmm,bmm}; gemmtune.dispatch.library imports this module back (cycle-safe:
+# it only reads our attributes when an op runs).
+

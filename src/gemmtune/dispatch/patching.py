@@ -1,0 +1,108 @@
+"""Opt-in: route the matmuls of a module's `nn.Linear` layers through gemmtune.
+
+`patch(model)` gives every `nn.Linear` in `model` (the model itself included)
+a forward that computes `x @ W^T (+ b)` with `gemmtune.addmm` (with a bias)
+or `gemmtune.mm` (without).  Inputs of any rank are flattened to 2-D and the
+output reshaped back, as `nn.Linear` does.  `unpatch(model)` restores them.
+Outputs, gradients and `torch.compile` keep working; each new input shape is
+tuned once on its first call.
+
+Only layers whose class uses `nn.Linear.forward` unchanged are patched: a
+subclass with its own forward (LoRA adapters, quantised wrappers, ...) is left
+alone, as are lazy layers that are not yet materialised.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from . import eager as api
+
+__all__ = ["patch", "unpatch", "patched_modules"]
+
+_FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backends (None allowed)
+
+
+def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """nn.Linear.forward with its matmul run by gemmtune."""
+    backends = getattr(self, _FLAG)
+    w, bias = self.weight, self.bias
+    if x.dim() == 2:
+        x2 = x
+    elif x.dim() == 1:
+        x2 = x.unsqueeze(0)
+    else:
+        x2 = x.reshape(-1, x.shape[-1])
+    if bias is None:
+        y = api.mm(x2, w.t(), backends=backends)
+    else:
+        y = api.addmm(bias, x2, w.t(), backends=backends)
+    if x.dim() == 2:
+        return y
+    if x.dim() == 1:
+        return y.squeeze(0)
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def _patchable(m: nn.Module) -> bool:
+    return (isinstance(m, nn.Linear) and type(m).forward is nn.Linear.forward
+            and not isinstance(m.weight, nn.parameter.UninitializedParameter))
+
+
+def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None) -> nn.Module:
+    """Route every `nn.Linear` in `module` through gemmtune (in place); returns `module`.
+
+    `backends` is passed to `gemmtune.mm` / `gemmtune.addmm` (a tuple of family
+    names; None: the device's defaults).  Patching again updates `backends`.
+
+    Example:
+        >>> import torch, gemmtune
+        >>> from torch import nn
+        >>> mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        >>> x = torch.randn(5, 8)
+        >>> ref = mlp(x)
+        >>> out = gemmtune.patch(mlp, backends=("extern",))(x)
+        >>> torch.allclose(out, ref)
+        True
+        >>> _ = gemmtune.unpatch(mlp)
+    """
+    if backends is not None and not isinstance(backends, str):
+        backends = tuple(backends)  # hashable: the dispatch key's fast path
+    for m in module.modules():
+        if _patchable(m):
+            object.__setattr__(m, _FLAG, backends)
+            object.__setattr__(m, "forward", types.MethodType(_linear_forward, m))
+    return module
+
+
+def unpatch(module: nn.Module) -> nn.Module:
+    """Undo `patch`: every patched `nn.Linear` in `module` runs `nn.Linear.forward` again; returns `module`.
+
+    Example:
+        >>> import torch, gemmtune
+        >>> lin = gemmtune.patch(torch.nn.Linear(4, 2))
+        >>> "forward" in vars(gemmtune.unpatch(lin))
+        False
+    """
+    for m in module.modules():
+        if _FLAG in vars(m):
+            vars(m).pop(_FLAG, None)
+            vars(m).pop("forward", None)
+    return module
+
+
+def patched_modules(module: nn.Module) -> list[str]:
+    """Names of the layers of `module` that `patch` currently routes through gemmtune.
+
+    Example:
+        >>> import torch, gemmtune
+        >>> from gemmtune.dispatch.patching import patched_modules
+        >>> mlp = gemmtune.patch(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
+        >>> patched_modules(mlp)
+        ['0']
+    """
+    return [name for name, m in module.named_modules() if _FLAG in vars(m)]

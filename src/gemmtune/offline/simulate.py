@@ -1,0 +1,279 @@
+"""`gemmtune simulate`: replay search strategies on recorded timings and weigh regret against work.
+
+Each strategy runs on each recorded shape with `measure` answered from the recording (as in
+replay.py).  Per strategy: regret of its pick against the exhaustive best (from the recorded
+times), benchmark runs, binaries compiled (only binaries whose choices were timed: a
+model-pruned or budget-stopped search compiles less) and an estimated tuning time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..core.choices import Choice
+from .dataset import ReplayShape, load_dataset, read_lines
+from ..search import STRATEGIES, ProblemDims, StrategyOptions, default_options
+from .simulate_report import plot_regret_vs_work, render_table
+
+SHIPPED = "data/h200_suite.jsonl.gz"
+_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One strategy to simulate: a registered name, its options, and optionally a budget as a
+    fraction of the shape's exhaustive runs (sets `budget_runs` per shape)."""
+
+    name: str
+    strategy: str
+    options: StrategyOptions = field(default_factory=StrategyOptions)
+    budget_fraction: float | None = None
+
+    def options_for(self, shape: ReplayShape, dims: ProblemDims) -> StrategyOptions:
+        options = replace(self.options, problem=dims)
+        if self.budget_fraction is not None:
+            options = replace(options, budget_runs=int(self.budget_fraction * len(shape.choices)))
+        return options
+
+
+@dataclass(frozen=True)
+class ShapeResult:
+    shape: tuple[int, int, int]
+    name: str
+    winner: str | None
+    regret_pct: float  # inf: nothing correct was timed
+    benchmark_runs: int
+    exhaustive_runs: int
+    compiles: int
+    est_tuning_s: float
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    name: str
+    per_shape: tuple[ShapeResult, ...]
+
+    @property
+    def max_regret_pct(self) -> float:
+        return max(r.regret_pct for r in self.per_shape)
+
+    @property
+    def median_regret_pct(self) -> float:
+        return statistics.median(r.regret_pct for r in self.per_shape)
+
+    @property
+    def benchmark_runs(self) -> int:
+        return sum(r.benchmark_runs for r in self.per_shape)
+
+    @property
+    def work_fraction(self) -> float:
+        return self.benchmark_runs / max(1, sum(r.exhaustive_runs for r in self.per_shape))
+
+    @property
+    def compiles(self) -> int:
+        return sum(r.compiles for r in self.per_shape)
+
+    @property
+    def est_tuning_s(self) -> float:
+        return sum(r.est_tuning_s for r in self.per_shape)
+
+
+@dataclass(frozen=True)
+class SimulationReport:
+    strategies: tuple[StrategyResult, ...]
+
+    def __getitem__(self, name: str) -> StrategyResult:
+        return next(s for s in self.strategies if s.name == name)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data; an infinite regret (nothing timed) is written as null."""
+        fin = lambda x: x if math.isfinite(x) else None  # noqa: E731
+        return {"strategies": [
+            {"name": s.name, "max_regret_pct": fin(s.max_regret_pct), "median_regret_pct": fin(s.median_regret_pct),
+             "work_fraction": s.work_fraction, "benchmark_runs": s.benchmark_runs, "compiles": s.compiles,
+             "est_tuning_s": s.est_tuning_s,
+             "per_shape": [{"shape": list(r.shape), "name": r.name, "winner": r.winner, "regret_pct": fin(r.regret_pct),
+                            "benchmark_runs": r.benchmark_runs} for r in s.per_shape]}
+            for s in self.strategies]}
+
+
+FLUSH_MS = 0.037  # one L2 flush by the GPU timer on an H200 (bench/timer_probe.py, docs/PERFORMANCE.md)
+
+
+def choice_seconds(ms: float, rep_ms: float = 10.0, flush_ms: float = FLUSH_MS, min_reps: int = 5,
+                   max_reps: int = 50) -> float:
+    """Estimated seconds `CudaTimer.time` spends on a kernel of `ms`: a warm-up run, then flushed runs
+    filling `rep_ms` of kernel plus flush time (`min_reps`..`max_reps`, the Settings defaults).
+
+    Example:
+        >>> round(choice_seconds(0.02) * 1e3, 3), round(choice_seconds(5.0), 3)
+        (2.87, 0.03)
+    """
+    reps = min(max_reps, max(min_reps, rep_ms / (ms + flush_ms)))
+    return (ms + reps * (ms + flush_ms)) / 1e3
+
+
+def run_one(shape: ReplayShape, spec: StrategySpec, dims: ProblemDims, parallel: int = 16,
+            rep_ms: float = 10.0) -> ShapeResult:
+    """Replay `spec` on one shape."""
+    timed: list[Choice] = []
+
+    def measure(choices: Sequence[Choice], stage: str) -> list[float | None]:
+        timed.extend(choices)
+        return [shape.times.get(c) for c in choices]
+
+    ranked = STRATEGIES[spec.strategy](shape.choices, measure, spec.options_for(shape, dims))
+    top = next((m.choice for m in ranked if m.ms is not None), None)
+    regret = 100.0 * (shape.times[top] / shape.best_ms - 1.0) if top is not None else math.inf
+    binaries = {c.binary_key for c in timed if not c.is_extern}
+    est = sum(shape.compile_s.get(k, 0.0) for k in binaries) / max(1, parallel)
+    est += sum(choice_seconds(ms, rep_ms) for ms in (shape.times.get(c) for c in timed) if ms)
+    return ShapeResult(shape.shape, shape.name, top.key if top else None, regret, len(timed), len(shape.choices),
+                       len(binaries), est)
+
+
+def simulate(shapes: Sequence[ReplayShape], strategies: Sequence[StrategySpec],
+             dims: Sequence[ProblemDims] | None = None, parallel: int = 16, rep_ms: float = 10.0) -> SimulationReport:
+    """Replay every strategy on every shape; `dims` default to (M, N, K), batch 1, 2-byte elements.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice
+        >>> s = ReplayShape((64, 64, 64), {Choice("a", None): 1.0, Choice("b", None): 2.0})
+        >>> rep = simulate([s], [StrategySpec("exhaustive", "exhaustive")])
+        >>> rep["exhaustive"].max_regret_pct, rep["exhaustive"].work_fraction
+        (0.0, 1.0)
+    """
+    dims = list(dims) if dims is not None else [ProblemDims(s.shape[0], s.shape[2], s.shape[1]) for s in shapes]
+    return SimulationReport(tuple(
+        StrategyResult(spec.name, tuple(run_one(s, spec, d, parallel, rep_ms) for s, d in zip(shapes, dims)))
+        for spec in strategies))
+
+
+def stage1_values(shapes: Sequence[ReplayShape]) -> list[dict[str, dict[str, Any]]]:
+    """Every stage-1 setting the data allows: each template's recorded runtime values, crossed."""
+    per_uid: dict[str, set] = {}
+    for s in shapes:
+        for c in s.choices:
+            if not c.is_extern and c.runtime:
+                per_uid.setdefault(c.template_uid, set()).add(c.runtime)
+    uids = sorted(per_uid)
+    return [{u: dict(rt) for u, rt in zip(uids, combo)} for combo in itertools.product(*(sorted(per_uid[u]) for u in uids))]
+
+
+def default_specs(shapes: Sequence[ReplayShape]) -> list[StrategySpec]:
+    """exhaustive; prescreen X in {1,2,3,5,8,10} x every stage-1 value; model_pruned N in {10,20,40,80};
+    budgeted prescreen at 25% and 50% of exhaustive runs; default.
+
+    Example:
+        >>> names = [s.name for s in default_specs([])]  # no recorded runtime values: X only
+        >>> names[:3], names[-4:]
+        (['exhaustive', 'prescreen[x=1]', 'prescreen[x=2]'], ['model_pruned[n=80]', 'budgeted[25%,prescreen]', 'budgeted[50%,prescreen]', 'default'])
+    """
+    base = default_options()  # tune's top X and stage-1 values
+    specs = [StrategySpec("exhaustive", "exhaustive")]
+    for x in (1, 2, 3, 5, 8, 10):
+        for st in stage1_values(shapes):
+            label = "".join(f",{k}={v}" for rt in st.values() for k, v in rt.items())
+            specs.append(StrategySpec(f"prescreen[x={x}{label}]", "prescreen", StrategyOptions(top_x=x, stage1=st)))
+    specs += [StrategySpec(f"model_pruned[n={n}]", "model_pruned", replace(base, stage0_n=n)) for n in (10, 20, 40, 80)]
+    specs += [StrategySpec(f"budgeted[{int(f * 100)}%,prescreen]", "budgeted", replace(base, budget_inner="prescreen"), f)
+              for f in (0.25, 0.5)]
+    specs.append(StrategySpec("default", "default", base))
+    return specs
+
+
+def select_specs(specs: Sequence[StrategySpec], names: Sequence[str]) -> list[StrategySpec]:
+    """Specs named exactly, or every spec of a registered strategy (`prescreen` -> all prescreen[...])."""
+    chosen: list[StrategySpec] = []
+    for name in names:
+        found = [s for s in specs if name in (s.name, s.strategy)]
+        if not found and name in STRATEGIES:
+            found = [StrategySpec(name, name, default_options())]
+        if not found:
+            raise ValueError(f"strategy: unknown {name!r}; known: {', '.join(sorted({*STRATEGIES, *(s.name for s in specs)}))}")
+        chosen += [s for s in found if s not in chosen]
+    return chosen
+
+
+def without_library(shapes: Sequence[ReplayShape]) -> list[ReplayShape]:
+    """The shapes with library kernels removed, so regret measures the template search alone."""
+    return [ReplayShape(s.shape, {c: ms for c, ms in s.times.items() if not c.is_extern}, s.name, s.compile_s,
+                        tuple(c for c in s.failed if not c.is_extern)) for s in shapes]
+
+
+def load(path: str | Path) -> tuple[list[ReplayShape], list[ProblemDims]]:
+    """Replay shapes and their problem dims (batch and element size from gemmtune datasets)."""
+    meta, shapes = load_dataset(path)
+    recs = [r for r in read_lines(path) if r.get("type") == "shape"] if meta.get("type") == "meta" else []
+    dims = []
+    for i, s in enumerate(shapes):
+        rec = recs[i] if i < len(recs) else {}
+        dims.append(ProblemDims(s.shape[0], s.shape[2], s.shape[1], int(rec.get("batch") or 1),
+                                _DTYPE_BYTES.get(rec.get("dtype", "bfloat16"), 2)))
+    return shapes, dims
+
+
+def load_shipped() -> tuple[list[ReplayShape], list[ProblemDims]]:
+    """The dataset shipped inside the package (`gemmtune/data/h200_suite.jsonl.gz`)."""
+    from importlib.resources import as_file, files
+
+    res = files("gemmtune").joinpath(SHIPPED)
+    if not res.is_file():
+        raise ValueError(f"no dataset given and this install ships none (gemmtune/{SHIPPED}): pass --dataset FILE "
+                         "(a `gemmtune sweep` output or a reference sweep such as shared/data/sweep_h200_bf16_triton_plain.jsonl)")
+    with as_file(res) as p:
+        return load(p)
+
+
+def simulate_main(argv: Sequence[str] | None = None) -> int:
+    """`gemmtune simulate [--dataset FILE] [--strategy NAME ...] [--json PATH] [--plot PATH]`.
+
+    Example:
+        gemmtune simulate --dataset shared/data/sweep_h200_bf16_triton_plain.jsonl --strategy default prescreen
+    """
+    from rich.console import Console
+
+    p = argparse.ArgumentParser(prog="gemmtune simulate", description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", help=f"recorded timings (default: the shipped gemmtune/{SHIPPED})")
+    p.add_argument("--strategy", nargs="+", action="extend", default=[], metavar="NAME",
+                   help="spec names (e.g. 'model_pruned[n=20]') or strategy names (all their specs); default: all")
+    p.add_argument("--json", dest="json_path", help="write the report as JSON here")
+    p.add_argument("--plot", help="write a regret-vs-work plot here (needs matplotlib)")
+    p.add_argument("--no-library", action="store_true", help="drop library kernels: regret of the template search alone")
+    p.add_argument("--parallel", type=int, default=16, help="compile workers assumed by est_tuning_s")
+    args = p.parse_args(argv)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=max(console.width, 120))
+    try:
+        shapes, dims = load(args.dataset) if args.dataset else load_shipped()
+        if args.no_library:
+            shapes = without_library(shapes)
+        specs = default_specs(shapes)
+        report = simulate(shapes, select_specs(specs, args.strategy) if args.strategy else specs, dims, args.parallel)
+        console.print(render_table(report, title=f"gemmtune simulate: {len(shapes)} shapes"))
+        if args.json_path:
+            Path(args.json_path).write_text(json.dumps(report.to_json(), indent=1) + "\n")
+        if args.plot:
+            plot_regret_vs_work(report, args.plot)
+    except (ValueError, OSError, RuntimeError) as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(simulate_main())
+
+__all__ = ["StrategySpec", "ShapeResult", "StrategyResult", "SimulationReport", "simulate", "run_one",
+           "default_specs", "select_specs", "stage1_values", "without_library", "load", "load_shipped",
+           "simulate_main", "render_table", "plot_regret_vs_work"]

@@ -1,0 +1,89 @@
+"""Problems from the command line or a suite file, made into real tensors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..core.errors import InputError
+from ..core.inputs import OPS, parse_dtype
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """One GEMM to tune: C[M, N] = A[M, K] @ B[K, N] (per batch for bmm).
+
+    Example:
+        >>> ProblemSpec.parse("64x32x16").describe()
+        'mm 64x32x16 float32 B=row'
+    """
+
+    M: int
+    K: int
+    N: int
+    op: str = "mm"
+    batch: int = 1
+    dtype: str = "float32"
+    b_layout: str = "row"
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise InputError(f"op: unknown op {self.op!r}; expected one of {', '.join(OPS)}")
+        if self.b_layout not in ("row", "col"):
+            raise InputError(f"b_layout: expected 'row' or 'col', got {self.b_layout!r}")
+        for dim in ("M", "K", "N", "batch"):
+            v = getattr(self, dim)
+            if not isinstance(v, int) or v < 1:
+                raise InputError(f"shape: {dim} must be a positive integer, got {v!r}")
+        parse_dtype(self.dtype)
+
+    @classmethod
+    def parse(cls, shape: str, **kw) -> "ProblemSpec":
+        parts = shape.lower().replace("*", "x").split("x")
+        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+            raise InputError(f"--shape: expected MxKxN with three positive integers, got {shape!r}")
+        M, K, N = (int(p) for p in parts)
+        return cls(M, K, N, **kw)
+
+    def describe(self) -> str:
+        b = f"{self.batch}x" if self.op == "bmm" else ""
+        return f"{self.op} {b}{self.M}x{self.K}x{self.N} {self.dtype} B={self.b_layout}"
+
+    def tensors(self, device: str, seed: int = 0) -> tuple[torch.Tensor, ...]:
+        """Random normal operands (never zeros: they hide unwritten outputs and time faster)."""
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        dtype = parse_dtype(self.dtype)
+        lead = (self.batch,) if self.op == "bmm" else ()
+
+        def rnd(*shape: int) -> torch.Tensor:
+            return torch.randn(*shape, generator=g, dtype=torch.float32).to(device=device, dtype=dtype)
+
+        a = rnd(*lead, self.M, self.K)
+        b = rnd(*lead, self.N, self.K).transpose(-1, -2) if self.b_layout == "col" else rnd(*lead, self.K, self.N)
+        if self.op == "addmm":
+            return (rnd(self.N), a, b)
+        return (a, b)
+
+
+def load_suite(path: str | Path, dtype: str | None = None) -> list[ProblemSpec]:
+    """Read a suite file (the format of shared/bench/shapes.json)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"--suite: cannot read {path}: {exc}") from exc
+    shapes = data.get("shapes") if isinstance(data, dict) else data
+    if not isinstance(shapes, list) or not shapes:
+        raise InputError(f"--suite: {path} has no 'shapes' list")
+    specs = []
+    for i, s in enumerate(shapes):
+        try:
+            specs.append(ProblemSpec(M=s["M"], K=s["K"], N=s["N"], op=s.get("op", "mm"), batch=s.get("batch", 1),
+                                     dtype=dtype or s.get("dtype", "float32"), b_layout=s.get("b_layout", "row"),
+                                     name=s.get("name", f"shape-{i}")))
+        except KeyError as exc:
+            raise InputError(f"--suite: shape #{i} in {path} lacks {exc}") from exc
+    return specs

@@ -1,0 +1,94 @@
+"""`gemmtune sweep`: record every candidate's time for every shape of a suite.
+
+Each shape is tuned exhaustively (every template, config and runtime value,
+plus the library kernels) with the store off and no finalist re-timing, so
+each choice's time is the timer's own measurement.  The library kernel is
+timed before and after the shape as a drift marker.  Lines are appended and
+flushed one shape at a time; a rerun skips shapes already in the file, so an
+interrupted sweep continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from .dataset import FORMAT, read_lines
+from ..engine import tune
+from ..core.inputs import KernelInputs
+from ..bench.timers import timer_for
+from ..core.settings import Settings
+from ..store.sqlite import env_info
+from .suite import ProblemSpec
+
+
+def _done(path: Path) -> set[str]:
+    if not path.exists():
+        return set()
+    return {f"{r['name']}|{r['problem_key']}" for r in read_lines(path) if r.get("type") == "shape"}
+
+
+def _append(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _library_ms(spec: ProblemSpec, tensors, timer) -> float:
+    a, b = tensors[-2], tensors[-1]
+    fn = {"mm": lambda: torch.mm(a, b), "bmm": lambda: torch.bmm(a, b),
+          "addmm": lambda: torch.addmm(tensors[0], a, b)}[spec.op]
+    return timer.time(fn)
+
+
+def sweep(specs: Sequence[ProblemSpec], out: str | Path, device: str, settings: Settings | None = None,
+          log: Callable[[str], None] = print, command: str = "") -> int:
+    """Record `specs` into the dataset `out`; returns how many shapes were added."""
+    out = Path(out)
+    settings = (settings or Settings()).with_(strategy="exhaustive", finalists=1, store="off")
+    timer = timer_for(device, settings)
+    if not out.exists() or out.stat().st_size == 0:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _append(out, {"type": "meta", "format": FORMAT, "env": env_info(device), "device": device,
+                      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                      "timer": {"kind": type(timer).__name__, "gpu_rep_ms": settings.gpu_rep_ms,
+                                "cpu_rep_ms": settings.cpu_rep_ms, "min_reps": settings.min_reps,
+                                "max_reps": settings.max_reps, "l2_flush": settings.l2_flush if device.startswith("cuda") else None,
+                                "count_host_overhead": settings.count_host_overhead,
+                                "statistic": "median"},
+                      "command": command})
+    done, added = _done(out), 0
+    for spec in specs:
+        tensors = spec.tensors(device)
+        ki = KernelInputs.from_tensors(spec.op, *tensors)
+        if f"{spec.name}|{ki.problem_key}" in done:
+            log(f"{spec.name}: already recorded, skipped")
+            continue
+        t0 = time.perf_counter()
+        start_ms = _library_ms(spec, tensors, timer)
+        sel = tune(spec.op, *tensors, settings=settings)
+        end_ms = _library_ms(spec, tensors, timer)
+        compile_s = getattr(sel, "binary_seconds", {})
+        choices = []
+        for t in sel.timings:
+            choices.append({"template": t.choice.template_uid, "src_hash": t.choice.src_hash,
+                            "family": t.choice.family, "config": t.choice.config_dict,
+                            "runtime_params": t.choice.runtime_dict, "ms": t.ms, "status": t.status,
+                            "gpu_ms": t.gpu_ms, "host_ms": t.host_ms,
+                            "compile_s": compile_s.get(t.choice.binary_key)})
+        _append(out, {"type": "shape", "name": spec.name, "op": spec.op, "M": spec.M, "K": spec.K, "N": spec.N,
+                      "batch": spec.batch, "dtype": spec.dtype, "b_layout": spec.b_layout,
+                      "problem_key": ki.problem_key, "drift": {"library": f"torch.{spec.op}",
+                                                               "start_ms": start_ms, "end_ms": end_ms},
+                      "compile_total_s": sel.compile_s, "wall_s": time.perf_counter() - t0, "choices": choices})
+        added += 1
+        log(f"{spec.name}: {len(choices)} choices, best {sel.winner.key} {sel.winner_ms:.4f} ms, "
+            f"library {start_ms:.4f} -> {end_ms:.4f} ms, {time.perf_counter() - t0:.1f} s")
+    return added

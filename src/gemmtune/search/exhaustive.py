@@ -1,0 +1,21 @@
+"""Exhaustive search: time every choice once."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..core.choices import Choice
+from .base import Measure, Measured, StrategyOptions, ranking
+
+
+def exhaustive(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+    """Time every choice; return them fastest first.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice
+        >>> cs = [Choice("a", None), Choice("b", None)]
+        >>> [m.choice.template_uid for m in exhaustive(cs, lambda c, s: [2.0, 1.0], StrategyOptions())]
+        ['b', 'a']
+    """
+    times = measure(choices, "final")
+    return ranking([Measured(c, ms, "final") for c, ms in zip(choices, times)])

@@ -1,0 +1,79 @@
+"""Model-pruned prescreening: a cost model drops binaries before anything is timed.
+
+Stage 0 ranks every template binary (compile-time config) with an analytic cost model
+(`gemmtune.search.cost_model.estimate_ms` unless `options.model` replaces it) and keeps the best
+`options.stage0_n`, dealt round-robin over the templates' own rankings; prescreening then runs on the kept binaries plus every library kernel.
+Binaries the model cannot describe (no BLOCK_M/N/K in their config) and library kernels are
+never pruned.  Only kept binaries need compiling.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..core.choices import Choice
+from .base import Measure, Measured, StrategyOptions
+from .prescreen import binaries, prescreen
+
+MODEL_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K")
+
+
+def modelled(choice: Choice) -> bool:
+    """Whether the cost model can rank this choice's binary."""
+    cfg = choice.config_dict
+    return not choice.is_extern and all(k in cfg for k in MODEL_KEYS)
+
+
+def stage0(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
+    """The choices left after the cost model keeps the best `options.stage0_n` binaries.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice, as_params
+        >>> from gemmtune.search.base import ProblemDims
+        >>> cfg = lambda bm: as_params(dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8))
+        >>> cs = [Choice("t", "h", cfg(bm), family="t") for bm in (16, 128)] + [Choice("lib", None)]
+        >>> kept = stage0(cs, StrategyOptions(stage0_n=1, problem=ProblemDims(4096, 4096, 4096)))
+        >>> [c.config_dict.get("BLOCK_M", "lib") for c in kept]
+        [128, 'lib']
+    """
+    n = options.stage0_n
+    if n is None:
+        return list(choices)
+    if options.problem is None:
+        raise ValueError("model_pruned: stage0_n needs options.problem (ProblemDims(M, N, K, ...))")
+    if options.model is None:
+        from .cost_model import estimate_ms as model
+    else:
+        model = options.model
+    p = options.problem
+    scored = [(model(g[0].config_dict, p.M, p.N, p.K, dtype_bytes=p.dtype_bytes, batch=p.batch), key,
+               g[0].template_uid) for key, g in binaries(choices).items() if modelled(g[0])]
+    # The model ranks tiles, not templates: the kept binaries are dealt round-robin from each
+    # template's own ranking, so every template (plain, split-K, TMA) reaches prescreening.
+    per_template: dict[str, list] = {}
+    for score, key, uid in sorted(scored, key=lambda t: t[0]):  # stable: ties keep the template's order
+        per_template.setdefault(uid, []).append(key)
+    keep: set = set()
+    ranks = list(per_template.values())
+    for i in range(max((len(r) for r in ranks), default=0)):
+        for ranked in ranks:
+            if i < len(ranked) and len(keep) < n:
+                keep.add(ranked[i])
+    return [c for c in choices if not modelled(c) or c.binary_key in keep]
+
+
+def model_pruned(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+    """Stage 0 (cost model, nothing timed), then `prescreen` on what it kept.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice, as_params
+        >>> from gemmtune.search.base import ProblemDims
+        >>> cfg = lambda bm: as_params(dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8))
+        >>> cs = [Choice("t", "h", cfg(bm), family="t") for bm in (16, 64, 128)]
+        >>> timed = []
+        >>> opts = StrategyOptions(stage0_n=2, problem=ProblemDims(4096, 4096, 4096))
+        >>> _ = model_pruned(cs, lambda cc, st: timed.extend(cc) or [1.0] * len(cc), opts)
+        >>> sorted(c.config_dict["BLOCK_M"] for c in timed)
+        [64, 128]
+    """
+    return prescreen(stage0(choices, options), measure, options)

@@ -1,0 +1,62 @@
+"""Prescreening with runtime parameters.
+
+Stage 1 times every compile-time config at one runtime value; stage 2 times
+every runtime value of the best `top_x` configs.  Library kernels skip stage 1
+and always reach stage 2.  Stage-1 timings are reused, not repeated.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Mapping, Sequence
+
+from ..core.choices import Choice
+from .base import Measure, Measured, StrategyOptions, ranking
+
+
+def binaries(choices: Sequence[Choice]) -> dict[tuple, list[Choice]]:
+    """Template choices grouped by the binary they share (insertion order kept)."""
+    groups: dict[tuple, list[Choice]] = defaultdict(list)
+    for c in choices:
+        if not c.is_extern:
+            groups[c.binary_key].append(c)
+    return dict(groups)
+
+
+def stage1_member(group: Sequence[Choice], stage1: Mapping[str, Any]) -> Choice:
+    """The group's member whose runtime params match `stage1`, else the first."""
+    for c in group:
+        rt = c.runtime_dict
+        if stage1 and all(rt.get(k) == v for k, v in stage1.items()):
+            return c
+    return group[0]
+
+
+def prescreen(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+    """Two-stage search; returns every measured choice, fastest first.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice, as_params
+        >>> cs = [Choice("t", "h", as_params({"B": b}), as_params({"sw": s}), family="t")
+        ...       for b in (1, 2, 3) for s in (1, 8)]
+        >>> fake = {1: 3.0, 2: 1.0, 3: 2.0}
+        >>> out = prescreen(cs, lambda cc, st: [fake[c.config_dict["B"]] * c.runtime_dict["sw"] for c in cc],
+        ...                 StrategyOptions(top_x=1, stage1={"t": {"sw": 8}}))
+        >>> out[0].choice.config_dict, out[0].choice.runtime_dict
+        ({'B': 2}, {'sw': 1})
+    """
+    groups = binaries(choices)
+    externs = [c for c in choices if c.is_extern]
+    reps = [stage1_member(g, options.stage1.get(g[0].template_uid, {})) for g in groups.values()]
+
+    # Stage 1: one runtime value per binary.
+    stage1 = [Measured(c, ms, "prescreen") for c, ms in zip(reps, measure(reps, "prescreen"))]
+    best = [m.choice.binary_key for m in ranking(stage1)[: options.top_x] if m.ms is not None]
+
+    # Stage 2: every runtime value of the kept binaries, plus the library kernels.
+    done = {m.choice for m in stage1}
+    todo = [c for key in best for c in groups[key] if c not in done] + externs
+    stage2 = [Measured(c, ms, "final") for c, ms in zip(todo, measure(todo, "final"))]
+    kept = {m.choice for m in stage1 if m.choice.binary_key in best}
+    final = [Measured(m.choice, m.ms, "final") if m.choice in kept else m for m in stage1]
+    return ranking(final + stage2)

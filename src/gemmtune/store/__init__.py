@@ -1,0 +1,1 @@
+"""Persistence: the SQLite store of timings and picks, and lookup tables read from files."""

@@ -1,0 +1,476 @@
+"""The persistent store of timings and picks (SQLite by default).
+
+One row per (environment, problem, template, config, runtime params): its
+time or failure, and the template's `src_hash` when it was measured.  A row
+whose `src_hash` differs from the template's current one is stale: it is
+ignored, reported, and replaced when the choice is measured again.
+
+Concurrent processes are safe: WAL journal, a busy timeout and retries; the
+first writer of a row or a pick wins, so every process returns the same pick.
+A problem's rows and its pick are one transaction, so a process killed
+mid-write leaves all of them or none.  A corrupted file (found when opening,
+by SQLite's quick check, or by a later read or write) is moved aside and
+rebuilt with every row still readable from it; an unwritable location falls
+back to an in-memory store that starts from a copy of the file's picks.  Both
+warn; neither raises.  docs/RELIABILITY.md lists the cases and their tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+log = logging.getLogger("gemmtune")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS envs(env TEXT PRIMARY KEY, info TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS timings(
+  env TEXT NOT NULL, problem TEXT NOT NULL, template TEXT NOT NULL, src_hash TEXT,
+  config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, status TEXT NOT NULL, stage TEXT,
+  recorded REAL NOT NULL, PRIMARY KEY(env, problem, template, config, runtime));
+CREATE TABLE IF NOT EXISTS picks(
+  env TEXT NOT NULL, problem TEXT NOT NULL, describe TEXT, template TEXT NOT NULL, src_hash TEXT,
+  config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, strategy TEXT, recorded REAL NOT NULL,
+  PRIMARY KEY(env, problem));
+"""
+EXPORT_FORMAT = "gemmtune-store/1"
+
+
+def default_cache_dir() -> Path:
+    """The store's directory: `settings.cache_dir()`."""
+    from ..core.settings import cache_dir
+
+    return cache_dir()
+
+
+def canon(params: Any) -> str:
+    """Canonical JSON of a config or runtime-params mapping (sorted keys)."""
+    return json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Row:
+    template: str
+    src_hash: str | None
+    config: str
+    runtime: str
+    ms: float | None
+    status: str
+    stage: str | None = None
+
+    @property
+    def choice_key(self) -> tuple[str, str, str]:
+        return (self.template, self.config, self.runtime)
+
+
+@dataclass(frozen=True)
+class Stored:
+    rows: tuple[Row, ...]
+    pick: Row | None
+
+
+def env_info(device: str) -> dict[str, Any]:
+    """What a timing depends on besides the problem: device, versions."""
+    import importlib.metadata as md
+
+    import torch
+
+    from ..core.version import __version__
+
+    info: dict[str, Any] = {"torch": torch.__version__, "gemmtune": __version__}
+    try:
+        info["triton"] = md.version("triton")
+    except md.PackageNotFoundError:
+        info["triton"] = None
+    if device.startswith("cuda"):
+        dev = torch.device(device)
+        info.update(device=torch.cuda.get_device_name(dev), capability=list(torch.cuda.get_device_capability(dev)),
+                    cuda=torch.version.cuda)
+    else:
+        import platform
+
+        info.update(device=platform.processor() or platform.machine(), capability=None, cuda=None,
+                    threads=torch.get_num_threads())
+    return info
+
+
+def env_key(info: dict[str, Any]) -> str:
+    return hashlib.sha256(canon(info).encode()).hexdigest()[:16]
+
+
+class Store:
+    """SQLite store.  `Store(":memory:")` keeps everything in this process only.
+
+    Example:
+        >>> s = Store(":memory:")
+        >>> s.load("env", "problem").pick is None
+        True
+    """
+
+    def __init__(self, path: str | Path = ":memory:", retries: int = 20):
+        self.retries = retries
+        self.path = str(path)
+        self.origin = self.path  # the location asked for (`path` becomes ":memory:" after a fall-back)
+        self.warnings: list[str] = []
+        self._inode: int | None = None
+        self._db = self._open()
+
+    # -- opening, with the fall-backs ---------------------------------------------------
+    #
+    # Three kinds of trouble, told apart by SQLite's error:
+    # - busy / locked: another process writes; waited for (busy timeout, retries), never a fall-back;
+    # - unwritable (read-only file or directory, no space, I/O error, cannot open): the store's
+    #   contents are copied into memory when they can be read, so earlier picks are still served;
+    #   new picks live in this process only.  Warns.
+    # - anything else (not a database, malformed pages, a failed integrity check): corrupted.  The
+    #   file (and its -wal, -shm) is moved aside to `<name>.corrupt-<time>-<pid>`, a new store is
+    #   started, and every row still readable from the old file is copied into it (picks whose
+    #   timing row was lost are dropped, so no partial pick remains).  Warns.
+    def _open(self, _depth: int = 0) -> sqlite3.Connection:
+        if self.path == ":memory:":
+            return self._connect(":memory:")
+        path = Path(self.path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return self._fallback(f"store directory {path.parent} is not usable ({exc})")
+        db = None
+        try:
+            self._inode = _inode(path)
+            db = self._connect(str(path))
+            db.execute("PRAGMA journal_mode=WAL")
+            self._schema(db)
+            _check_integrity(db)
+            if self._inode is None:
+                self._inode = _inode(path)
+            return db
+        except sqlite3.DatabaseError as exc:
+            if _unwritable(exc) or not os.access(path.parent, os.W_OK):
+                return self._fallback(f"store {path} is not writable ({exc})", source=db)
+            _close(db)
+            return self._rebuild(path, exc, _depth)
+        except OSError as exc:
+            _close(db)
+            return self._fallback(f"store {path} is not usable ({exc})")
+
+    def _rebuild(self, path: Path, exc: BaseException, depth: int) -> sqlite3.Connection:
+        """Move a corrupted file aside, start a new store there and copy in what is still readable."""
+        if depth < 2 and self._inode is not None and _inode(path) not in (self._inode, None):
+            return self._open(depth + 1)  # another process already replaced the corrupted file
+        aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}-{os.getpid()}")
+        try:
+            for suffix in ("", "-wal", "-shm"):
+                if Path(str(path) + suffix).exists():
+                    os.replace(str(path) + suffix, str(aside) + suffix)
+            db = self._connect(str(path))
+            db.execute("PRAGMA journal_mode=WAL")
+            self._schema(db)
+            self._inode = _inode(path)
+        except (OSError, sqlite3.DatabaseError) as exc2:
+            return self._fallback(f"store {path} is corrupted ({exc}) and could not be replaced ({exc2})")
+        kept = _salvage(aside, db)
+        self._warn(f"store {path} was corrupted ({exc}); moved it to {aside}, started a new one "
+                   f"and kept the {kept} picks still readable")
+        return db
+
+    def _fallback(self, why: str, source: sqlite3.Connection | None = None) -> sqlite3.Connection:
+        """An in-memory store for this process, holding a copy of the unwritable store when it can be read."""
+        mem = self._connect(":memory:")
+        path = self.path if self.path != ":memory:" else None
+        copied = _copy_into(mem, source, path)
+        _close(source)
+        if not copied and path is not None and Path(path).exists():
+            copied = _salvage(Path(path), mem) > 0  # unreadable as a whole (corrupted): row by row
+        kept = mem.execute("SELECT count(*) FROM picks").fetchone()[0] if copied else 0
+        self._warn(f"{why}; keeping picks in memory for this process only"
+                   + (f" (starting from a copy of its {kept} picks)" if copied else ""))
+        self.path = ":memory:"
+        return mem
+
+    def _recover(self, exc: sqlite3.DatabaseError) -> None:
+        """A read or write failed after opening: fall back (unwritable) or rebuild (corrupted)."""
+        if self.path == ":memory:":
+            raise exc
+        if _unwritable(exc):
+            self._db = self._fallback(f"store {self.path} is not writable ({exc})", source=self._db)
+        else:
+            _close(self._db)
+            self._db = self._rebuild(Path(self.path), exc, 0)
+
+    def _guarded(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` against the store; on corruption or an unwritable store, recover once and run it again."""
+        try:
+            return fn()
+        except sqlite3.DatabaseError as exc:
+            if _busy(exc):
+                raise
+            self._recover(exc)
+            return fn()
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        warnings.warn(f"gemmtune: {message}", RuntimeWarning, stacklevel=4)
+
+    def _connect(self, target: str) -> sqlite3.Connection:
+        db = sqlite3.connect(target, timeout=30.0, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA busy_timeout=30000")
+        if target == ":memory:":
+            self._schema(db)
+        return db
+
+    @staticmethod
+    def _schema(db: sqlite3.Connection) -> None:
+        db.executescript(SCHEMA)
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, retried while another process holds the lock."""
+        for attempt in range(self.retries):
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or attempt == self.retries - 1:
+                    raise
+                time.sleep(min(0.05 * 2 ** attempt, 1.0))
+        try:
+            yield self._db
+            self._db.execute("COMMIT")
+        except BaseException:
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the transaction is already gone (e.g. a corrupted page aborted it)
+            raise
+
+    # -- reading and writing ------------------------------------------------------------
+    def load(self, env: str, problem: str) -> Stored:
+        """The stored rows and pick of one problem (never raises for a corrupted or unwritable store)."""
+        return self._guarded(lambda: self._load(env, problem))
+
+    def _load(self, env: str, problem: str) -> Stored:
+        cols = "template, src_hash, config, runtime, ms, status, stage"
+        rows = tuple(Row(*r) for r in self._db.execute(
+            f"SELECT {cols} FROM timings WHERE env=? AND problem=?", (env, problem)))
+        pick = self._db.execute("SELECT template, src_hash, config, runtime, ms, 'ok', strategy FROM picks "
+                                "WHERE env=? AND problem=?", (env, problem)).fetchone()
+        return Stored(rows, Row(*pick) if pick else None)
+
+    def save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
+             pick: Row, replace_pick: bool) -> Row:
+        """Record `rows` (same-hash rows already there win) and the pick; returns the stored pick.
+
+        Rows and pick are written in one transaction: a process killed mid-write
+        leaves either all of them or none.
+        """
+        return self._guarded(lambda: self._save(env, info, problem, describe, rows, pick, replace_pick))
+
+    def _save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
+              pick: Row, replace_pick: bool) -> Row:
+        now = time.time()
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO envs VALUES (?, ?)", (env, canon(info)))
+            db.executemany(
+                "INSERT INTO timings VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(env, problem, template, config, runtime) "
+                "DO UPDATE SET src_hash=excluded.src_hash, ms=excluded.ms, status=excluded.status, "
+                "stage=excluded.stage, recorded=excluded.recorded WHERE timings.src_hash IS NOT excluded.src_hash "
+                "OR (timings.status = 'not_benchmarked' AND excluded.status != 'not_benchmarked')",
+                [(env, problem, r.template, r.src_hash, r.config, r.runtime, r.ms, r.status, r.stage, now)
+                 for r in rows])
+            verb = "INSERT OR REPLACE" if replace_pick else "INSERT OR IGNORE"
+            db.execute(f"{verb} INTO picks VALUES (?,?,?,?,?,?,?,?,?,?)",
+                       (env, problem, describe, pick.template, pick.src_hash, pick.config, pick.runtime, pick.ms,
+                        pick.stage, now))
+        return self._load(env, problem).pick or pick
+
+    # -- management (the `gemmtune cache` commands) -------------------------------------
+    def problems(self) -> list[dict[str, Any]]:
+        return self._guarded(self._problems)
+
+    def _problems(self) -> list[dict[str, Any]]:
+        q = ("SELECT p.problem, p.describe, p.template, p.config, p.runtime, p.ms, p.env, e.info, "
+             "(SELECT count(*) FROM timings t WHERE t.env=p.env AND t.problem=p.problem) "
+             "FROM picks p LEFT JOIN envs e ON e.env=p.env ORDER BY p.recorded")
+        return [dict(problem=r[0], describe=r[1], template=r[2], config=json.loads(r[3]),
+                     runtime_params=json.loads(r[4]), ms=r[5], env=r[6], env_info=json.loads(r[7] or "{}"),
+                     timings=r[8]) for r in self._db.execute(q)]
+
+    def show(self, needle: str) -> list[dict[str, Any]]:
+        out = []
+        for p in self.problems():
+            if needle in p["problem"] or needle in (p["describe"] or ""):
+                rows = self.load(p["env"], p["problem"]).rows
+                p["choices"] = [dict(template=r.template, src_hash=r.src_hash, config=json.loads(r.config),
+                                     runtime_params=json.loads(r.runtime), ms=r.ms, status=r.status)
+                                for r in sorted(rows, key=lambda r: (r.ms is None, r.ms or 0))]
+                out.append(p)
+        return out
+
+    def clear(self) -> int:
+        return self._guarded(self._clear)
+
+    def _clear(self) -> int:
+        with self._tx() as db:
+            n = db.execute("SELECT count(*) FROM picks").fetchone()[0]
+            db.execute("DELETE FROM timings")
+            db.execute("DELETE FROM picks")
+            db.execute("DELETE FROM envs")
+        return n
+
+    def export(self) -> dict[str, Any]:
+        """Every pick and timing as JSON-ready data (loads back with `import_` or as a lookup table)."""
+        entries = []
+        for p in self.problems():
+            rows = self.load(p["env"], p["problem"]).rows
+            pick = self.load(p["env"], p["problem"]).pick
+            entries.append({
+                "problem": p["problem"], "describe": p["describe"], "env": p["env_info"],
+                "pick": {"template": pick.template, "src_hash": pick.src_hash, "config": json.loads(pick.config),
+                         "runtime_params": json.loads(pick.runtime), "ms": pick.ms, "strategy": pick.stage},
+                "timings": [{"template": r.template, "src_hash": r.src_hash, "config": json.loads(r.config),
+                             "runtime_params": json.loads(r.runtime), "ms": r.ms, "status": r.status,
+                             "stage": r.stage} for r in rows],
+            })
+        return {"format": EXPORT_FORMAT, "entries": entries}
+
+    def import_(self, data: dict[str, Any]) -> int:
+        if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
+            raise ValueError(f"import: not a gemmtune export (expected format {EXPORT_FORMAT!r})")
+        for e in data["entries"]:
+            info = e["env"]
+            rows = [Row(t["template"], t["src_hash"], canon(t["config"]), canon(t["runtime_params"]), t["ms"],
+                        t["status"], t.get("stage")) for t in e["timings"]]
+            p = e["pick"]
+            pick = Row(p["template"], p["src_hash"], canon(p["config"]), canon(p["runtime_params"]), p["ms"], "ok",
+                       p.get("strategy"))
+            self.save(env_key(info), info, e["problem"], e.get("describe", ""), rows, pick, replace_pick=True)
+        return len(data["entries"])
+
+    def close(self) -> None:
+        self._db.close()
+
+
+# -- helpers of the fall-backs ----------------------------------------------------------------
+
+_UNWRITABLE = ("readonly", "read-only", "unable to open", "disk is full", "disk i/o error", "permission denied",
+               "authorization denied")
+
+
+def _busy(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _unwritable(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(s in text for s in _UNWRITABLE)
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _close(db: sqlite3.Connection | None) -> None:
+    if db is not None:
+        try:
+            db.close()
+        except sqlite3.Error:
+            pass
+
+
+def _check_integrity(db: sqlite3.Connection) -> None:
+    """Raise sqlite3.DatabaseError unless SQLite's quick check passes (it reads every page once)."""
+    result = [r[0] for r in db.execute("PRAGMA quick_check(5)")]
+    if result != ["ok"]:
+        raise sqlite3.DatabaseError(f"integrity check failed: {'; '.join(map(str, result))[:300]}")
+    db.execute("SELECT count(*) FROM timings").fetchone()
+
+
+def _copy_into(mem: sqlite3.Connection, source: sqlite3.Connection | None, path: str | None) -> bool:
+    """Copy a readable store into `mem` (SQLite's backup): from `source`, else read-only, else immutable."""
+    candidates: list[Callable[[], sqlite3.Connection]] = []
+    if source is not None:
+        candidates.append(lambda: source)
+    if path is not None and Path(path).exists():
+        uri = Path(path).resolve().as_uri()
+        candidates += [lambda: sqlite3.connect(uri + "?mode=ro", uri=True, timeout=5.0),
+                       lambda: sqlite3.connect(uri + "?immutable=1", uri=True, timeout=5.0)]
+    for make in candidates:
+        src = None
+        try:
+            src = make()
+            _check_integrity(src)
+            src.backup(mem)
+            mem.executescript(SCHEMA)
+            return True
+        except sqlite3.Error:
+            continue
+        finally:
+            if src is not None and src is not source:
+                _close(src)
+    return False
+
+
+def _salvage(old: Path, db: sqlite3.Connection) -> int:
+    """Copy every row still readable from the corrupted store `old` into `db`; returns the picks kept.
+
+    Rows are read one at a time, so a damaged page loses only what is on it.  A
+    pick whose own timing row did not survive is dropped: no partial pick remains.
+    """
+    try:
+        src = sqlite3.connect(Path(old).resolve().as_uri() + "?immutable=1", uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return 0
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        for table, ncols in (("envs", 2), ("timings", 10), ("picks", 10)):
+            try:
+                cur = src.execute(f"SELECT * FROM {table}")
+            except sqlite3.Error:
+                continue
+            while True:
+                try:
+                    row = cur.fetchone()
+                except sqlite3.Error:
+                    break
+                if row is None:
+                    break
+                if len(row) == ncols:
+                    try:
+                        db.execute(f"INSERT OR IGNORE INTO {table} VALUES ({','.join('?' * ncols)})", row)
+                    except sqlite3.Error:
+                        pass
+        db.execute("DELETE FROM picks WHERE NOT EXISTS (SELECT 1 FROM timings t WHERE t.env=picks.env AND "
+                   "t.problem=picks.problem AND t.template=picks.template AND t.config=picks.config AND "
+                   "t.runtime=picks.runtime AND t.src_hash IS picks.src_hash AND t.status != 'not_benchmarked')")
+        db.execute("COMMIT")
+        return db.execute("SELECT count(*) FROM picks").fetchone()[0]
+    except sqlite3.Error:
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        return 0
+    finally:
+        _close(src)
+
+
+def open_store(location: str | None) -> Store:
+    """`None`/"default": the SQLite file in the cache dir; "memory": this process only; else a path."""
+    if location in (None, "", "default"):
+        return Store(default_cache_dir() / "store.sqlite")
+    if location == "memory":
+        return Store(":memory:")
+    return Store(location)

@@ -1,0 +1,1 @@
+"""Triton templates (NVIDIA GPUs; the Triton interpreter on CPU for tests)."""
