@@ -14,20 +14,33 @@ import torch
 
 
 def contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides, following torch's convention for size-0/1 dims (`max(s, 1)`).
+
+    `torch.sym_max` keeps symbolic sizes (fake tensors under torch.compile) symbolic.
+
+    Example:
+        >>> contiguous_strides((2, 3, 0))
+        (3, 1, 1)
+    """
     strides, acc = [], 1
     for s in reversed(size):
         strides.append(acc)
-        acc *= max(s, 1)
+        acc = acc * torch.sym_max(s, 1)
     return tuple(reversed(strides))
 
 
 def output_strides(size: tuple[int, ...], out_layout: str | None) -> tuple[int, ...]:
-    """Row-major strides, or for "col" the last two dims swapped ([M, N] with strides (1, M))."""
+    """Row-major strides, or for "col" the last two dims swapped ([M, N] with strides (1, M)).
+
+    Example:
+        >>> output_strides((4, 8), None), output_strides((4, 8), "col"), output_strides((2, 4, 8), "col")
+        ((8, 1), (1, 4), (32, 1, 4))
+    """
     if out_layout != "col":
         return contiguous_strides(size)
-    m, n = size[-2], size[-1]
-    lead = (max(m, 1) * max(n, 1),) if len(size) == 3 else ()
-    return (*lead, 1, max(m, 1))
+    m1, n1 = torch.sym_max(size[-2], 1), torch.sym_max(size[-1], 1)
+    lead = (m1 * n1,) if len(size) == 3 else ()
+    return (*lead, 1, m1)
 
 
 @dataclass(frozen=True)

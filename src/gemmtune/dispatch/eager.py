@@ -355,24 +355,3 @@ def _backends_arg(backends: Sequence[str] | str | None) -> str | None:
 def to_col(t: torch.Tensor) -> torch.Tensor:
     """A differentiable copy of `t` whose last two dims are column-major (strides (.., 1, M))."""
     return t.mT.contiguous().mT
-
-
-def out_strides(size: Sequence[Any], out_layout: str | None) -> tuple:
-    """The strides of a fresh output of `size` ([M, N] or [B, M, N]) in `out_layout`.
-
-    Row-major follows torch's convention for size-0/1 dims (`max(s, 1)`).
-    """
-    m1 = torch.sym_max(size[-2], 1)
-    n1 = torch.sym_max(size[-1], 1)
-    if out_layout == "col":
-        inner = (1, m1)
-    else:
-        inner = (n1, 1)
-    if len(size) == 3:
-        return (m1 * n1,) + inner
-    return inner
-
-
-# Registers torch.ops.gemmtune.{mm,addmm,bmm}; gemmtune.dispatch.library imports this module back (cycle-safe:
-# it only reads our attributes when an op runs).
-

@@ -35,6 +35,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from ..core.layout import output_strides
 from . import eager as api
 
 __all__ = ["mm", "addmm", "bmm"]
@@ -42,7 +43,7 @@ __all__ = ["mm", "addmm", "bmm"]
 
 def _fresh(out: torch.Tensor, inputs: Sequence[torch.Tensor], out_layout: Optional[str]) -> torch.Tensor:
     """`out` with exactly the strides the fake promised and no storage shared with an input."""
-    want = api.out_strides(tuple(out.shape), out_layout)
+    want = output_strides(tuple(out.shape), out_layout)
     if out.stride() == want and not any(out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
                                         and out.numel() > 0 for t in inputs):
         return out
@@ -52,7 +53,7 @@ def _fresh(out: torch.Tensor, inputs: Sequence[torch.Tensor], out_layout: Option
 
 
 def _fake(like: torch.Tensor, size: tuple, out_layout: Optional[str]) -> torch.Tensor:
-    return like.new_empty_strided(size, api.out_strides(size, out_layout))
+    return like.new_empty_strided(size, output_strides(size, out_layout))
 
 
 def _reduce_to(grad: torch.Tensor, shape: Sequence[Any]) -> torch.Tensor:

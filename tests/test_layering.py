@@ -1,0 +1,163 @@
+"""The package's shape: sub-packages import downwards only, no import cycles (imports inside
+functions count), modules under 500 lines and functions under 60.
+
+The layers, bottom to top (docs/ARCHITECTURE.md draws them):
+
+    core -> templates -> search, bench -> store -> engine, report -> dispatch, offline -> cli
+
+A module may import from its own sub-package and from any lower layer; never from a layer above
+or beside it.  `gemmtune/__init__.py` and `__main__.py` sit on top and only re-export or start.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "src" / "gemmtune"
+LAYERS = {
+    "core": 0, "templates": 1, "search": 2, "bench": 2, "store": 3, "engine": 4, "report": 4,
+    "dispatch": 5, "offline": 5, "cli": 6, "": 7, "__main__": 7,
+}
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted name (relative to gemmtune; "" for the package itself) -> file."""
+    out = {}
+    for path in PKG.rglob("*.py"):
+        parts = list(path.relative_to(PKG).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _targets(name: str, path: Path, node: ast.AST) -> list[str]:
+    """The gemmtune modules an import statement reaches (every import, at any depth)."""
+    if isinstance(node, ast.Import):
+        names = [a.name[len("gemmtune."):] for a in node.names if a.name.startswith("gemmtune.")]
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = name.split(".") if name else []
+            if path.name != "__init__.py":
+                base = base[:-1]
+            base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+            mod = ".".join([*base, *(node.module.split(".") if node.module else [])])
+        elif (node.module or "").split(".")[0] == "gemmtune":
+            mod = node.module[len("gemmtune"):].lstrip(".")
+        else:
+            return []
+        children = [f"{mod}.{a.name}".lstrip(".") for a in node.names]
+        # `from . import x` names the module x; `from .m import f` names m
+        names = [c for c in children if c in MODULES] or [mod]
+    else:
+        return []
+    return [n for n in names if n in MODULES]
+
+
+def _edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            found.update(_targets(name, path, node))
+        # a package re-exporting its own children is not a dependency on them
+        edges[name] = {t for t in found if t != name and not (t.startswith(name + ".") or name == "")}
+    return edges
+
+
+EDGES = _edges()
+
+
+def _layer(module: str) -> tuple[str, int]:
+    top = module.split(".")[0]
+    return top, LAYERS[top]
+
+
+def test_every_top_level_module_has_a_layer():
+    assert sorted({m.split(".")[0] for m in MODULES} - set(LAYERS)) == []
+
+
+def test_imports_point_down_the_layers():
+    wrong = []
+    for src, targets in EDGES.items():
+        top, rank = _layer(src)
+        for t in targets:
+            t_top, t_rank = _layer(t)
+            if t_top != top and t_rank >= rank:
+                wrong.append(f"{src} -> {t}")
+    assert wrong == [], "imports that go up or sideways: " + ", ".join(sorted(wrong))
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_cycles():
+    assert _cycles(EDGES) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_function_imports_count_as_edges():
+    tree = ast.parse("def f():\n    from .core import settings\n")
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
+    assert _targets("engine", PKG / "engine.py", node) == ["core.settings"]
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_and_function_sizes(name):
+    path = MODULES[name]
+    text = path.read_text()
+    assert len(text.splitlines()) < MAX_MODULE_LINES, f"{path.name}: {len(text.splitlines())} lines"
+    long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines)" for n in ast.walk(ast.parse(text))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 >= MAX_FUNCTION_LINES]
+    assert long == []
