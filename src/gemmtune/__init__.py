@@ -15,7 +15,7 @@ from .core.layout import FixedLayout, FlexibleLayout
 from .report import autotune_table, selection_dict
 from .core.settings import FAMILIES, Settings
 from .engine import tune
-from .dispatch import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm, patch, unpatch
+from .dispatch import WarmupReport, addmm, bmm, clear_dispatch_cache, dispatch_stats, mm, patch, unpatch, warmup
 
 from .core.version import __version__
 
@@ -23,5 +23,5 @@ __all__ = [
     "BackendError", "Choice", "FAMILIES", "FixedLayout", "FlexibleLayout", "GemmtuneError", "InputError",
     "IsolationUnavailable", "KernelInputs", "LayoutError", "NoCandidatesError", "ProblemTooLargeError", "Selection", "Settings", "Timing",
     "add_finalize_hook", "autotune_table", "get_template_configs", "selection_dict", "tune",
-    "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "unpatch",
+    "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "unpatch", "warmup", "WarmupReport",
 ]

@@ -3,5 +3,6 @@
 from . import library  # noqa: F401  registers torch.ops.gemmtune.*
 from .eager import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
 from .patching import patch, unpatch
+from .warmup import WarmupReport, warmup
 
-__all__ = ["addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "unpatch"]
+__all__ = ["addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "unpatch", "warmup", "WarmupReport"]

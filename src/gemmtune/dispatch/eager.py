@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -41,6 +43,7 @@ _ADDMM: dict[tuple, Callable[..., torch.Tensor]] = {}
 _BMM: dict[tuple, Callable[..., torch.Tensor]] = {}
 _TABLES = {"mm": _MM, "addmm": _ADDMM, "bmm": _BMM}
 _SELECTIONS: dict[tuple, Any] = {}  # canonical key -> Selection (for inspection)
+_RECORDER: dict[tuple, "Recorded"] | None = None  # set by `recording()`: misses are recorded, not tuned
 
 _LOCK = threading.RLock()  # held on the miss path only
 _HITS = itertools.count()  # next() on it is atomic; read back by repr
@@ -248,6 +251,8 @@ def _miss(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
             raise InputError(f"{op}: out_layout must be None, 'row' or 'col', got {out_layout!r}")
         alpha_f, beta_f = float(alpha), float(beta)
         canon = _key(op, tensors, alpha_f, beta_f, canon_backends, out_layout)
+        if _RECORDER is not None:
+            return _record(op, tensors, alpha_f, beta_f, canon_backends, out_layout, canon)
         fn = table.get(canon)
         if fn is None:
             fn = _build(op, tensors, alpha_f, beta_f, canon_backends, out_layout, canon)
@@ -355,3 +360,77 @@ def _backends_arg(backends: Sequence[str] | str | None) -> str | None:
 def to_col(t: torch.Tensor) -> torch.Tensor:
     """A differentiable copy of `t` whose last two dims are column-major (strides (.., 1, M))."""
     return t.mT.contiguous().mT
+
+
+# -- recording (model warm-up) ---------------------------------------------------------------------
+
+@dataclass
+class Recorded:
+    """One GEMM problem met while recording: its operands (detached) and how often it was met."""
+
+    op: str
+    tensors: tuple
+    alpha: float
+    beta: float
+    backends: tuple[str, ...] | None
+    out_layout: str | None
+    calls: int = 0
+
+    def describe(self) -> str:
+        shapes = ", ".join("x".join(map(str, t.shape)) for t in self.tensors)
+        return f"{self.op}({shapes})"
+
+
+@contextmanager
+def recording() -> Iterator[dict[tuple, Recorded]]:
+    """Within the block, gemmtune's ops tune nothing: torch computes each call and its problem is recorded.
+
+    Problems already dispatched are recorded too (the dispatch dict is set aside for the block and
+    restored after it).  Yields the record, canonical dispatch key -> `Recorded`.
+
+    Example:
+        >>> import torch, gemmtune.dispatch.eager as eager
+        >>> with eager.recording() as seen:
+        ...     _ = eager.mm(torch.randn(4, 3), torch.randn(3, 2))
+        >>> [r.describe() for r in seen.values()]
+        ['mm(4x3, 3x2)']
+    """
+    global _RECORDER
+    with _LOCK:
+        if _RECORDER is not None:
+            raise RuntimeError("gemmtune: recording() blocks cannot be nested")
+        saved = {op: dict(table) for op, table in _TABLES.items()}
+        for table in _TABLES.values():
+            table.clear()
+        _RECORDER = {}
+    try:
+        yield _RECORDER
+    finally:
+        with _LOCK:
+            _RECORDER = None
+            for op, table in _TABLES.items():
+                table.update(saved[op])
+
+
+def _record(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
+            out_layout: str | None, canon: tuple) -> Callable[..., torch.Tensor]:
+    assert _RECORDER is not None
+    rec = _RECORDER.get(canon)
+    if rec is None:
+        rec = _RECORDER[canon] = Recorded(op, tuple(t.detach() for t in tensors), alpha, beta, backends, out_layout)
+    rec.calls += 1
+    return _torch_fallback(op, alpha, beta, out_layout)
+
+
+def prepare(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
+            out_layout: str | None) -> Any:
+    """Tune one problem (or read it from the store) into the dispatch dict; its Selection (None when empty).
+
+    Example:
+        >>> import torch, gemmtune.dispatch.eager as eager
+        >>> sel = eager.prepare("mm", (torch.randn(4, 3), torch.randn(3, 2)), 1.0, 1.0, ("extern",), None)
+        >>> sel.winner.is_extern
+        True
+    """
+    _miss(op, tensors, alpha, beta, backends, out_layout)
+    return _SELECTIONS.get(_key(op, _resolved(tensors), float(alpha), float(beta), backends, out_layout))

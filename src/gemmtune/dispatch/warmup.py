@@ -1,0 +1,141 @@
+"""Model warm-up: one forward collects every GEMM problem of a model, then they are tuned together.
+
+Without it, a patched model tunes each new GEMM problem inside its first forward, one stall per
+layer shape.  `warmup` runs that forward with tuning held back (each GEMM is computed by torch and
+its problem recorded), then tunes the distinct problems one after another with a progress bar, and
+returns a report.  Problems already in the store are read, not tuned, so a second run of the same
+program tunes nothing.  After `warmup` the model's eager calls, and `torch.compile` traces of it,
+find every problem decided.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from . import eager
+from .patching import patch, patched_modules
+
+__all__ = ["warmup", "WarmupReport", "WarmupRow"]
+
+
+@dataclass(frozen=True)
+class WarmupRow:
+    """One GEMM problem of the model and what tuning decided for it."""
+
+    problem: str
+    calls: int  # how often the forward met this problem
+    winner: str
+    ms: float | None  # the winner's time (None: pinned or not timed)
+    library_ms: float | None  # the best library kernel's time, where it was timed
+    seconds: float  # tuning (or store look-up) wall time
+    from_store: bool
+
+    @property
+    def speedup(self) -> float | None:
+        """Library time over winner time (>1: the pick beats the library kernel)."""
+        if self.ms is None or self.library_ms is None or self.ms <= 0:
+            return None
+        return self.library_ms / self.ms
+
+
+@dataclass(frozen=True)
+class WarmupReport:
+    """What `warmup` did: one row per distinct GEMM problem, and the wall time of it all."""
+
+    rows: tuple[WarmupRow, ...]
+    seconds: float
+    forward_s: float
+
+    @property
+    def tuned(self) -> int:
+        return sum(not r.from_store for r in self.rows)
+
+    @property
+    def from_store(self) -> int:
+        return sum(r.from_store for r in self.rows)
+
+    def table(self) -> str:
+        """The summary as plain text (one line per problem, then a total)."""
+        lines = [f"{'problem':<44} {'calls':>5} {'winner':<48} {'ms':>9} {'x library':>9} {'tune s':>7}"]
+        for r in self.rows:
+            ms = f"{r.ms:.4f}" if r.ms is not None else "-"
+            sp = f"{r.speedup:.3f}" if r.speedup is not None else "-"
+            how = "store" if r.from_store else f"{r.seconds:.2f}"
+            lines.append(f"{r.problem:<44} {r.calls:>5} {r.winner:<48} {ms:>9} {sp:>9} {how:>7}")
+        lines.append(f"{len(self.rows)} GEMM problems: {self.tuned} tuned, {self.from_store} from the store; "
+                     f"warm-up {self.seconds:.2f} s (forward {self.forward_s:.2f} s)")
+        return "\n".join(lines)
+
+
+def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | None = None,
+           progress: bool | None = None, **example_kwargs: Any) -> WarmupReport:
+    """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
+
+    `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are;
+    calls of `gemmtune.mm` / `addmm` / `bmm` made by the model's own code are collected too.  The
+    forward runs once under `torch.no_grad()`.  `progress` shows a progress bar (default: when
+    standard error is a terminal).  Returns a `WarmupReport`; print `report.table()` for the summary.
+
+    Example:
+        >>> import torch, gemmtune
+        >>> mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        >>> report = gemmtune.warmup(mlp, torch.randn(5, 8), backends=("extern",), progress=False)
+        >>> len(report.rows), report.rows[0].winner.startswith(("aten", "numpy"))
+        (2, True)
+    """
+    started = time.perf_counter()
+    if not patched_modules(model) or backends is not None:
+        patch(model, backends=backends)
+    with eager.recording() as seen, torch.no_grad():
+        model(*example_inputs, **example_kwargs)
+    forward_s = time.perf_counter() - started
+    rows = []
+    for problem, calls in _tune_all(seen, _show(progress)):
+        rows.append(_row(problem, calls))
+    return WarmupReport(tuple(rows), time.perf_counter() - started, forward_s)
+
+
+def _show(progress: bool | None) -> bool:
+    return sys.stderr.isatty() if progress is None else progress
+
+
+def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool) -> Iterator[tuple[Any, int]]:
+    """Tune (or read from the store) each recorded problem; yield (timed outcome, calls)."""
+    items = list(seen.values())
+    if not show:
+        for rec in items:
+            yield _tune_one(rec), rec.calls
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("warm-up"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}"))
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task("", total=len(items))
+        for rec in items:
+            bar.update(task, description=rec.describe())
+            yield _tune_one(rec), rec.calls
+            bar.advance(task)
+
+
+def _tune_one(rec: "eager.Recorded") -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    sel = eager.prepare(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
+    return sel, time.perf_counter() - t0
+
+
+def _row(outcome: tuple[Any, float], calls: int) -> WarmupRow:
+    sel, seconds = outcome
+    if sel is None:  # an empty problem: torch computes it, nothing to tune
+        return WarmupRow("empty problem", calls, "torch", None, None, seconds, False)
+    timings = {t.choice: t for t in sel.timings}
+    win = timings.get(sel.winner)
+    lib = min((t.ms for t in sel.timings if t.choice.is_extern and t.ms is not None), default=None)
+    return WarmupRow(sel.problem.describe(), calls, sel.winner.name, win.ms if win else None, lib, seconds,
+                     bool(sel.cache_hit))

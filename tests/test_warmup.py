@@ -1,0 +1,78 @@
+"""gemmtune.warmup: one forward collects a model's GEMM problems; they are tuned together; a second
+run of the same program reads the store and tunes nothing."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import gemmtune
+from gemmtune import engine
+from gemmtune.dispatch import eager
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    # two layers of one shape (8 -> 8) meet the same problem: one row, two calls
+    return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4, bias=False))
+
+
+def test_warmup_tunes_each_distinct_problem_once_and_the_forward_then_tunes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setenv("GEMMTUNE_STORE", str(tmp_path / "store.db"))
+    gemmtune.clear_dispatch_cache()
+    model, x = _mlp(), torch.randn(5, 8)
+    ref = model(x)
+    report = gemmtune.warmup(model, x, backends=("extern",), progress=False)
+    assert [r.calls for r in report.rows] == [2, 1]
+    assert report.rows[0].problem.startswith("addmm") and report.rows[1].problem.startswith("mm")
+    assert report.tuned == 2 and report.from_store == 0
+    tunes = gemmtune.dispatch_stats()["tunes"]
+    out = model(x)
+    assert gemmtune.dispatch_stats()["tunes"] == tunes
+    assert torch.allclose(out, ref, atol=1e-6)
+    assert "2 GEMM problems: 2 tuned, 0 from the store" in report.table()
+
+
+def test_second_run_reads_the_store(monkeypatch, tmp_path):
+    monkeypatch.setenv("GEMMTUNE_STORE", str(tmp_path / "store.db"))
+    gemmtune.clear_dispatch_cache()
+    gemmtune.warmup(_mlp(), torch.randn(5, 8), backends=("extern",), progress=False)
+    gemmtune.clear_dispatch_cache()  # a new process: nothing in the dispatch dict, the store on disk
+    engine._STORES.clear()
+    again = gemmtune.warmup(_mlp(), torch.randn(5, 8), backends=("extern",), progress=False)
+    assert again.tuned == 0 and again.from_store == 2
+
+
+def test_recording_tunes_nothing_and_computes_what_torch_computes(monkeypatch):
+    calls = []
+    monkeypatch.setattr(engine, "tune", lambda *a, **k: calls.append(a) or None)
+    a, b, bias = torch.randn(6, 4), torch.randn(4, 3), torch.randn(3)
+    with eager.recording() as seen:
+        out = eager.addmm(bias, a, b, beta=0.5, alpha=2.0)
+        out2 = eager.mm(a, b)
+    assert calls == []
+    assert torch.allclose(out, torch.addmm(bias, a, b, beta=0.5, alpha=2.0))
+    assert torch.allclose(out2, a @ b)
+    assert sorted(r.op for r in seen.values()) == ["addmm", "mm"]
+
+
+def test_recording_sees_problems_already_dispatched_and_restores_the_dict():
+    gemmtune.clear_dispatch_cache()
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    gemmtune.mm(a, b, backends=("extern",))
+    entries = gemmtune.dispatch_stats()["entries"]
+    with eager.recording() as seen:
+        gemmtune.mm(a, b, backends=("extern",))
+    assert len(seen) == 1
+    assert gemmtune.dispatch_stats()["entries"] == entries
+    hits = gemmtune.dispatch_stats()["hits"]
+    gemmtune.mm(a, b, backends=("extern",))
+    assert gemmtune.dispatch_stats()["hits"] == hits + 1
+
+
+def test_progress_bar_and_patched_model(monkeypatch, tmp_path):
+    monkeypatch.setenv("GEMMTUNE_STORE", "memory")
+    gemmtune.clear_dispatch_cache()
+    model = gemmtune.patch(_mlp(), backends=("extern",))
+    report = gemmtune.warmup(model, torch.randn(3, 8), progress=True)
+    assert len(report.rows) == 2 and all(r.winner for r in report.rows)
