@@ -1,0 +1,97 @@
+"""Where a patched eager model spends host time: per-GEMM dispatch cost against torch, per pick.
+
+Builds `bench/models.py`'s Llama-shaped stack at `--m` tokens, warms gemmtune up, then for each
+distinct GEMM problem times back-to-back calls (µs per call, host wall clock over many calls with one
+synchronize; on launch-bound shapes that is the host cost) of:
+  torch      torch.mm / torch.addmm on the same operands
+  gemmtune   gemmtune.mm / addmm (the eager API: dict lookup, then the winner)
+  kernel     the Selection's kernel called directly (no dispatch dict)
+and whether a Triton winner took its direct launch path (FastLaunch) or fell back to the JIT.
+Then the whole forward: host µs per forward (no synchronize inside the loop), plain and patched.
+
+    python bench/eager_probe.py --m 64 --out probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import torch  # noqa: E402
+
+import gemmtune  # noqa: E402
+from gemmtune.dispatch import eager  # noqa: E402
+from models import build  # noqa: E402
+
+
+def per_call_us(fn, calls: int = 2000, rounds: int = 5) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(out)
+
+
+def fast_launch_taken(sel, tensors) -> str:
+    """'fast', 'jit' or '-' (library kernel): whether the winner's direct launch path serves these operands."""
+    if sel.winner.is_extern:
+        return "-"
+    from triton import knobs
+
+    seen = []
+    old = knobs.runtime.launch_enter_hook
+    knobs.runtime.launch_enter_hook = lambda *a, **k: seen.append(1)
+    try:
+        sel.kernel(*tensors)
+        torch.cuda.synchronize()
+    finally:
+        knobs.runtime.launch_enter_hook = old
+    return "jit" if seen else "fast"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--m", type=int, default=64)
+    p.add_argument("--out", default="eager_probe.json")
+    args = p.parse_args()
+    model, (x,) = build("stack", args.m)
+    rows = []
+    with torch.no_grad():
+        plain_fwd = per_call_us(lambda: model(x), calls=50)
+        report = gemmtune.warmup(model, x, progress=False)
+        patched_fwd = per_call_us(lambda: model(x), calls=50)
+        for canon, sel in eager.selections().items():
+            ops = [t for t in (torch.randn(*o.size, device="cuda", dtype=o.dtype) for o in sel.problem.operands)]
+            layer = next(m for m in model.modules() if isinstance(m, torch.nn.Linear)
+                         and m.weight.shape == (sel.problem.N, sel.problem.K))
+            a, b = ops[-2], layer.weight.t()
+            row = {"problem": sel.problem.describe(), "winner": sel.winner.name,
+                   "torch_us": per_call_us(lambda: torch.mm(a, b)),
+                   "gemmtune_us": per_call_us(lambda: gemmtune.mm(a, b)),
+                   "kernel_us": per_call_us(lambda: sel.kernel(a, b)),
+                   "launch": fast_launch_taken(sel, (a, b))}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    result = {"M": args.m, "plain_forward_us": plain_fwd, "patched_forward_us": patched_fwd, "rows": rows,
+              "warmup": report.table()}
+    print(report.table())
+    print(f"forward, host-bound loop: plain {plain_fwd:.1f} us, patched {patched_fwd:.1f} us")
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
