@@ -1,6 +1,6 @@
 """Calls into tuned kernels: eager ops, torch.library ops (registered on import) and module patching."""
 
-from . import library  # noqa: F401  registers torch.ops.gemmtune.*
+from . import compiled, library  # noqa: F401  registers torch.ops.gemmtune.*
 from .eager import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
 from .patching import patch, unpatch
 from .warmup import WarmupReport, warmup

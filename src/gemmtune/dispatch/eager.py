@@ -43,6 +43,7 @@ _ADDMM: dict[tuple, Callable[..., torch.Tensor]] = {}
 _BMM: dict[tuple, Callable[..., torch.Tensor]] = {}
 _TABLES = {"mm": _MM, "addmm": _ADDMM, "bmm": _BMM}
 _SELECTIONS: dict[tuple, Any] = {}  # canonical key -> Selection (for inspection)
+_CLEAR_HOOKS: list[Callable[[], None]] = []  # what clear_dispatch_cache() also clears (traced decisions)
 _RECORDER: dict[tuple, "Recorded"] | None = None  # set by `recording()`: misses are recorded, not tuned
 
 _LOCK = threading.RLock()  # held on the miss path only
@@ -78,7 +79,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | None
         True
     """
     if _is_compiling():
-        return torch.ops.gemmtune.mm.default(a, b, _backends_arg(backends), out_layout)
+        return torch.ops.gemmtune.traced_mm.default(a, b, _backends_arg(backends), out_layout)
     try:
         fn = _MM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
     except KeyError:
@@ -104,7 +105,7 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | Non
         True
     """
     if _is_compiling():
-        return torch.ops.gemmtune.bmm.default(a, b, _backends_arg(backends), out_layout)
+        return torch.ops.gemmtune.traced_bmm.default(a, b, _backends_arg(backends), out_layout)
     try:
         fn = _BMM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
     except KeyError:
@@ -132,8 +133,8 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
         True
     """
     if _is_compiling():
-        return torch.ops.gemmtune.addmm.default(bias, a, b, float(beta), float(alpha),
-                                                _backends_arg(backends), out_layout)
+        return torch.ops.gemmtune.traced_addmm.default(bias, a, b, float(beta), float(alpha),
+                                                       _backends_arg(backends), out_layout)
     try:
         fn = _ADDMM[(bias.shape, bias.stride(), bias.dtype, a.shape, a.stride(), a.dtype, a.device,
                      b.shape, b.stride(), b.dtype, alpha, beta, backends, out_layout)]
@@ -163,6 +164,8 @@ def clear_dispatch_cache() -> None:
         for table in _TABLES.values():
             table.clear()
         _SELECTIONS.clear()
+        for hook in _CLEAR_HOOKS:
+            hook()
         _HITS = itertools.count()
         _MISSES = _TUNES = 0
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from . import eager
+from . import compiled, eager
 from .patching import patch, patched_modules
 
 __all__ = ["warmup", "WarmupReport", "WarmupRow"]
@@ -74,12 +74,14 @@ class WarmupReport:
 
 
 def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | None = None,
-           progress: bool | None = None, **example_kwargs: Any) -> WarmupReport:
+           progress: bool | None = None, for_compile: bool = False, **example_kwargs: Any) -> WarmupReport:
     """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
 
     `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are;
     calls of `gemmtune.mm` / `addmm` / `bmm` made by the model's own code are collected too.  The
-    forward runs once under `torch.no_grad()`.  `progress` shows a progress bar (default: when
+    forward runs once under `torch.no_grad()`.  `for_compile=True` decides the problems as a
+    `torch.compile` trace of the model will (traceable templates only), so the compile tunes nothing;
+    the default decides them for eager calls.  `progress` shows a progress bar (default: when
     standard error is a terminal).  Returns a `WarmupReport`; print `report.table()` for the summary.
 
     Example:
@@ -96,7 +98,7 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
         model(*example_inputs, **example_kwargs)
     forward_s = time.perf_counter() - started
     rows = []
-    for problem, calls in _tune_all(seen, _show(progress)):
+    for problem, calls in _tune_all(seen, _show(progress), for_compile):
         rows.append(_row(problem, calls))
     return WarmupReport(tuple(rows), time.perf_counter() - started, forward_s)
 
@@ -105,12 +107,12 @@ def _show(progress: bool | None) -> bool:
     return sys.stderr.isatty() if progress is None else progress
 
 
-def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool) -> Iterator[tuple[Any, int]]:
+def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool, traced: bool) -> Iterator[tuple[Any, int]]:
     """Tune (or read from the store) each recorded problem; yield (timed outcome, calls)."""
     items = list(seen.values())
     if not show:
         for rec in items:
-            yield _tune_one(rec), rec.calls
+            yield _tune_one(rec, traced), rec.calls
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -120,13 +122,14 @@ def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool) -> Iterator[tuple
         task = bar.add_task("", total=len(items))
         for rec in items:
             bar.update(task, description=rec.describe())
-            yield _tune_one(rec), rec.calls
+            yield _tune_one(rec, traced), rec.calls
             bar.advance(task)
 
 
-def _tune_one(rec: "eager.Recorded") -> tuple[Any, float]:
+def _tune_one(rec: "eager.Recorded", traced: bool) -> tuple[Any, float]:
     t0 = time.perf_counter()
-    sel = eager.prepare(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
+    prepare = compiled.prepare_traced if traced else eager.prepare
+    sel = prepare(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
     return sel, time.perf_counter() - t0
 
 

@@ -1,0 +1,185 @@
+"""`gemmtune.mm` & co. inside `torch.compile`: decided at trace time, emitted as the pick itself.
+
+Under `torch.compile` the eager functions trace to the ops below (`torch.library.triton_op`).
+Their body runs while the graph is traced, on fake tensors whose sizes are known (static shapes):
+it tunes the problem then (or reads the store, or finds it already dispatched in this process) and
+emits the winner as the graph's own code:
+
+- a library pick is the aten op (`torch.mm`, `torch.addmm`, `torch.bmm`): Inductor calls cuBLAS
+  (or the CPU BLAS) directly, as for a plain `torch.mm`;
+- a Triton pick is its kernel, launched through `torch.library.wrap_triton`, so the generated code
+  launches it directly, with no Python between calls.
+
+Only templates that can be emitted this way (`Template.trace`) take part in a traced problem's
+tuning; its pick is stored under its own key (`|traced`), apart from the eager pick.
+
+Dynamic shapes (symbolic sizes at trace time) cannot be tuned then: such a call is emitted as the
+opaque `gemmtune::mm` custom op (`gemmtune.dispatch.library`), which tunes on the first real call
+of each concrete shape and dispatches through the eager dict on every call after it.
+
+Gradients are GEMMs of the same kind and are traced the same way.
+
+Example:
+    >>> import torch, gemmtune.dispatch.compiled
+    >>> a, b = torch.randn(4, 3), torch.randn(3, 2)
+    >>> torch.allclose(torch.ops.gemmtune.traced_mm(a, b, "extern", None), a @ b)
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+from torch.library import triton_op
+from torch.utils._python_dispatch import _disable_current_modes
+
+from ..core.settings import Settings, check_backends
+from ..core.validate import validate_operands
+from ..templates import default_templates
+from ..core.layout import output_strides
+from . import eager
+
+__all__ = ["traced_mm", "traced_bmm", "traced_addmm", "is_static"]
+
+_TRACED: dict[tuple, tuple[Any, Any]] = {}  # canonical dispatch key -> (Selection, Template) decided for a trace
+
+
+def is_static(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether every size and stride is a plain int (not symbolic): only then can a trace tune.
+
+    Example:
+        >>> is_static([torch.randn(2, 3)])
+        True
+    """
+    return all(type(s) is int for t in tensors for s in (*t.shape, *t.stride()))
+
+
+def _real_like(t: torch.Tensor) -> torch.Tensor:
+    """A real tensor with `t`'s size, strides, dtype and device, holding random data."""
+    real = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device)
+    return real.normal_() if real.is_floating_point() else real.zero_()
+
+
+def _decide(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional[str],
+            out_layout: Optional[str]) -> tuple[Any, Any] | None:
+    """(Selection, Template) for a traced problem: known already, or tuned now on stand-in tensors.
+
+    None for an empty problem.  The store keeps traced picks under their own key (`store_tag`),
+    since they are chosen from the traceable templates only.
+    """
+    canon_backends = check_backends(backends)
+    with eager._LOCK:
+        key = eager._key(op, tensors, alpha, beta, canon_backends, out_layout)
+        if key not in _TRACED:
+            validate_operands(op, tensors, alpha, beta)
+            _TRACED[key] = None if eager._is_empty(op, tensors) else _tune_traced(
+                op, tensors, alpha, beta, canon_backends, out_layout)
+        return _TRACED[key]
+
+
+def _tune_traced(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
+                 out_layout: str | None) -> tuple[Any, Any]:
+    s = Settings.from_env()
+    pool = {t.uid: t for t in default_templates(s.hopper_templates, s.config_space, s.preview_templates)
+            if t.traceable}
+    with _disable_current_modes(), torch.no_grad():  # leave fake/functional tracing: tuning runs real kernels
+        real = tuple(_real_like(t) for t in tensors)
+        sel = eager._tune_fn()(op, *real, backends=backends, alpha=alpha, beta=beta, out_layout=out_layout,
+                               templates=list(pool.values()), store_tag="traced")
+    return sel, pool[sel.winner.template_uid]
+
+
+def prepare_traced(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
+                   out_layout: str | None) -> Any:
+    """The Selection a trace of this problem emits (tuned now if new); None for an empty problem."""
+    decided = _decide(op, tensors, alpha, beta, backends, out_layout)
+    return decided[0] if decided is not None else None
+
+
+def _emit(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional[str],
+          out_layout: Optional[str]) -> torch.Tensor:
+    if not is_static(tensors):
+        return _opaque(op, tensors, alpha, beta, backends, out_layout)
+    decided = _decide(op, tensors, alpha, beta, backends, out_layout)
+    if decided is None:  # an empty problem: torch's own op at run time
+        return _opaque(op, tensors, alpha, beta, backends, out_layout)
+    sel, template = decided
+    launch = template.trace(sel.winner, sel.problem)
+    out = None
+    if out_layout == "col":
+        size = sel.problem.out_size
+        out = torch.empty_strided(size, output_strides(size, "col"), dtype=sel.problem.dtype,
+                                  device=tensors[-1].device)
+    return launch(tensors, out, **sel.winner.runtime_dict)
+
+
+def _opaque(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional[str],
+            out_layout: Optional[str]) -> torch.Tensor:
+    if op == "addmm":
+        return torch.ops.gemmtune.addmm.default(*tensors, beta, alpha, backends, out_layout)
+    return getattr(torch.ops.gemmtune, op).default(*tensors, backends, out_layout)
+
+
+@triton_op("gemmtune::traced_mm", mutates_args=())
+def traced_mm(a: torch.Tensor, b: torch.Tensor, backends: Optional[str] = None,
+              out_layout: Optional[str] = None) -> torch.Tensor:
+    """`a @ b`, emitted as the tuned pick when traced (see the module docstring)."""
+    return _emit("mm", (a, b), 1.0, 1.0, backends, out_layout)
+
+
+@triton_op("gemmtune::traced_bmm", mutates_args=())
+def traced_bmm(a: torch.Tensor, b: torch.Tensor, backends: Optional[str] = None,
+               out_layout: Optional[str] = None) -> torch.Tensor:
+    """Batched `a @ b`, emitted as the tuned pick when traced."""
+    return _emit("bmm", (a, b), 1.0, 1.0, backends, out_layout)
+
+
+@triton_op("gemmtune::traced_addmm", mutates_args=())
+def traced_addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: float = 1.0, alpha: float = 1.0,
+                 backends: Optional[str] = None, out_layout: Optional[str] = None) -> torch.Tensor:
+    """`beta * bias + alpha * (a @ b)`, emitted as the tuned pick when traced."""
+    return _emit("addmm", (bias, a, b), alpha, beta, backends, out_layout)
+
+
+def _mm_setup(ctx, inputs, output):
+    a, b, backends, _ = inputs
+    ctx.backends = backends
+    ctx.save_for_backward(a, b)
+
+
+def _mm_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    op = torch.ops.gemmtune.traced_mm.default if a.dim() == 2 else torch.ops.gemmtune.traced_bmm.default
+    ga = op(grad, b.mT, ctx.backends, None) if ctx.needs_input_grad[0] else None
+    gb = op(a.mT, grad, ctx.backends, None) if ctx.needs_input_grad[1] else None
+    return ga, gb, None, None
+
+
+def _addmm_setup(ctx, inputs, output):
+    bias, a, b, beta, alpha, backends, _ = inputs
+    ctx.backends, ctx.alpha, ctx.beta = backends, alpha, beta
+    ctx.bias_shape = tuple(bias.shape)
+    ctx.save_for_backward(a, b)
+
+
+def _addmm_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    mm = torch.ops.gemmtune.traced_mm.default
+    gbias = ga = gb = None
+    if ctx.needs_input_grad[0]:
+        gbias = grad.sum() if not ctx.bias_shape else grad.sum_to_size(ctx.bias_shape)
+        gbias = gbias * ctx.beta if ctx.beta != 1.0 else gbias
+    if ctx.needs_input_grad[1]:
+        ga = mm(grad, b.mT, ctx.backends, None)
+        ga = ga * ctx.alpha if ctx.alpha != 1.0 else ga
+    if ctx.needs_input_grad[2]:
+        gb = mm(a.mT, grad, ctx.backends, None)
+        gb = gb * ctx.alpha if ctx.alpha != 1.0 else gb
+    return gbias, ga, gb, None, None, None, None
+
+
+eager._CLEAR_HOOKS.append(_TRACED.clear)
+traced_mm.register_autograd(_mm_backward, setup_context=_mm_setup)
+traced_bmm.register_autograd(_mm_backward, setup_context=_mm_setup)
+traced_addmm.register_autograd(_addmm_backward, setup_context=_addmm_setup)
