@@ -17,7 +17,7 @@ from rich.table import Table
 
 from .core.errors import GemmtuneError
 from .report import autotune_table, selection_dict, write_json
-from .core.settings import Settings
+from .core.settings import EFFORTS, Settings, effort_help
 from .search import STRATEGIES
 from .offline.suite import ProblemSpec, load_suite
 from .engine import shared_store, tune
@@ -46,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default=None, help="cuda|cpu (default: cuda when present)")
     t.add_argument("--strategy", choices=sorted(STRATEGIES), default=None)
     t.add_argument("--top-x", type=int, default=None, help="prescreen: configs kept after stage 1")
-    t.add_argument("--effort", choices=("quick", "default", "max"), default=None,
-                   help="quick: cost-model pruning to 20 configs; max: exhaustive (explicit flags win)")
+    t.add_argument("--effort", choices=tuple(EFFORTS), default=None,
+                   help="a preset under the other settings (explicit flags and GEMMTUNE_* variables win). "
+                   + effort_help())
     t.add_argument("--budget-s", type=float, default=None,
                    help="cap tuning wall time: stop and return the best so far (library kernels timed first)")
     t.add_argument("--backends", default=None, help="comma-separated families: extern,triton,numba")

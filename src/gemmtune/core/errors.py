@@ -15,6 +15,12 @@ class InputError(GemmtuneError, ValueError):
     """The tensors or scalars given to an op are not a valid GEMM problem."""
 
 
+class SettingsError(InputError):
+    """A setting has a bad value: the message names the `Settings` argument, or the `GEMMTUNE_*`
+    variable and its field when the value came from the environment.  (Unknown strategy or backend
+    names stay `BackendError`.)"""
+
+
 class BackendError(GemmtuneError, ValueError):
     """An unknown backend family or strategy name was requested."""
 

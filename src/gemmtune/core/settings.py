@@ -1,12 +1,20 @@
-"""The one Settings object.  `GEMMTUNE_*` environment variables are read here only."""
+"""The one Settings object.  `GEMMTUNE_*` environment variables are read here only.
+
+Every field carries a `Spec` (core/spec.py): its type, its parser from an environment string, its
+valid values and a one-line doc.  `Settings(...)`, `Settings.from_env(...)` and `settings.with_(...)`
+all validate through those specs, and docs/SETTINGS.md is generated from them (`settings_table`).
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
-from .errors import BackendError
+from .errors import BackendError, SettingsError
+from .spec import Spec, parse_int
 
 FAMILIES = ("extern", "triton", "numba")
 """Backend family names accepted by `backends=`:
@@ -16,33 +24,11 @@ FAMILIES = ("extern", "triton", "numba")
 - ``numba``: the JIT-compiled tiled CPU template
 """
 
+STRATEGY_NAMES = ("exhaustive", "prescreen", "model_pruned", "default", "budgeted")
+"""The strategy names `strategy=` accepts.  Kept here (not read from gemmtune.search) because core/
+imports no other sub-package; tests/test_settings.py checks it equals `gemmtune.search.STRATEGIES`."""
 
-def cache_dir() -> "Path":
-    """`$GEMMTUNE_CACHE_DIR`, else `$XDG_CACHE_HOME/gemmtune`, else `~/.cache/gemmtune`."""
-    from pathlib import Path
-
-    env = os.environ.get("GEMMTUNE_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gemmtune"
-
-
-def check_backends(backends: Any) -> tuple[str, ...] | None:
-    """Validate a backends tuple; None means every family available on the device."""
-    if backends is None:
-        return None
-    from .validate import check_backends_arg
-
-    check_backends_arg(backends)
-    if isinstance(backends, str):
-        backends = tuple(b.strip() for b in backends.split(",") if b.strip())
-    backends = tuple(backends)
-    unknown = [b for b in backends if b not in FAMILIES]
-    if unknown or not backends:
-        raise BackendError(f"backends: unknown family {unknown or backends!r}; known families: {', '.join(FAMILIES)}")
-    return backends
-
-
+EFFORT_NAMES = ("quick", "default", "max")
 ISOLATION_MODES = ("auto", "subprocess", "off")
 L2_FLUSH_MODES = ("read", "write")
 """How the GPU timer empties L2 before a timed run.  "write" zeroes a 2x-L2 buffer (what Triton's
@@ -50,6 +36,43 @@ do_bench does): L2 is then full of dirty lines, and the timed kernel pays for wr
 DRAM as it evicts them, about L2-size of write traffic, which a memory-bound kernel (decode-time
 GEMV/GEMM) feels as 30-50% extra time.  "read" sums the buffer instead: L2 holds clean lines of
 data no kernel uses, the state a kernel meets after reading a large weight.  See docs/PERFORMANCE.md."""
+
+
+def cache_dir() -> Path:
+    """`$GEMMTUNE_CACHE_DIR`, else `$XDG_CACHE_HOME/gemmtune`, else `~/.cache/gemmtune`.
+
+    Example:
+        >>> isinstance(cache_dir(), Path)
+        True
+    """
+    env = os.environ.get("GEMMTUNE_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gemmtune"
+
+
+def _families(backends: Any) -> tuple[str, ...]:
+    """`backends` (a comma-separated string or a tuple/list of names) as a tuple; ValueError(problem)."""
+    if isinstance(backends, str):
+        backends = tuple(b.strip() for b in backends.split(",") if b.strip())
+    elif not isinstance(backends, (tuple, list)) or not all(isinstance(b, str) for b in backends):
+        raise ValueError(f"expected None, a string or a tuple of family names ('extern', 'triton', 'numba'), "
+                         f"got {type(backends).__name__} {backends!r}")
+    backends = tuple(backends)
+    unknown = [b for b in backends if b not in FAMILIES]
+    if unknown or not backends:
+        raise ValueError(f"unknown family {unknown or backends!r}; known families: {', '.join(FAMILIES)}")
+    return backends
+
+
+def check_backends(backends: Any) -> tuple[str, ...] | None:
+    """Validate a backends argument; None means every family available on the device.
+
+    Example:
+        >>> check_backends("extern, triton"), check_backends(None)
+        (('extern', 'triton'), None)
+    """
+    return None if backends is None else _SPECS["backends"].validate("backends", backends)
 
 
 def isolation_for(mode: str, device_type: str) -> str:
@@ -64,145 +87,309 @@ def isolation_for(mode: str, device_type: str) -> str:
     return mode
 
 
-EFFORTS: dict[str, dict[str, Any]] = {
-    # default (the field defaults below): the cost model keeps 20 binaries of every template's space,
-    # prescreen keeps 4, 3 finalists are re-timed interleaved (docs/PERFORMANCE.md has the H200 run).
-    "quick": {"strategy": "model_pruned", "stage0_n": 8, "top_x": 2, "finalists": 2, "gpu_rep_ms": 5.0},
-    "default": {},
-    # Every choice of the "max" spaces (>= 100 configs per Triton template) is timed.
-    "max": {"strategy": "exhaustive", "finalists": 6, "config_space": "max", "gpu_rep_ms": 20.0},
-}
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Every knob of a tuning run, in one frozen object.
+def parse_runtime(text: str, name: str = "stage1_runtime") -> tuple[tuple[str, Any], ...]:
+    """'swizzle=8' -> (('swizzle', 8),); a SettingsError naming `name` for anything else.
 
     Example:
-        >>> s = Settings(strategy="exhaustive", top_x=3)
-        >>> s.with_(top_x=7).top_x
-        7
+        >>> parse_runtime("swizzle=8, waves=2")
+        (('swizzle', 8), ('waves', 2))
     """
-
-    backends: tuple[str, ...] | None = None  # None: every family available on the device
-    strategy: str = "model_pruned"  # GPUs: cost model first (stage 0), then prescreen; CPU: prescreen
-    top_x: int = 4  # prescreen: configs kept after stage 1 (FACTS.md: X=5 had 0% regret, X=3 up to 1.2%)
-    stage1_runtime: tuple[tuple[str, Any], ...] | None = None  # None: each template's data-chosen default
-    effort: str = "default"  # quick | default | max: presets (EFFORTS) under explicit settings
-    budget_s: float | None = None  # wall-clock cap on one tune: stop, return the best so far, say so
-    stage0_n: int | None = 20  # model_pruned: binaries kept by the cost model before anything compiles
-    budget_runs: int | None = None  # stop after this many benchmark runs and return the best so far
-    finalists: int = 3  # best choices re-timed interleaved before the pick (extern always added)
-    finalist_rounds: int = 15
-    library_margin: float = 0.01  # a generated kernel must beat the best library kernel by this fraction in the final
-    compile_timeout_s: float = 120.0
-    compile_workers: int = 0  # 0: one per CPU core (at most 32)
-    overlap_compile: str = "auto"  # time ready binaries while others compile: "auto" (isolated GPU tunes), "on", "off"
-    check_correctness: bool = True
-    isolation: str = "auto"  # "subprocess": checks and timings in a worker process; "off": in-process; "auto": subprocess on GPU
-    run_timeout_s: float = 60.0  # isolation: a choice whose run takes longer is a hang
-    config_space: str = "default"  # Triton config spaces: "default" or "max" (>= 100 configs per template)
-    hopper_templates: bool = True  # the split-K and persistent-TMA templates (False: plain template only)
-    preview_templates: bool = False  # templates not yet proven on a GPU (templates.PREVIEW_TEMPLATES; none today)
-    gpu_rep_ms: float = 10.0  # per-choice timing budget on GPU (finalists are re-timed interleaved)
-    count_host_overhead: bool = True  # GPU: a choice costs max(GPU time, host launch time), as in an eager loop
-    l2_flush: str = "read"  # GPU: evict L2 before each timed run by reading ("read") or zeroing ("write") a buffer
-    cpu_rep_ms: float = 200.0  # per-choice timing budget on CPU
-    min_reps: int = 5
-    max_reps: int = 50  # GPU: timed runs per choice at most (the interleaved final adds more where it matters)
-    report_rows: int = 20
-    verbose: bool = False
-    store: str | None = None  # None: SQLite file in the cache dir; "memory": this process; "off": none; or a path
-    lookup_table: str | None = None  # JSON table (or `gemmtune cache export` file) of pinned choices
-
-    def with_(self, **changes: Any) -> "Settings":
-        """A copy with `changes` applied and validated (an `effort` brings its presets)."""
-        if "effort" in changes:
-            changes = {**_effort(changes["effort"]), **changes}
-        if "backends" in changes:
-            changes["backends"] = check_backends(changes["backends"])
-        return replace(self, **changes)
-
-    def __post_init__(self) -> None:
-        from ..search import STRATEGIES
-
-        if self.strategy not in STRATEGIES:
-            raise BackendError(f"strategy: unknown strategy {self.strategy!r}; known: {', '.join(STRATEGIES)}")
-        if self.top_x < 1:
-            raise ValueError(f"top_x: must be >= 1, got {self.top_x}")
-        if not 0.0 <= self.library_margin < 0.5:
-            raise ValueError(f"library_margin: expected a fraction in [0, 0.5), got {self.library_margin}")
-        if self.finalists < 1:
-            raise ValueError(f"finalists: must be >= 1, got {self.finalists}")
-        _effort(self.effort)
-        if self.config_space not in ("default", "max"):
-            raise ValueError(f"config_space: expected 'default' or 'max', got {self.config_space!r}")
-        if self.l2_flush not in L2_FLUSH_MODES:
-            raise ValueError(f"l2_flush: expected one of {', '.join(L2_FLUSH_MODES)}, got {self.l2_flush!r}")
-        if self.overlap_compile not in ("auto", "on", "off"):
-            raise ValueError(f"overlap_compile: expected auto, on or off, got {self.overlap_compile!r}")
-        if self.isolation not in ISOLATION_MODES:
-            raise ValueError(f"isolation: expected one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
-        if self.budget_s is not None and self.budget_s <= 0:
-            raise ValueError(f"budget_s: must be > 0 seconds, got {self.budget_s}")
-        if self.compile_timeout_s <= 0:
-            raise ValueError(f"compile_timeout_s: must be > 0, got {self.compile_timeout_s}")
-        check_backends(self.backends)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
-        """Build from `GEMMTUNE_<FIELD>` variables (e.g. GEMMTUNE_TOP_X=7), then `overrides` (None values ignored)."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get("GEMMTUNE_" + f.name.upper())
-            if raw is None or f.name == "stage1_runtime":
-                continue
-            if f.name in ("stage0_n", "budget_runs", "store", "lookup_table", "budget_s"):
-                conv = {"stage0_n": int, "budget_runs": int, "budget_s": float}.get(f.name, str)
-                values[f.name] = _parse(f.name, raw, conv(1) if conv is not str else "")
-                continue
-            values[f.name] = _parse(f.name, raw, getattr(cls, f.name, None))
-        raw_stage1 = env.get("GEMMTUNE_STAGE1_RUNTIME")
-        if raw_stage1:
-            values["stage1_runtime"] = parse_runtime(raw_stage1)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        if "effort" in values:
-            values = {**_effort(values["effort"]), **values}
-        if "backends" in values:
-            values["backends"] = check_backends(values["backends"])
-        return cls(**values)
+    try:
+        return _runtime_pairs(text)
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
 
 
-def _effort(name: str) -> dict[str, Any]:
-    if name not in EFFORTS:
-        raise ValueError(f"effort: unknown level {name!r}; use one of {', '.join(EFFORTS)}")
-    return EFFORTS[name]
-
-
-def parse_runtime(text: str) -> tuple[tuple[str, Any], ...]:
-    """'swizzle=8' -> (('swizzle', 8),)."""
+def _runtime_pairs(text: str) -> tuple[tuple[str, int], ...]:
     out = []
     for part in text.split(","):
         if not part.strip():
             continue
         if "=" not in part:
-            raise ValueError(f"stage1 runtime: expected NAME=VALUE, got {part!r}")
-        k, v = part.split("=", 1)
-        out.append((k.strip(), int(v)))
-    return tuple(sorted(out))
+            raise ValueError(f"expected NAME=VALUE[,NAME=VALUE...], got {part.strip()!r}")
+        key, value = (s.strip() for s in part.split("=", 1))
+        try:
+            out.append((key, parse_int(value)))
+        except ValueError as exc:
+            raise ValueError(f"{key}: {exc}") from None
+    return _check_runtime(out)
 
 
-def _parse(name: str, raw: str, default: Any) -> Any:
-    if name == "backends":
-        return raw
+def _check_runtime(value: Any) -> tuple[tuple[str, int], ...]:
+    """A mapping, pairs or "NAME=VALUE,..." text as sorted (name, int) pairs; ValueError(problem)."""
+    if isinstance(value, str):
+        return _runtime_pairs(value)
+    pairs = list(value.items()) if isinstance(value, Mapping) else value
     try:
-        if isinstance(default, bool):
-            return raw.strip().lower() in ("1", "true", "yes", "on")
-        if isinstance(default, int):
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-    except ValueError as exc:
-        raise ValueError(f"GEMMTUNE_{name.upper()}: cannot parse {raw!r}") from exc
-    return raw
+        pairs = [(k, v) for k, v in pairs]
+    except (TypeError, ValueError):
+        raise ValueError(f"expected NAME=VALUE pairs or a mapping, got {value!r}") from None
+    for k, v in pairs:
+        if not isinstance(k, str) or not k.isidentifier():
+            raise ValueError(f"expected a parameter name, got {k!r}")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{k}: expected an integer, got {v!r}")
+    names = [k for k, _ in pairs]
+    if not pairs or len(set(names)) < len(names):
+        raise ValueError(f"expected distinct NAME=VALUE pairs, got {value!r}")
+    return tuple(sorted(pairs))
+
+
+def _f(default: Any, spec: Spec) -> Any:
+    """A dataclass field whose default is `default` and whose metadata holds its Spec."""
+    return field(default=default, metadata={"spec": spec})
+
+
+def _int(doc: str, lo: int, optional: bool = False) -> Spec:
+    return Spec("int", doc, lo=lo, optional=optional)
+
+
+def _pos(doc: str, optional: bool = False) -> Spec:
+    """A finite float > 0 (a time or a budget: zero, negatives, NaN and infinities mean nothing)."""
+    return Spec("float", doc, lo=0.0, lo_open=True, optional=optional)
+
+
+def _bool(doc: str) -> Spec:
+    return Spec("bool", doc)
+
+
+def _choice(doc: str, choices: tuple[str, ...], error: type[Exception] = SettingsError) -> Spec:
+    return Spec("choice", doc, choices=choices, error=error)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob of a tuning run, in one frozen object; docs/SETTINGS.md lists them all.
+
+    Example:
+        >>> s = Settings(strategy="exhaustive", top_x=3)
+        >>> s.with_(top_x=7).top_x
+        7
+        >>> Settings.from_env({"GEMMTUNE_TOP_X": "5"}, finalists=2).top_x
+        5
+    """
+
+    backends: tuple[str, ...] | None = _f(None, Spec(
+        "choice", "backend families to tune (comma-separated); none: every family available on the device",
+        choices=FAMILIES, optional=True, parser=str, checker=_families, type_text="families",
+        range_note="any of " + ", ".join(FAMILIES), error=BackendError))
+    strategy: str = _f("model_pruned", _choice(
+        "search strategy; model_pruned: cost model first (stage 0), then prescreen", STRATEGY_NAMES, BackendError))
+    top_x: int = _f(4, _int("prescreen: configs kept after stage 1 (evidence in docs/DATASET.md)", 1))
+    stage1_runtime: tuple[tuple[str, Any], ...] | None = _f(None, Spec(
+        "text", "prescreen's stage-1 runtime values, e.g. swizzle=8; none: each template's data-chosen default",
+        optional=True, parser=_runtime_pairs, checker=_check_runtime, type_text="NAME=INT,...",
+        range_note="integers"))
+    effort: str = _f("default", _choice("preset applied under explicit settings (see the efforts below)",
+                                        EFFORT_NAMES))
+    budget_s: float | None = _f(None, _pos("wall-clock cap on one tune: stop, return the best so far, say so",
+                                           optional=True))
+    stage0_n: int | None = _f(20, _int("model_pruned: binaries the cost model keeps before anything compiles "
+                                       "(none: no pruning)", 1, optional=True))
+    budget_runs: int | None = _f(None, _int("stop after this many benchmark runs and return the best so far",
+                                            1, optional=True))
+    finalists: int = _f(3, _int("best choices re-timed interleaved before the pick (extern always added)", 1))
+    finalist_rounds: int = _f(15, _int("interleaved rounds of the finalists' re-timing", 1))
+    library_margin: float = _f(0.01, Spec(
+        "float", "a generated kernel must beat the best library kernel by this fraction in the final",
+        lo=0.0, hi=0.5, hi_open=True))
+    compile_timeout_s: float = _f(120.0, _pos("a compile taking longer fails that candidate"))
+    compile_workers: int = _f(0, _int("compile processes; 0: one per CPU core (at most 32)", 0))
+    overlap_compile: str = _f("auto", _choice(
+        "time ready binaries while others compile; auto: on for isolated GPU tunes", ("auto", "on", "off")))
+    check_correctness: bool = _f(True, _bool("compare each candidate's output with a reference before timing it"))
+    isolation: str = _f("auto", _choice(
+        "subprocess: checks and timings in a worker process; off: in-process; auto: subprocess on GPU",
+        ISOLATION_MODES))
+    run_timeout_s: float = _f(60.0, _pos("isolation: a choice whose run takes longer is a hang"))
+    config_space: str = _f("default", _choice("Triton config spaces; max: >= 100 configs per template",
+                                              ("default", "max")))
+    hopper_templates: bool = _f(True, _bool("the split-K and persistent-TMA templates (false: plain template only)"))
+    preview_templates: bool = _f(False, _bool("templates not yet proven on a GPU (none today)"))
+    gpu_rep_ms: float = _f(10.0, _pos("per-choice timing budget on GPU (finalists are re-timed interleaved)"))
+    count_host_overhead: bool = _f(True, _bool("GPU: a choice costs max(GPU time, host launch time), "
+                                               "as in an eager loop"))
+    l2_flush: str = _f("read", _choice("GPU: evict L2 before each timed run by reading or zeroing a buffer",
+                                       L2_FLUSH_MODES))
+    cpu_rep_ms: float = _f(200.0, _pos("per-choice timing budget on CPU"))
+    min_reps: int = _f(5, _int("timed runs per choice at least", 1))
+    max_reps: int = _f(50, _int("GPU: timed runs per choice at most (>= min_reps)", 1))
+    report_rows: int = _f(20, _int("rows of the AUTOTUNE table the CLI prints", 0))
+    verbose: bool = _f(False, _bool("not read by the tuner today (the CLI's -v turns on INFO logging)"))
+    store: str | None = _f(None, Spec("text", "where picks are kept: a SQLite path, memory or off; "
+                                      "none: store.sqlite in the cache dir", optional=True,
+                                      range_note="a path, memory or off"))
+    lookup_table: str | None = _f(None, Spec("text", "JSON table (or `gemmtune cache export` file) of pinned choices",
+                                             optional=True))
+
+    def __post_init__(self) -> None:
+        # Validation and normalisation (int -> float, "a,b" -> ("a", "b"), path -> str) share one
+        # path with from_env, so an argument and a variable with the same value fail the same way.
+        for name, spec in _SPECS.items():
+            value = getattr(self, name)
+            checked = spec.validate(name, value)
+            if checked is not value:
+                object.__setattr__(self, name, checked)
+        _check_relations(lambda name: getattr(self, name), lambda name: name)
+
+    def with_(self, **changes: Any) -> "Settings":
+        """A copy with `changes` applied and validated (an `effort` brings its preset under `changes`).
+
+        Example:
+            >>> Settings().with_(effort="quick", top_x=3).top_x, Settings().with_(effort="quick").top_x
+            (3, 2)
+        """
+        return replace(self, **merge_effort(changes))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        """Build from `GEMMTUNE_<FIELD>` variables, then `overrides` (None values ignored) on top.
+
+        An empty variable counts as unset.  Errors name the variable and its field.
+
+        Example:
+            >>> Settings.from_env({"GEMMTUNE_EFFORT": "quick", "GEMMTUNE_TOP_X": "3"}).top_x
+            3
+        """
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        labels: dict[str, str] = {}
+        for name, spec in _SPECS.items():
+            var = env_var(name)
+            raw = env.get(var)
+            if raw is None or not raw.strip():
+                continue
+            labels[name] = f"{var} ({name})"
+            try:
+                parsed = spec.parse(raw)
+            except ValueError as exc:
+                raise spec.error(f"{labels[name]}: {exc}") from None
+            values[name] = spec.validate(labels[name], parsed)
+        explicit = {k: v for k, v in overrides.items() if v is not None}
+        values.update(explicit)
+        values = merge_effort(values, lambda name: labels.get(name, name) if name not in explicit else name)
+        defaults = {f.name: f.default for f in fields(cls)}
+        _check_relations(lambda name: values.get(name, defaults[name]),
+                         lambda name: labels[name] if name in labels and name not in explicit else name)
+        return cls(**values)
+
+
+_SPECS: Mapping[str, Spec] = MappingProxyType({f.name: f.metadata["spec"] for f in fields(Settings)})
+"""Each Settings field's Spec, in field order."""
+
+
+def env_var(name: str) -> str:
+    """The environment variable of a Settings field.
+
+    Example:
+        >>> env_var("top_x")
+        'GEMMTUNE_TOP_X'
+    """
+    return "GEMMTUNE_" + name.upper()
+
+
+def _check_relations(get: Callable[[str], Any], label: Callable[[str], str]) -> None:
+    """Checks across fields (one field's spec cannot see another's value)."""
+    if get("max_reps") < get("min_reps"):
+        raise SettingsError(f"{label('max_reps')}: must be >= min_reps ({get('min_reps')}), got {get('max_reps')}")
+
+
+@dataclass(frozen=True)
+class Effort:
+    """A named preset: values applied under explicit settings.  A field left None keeps its default.
+
+    Example:
+        >>> EFFORTS["quick"].changes()["top_x"], EFFORTS["default"].changes()
+        (2, {})
+    """
+
+    name: str
+    summary: str
+    strategy: str | None = None
+    stage0_n: int | None = None
+    top_x: int | None = None
+    finalists: int | None = None
+    config_space: str | None = None
+    gpu_rep_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in self.changes().items():
+            _SPECS[name].validate(f"effort {self.name}: {name}", value)
+
+    def changes(self) -> dict[str, Any]:
+        """The settings this preset sets."""
+        return {f.name: getattr(self, f.name) for f in fields(self)[2:] if getattr(self, f.name) is not None}
+
+    def describe(self) -> str:
+        """Every preset field's value under this effort (its own or the default), for help texts.
+
+        Example:
+            >>> EFFORTS["max"].describe()
+            'strategy=exhaustive, stage0_n=20, top_x=4, finalists=6, config_space=max, gpu_rep_ms=20'
+        """
+        defaults = {f.name: f.default for f in fields(Settings)}
+        values = {**{f.name: defaults[f.name] for f in fields(self)[2:]}, **self.changes()}
+        return _assignments(values)
+
+
+EFFORTS: Mapping[str, Effort] = MappingProxyType({e.name: e for e in (
+    Effort("quick", "fewer binaries, finalists and timing", strategy="model_pruned", stage0_n=8, top_x=2,
+           finalists=2, gpu_rep_ms=5.0),
+    # default: the field defaults, chosen from the replays in docs/DATASET.md and the H200 runs.
+    Effort("default", "the field defaults"),
+    # Every choice of the "max" spaces (>= 100 configs per Triton template) is timed.
+    Effort("max", "every config of the max spaces timed", strategy="exhaustive", finalists=6,
+           config_space="max", gpu_rep_ms=20.0),
+)})
+"""The effort presets by name (`Settings(effort=...)`, `GEMMTUNE_EFFORT`, `--effort`)."""
+
+
+def merge_effort(values: Mapping[str, Any], label: Callable[[str], str] = lambda name: name) -> dict[str, Any]:
+    """`values` on top of the preset of `values["effort"]` (if any): explicit settings beat the preset.
+
+    Example:
+        >>> merge_effort({"effort": "quick", "top_x": 3})["top_x"], merge_effort({"effort": "quick"})["top_x"]
+        (3, 2)
+    """
+    if "effort" not in values:
+        return dict(values)
+    name = _SPECS["effort"].validate(label("effort"), values["effort"])
+    return {**EFFORTS[name].changes(), **values}
+
+
+def effort_help() -> str:
+    """One line per effort for `--effort` (generated from the presets, so it cannot drift)."""
+    return "; ".join(f"{e.name}: {e.summary} ({e.describe()})" for e in EFFORTS.values())
+
+
+def settings_table() -> str:
+    """The Markdown table of every setting in docs/SETTINGS.md, generated from the specs.
+
+    Example:
+        >>> settings_table().splitlines()[0]
+        '| field | environment variable | type | valid values | default | meaning |'
+    """
+    rows = ["| field | environment variable | type | valid values | default | meaning |",
+            "|---|---|---|---|---|---|"]
+    for f in fields(Settings):
+        spec: Spec = f.metadata["spec"]
+        valid = spec.range_text() + (", finite" if spec.kind == "float" else "")
+        cells = [f"`{f.name}`", f"`{env_var(f.name)}`", spec.describe_type(), valid,
+                 _default_text(f.default), spec.doc]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    rows += ["", "| effort | sets | in short |", "|---|---|---|"]
+    rows += [f"| `{e.name}` | {_assignments(e.changes()) or '(nothing)'} | {e.summary} |" for e in EFFORTS.values()]
+    return "\n".join(rows) + "\n"
+
+
+def _assignments(values: Mapping[str, Any]) -> str:
+    """"a=1, b=x" with floats in their shortest form."""
+    return ", ".join(f"{k}={_default_text(v)}" for k, v in values.items())
+
+
+def _default_text(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"{value:g}" if isinstance(value, float) else str(value)

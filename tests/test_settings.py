@@ -1,0 +1,196 @@
+"""Settings: strict parsing of GEMMTUNE_* variables, validation shared with arguments, effort presets,
+the strategy names core keeps in step with gemmtune.search, and the generated docs/SETTINGS.md table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gemmtune
+from gemmtune.core.errors import BackendError, GemmtuneError, InputError, SettingsError
+from gemmtune.core.settings import (EFFORT_NAMES, EFFORTS, STRATEGY_NAMES, Effort, Settings, check_backends,
+                                    env_var, merge_effort, parse_runtime, settings_table)
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "SETTINGS.md"
+
+
+def env_error(var: str, raw: str, error: type[Exception] = SettingsError) -> str:
+    """The message of the error `var=raw` raises; asserts it names the variable."""
+    with pytest.raises(error) as info:
+        Settings.from_env({var: raw})
+    assert str(info.value).startswith(f"{var} ("), str(info.value)
+    return str(info.value)
+
+
+# -- one test per rejected kind: each error names the variable ----------------------------------------------
+
+@pytest.mark.parametrize("raw", ["ture", "2", "y", "enabled", "-1"])
+def test_a_misspelt_boolean_is_refused_not_read_as_false(raw):
+    msg = env_error("GEMMTUNE_CHECK_CORRECTNESS", raw)
+    assert "expected a boolean (1/0, true/false, yes/no, on/off)" in msg and repr(raw) in msg
+
+
+@pytest.mark.parametrize("var", ["GEMMTUNE_CPU_REP_MS", "GEMMTUNE_GPU_REP_MS", "GEMMTUNE_BUDGET_S",
+                                 "GEMMTUNE_COMPILE_TIMEOUT_S", "GEMMTUNE_RUN_TIMEOUT_S", "GEMMTUNE_LIBRARY_MARGIN"])
+@pytest.mark.parametrize("raw", ["nan", "NaN", "inf", "-inf"])
+def test_nan_and_infinities_are_refused(var, raw):
+    assert "must be a finite number" in env_error(var, raw)
+
+
+@pytest.mark.parametrize("var", ["GEMMTUNE_CPU_REP_MS", "GEMMTUNE_BUDGET_S", "GEMMTUNE_MAX_REPS", "GEMMTUNE_MIN_REPS",
+                                 "GEMMTUNE_COMPILE_WORKERS", "GEMMTUNE_TOP_X", "GEMMTUNE_FINALISTS",
+                                 "GEMMTUNE_REPORT_ROWS", "GEMMTUNE_LIBRARY_MARGIN"])
+def test_negatives_are_refused(var):
+    assert "must be" in env_error(var, "-1")
+
+
+@pytest.mark.parametrize("var", ["GEMMTUNE_BUDGET_RUNS", "GEMMTUNE_BUDGET_S", "GEMMTUNE_TOP_X", "GEMMTUNE_STAGE0_N",
+                                 "GEMMTUNE_FINALISTS", "GEMMTUNE_FINALIST_ROUNDS", "GEMMTUNE_MIN_REPS",
+                                 "GEMMTUNE_CPU_REP_MS", "GEMMTUNE_GPU_REP_MS", "GEMMTUNE_RUN_TIMEOUT_S",
+                                 "GEMMTUNE_COMPILE_TIMEOUT_S"])
+def test_zero_is_refused_where_it_means_nothing(var):
+    assert "must be" in env_error(var, "0")
+
+
+def test_zero_is_accepted_where_it_means_something():
+    s = Settings.from_env({"GEMMTUNE_COMPILE_WORKERS": "0", "GEMMTUNE_LIBRARY_MARGIN": "0", "GEMMTUNE_REPORT_ROWS": "0"})
+    assert (s.compile_workers, s.library_margin, s.report_rows) == (0, 0.0, 0)
+
+
+def test_max_reps_below_min_reps_is_refused():
+    assert "must be >= min_reps (5), got 3" in env_error("GEMMTUNE_MAX_REPS", "3")
+    with pytest.raises(SettingsError, match=r"^max_reps: must be >= min_reps \(5\), got 3$"):
+        Settings(max_reps=3)
+    assert Settings.from_env({"GEMMTUNE_MIN_REPS": "1", "GEMMTUNE_MAX_REPS": "3"}).max_reps == 3
+
+
+@pytest.mark.parametrize("var,raw", [("GEMMTUNE_TOP_X", "four"), ("GEMMTUNE_TOP_X", "4.5"),
+                                     ("GEMMTUNE_CPU_REP_MS", "10ms"), ("GEMMTUNE_BUDGET_RUNS", "1e3")])
+def test_unreadable_numbers_are_refused(var, raw):
+    assert repr(raw) in env_error(var, raw)
+
+
+@pytest.mark.parametrize("var,raw", [("GEMMTUNE_ISOLATION", "container"), ("GEMMTUNE_L2_FLUSH", "dirty"),
+                                     ("GEMMTUNE_OVERLAP_COMPILE", "yes"), ("GEMMTUNE_CONFIG_SPACE", "huge"),
+                                     ("GEMMTUNE_EFFORT", "insane")])
+def test_unknown_choices_are_refused(var, raw):
+    assert "expected one of" in env_error(var, raw) and repr(raw) in env_error(var, raw)
+
+
+def test_unknown_strategy_and_backend_names_stay_backend_errors():
+    assert "'random'" in env_error("GEMMTUNE_STRATEGY", "random", BackendError)
+    assert "unknown family ['cublas']" in env_error("GEMMTUNE_BACKENDS", "extern,cublas", BackendError)
+
+
+@pytest.mark.parametrize("raw,problem", [("swizzle=x", "swizzle: expected an integer, got 'x'"),
+                                         ("swizzle", "expected NAME=VALUE"),
+                                         ("swizzle=1,swizzle=2", "expected distinct NAME=VALUE pairs"),
+                                         ("=3", "expected a parameter name")])
+def test_bad_stage1_runtime_names_the_variable(raw, problem):
+    assert problem in env_error("GEMMTUNE_STAGE1_RUNTIME", raw)
+
+
+# -- arguments and variables share one validation -------------------------------------------------------
+
+@pytest.mark.parametrize("name,bad", [("top_x", 0), ("budget_runs", 0), ("budget_s", float("nan")),
+                                      ("cpu_rep_ms", -1.0), ("library_margin", 0.5), ("l2_flush", "dirty"),
+                                      ("compile_workers", -3)])
+def test_argument_and_variable_give_the_same_error(name, bad):
+    with pytest.raises(SettingsError) as arg:
+        Settings(**{name: bad})
+    with pytest.raises(SettingsError) as env:
+        Settings.from_env({env_var(name): str(bad)})
+    assert str(arg.value).startswith(f"{name}: ")
+    assert str(env.value) == f"{env_var(name)} ({name}): " + str(arg.value)[len(name) + 2:]
+
+
+@pytest.mark.parametrize("kwargs", [dict(check_correctness="yes"), dict(top_x=2.5), dict(top_x=True),
+                                    dict(gpu_rep_ms="10"), dict(store=""), dict(stage1_runtime={"swizzle": "8"})])
+def test_wrongly_typed_arguments_are_refused(kwargs):
+    (name,) = kwargs
+    with pytest.raises(SettingsError, match=f"^{name}: "):
+        Settings(**kwargs)
+
+
+def test_errors_are_typed_value_errors():
+    assert issubclass(SettingsError, InputError) and issubclass(SettingsError, ValueError)
+    assert issubclass(SettingsError, GemmtuneError)
+    with pytest.raises(ValueError, match="top_x"):
+        Settings().with_(top_x=0)
+
+
+# -- accepted spellings ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw,value", [(w, True) for w in ("1", "true", "TRUE", "Yes", "on", " On ")]
+                         + [(w, False) for w in ("0", "false", "False", "NO", "off")])
+def test_boolean_spellings(raw, value):
+    assert Settings.from_env({"GEMMTUNE_CHECK_CORRECTNESS": raw}).check_correctness is value
+
+
+def test_accepted_values_and_normalisation():
+    s = Settings.from_env({"GEMMTUNE_BUDGET_S": " 2.5 ", "GEMMTUNE_STAGE0_N": "none", "GEMMTUNE_BACKENDS": "extern, triton",
+                           "GEMMTUNE_STAGE1_RUNTIME": "swizzle=8", "GEMMTUNE_TOP_X": "", "GEMMTUNE_STORE": "off",
+                           "GEMMTUNE_CPU_REP_MS": "5"})
+    assert (s.budget_s, s.stage0_n, s.backends, s.stage1_runtime) == (2.5, None, ("extern", "triton"), (("swizzle", 8),))
+    assert (s.top_x, s.store, s.cpu_rep_ms) == (4, "off", 5.0)  # an empty variable counts as unset
+    a = Settings(cpu_rep_ms=5, backends="numba", stage1_runtime={"swizzle": 4}, lookup_table=Path("t.json"))
+    assert (a.cpu_rep_ms, a.backends, a.stage1_runtime, a.lookup_table) == (5.0, ("numba",), (("swizzle", 4),), "t.json")
+    assert parse_runtime("swizzle=8,waves=2") == (("swizzle", 8), ("waves", 2))
+    assert check_backends(("extern",)) == ("extern",) and check_backends(None) is None
+
+
+# -- effort presets --------------------------------------------------------------------------------------------
+
+def test_effort_presets_are_typed_and_complete():
+    assert tuple(EFFORTS) == EFFORT_NAMES and all(isinstance(e, Effort) for e in EFFORTS.values())
+    assert EFFORTS["quick"].changes() == {"strategy": "model_pruned", "stage0_n": 8, "top_x": 2, "finalists": 2,
+                                          "gpu_rep_ms": 5.0}
+    with pytest.raises(SettingsError, match="effort bad: top_x: must be >= 1"):
+        Effort("bad", "", top_x=0)
+
+
+def test_explicit_settings_beat_the_preset_in_with_and_from_env():
+    assert Settings().with_(effort="quick").top_x == 2
+    assert Settings().with_(effort="quick", top_x=3).top_x == 3
+    assert Settings.from_env({}, effort="quick", top_x=3).top_x == 3
+    assert Settings.from_env({"GEMMTUNE_TOP_X": "3"}, effort="quick").top_x == 3
+    assert Settings.from_env({"GEMMTUNE_EFFORT": "quick", "GEMMTUNE_TOP_X": "3"}).top_x == 3
+    assert Settings.from_env({"GEMMTUNE_EFFORT": "max"}, strategy="prescreen").strategy == "prescreen"
+    assert Settings.from_env({"GEMMTUNE_EFFORT": "max"}).config_space == "max"
+    assert merge_effort({"effort": "max", "finalists": 1})["finalists"] == 1
+
+
+def test_effort_error_names_the_argument_or_variable():
+    with pytest.raises(SettingsError, match="^effort: expected one of quick, default, max, got 'insane'"):
+        Settings().with_(effort="insane")
+    env_error("GEMMTUNE_EFFORT", "insane")
+
+
+def test_effort_help_says_what_each_preset_sets(capsys):
+    from gemmtune.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["tune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "quick: " in text and "stage0_n=8" in text and "top_x=2" in text  # the preset, not the old "20 configs"
+    assert "stage0_n=20" in text and "strategy=exhaustive" in text and "config_space=max" in text
+
+
+# -- core's strategy names and gemmtune.search never drift ---------------------------------------------------
+
+def test_strategy_names_match_the_search_registry():
+    from gemmtune.search import STRATEGIES
+
+    assert set(STRATEGY_NAMES) == set(STRATEGIES)
+
+
+# -- docs/SETTINGS.md holds exactly the generated table -------------------------------------------------------
+
+def test_settings_doc_holds_the_current_table():
+    table = settings_table()
+    assert table in DOC.read_text(), (
+        "docs/SETTINGS.md is out of date with the Settings specs; regenerate the table with\n"
+        "  PYTHONPATH=src python -c 'from gemmtune.core.settings import settings_table; print(settings_table())'\n"
+        "and paste it between the <!-- settings-table --> markers")
+    assert gemmtune.Settings is Settings
