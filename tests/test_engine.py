@@ -219,68 +219,50 @@ def test_time_budget_stops_and_returns_the_best_so_far():
     assert not again.cache_hit and any(t.choice.template_uid == "slow" and t.ms for t in again.timings)
 
 
-def test_pick_never_lets_host_time_crown_a_gpu_slower_kernel():
-    """count_host_overhead: a generated kernel slower on the GPU than the library kernel does not win
-    because torch.mm's host dispatch happens to cost more than its kernel."""
-    from types import SimpleNamespace
+def test_engine_compiles_only_what_prune_kept_and_prunes_once(monkeypatch):
+    """A strategy's `prune` runs once, before compiling: pruned binaries are never built, its
+    `search` sees only kept choices, and the pruned ones are reported as not benchmarked."""
+    from gemmtune.search import STRATEGIES, Strategy, exhaustive
 
-    from gemmtune.core.choices import Choice, Timing, as_params
-    from gemmtune.engine import _pick
-    from gemmtune.core.settings import Settings
-    from gemmtune.search.base import Measured
+    pruned_calls, searched = [], []
 
-    lib = Choice("aten_mm", None)
-    slow_gpu = Choice("triton_mm", "h", as_params({"BLOCK_M": 128}), family="triton")
-    fast_gpu = Choice("triton_mm", "h", as_params({"BLOCK_M": 64}), family="triton")
-    # (cost = max(GPU, host), GPU, host) in ms after the interleaved re-timing
-    final = {lib: (0.029, 0.0196, 0.029), slow_gpu: (0.0233, 0.0233, 0.012), fast_gpu: (0.0250, 0.0190, 0.025)}
+    def prune(choices, options):
+        pruned_calls.append(len(choices))
+        return [c for c in choices if c.is_extern or c.config_dict["TILE"] == 8]
 
-    def run(candidates):
-        records = {}
+    def search(choices, measure, options):
+        searched.extend(choices)
+        return exhaustive(choices, measure, options)
 
-        def retime(cs, rounds):
-            for c in cs:
-                cost, gpu, host = final[c]
-                records[c] = Timing(c, cost, "finalist", gpu_ms=gpu, host_ms=host)
-            return [final[c][0] for c in cs]
-
-        bench = SimpleNamespace(budget_exhausted=False, records=records, retime=retime)
-        ranked = [Measured(c, final[c][0], "prescreen") for c in sorted(candidates, key=lambda c: final[c][0])]
-        return _pick(ranked, bench, Settings(finalists=3), None)
-
-    assert run([lib, slow_gpu]) == lib  # cheaper per eager call, but 19% slower on the GPU
-    assert run([lib, slow_gpu, fast_gpu]) == fast_gpu  # faster on the GPU and than the library's cost
+    monkeypatch.setitem(STRATEGIES, "exhaustive", Strategy("exhaustive", search, prune=prune))
+    scripted = ScriptedTemplate("s1", n_configs=4)
+    sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), scripted], strategy="exhaustive",
+                        store=Store(":memory:"))
+    assert pruned_calls == [9]  # 4 configs x 2 runtime values + aten_mm, pruned once
+    assert len(set(scripted.compiled)) == 1  # only TILE=8's binary was compiled
+    assert searched and all(c.is_extern or c.config_dict["TILE"] == 8 for c in searched)
+    assert sum(t.status == "not_benchmarked" for t in sel.timings) == 6
+    assert sel.strategy == "exhaustive"
 
 
-def test_pick_gives_a_tie_within_library_margin_to_the_library_kernel():
-    """A generated kernel 0.5% faster than cuBLAS in the final is within the timer's noise: the library
-    kernel stays; 2% faster wins; with library_margin=0 the 0.5% one wins."""
-    from types import SimpleNamespace
+def test_model_pruned_on_cpu_runs_as_prescreen():
+    sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), ScriptedTemplate("s1")],
+                        strategy="model_pruned", store=Store(":memory:"))
+    assert sel.strategy == "prescreen"
 
-    from gemmtune.core.choices import Choice, Timing, as_params
-    from gemmtune.engine import _pick
-    from gemmtune.core.settings import Settings
-    from gemmtune.search.base import Measured
 
-    lib = Choice("aten_mm", None)
-    tie = Choice("triton_gemv", "h", as_params({"BLOCK_N": 1}), family="triton")
-    win = Choice("triton_gemv", "h", as_params({"BLOCK_N": 2}), family="triton")
-    final = {lib: 0.0200, tie: 0.0199, win: 0.0196}
+def test_engine_decides_through_search_final(monkeypatch):
+    """tune's last step is `gemmtune.search.final.final_pick`, the one the offline replays use."""
+    from gemmtune import engine
+    from gemmtune.search import final
 
-    def run(candidates, **kw):
-        records = {}
+    calls = []
 
-        def retime(cs, rounds):
-            for c in cs:
-                records[c] = Timing(c, final[c], "finalist", gpu_ms=final[c], host_ms=0.01)
-            return [final[c] for c in cs]
+    def spy(ranked, records, retime, rule, **kw):
+        calls.append(rule)
+        return final.final_pick(ranked, records, retime, rule, **kw)
 
-        bench = SimpleNamespace(budget_exhausted=False, records=records, retime=retime)
-        ranked = [Measured(c, final[c], "prescreen") for c in sorted(candidates, key=final.get)]
-        return _pick(ranked, bench, Settings(finalists=3, **kw), None)
-
-    assert run([lib, tie]) == lib
-    assert run([lib, tie, win]) == win
-    assert run([lib, tie], library_margin=0.0) == tie
-    with pytest.raises(ValueError, match="library_margin"):
-        Settings(library_margin=0.7)
+    monkeypatch.setattr(engine, "final_pick", spy)
+    gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), NumpyTemplate()], store=Store(":memory:"),
+                  settings=gemmtune.Settings(finalists=2))
+    assert [(r.finalists, r.rounds) for r in calls] == [(2, 15)]

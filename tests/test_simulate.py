@@ -93,7 +93,7 @@ def test_estimated_tuning_time_follows_the_formula():
     shape = hand_made()
     res = simulate([shape], [StrategySpec("exhaustive", "exhaustive")], parallel=16)["exhaustive"]
     flush = 0.037  # the H200 timer's L2 flush, counted in every timed run
-    timing = sum((ms + min(50, max(5, 10 / (ms + flush))) * (ms + flush)) / 1e3 for ms in shape.times.values())
+    timing = sum((ms + int(min(50, max(5, 10 / (ms + flush)))) * (ms + flush)) / 1e3 for ms in shape.times.values())
     assert res.est_tuning_s == pytest.approx(3 * 1.6 / 16 + timing)
 
 
@@ -306,7 +306,7 @@ def test_gemmtune_dataset_dims_and_compile_times(tmp_path):
     assert dims == [ProblemDims(128, 256, 64, 4, 4)]
     res = simulate(shapes, [StrategySpec("e", "exhaustive")], dims, parallel=2)["e"]
     assert res.compiles == 1 and res.per_shape[0].winner == "aten_bmm"
-    runs = lambda ms: max(5, 10 / (ms + 0.037))  # noqa: E731 - 10 ms of kernel + flush, at least 5
+    runs = lambda ms: int(max(5, 10 / (ms + 0.037)))  # noqa: E731 - whole runs: 10 ms of kernel + flush, at least 5
     assert res.est_tuning_s == pytest.approx(2.0 / 2 + sum((ms + runs(ms) * (ms + 0.037)) / 1e3 for ms in (2.0, 9.0, 1.5)))
 
 

@@ -22,8 +22,8 @@ from .bench.timers import timer_for
 from .store.lookup import LookupTable
 from .core.settings import Settings, isolation_for
 from .store.sqlite import Row, Store, canon, env_info, env_key, open_store
-from .search import STRATEGIES, Measured, ProblemDims, StrategyOptions
-from .search.model_pruned import stage0
+from .search import STRATEGIES, ProblemDims, StrategyOptions, for_device
+from .search.final import FinalRule, final_pick
 from .templates import active_templates
 from .templates.base import Template
 
@@ -42,8 +42,9 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
 
     `tensors` are the op's arguments in torch order (addmm: bias, mat1, mat2).
     `device` moves them first; `backends` is a tuple of family names from
-    `gemmtune.FAMILIES` (`("extern",)`: library kernels only); `strategy` is
-    `"prescreen"` (default) or `"exhaustive"`; `out_layout` is None/"row" or
+    `gemmtune.FAMILIES` (`("extern",)`: library kernels only); `strategy` names one
+    of `gemmtune.search.STRATEGIES` (default `settings.strategy`, "model_pruned": a cost
+    model prunes binaries before prescreening; on CPU it is "prescreen"); `out_layout` is None/"row" or
     "col" (strides (1, M); only while the selection is flexible).  Timings and
     the pick are kept in the persistent store (`settings.store`), so a second
     tune of the same problem is a cache hit.
@@ -82,14 +83,10 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         hit = ctx.from_store(choices, memory, layout, started)
         if hit is not None:
             return hit
-    # The cost model describes NVIDIA GPUs: elsewhere stage 0 keeps everything (model_pruned = prescreen).
-    strategy_used = "prescreen" if settings.strategy == "model_pruned" and ki.device_type != "cuda" else settings.strategy
-    options = StrategyOptions(top_x=settings.top_x, stage1=_stage1(active, settings), stage0_n=settings.stage0_n,
-                              problem=ProblemDims(ki.M, ki.N, ki.K, ki.batch, _element_size(ki.dtype)),
-                              budget_runs=settings.budget_runs)
-    todo = [c for c in choices if c not in memory.known]
-    if strategy_used == "model_pruned":
-        todo = stage0(todo, options)  # pruned binaries are never compiled
+    strategy_used, options = _strategy(ki, active, settings)
+    # The strategy prunes before anything compiles (model_pruned: the cost model), so a pruned
+    # binary is never built; its search then sees only what compiled.
+    todo = STRATEGIES[strategy_used].prune([c for c in choices if c not in memory.known], options)
     deadline = started + settings.budget_s if settings.budget_s else None
     isolation = isolation_for(settings.isolation, ki.device_type)
     overlap = overlap_for(settings.overlap_compile, isolation, ki.device_type)
@@ -175,8 +172,9 @@ def _search(bench: Bench, runnable: Sequence[Choice], settings: Settings, option
     if len(runnable) == 1:  # pinned (lookup table or hook): nothing to search
         bench.verify(runnable[0])
         return runnable[0]
-    ranked = STRATEGIES[settings.strategy](runnable, bench.measure, options)
-    return _pick(ranked, bench, settings, memory.pick)
+    ranked = STRATEGIES[settings.strategy].search(runnable, bench.measure, options)  # pruned before compiling
+    return final_pick(ranked, bench.records, bench.retime, FinalRule.of(settings), describe=bench.ki.describe(),
+                      budget_exhausted=bench.budget_exhausted, stored_pick=memory.pick)
 
 
 def _place(tensors: Sequence[Any], device: str | torch.device | None) -> tuple:
@@ -218,44 +216,18 @@ def _empty_out(ki: KernelInputs, out_layout: str | None) -> torch.Tensor:
     return torch.empty_strided(ki.out_size, output_strides(ki.out_size, out_layout), dtype=ki.dtype, device=ki.device)
 
 
+def _strategy(ki: KernelInputs, templates: Sequence[Template], settings: Settings) -> tuple[str, StrategyOptions]:
+    """The registered strategy that runs here (see `for_device`) and its options for this problem."""
+    options = StrategyOptions(top_x=settings.top_x, stage1=_stage1(templates, settings), stage0_n=settings.stage0_n,
+                              problem=ProblemDims(ki.M, ki.N, ki.K, ki.batch, _element_size(ki.dtype)),
+                              budget_runs=settings.budget_runs, device_type=ki.device_type)
+    return for_device(settings.strategy, ki.device_type), options
+
+
 def _stage1(templates: Sequence[Template], settings: Settings) -> dict[str, dict[str, Any]]:
     if settings.stage1_runtime is not None:
         return {t.uid: dict(settings.stage1_runtime) for t in templates}
     return {t.uid: dict(t.default_runtime) for t in templates}
-
-
-def _pick(ranked: Sequence[Measured], bench: Bench, settings: Settings, stored_pick: Choice | None) -> Choice:
-    """Re-time the best few, plus the best library kernel, interleaved; fastest wins."""
-    ok = [m.choice for m in ranked if m.ms is not None]
-    if not ok:
-        records = [t for t in bench.records.values() if t.status != "ok"]
-        if records and all(t.status == "compile_failed" for t in records):  # found out while timing (CompileJob)
-            raise NoCandidatesError(f"{bench.ki.describe()}: every candidate failed to compile: "
-                                    + "; ".join(sorted({t.detail for t in records}))[:500])
-        failures = "; ".join(f"{t.choice.name}: {t.detail}" for t in bench.records.values() if t.status != "ok")
-        raise NoCandidatesError(f"{bench.ki.describe()}: no candidate produced a correct result ({failures[:500]})")
-    finalists = ok[: settings.finalists]
-    best_extern = next((c for c in ok if c.is_extern), None)
-    if best_extern is not None and best_extern not in finalists:
-        finalists.append(best_extern)
-    if len(finalists) == 1 or bench.budget_exhausted:
-        return finalists[0]
-    if stored_pick in finalists and all(bench.records[c].stage == "store" for c in finalists):
-        return stored_pick  # nothing new reached the final: the stored decision stands
-    times = bench.retime(finalists, settings.finalist_rounds)
-    ranked_final = list(zip(times, range(len(finalists)), finalists))
-    if best_extern is not None:
-        lib = bench.records[best_extern]
-        keep = 1.0 - settings.library_margin
-        # A generated kernel must beat the library kernel by `library_margin` in the final: a tie
-        # within the timer's noise goes to the library kernel (a near-equal pick measured again can
-        # land a few percent slower on 10-20 us kernels; docs/PERFORMANCE.md).  Host launch time
-        # (count_host_overhead) may only keep a slow launcher from winning; it never lets a kernel
-        # that is slower on the GPU than the library kernel win (on a slow host torch.mm's own
-        # dispatch can cost more than its kernel, and a CUDA graph pays GPU time only).
-        ranked_final = [r for r in ranked_final if r[2].is_extern or (
-            r[0] <= lib.ms * keep and (lib.gpu_ms is None or (bench.records[r[2]].gpu_ms or 0.0) <= lib.gpu_ms * keep))]
-    return min(ranked_final)[2]
 
 
 def _timings(choices: Sequence[Choice], compiled: CompileResult, bench: Bench) -> tuple[Timing, ...]:

@@ -130,7 +130,7 @@ class CudaTimer:
             >>> timer.reps_for(0.02), timer.reps_for(0.5), timer.reps_for(5.0)
             (50, 18, 5)
         """
-        return int(min(self.max_reps, max(self.min_reps, self.rep_ms / max(est_ms + self.flush_ms(), 1e-3))))
+        return planned_runs(est_ms, self.flush_ms(), self.rep_ms, self.min_reps, self.max_reps)
 
     def time(self, fn: Fn) -> float:
         """Median cost of `fn` over `reps_for` flushed runs; the first few (which size the rest) count."""
@@ -251,3 +251,15 @@ def timer_for(device: str, settings) -> Timer:
         return CudaTimer(torch.device(device), settings.gpu_rep_ms, settings.min_reps, settings.max_reps,
                          count_host=settings.count_host_overhead, flush=settings.l2_flush)
     return CpuTimer(settings.cpu_rep_ms, min(settings.min_reps, 3), settings.max_reps)
+
+
+def planned_runs(kernel_ms: float, flush_ms: float, rep_ms: float, min_reps: int, max_reps: int) -> int:
+    """Timed runs `CudaTimer` gives a kernel of `kernel_ms`: enough to fill `rep_ms` of GPU time, each
+    run paying one L2 flush of `flush_ms`, within `min_reps`..`max_reps`.  `gemmtune simulate`
+    estimates tuning time with the same rule.
+
+    Example:
+        >>> [planned_runs(ms, 0.04, 10.0, 5, 50) for ms in (0.02, 0.5, 5.0)]
+        [50, 18, 5]
+    """
+    return int(min(max_reps, max(min_reps, rep_ms / max(kernel_ms + flush_ms, 1e-3))))

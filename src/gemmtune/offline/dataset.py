@@ -2,7 +2,7 @@
 
 Format `gemmtune-dataset/1` (JSONL, documented in docs/DATASET.md): a `meta`
 line, then one `shape` line per problem with every choice's time.  The
-reference sweep format of shared/data (one record per shape with `shape`,
+reference sweep format (docs/DATASET.md: one record per shape with `shape`,
 `cublas_ms`, `results`) is read by `load_reference_sweep`.
 """
 
@@ -81,7 +81,7 @@ def load_dataset(path: str | Path) -> tuple[dict[str, Any], list[ReplayShape]]:
 
 
 def load_reference_sweep(path: str | Path) -> list[ReplayShape]:
-    """Import the reference sweep format (shared/data/README.md) as replay shapes.
+    """Import the reference sweep format (docs/DATASET.md) as replay shapes.
 
     Its plain Triton template becomes `triton_mm` choices (src_hash "reference":
     the recorded kernel's source is not ours), cuBLAS becomes `aten_mm`.

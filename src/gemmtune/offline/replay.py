@@ -1,4 +1,4 @@
-"""Replay recorded timings: run any strategy offline against a sweep.
+"""Replay recorded timings: run any strategy, and tune's final decision, offline against a sweep.
 
 Reads gemmtune datasets and the reference sweep format (see dataset.py).
 """
@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..core.choices import Choice
+from ..core.choices import Choice, Timing
+from ..core.errors import NoCandidatesError
+from ..search import STRATEGIES, Measured, StrategyOptions
+from ..search.final import FinalRule, final_pick
 from .dataset import ReplayShape, load_dataset
-from ..search import STRATEGIES, StrategyOptions
 
 
 @dataclass(frozen=True)
@@ -33,15 +35,58 @@ def load_sweep(path: str | Path) -> list[ReplayShape]:
     return load_dataset(path)[1]
 
 
-def replay(shape: ReplayShape, strategy: str, options: StrategyOptions) -> ReplayOutcome:
-    """Run `strategy` with recorded timings standing in for the GPU."""
-    runs = 0
+@dataclass(frozen=True)
+class Decision:
+    """A strategy's whole decision on recorded timings: its ranking, every choice it timed (in
+    order; compiles follow from these), and the final pick (None: nothing correct was timed)."""
+
+    ranked: list[Measured]
+    timed: list[Choice]
+    pick: Choice | None
+
+
+def decide(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: FinalRule | None = None) -> Decision:
+    """Run `strategy` (prune, then search) with recorded timings standing in for the GPU, then the
+    final step of `tune` (`gemmtune.search.final.final_pick`, `rule` default: tune's settings).  The
+    recorded times stand in for the interleaved re-time too, so the final changes the pick only
+    through its rules: the library margin (GPU times are not recorded, so the GPU-time guard is idle).
+
+    Example:
+        >>> lib, gen = Choice("aten_mm", None), Choice("triton_mm", "h", family="triton")
+        >>> d = decide(ReplayShape((8, 8, 8), {lib: 1.0, gen: 0.995}), "exhaustive", StrategyOptions())
+        >>> d.ranked[0].choice.template_uid, d.pick.template_uid  # 0.5% is within the library margin
+        ('triton_mm', 'aten_mm')
+    """
+    records: dict[Choice, Timing] = {}
+    timed: list[Choice] = []
 
     def measure(choices: Sequence[Choice], stage: str) -> list[float | None]:
-        nonlocal runs
-        runs += len(choices)
-        return [shape.times.get(c) for c in choices]
+        timed.extend(choices)
+        times = [shape.times.get(c) for c in choices]
+        for c, ms in zip(choices, times):
+            failed = ms is None
+            records[c] = Timing(c, ms, stage, "run_failed" if failed else "ok", "recorded failed" if failed else "")
+        return times
 
     ranked = STRATEGIES[strategy](shape.choices, measure, options)
-    top = ranked[0]
-    return ReplayOutcome(shape.shape, top.choice, shape.times[top.choice], shape.best_ms, runs)
+    try:
+        pick = final_pick(ranked, records, lambda cs, rounds: [shape.times[c] for c in cs],
+                          rule or FinalRule.tune_default(), describe=shape.name or "x".join(map(str, shape.shape)))
+    except NoCandidatesError:
+        pick = None
+    return Decision(ranked, timed, pick)
+
+
+def replay(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: FinalRule | None = None) -> ReplayOutcome:
+    """Run `strategy` and tune's final step with recorded timings standing in for the GPU (see `decide`).
+
+    Example:
+        >>> lib, gen = Choice("aten_mm", None), Choice("triton_mm", "h", family="triton")
+        >>> out = replay(ReplayShape((8, 8, 8), {lib: 1.0, gen: 0.9}), "exhaustive", StrategyOptions())
+        >>> out.winner.template_uid, round(out.regret_pct, 6), out.benchmark_runs
+        ('triton_mm', 0.0, 2)
+    """
+    d = decide(shape, strategy, options, rule)
+    if d.pick is None:
+        raise NoCandidatesError(f"{shape.name or shape.shape}: {strategy} timed nothing that ran correctly")
+    return ReplayOutcome(shape.shape, d.pick, shape.times[d.pick], shape.best_ms, len(d.timed))

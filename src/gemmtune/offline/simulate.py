@@ -1,9 +1,11 @@
 """`gemmtune simulate`: replay search strategies on recorded timings and weigh regret against work.
 
-Each strategy runs on each recorded shape with `measure` answered from the recording (as in
-replay.py).  Per strategy: regret of its pick against the exhaustive best (from the recorded
-times), benchmark runs, binaries compiled (only binaries whose choices were timed: a
-model-pruned or budget-stopped search compiles less) and an estimated tuning time.
+Each strategy runs on each recorded shape with `measure` answered from the recording, followed
+by tune's final step (`gemmtune.search.final`), both through `replay.decide`.  Per strategy:
+regret of the final pick against the exhaustive best (from the recorded times), benchmark runs,
+binaries compiled (only binaries whose choices were timed: a model-pruned or budget-stopped
+search compiles less) and an estimated tuning time (compiles, then each timed choice as the GPU
+timer runs it; the final's interleaved re-time is not counted).
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ import argparse
 import itertools
 import json
 import math
-import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..core.choices import Choice
-from .dataset import ReplayShape, load_dataset, read_lines
+from ..bench.timers import planned_runs
 from ..search import STRATEGIES, ProblemDims, StrategyOptions, default_options
+from ..search.final import FinalRule
+from .dataset import ReplayShape, load_dataset, read_lines
+from .replay import decide
 from .simulate_report import plot_regret_vs_work, render_table
+from .simulate_results import ShapeResult, SimulationReport, StrategyResult
 
 SHIPPED = "data/h200_suite.jsonl.gz"
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
@@ -35,6 +39,7 @@ class StrategySpec:
     strategy: str
     options: StrategyOptions = field(default_factory=StrategyOptions)
     budget_fraction: float | None = None
+    final: FinalRule | None = None  # the final step's rule; None: tune's defaults
 
     def options_for(self, shape: ReplayShape, dims: ProblemDims) -> StrategyOptions:
         options = replace(self.options, problem=dims)
@@ -43,100 +48,39 @@ class StrategySpec:
         return options
 
 
-@dataclass(frozen=True)
-class ShapeResult:
-    shape: tuple[int, int, int]
-    name: str
-    winner: str | None
-    regret_pct: float  # inf: nothing correct was timed
-    benchmark_runs: int
-    exhaustive_runs: int
-    compiles: int
-    est_tuning_s: float
-
-
-@dataclass(frozen=True)
-class StrategyResult:
-    name: str
-    per_shape: tuple[ShapeResult, ...]
-
-    @property
-    def max_regret_pct(self) -> float:
-        return max(r.regret_pct for r in self.per_shape)
-
-    @property
-    def median_regret_pct(self) -> float:
-        return statistics.median(r.regret_pct for r in self.per_shape)
-
-    @property
-    def benchmark_runs(self) -> int:
-        return sum(r.benchmark_runs for r in self.per_shape)
-
-    @property
-    def work_fraction(self) -> float:
-        return self.benchmark_runs / max(1, sum(r.exhaustive_runs for r in self.per_shape))
-
-    @property
-    def compiles(self) -> int:
-        return sum(r.compiles for r in self.per_shape)
-
-    @property
-    def est_tuning_s(self) -> float:
-        return sum(r.est_tuning_s for r in self.per_shape)
-
-
-@dataclass(frozen=True)
-class SimulationReport:
-    strategies: tuple[StrategyResult, ...]
-
-    def __getitem__(self, name: str) -> StrategyResult:
-        return next(s for s in self.strategies if s.name == name)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain data; an infinite regret (nothing timed) is written as null."""
-        fin = lambda x: x if math.isfinite(x) else None  # noqa: E731
-        return {"strategies": [
-            {"name": s.name, "max_regret_pct": fin(s.max_regret_pct), "median_regret_pct": fin(s.median_regret_pct),
-             "work_fraction": s.work_fraction, "benchmark_runs": s.benchmark_runs, "compiles": s.compiles,
-             "est_tuning_s": s.est_tuning_s,
-             "per_shape": [{"shape": list(r.shape), "name": r.name, "winner": r.winner, "regret_pct": fin(r.regret_pct),
-                            "benchmark_runs": r.benchmark_runs} for r in s.per_shape]}
-            for s in self.strategies]}
-
-
 FLUSH_MS = 0.037  # one L2 flush by the GPU timer on an H200 (bench/timer_probe.py, docs/PERFORMANCE.md)
 
 
 def choice_seconds(ms: float, rep_ms: float = 10.0, flush_ms: float = FLUSH_MS, min_reps: int = 5,
                    max_reps: int = 50) -> float:
-    """Estimated seconds `CudaTimer.time` spends on a kernel of `ms`: a warm-up run, then flushed runs
-    filling `rep_ms` of kernel plus flush time (`min_reps`..`max_reps`, the Settings defaults).
+    """Estimated seconds `CudaTimer.time` spends on a kernel of `ms`: a warm-up run, then the timer's
+    own number of flushed runs (`gemmtune.bench.timers.planned_runs`; the defaults are Settings').
 
     Example:
         >>> round(choice_seconds(0.02) * 1e3, 3), round(choice_seconds(5.0), 3)
         (2.87, 0.03)
     """
-    reps = min(max_reps, max(min_reps, rep_ms / (ms + flush_ms)))
-    return (ms + reps * (ms + flush_ms)) / 1e3
+    return (ms + planned_runs(ms, flush_ms, rep_ms, min_reps, max_reps) * (ms + flush_ms)) / 1e3
 
 
 def run_one(shape: ReplayShape, spec: StrategySpec, dims: ProblemDims, parallel: int = 16,
             rep_ms: float = 10.0) -> ShapeResult:
-    """Replay `spec` on one shape."""
-    timed: list[Choice] = []
+    """Replay `spec` on one shape, its final step included.
 
-    def measure(choices: Sequence[Choice], stage: str) -> list[float | None]:
-        timed.extend(choices)
-        return [shape.times.get(c) for c in choices]
-
-    ranked = STRATEGIES[spec.strategy](shape.choices, measure, spec.options_for(shape, dims))
-    top = next((m.choice for m in ranked if m.ms is not None), None)
-    regret = 100.0 * (shape.times[top] / shape.best_ms - 1.0) if top is not None else math.inf
-    binaries = {c.binary_key for c in timed if not c.is_extern}
+    Example:
+        >>> from gemmtune.core.choices import Choice
+        >>> s = ReplayShape((8, 8, 8), {Choice("lib", None): 1.0, Choice("t", "h", family="t"): 0.995})
+        >>> r = run_one(s, StrategySpec("e", "exhaustive"), ProblemDims(8, 8, 8))
+        >>> r.winner, round(r.regret_pct, 3)  # the final keeps the library kernel: 0.5% is within its margin
+        ('lib', 0.503)
+    """
+    d = decide(shape, spec.strategy, spec.options_for(shape, dims), spec.final)
+    regret = 100.0 * (shape.times[d.pick] / shape.best_ms - 1.0) if d.pick is not None else math.inf
+    binaries = {c.binary_key for c in d.timed if not c.is_extern}
     est = sum(shape.compile_s.get(k, 0.0) for k in binaries) / max(1, parallel)
-    est += sum(choice_seconds(ms, rep_ms) for ms in (shape.times.get(c) for c in timed) if ms)
-    return ShapeResult(shape.shape, shape.name, top.key if top else None, regret, len(timed), len(shape.choices),
-                       len(binaries), est)
+    est += sum(choice_seconds(ms, rep_ms) for ms in (shape.times.get(c) for c in d.timed) if ms)
+    return ShapeResult(shape.shape, shape.name, d.pick.key if d.pick else None, regret, len(d.timed),
+                       len(shape.choices), len(binaries), est)
 
 
 def simulate(shapes: Sequence[ReplayShape], strategies: Sequence[StrategySpec],
@@ -227,7 +171,7 @@ def load_shipped() -> tuple[list[ReplayShape], list[ProblemDims]]:
     res = files("gemmtune").joinpath(SHIPPED)
     if not res.is_file():
         raise ValueError(f"no dataset given and this install ships none (gemmtune/{SHIPPED}): pass --dataset FILE "
-                         "(a `gemmtune sweep` output or a reference sweep such as shared/data/sweep_h200_bf16_triton_plain.jsonl)")
+                         "(a `gemmtune sweep` output or a reference sweep, docs/DATASET.md)")
     with as_file(res) as p:
         return load(p)
 
@@ -236,7 +180,7 @@ def simulate_main(argv: Sequence[str] | None = None) -> int:
     """`gemmtune simulate [--dataset FILE] [--strategy NAME ...] [--json PATH] [--plot PATH]`.
 
     Example:
-        gemmtune simulate --dataset shared/data/sweep_h200_bf16_triton_plain.jsonl --strategy default prescreen
+        gemmtune simulate --dataset sweep.jsonl.gz --strategy default prescreen
     """
     from rich.console import Console
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from .simulate import SimulationReport
+    from .simulate_results import SimulationReport
 
 
 _MARKERS = {"exhaustive": "s", "prescreen": "o", "model_pruned": "^", "budgeted": "D", "default": "*"}

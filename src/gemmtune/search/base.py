@@ -51,10 +51,46 @@ class StrategyOptions:
     problem: ProblemDims | None = None
     budget_runs: int | None = None
     budget_inner: str = "default"
+    device_type: str = "cuda"  # where the choices run ("cuda", "cpu"): see gemmtune.search.for_device
 
 
-Strategy = Callable[[Sequence[Choice], Measure, StrategyOptions], list[Measured]]
-"""`strategy(choices, measure, options) -> ranking` (every measured choice, fastest first)."""
+StrategyFn = Callable[[Sequence[Choice], Measure, StrategyOptions], list[Measured]]
+"""`search(choices, measure, options) -> ranking` (every measured choice, fastest first)."""
+
+Prune = Callable[[Sequence[Choice], StrategyOptions], list[Choice]]
+"""`prune(choices, options) -> the choices worth compiling` (nothing is timed)."""
+
+
+def keep_all(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
+    """The default `prune`: every choice is compiled and searched."""
+    return list(choices)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A search strategy in two steps.  `prune` drops choices before anything is compiled or timed
+    (model_pruned: the cost model's stage 0); `search` times what is left and ranks it.  The engine
+    calls `prune` before compiling, so a pruned binary is never built, and then `search` on what
+    compiled; calling the strategy itself does both, for offline replays and tests.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice
+        >>> def time_all(cs, measure, options):
+        ...     return ranking([Measured(c, ms, "final") for c, ms in zip(cs, measure(cs, "final"))])
+        >>> first = Strategy("first", time_all, prune=lambda cs, options: list(cs[:1]))
+        >>> cs = [Choice("a", None), Choice("b", None)]
+        >>> [c.template_uid for c in first.prune(cs, StrategyOptions())]
+        ['a']
+        >>> [m.choice.template_uid for m in first(cs, lambda cc, st: [1.0] * len(cc), StrategyOptions())]
+        ['a']
+    """
+
+    name: str
+    search: StrategyFn
+    prune: Prune = keep_all
+
+    def __call__(self, choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+        return self.search(self.prune(choices, options), measure, options)
 
 
 def ranking(measured: Sequence[Measured]) -> list[Measured]:

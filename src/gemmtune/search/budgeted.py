@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from ..core.choices import Choice
-from .base import Measure, Measured, Strategy, StrategyOptions, ranking
+from .base import Measure, Measured, Strategy, StrategyFn, StrategyOptions, ranking
 
 
 class BudgetedMeasure:
@@ -45,8 +45,8 @@ class BudgetedMeasure:
         return [self.known[c].ms if c in self.known else None for c in choices]
 
 
-def budgeted(inner: str | Strategy = "default", max_runs: int | None = None) -> Strategy:
-    """`inner` (a registered name or a strategy function) stopped after `max_runs` benchmark runs.
+def budgeted(inner: str | StrategyFn = "default", max_runs: int | None = None) -> StrategyFn:
+    """`inner` (a registered name, a Strategy or a search function) stopped after `max_runs` benchmark runs.
 
     Example:
         >>> from gemmtune.core.choices import Choice
@@ -70,12 +70,13 @@ def budgeted(inner: str | Strategy = "default", max_runs: int | None = None) -> 
         extra = [m for c, m in bm.known.items() if c not in listed]
         return ranking(list(ranked) + extra)
 
-    run.__name__ = f"budgeted_{getattr(fn, '__name__', 'strategy')}_{max_runs}"
+    run.__name__ = f"budgeted_{getattr(fn, '__name__', getattr(fn, 'name', 'strategy'))}_{max_runs}"
     return run
 
 
 def budgeted_entry(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
-    """The registered `budgeted` strategy: `options.budget_inner` under `options.budget_runs`.
+    """The registered `budgeted` strategy as one call: `options.budget_inner`'s prune, then its
+    search under `options.budget_runs`.
 
     Example:
         >>> from gemmtune.core.choices import Choice
@@ -84,12 +85,26 @@ def budgeted_entry(choices: Sequence[Choice], measure: Measure, options: Strateg
         >>> [m.ms for m in budgeted_entry(cs, lambda cc, st: [1.0] * len(cc), opts)]
         [1.0, None]
     """
+    return budgeted_search(budgeted_prune(choices, options), measure, options)
+
+
+def budgeted_prune(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
+    """What `options.budget_inner` prunes (nothing is timed, so the budget does not count it)."""
+    return _inner(options).prune(choices, options)
+
+
+def budgeted_search(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+    """`options.budget_inner`'s search (no prune: the caller pruned) under `options.budget_runs`."""
+    return budgeted(_inner(options).search, options.budget_runs)(choices, measure, options)
+
+
+def _inner(options: StrategyOptions) -> Strategy:
     if options.budget_inner == "budgeted":
         raise ValueError("budgeted: budget_inner cannot be 'budgeted' itself")
-    return budgeted(options.budget_inner, options.budget_runs)(choices, measure, options)
+    return _resolve(options.budget_inner)
 
 
-def honour_budget(fn: Strategy) -> Strategy:
+def honour_budget(fn: StrategyFn) -> StrategyFn:
     """`fn`, stopped after `options.budget_runs` runs when that is set (the registry wraps every strategy)."""
 
     @functools.wraps(fn)

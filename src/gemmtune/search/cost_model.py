@@ -28,7 +28,8 @@ from typing import Any, Mapping
 
 @dataclass(frozen=True)
 class Hardware:
-    """What the model knows about a GPU.  Measured numbers where FACTS.md has them."""
+    """What the model knows about a GPU: numbers measured on an H200 where marked (docs/PERFORMANCE.md),
+    else assumed."""
 
     name: str
     sms: int = 132

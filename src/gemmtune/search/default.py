@@ -12,7 +12,7 @@ import functools
 from typing import Any, Mapping, Sequence
 
 from ..core.choices import Choice
-from .base import Measure, Measured, StrategyOptions
+from .base import Measure, Measured, Strategy, StrategyOptions
 
 
 def settings_default(name: str) -> Any:
@@ -50,13 +50,29 @@ def default(choices: Sequence[Choice], measure: Measure, options: StrategyOption
         >>> [m.ms for m in default([Choice("a", None)], lambda cs, st: [1.0] * len(cs), StrategyOptions())]
         [1.0]
     """
-    from . import STRATEGIES
+    return default_search(default_prune(choices, options), measure, options)
 
-    name = settings_default("strategy")
+
+def default_prune(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
+    """What the delegate prunes with tune's defaults (model_pruned on a GPU: the cost model's stage 0)."""
+    strategy, options = _delegate(options)
+    return strategy.prune(choices, options)
+
+
+def default_search(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+    """The delegate's search with tune's defaults (the caller pruned already)."""
+    strategy, options = _delegate(options)
+    return strategy.search(choices, measure, options)
+
+
+def _delegate(options: StrategyOptions) -> tuple[Strategy, StrategyOptions]:
+    from . import STRATEGIES, for_device
+
+    name = for_device(settings_default("strategy"), options.device_type)
     if name == "default":
         raise ValueError("Settings.strategy defaults to 'default': nothing to delegate to")
     # tune's own defaults, whatever `options` says of them (budgets and the problem are kept); the
     # cost model needs the problem's dimensions, so without them nothing is pruned (as tune on CPU)
     stage0_n = settings_default("stage0_n") if options.problem is not None else None
     options = dataclasses.replace(options, top_x=settings_default("top_x"), stage0_n=stage0_n)
-    return STRATEGIES[name](choices, measure, default_options(options))
+    return STRATEGIES[name], default_options(options)

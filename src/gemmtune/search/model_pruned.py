@@ -4,7 +4,9 @@ Stage 0 ranks every template binary (compile-time config) with an analytic cost 
 (`gemmtune.search.cost_model.estimate_ms` unless `options.model` replaces it) and keeps the best
 `options.stage0_n`, dealt round-robin over the templates' own rankings; prescreening then runs on the kept binaries plus every library kernel.
 Binaries the model cannot describe (no BLOCK_M/N/K in their config) and library kernels are
-never pruned.  Only kept binaries need compiling.
+never pruned.  In the registry (`gemmtune.search.STRATEGIES`) stage 0 is the strategy's `prune`,
+which tune runs before compiling, so only kept binaries are built; off CUDA the registry's
+`for_device` runs prescreen instead (the cost model describes NVIDIA GPUs).
 """
 
 from __future__ import annotations

@@ -1,0 +1,104 @@
+"""The final decision: from a strategy's ranking to the pick.
+
+The best `finalists` choices, plus the best library kernel, are timed again interleaved (so drift
+hits all alike) and the fastest wins, under two rules that favour the library kernel:
+
+- a generated kernel must beat it by `library_margin` in the final: a tie within the timer's noise
+  goes to the library kernel (a near-equal pick measured again can land a few percent slower on
+  10-20 us kernels; docs/PERFORMANCE.md);
+- host launch time (`count_host_overhead`) may only keep a slow launcher from winning: a kernel
+  slower on the GPU than the library kernel never wins (on a slow host torch.mm's own dispatch can
+  cost more than its kernel, and a CUDA graph pays GPU time only).
+
+`final_pick` is pure over what it is handed, so the engine (a Bench's records and interleaved
+re-time) and the offline replays (recorded times standing in for both) decide alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from ..core.choices import Choice, Timing
+from ..core.errors import NoCandidatesError
+from .base import Measured
+
+Retime = Callable[[Sequence[Choice], int], "list[float]"]
+"""`retime(choices, rounds) -> ms per choice`, timed interleaved; it may update the records it was given."""
+
+
+@dataclass(frozen=True)
+class FinalRule:
+    """The settings the final reads (`gemmtune.Settings.finalists`, `finalist_rounds`, `library_margin`).
+
+    Example:
+        >>> from gemmtune import Settings
+        >>> FinalRule.of(Settings(finalists=2)) == FinalRule(finalists=2, rounds=15, library_margin=0.01)
+        True
+    """
+
+    finalists: int
+    rounds: int
+    library_margin: float
+
+    @classmethod
+    def of(cls, settings: Any) -> "FinalRule":
+        """The rule of a `Settings` (or anything with its three fields)."""
+        return cls(settings.finalists, settings.finalist_rounds, settings.library_margin)
+
+    @classmethod
+    def tune_default(cls) -> "FinalRule":
+        """The rule `tune` applies when nothing is set (the defaults of `gemmtune.Settings`)."""
+        from ..core.settings import Settings
+
+        return cls.of(Settings())
+
+
+def final_pick(ranked: Sequence[Measured], records: Mapping[Choice, Timing], retime: Retime, rule: FinalRule,
+               *, budget_exhausted: bool = False, stored_pick: Choice | None = None, describe: str = "") -> Choice:
+    """The pick among `ranked` (a strategy's ranking, fastest first).
+
+    `records` holds every timing of this problem (read after `retime`, for the GPU times it
+    leaves there); `budget_exhausted` (a time budget ran out) skips the re-time; `stored_pick`, the
+    pick remembered from an earlier tune, stands when nothing new reached the final.  `describe`
+    names the problem in the NoCandidatesError raised when nothing produced a correct result.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice, Timing
+        >>> lib, gen = Choice("aten_mm", None), Choice("triton_mm", "h", family="triton")
+        >>> times = {lib: 1.000, gen: 0.995}  # 0.5% faster: within the library margin
+        >>> records = {c: Timing(c, ms, "final") for c, ms in times.items()}
+        >>> ranked = [Measured(gen, 0.995, "final"), Measured(lib, 1.0, "final")]
+        >>> retime = lambda cs, rounds: [times[c] for c in cs]
+        >>> final_pick(ranked, records, retime, FinalRule(finalists=3, rounds=15, library_margin=0.01)).template_uid
+        'aten_mm'
+        >>> final_pick(ranked, records, retime, FinalRule(3, 15, library_margin=0.0)).template_uid
+        'triton_mm'
+    """
+    ok = [m.choice for m in ranked if m.ms is not None]
+    if not ok:
+        raise NoCandidatesError(_nothing_correct(records, describe))
+    finalists = ok[: rule.finalists]
+    best_extern = next((c for c in ok if c.is_extern), None)
+    if best_extern is not None and best_extern not in finalists:
+        finalists.append(best_extern)
+    if len(finalists) == 1 or budget_exhausted:
+        return finalists[0]
+    if stored_pick in finalists and all(records[c].stage == "store" for c in finalists):
+        return stored_pick  # nothing new reached the final: the stored decision stands
+    times = retime(finalists, rule.rounds)
+    ranked_final = list(zip(times, range(len(finalists)), finalists))
+    if best_extern is not None:
+        lib = records[best_extern]
+        keep = 1.0 - rule.library_margin
+        ranked_final = [r for r in ranked_final if r[2].is_extern or (
+            r[0] <= lib.ms * keep and (lib.gpu_ms is None or (records[r[2]].gpu_ms or 0.0) <= lib.gpu_ms * keep))]
+    return min(ranked_final)[2]
+
+
+def _nothing_correct(records: Mapping[Choice, Timing], describe: str) -> str:
+    failed = [t for t in records.values() if t.status != "ok"]
+    if failed and all(t.status == "compile_failed" for t in failed):  # found out while timing (CompileJob)
+        return f"{describe}: every candidate failed to compile: " + "; ".join(sorted({t.detail for t in failed}))[:500]
+    failures = "; ".join(f"{t.choice.name}: {t.detail}" for t in failed)
+    return f"{describe}: no candidate produced a correct result ({failures[:500]})"

@@ -1,0 +1,184 @@
+"""The final decision (`gemmtune.search.final`) on recorded timings, and its use by replay and simulate."""
+
+import pytest
+
+from gemmtune.core.choices import Choice, Timing, as_params
+from gemmtune.core.errors import NoCandidatesError
+from gemmtune.core.settings import Settings
+from gemmtune.offline import replay as replay_mod
+from gemmtune.offline.dataset import ReplayShape
+from gemmtune.offline.replay import decide, replay
+from gemmtune.offline.simulate import StrategySpec, simulate
+from gemmtune.search import STRATEGIES, ProblemDims, StrategyOptions, default_options
+from gemmtune.search.base import Measured
+from gemmtune.search.final import FinalRule, final_pick
+
+LIB = Choice("aten_mm", None)
+RULE = FinalRule.of(Settings(finalists=3))
+
+
+def gen(n):
+    return Choice("triton_mm", "h", as_params({"BLOCK_M": n}), family="triton")
+
+
+def run_final(final, ranked_ms=None, rule=RULE, **kw):
+    """final_pick over `final` = {choice: (cost, GPU ms, host ms)} after the interleaved re-time;
+    the ranking is by `ranked_ms` (default: the final costs).  Returns (pick, re-timed choices)."""
+    records, retimed = {}, []
+
+    def retime(cs, rounds):
+        retimed.extend(cs)
+        for c in cs:
+            cost, gpu, host = final[c]
+            records[c] = Timing(c, cost, "finalist", gpu_ms=gpu, host_ms=host)
+        return [final[c][0] for c in cs]
+
+    ms = ranked_ms or {c: v[0] for c, v in final.items()}
+    for c, t in ms.items():
+        records[c] = Timing(c, t, "final")
+    ranked = [Measured(c, ms[c], "final") for c in sorted(ms, key=ms.get)]
+    return final_pick(ranked, records, retime, rule, **kw), retimed
+
+
+def test_host_time_never_crowns_a_gpu_slower_kernel():
+    """count_host_overhead: a generated kernel slower on the GPU than the library kernel does not win
+    because torch.mm's host dispatch happens to cost more than its kernel."""
+    slow_gpu, fast_gpu = gen(128), gen(64)
+    final = {LIB: (0.029, 0.0196, 0.029), slow_gpu: (0.0233, 0.0233, 0.012), fast_gpu: (0.0250, 0.0190, 0.025)}
+    assert run_final({c: final[c] for c in (LIB, slow_gpu)})[0] == LIB  # cheaper per call, 19% slower on the GPU
+    assert run_final(final)[0] == fast_gpu  # faster on the GPU and than the library's cost
+
+
+def test_a_tie_within_library_margin_goes_to_the_library_kernel():
+    """0.5% faster than cuBLAS in the final is within the timer's noise: the library kernel stays;
+    2% faster wins; with library_margin=0 the 0.5% one wins."""
+    tie, win = gen(1), gen(2)
+    final = {LIB: (0.0200, 0.0200, 0.01), tie: (0.0199, 0.0199, 0.01), win: (0.0196, 0.0196, 0.01)}
+    pair = {c: final[c] for c in (LIB, tie)}
+    assert run_final(pair)[0] == LIB
+    assert run_final(final)[0] == win
+    assert run_final(pair, rule=FinalRule.of(Settings(library_margin=0.0)))[0] == tie
+    with pytest.raises(ValueError, match="library_margin"):
+        Settings(library_margin=0.7)
+
+
+def test_finalists_are_the_best_few_plus_the_best_library_kernel():
+    gens = [gen(n) for n in range(5)]
+    final = {c: (1.0 + i / 10, None, None) for i, c in enumerate(gens)}
+    final[LIB] = (2.0, None, None)
+    pick, retimed = run_final(final, rule=FinalRule(finalists=2, rounds=15, library_margin=0.01))
+    assert retimed == [gens[0], gens[1], LIB] and pick == gens[0]
+
+
+def test_budget_exhausted_and_single_finalist_skip_the_re_time():
+    a, b = gen(1), gen(2)
+    final = {a: (1.0, None, None), b: (1.1, None, None)}
+    assert run_final(final, budget_exhausted=True) == (a, [])
+    assert run_final({a: final[a]}) == (a, [])
+
+
+def test_stored_pick_stands_when_nothing_new_reached_the_final():
+    a, b = gen(1), gen(2)
+    records = {a: Timing(a, 1.0, "store"), b: Timing(b, 1.1, "store")}
+    ranked = [Measured(a, 1.0, "final"), Measured(b, 1.1, "final")]
+    no_retime = lambda cs, rounds: pytest.fail("re-timed a stored decision")  # noqa: E731
+    assert final_pick(ranked, records, no_retime, RULE, stored_pick=b) == b
+    records[a] = Timing(a, 1.0, "final")  # something new: the final runs
+    assert final_pick(ranked, records, lambda cs, r: [1.0, 1.1], RULE, stored_pick=b) == a
+
+
+def test_nothing_correct_raises_with_the_reasons():
+    a, b = gen(1), gen(2)
+    ranked = [Measured(a, None, "final"), Measured(b, None, "final")]
+    wrong = {a: Timing(a, None, "final", "wrong_result", "max err 3.0"),
+             b: Timing(b, None, "final", "run_failed", "boom")}
+    with pytest.raises(NoCandidatesError, match=r"p1: no candidate produced a correct result .*max err 3.0.*boom"):
+        final_pick(ranked, wrong, lambda cs, r: [], RULE, describe="p1")
+    failed = {c: Timing(c, None, "compile", "compile_failed", "out of resource") for c in (a, b)}
+    with pytest.raises(NoCandidatesError, match="p1: every candidate failed to compile: out of resource"):
+        final_pick(ranked, failed, lambda cs, r: [], RULE, describe="p1")
+
+
+# -- replay and simulate decide as tune does -----------------------------------------------------
+
+def near_tie_shape():
+    """A template 0.5% faster than the library kernel: first in the raw ranking, not the final pick."""
+    return ReplayShape((64, 64, 64), {LIB: 1.0, gen(1): 0.995, gen(2): 1.2}, "tie")
+
+
+def test_replay_and_simulate_apply_the_final_rule(monkeypatch):
+    shape = near_tie_shape()
+    calls = []
+    real = replay_mod.final_pick
+    monkeypatch.setattr(replay_mod, "final_pick", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+
+    d = decide(shape, "exhaustive", StrategyOptions())
+    assert d.ranked[0].choice == gen(1) and d.pick == LIB
+    out = replay(shape, "exhaustive", StrategyOptions())
+    assert out.winner == LIB and out.regret_pct == pytest.approx(100 * (1.0 / 0.995 - 1))
+    rep = simulate([shape], [StrategySpec("e", "exhaustive"),
+                             StrategySpec("e0", "exhaustive", final=FinalRule(3, 15, library_margin=0.0))])
+    assert rep["e"].per_shape[0].winner == "aten_mm" and rep["e"].max_regret_pct == pytest.approx(out.regret_pct)
+    assert rep["e0"].per_shape[0].winner == gen(1).key and rep["e0"].max_regret_pct == 0.0
+    assert len(calls) == 4  # decide, replay, and simulate's two specs all went through final_pick
+
+
+def test_replay_finalists_follow_the_rule():
+    """Only the best `finalists` (plus the best library kernel) reach the final."""
+    shape = ReplayShape((8, 8, 8), {gen(1): 1.0, gen(2): 1.001, LIB: 2.0})
+    assert replay(shape, "exhaustive", StrategyOptions(), FinalRule(1, 15, 0.01)).winner == gen(1)
+
+
+def test_replay_of_a_shape_where_nothing_ran_raises():
+    shape = ReplayShape((8, 8, 8), {}, "empty", failed=(gen(1),))
+    assert decide(shape, "exhaustive", StrategyOptions()).pick is None
+    with pytest.raises(NoCandidatesError):
+        replay(shape, "exhaustive", StrategyOptions())
+
+
+# -- prune: once, and only where the cost model applies ------------------------------------------------
+
+def modelled_choices():
+    cfgs = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, num_stages=4, num_warps=8)
+            for bm in (16, 64, 128) for bn in (64, 128)]
+    return [Choice("triton_mm", "h", as_params(c), as_params({"swizzle": s}), family="triton")
+            for c in cfgs for s in (1, 8)] + [LIB]
+
+
+def test_model_pruned_prunes_once_and_its_search_does_not_prune():
+    choices = modelled_choices()
+    scored = []
+    model = lambda cfg, M, N, K, **kw: scored.append(cfg) or cfg["BLOCK_M"]  # noqa: E731 - small tiles first
+    opts = StrategyOptions(stage0_n=2, problem=ProblemDims(4096, 4096, 4096), model=model)
+    strategy = STRATEGIES["model_pruned"]
+    kept = strategy.prune(choices, opts)
+    assert len(scored) == 6 and len({c.binary_key for c in kept if not c.is_extern}) == 2 and LIB in kept
+    timed = []
+    strategy.search(choices, lambda cs, st: timed.extend(cs) or [1.0] * len(cs), opts)
+    assert len(scored) == 6  # search never consults the model again
+    assert len({c.binary_key for c in timed if not c.is_extern}) == 6  # every binary it was handed
+    scored.clear()
+    strategy(choices, lambda cs, st: [1.0] * len(cs), opts)  # the one-call form: prune, then search
+    assert len(scored) == 6
+
+
+def test_default_prunes_with_the_model_only_on_cuda():
+    choices = modelled_choices()
+    opts = default_options(StrategyOptions(problem=ProblemDims(4096, 4096, 4096)))
+    on_gpu = STRATEGIES["default"].prune(choices, opts)
+    assert len(on_gpu) == len(choices)  # 6 binaries < stage0_n (20): all kept
+    few = [Choice("triton_mm", "h", as_params(dict(BLOCK_M=16 * i, BLOCK_N=64, BLOCK_K=32, num_stages=3, num_warps=4)),
+                  family="triton") for i in range(1, 30)]
+    assert len(STRATEGIES["default"].prune(few, opts)) == 20
+    cpu = StrategyOptions(problem=ProblemDims(4096, 4096, 4096), device_type="cpu")
+    assert len(STRATEGIES["default"].prune(few, cpu)) == len(few)
+
+
+def test_budgeted_prunes_like_its_inner_strategy():
+    few = [Choice("triton_mm", "h", as_params(dict(BLOCK_M=16 * i, BLOCK_N=64, BLOCK_K=32, num_stages=3, num_warps=4)),
+                  family="triton") for i in range(1, 10)]
+    opts = StrategyOptions(stage0_n=3, problem=ProblemDims(512, 512, 512), budget_inner="model_pruned", budget_runs=5)
+    assert len(STRATEGIES["budgeted"].prune(few, opts)) == 3
+    timed = []
+    STRATEGIES["budgeted"].search(few, lambda cs, st: timed.extend(cs) or [1.0] * len(cs), opts)
+    assert len(timed) == 5  # the budget, over unpruned input: search did not prune
