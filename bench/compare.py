@@ -174,13 +174,13 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
         if best_t is not None and lib is not None:
             row.update(exh_best_template=best_t.choice.key, exh_best_template_ms=best_t.ms, exh_library_ms=lib.ms)
         fns["exhaustive"] = lambda: exh(*tensors)
-    ms = timer.time_interleaved(list(fns.values()), rounds)
-    for (name, _), t, (gpu, host) in zip(fns.items(), ms, timer.last_all):
-        row[f"{name}_ms"], row[f"{name}_host_ms"] = t, host
+    measured = timer.time_interleaved(list(fns.values()), rounds)
+    for name, m in zip(fns, measured):
+        row[f"{name}_ms"], row[f"{name}_host_ms"] = m.cost_ms, m.host_ms
     row["speedup_vs_cublas"] = row["cublas_ms"] / row["gemmtune_ms"]
     if timer_other is not None:
-        for name, t in zip(fns, timer_other.time_interleaved(list(fns.values()), rounds)):
-            row[f"{name}_ms_{timer_other.flush}"] = t
+        for name, m in zip(fns, timer_other.time_interleaved(list(fns.values()), rounds)):
+            row[f"{name}_ms_{timer_other.flush}"] = m.cost_ms
         row[f"speedup_vs_cublas_{timer_other.flush}"] = (row[f"cublas_ms_{timer_other.flush}"]
                                                          / row[f"gemmtune_ms_{timer_other.flush}"])
     if inductor:

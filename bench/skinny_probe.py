@@ -93,7 +93,7 @@ def probe(spec, rounds: int, rep_ms: float, space: str = "default", which: str =
         timer = CudaTimer(torch.device("cuda"), rep_ms, count_host=False, flush=flush)
         costs = timer.time_interleaved([fns[n] for n in names], rounds)
         for n, c in zip(names, costs):
-            row[f"{n}_ms_{flush}"] = c
+            row[f"{n}_ms_{flush}"] = c.cost_ms
     return row
 
 

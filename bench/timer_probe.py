@@ -105,9 +105,9 @@ def main() -> int:
             for _ in range(5):
                 t = CudaTimer(dev, rep_ms=rep_ms, max_reps=max_reps)
                 t0 = time.perf_counter()
-                ms = t.time(fn)
+                measured = t.time(fn)
                 walls.append((time.perf_counter() - t0) * 1e3)
-                meds.append(t.last[0])
+                meds.append(measured.gpu_ms)
             res[f"{name}_rep{rep_ms:g}_max{max_reps}"] = {
                 "wall_ms": round(statistics.median(walls), 2),
                 "gpu_ms_median": round(statistics.median(meds), 5),

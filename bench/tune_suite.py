@@ -29,7 +29,7 @@ from gemmtune.offline.suite import load_suite
 
 
 def interleaved(timer, fns, rounds=30):
-    return timer.time_interleaved(fns, rounds)
+    return [m.cost_ms for m in timer.time_interleaved(fns, rounds)]
 
 
 def main() -> int:

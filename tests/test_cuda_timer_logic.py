@@ -29,7 +29,7 @@ def timer(monkeypatch):
     t = measure.CudaTimer.__new__(measure.CudaTimer)
     t.device, t.rep_ms, t.min_reps, t.max_reps, t.count_host = torch.device("cpu"), 5.0, 5, 100, False
     t.flush, t._flush, t._sink, t._sleep = "read", torch.zeros(4096), torch.zeros(()), None
-    t.last, t.last_all, t._events, t._flush_ms = (0.0, 0.0), [], [], None
+    t._events, t._flush_ms = [], None
     return t
 
 
@@ -49,7 +49,9 @@ def test_short_functions_get_extra_rounds_up_to_the_cap(timer):
     timed = len(n_fast) - 2  # minus the warm-up and the host-time probe
     assert len(n_fast) == len(n_slow)  # every round runs every function once
     assert 3 < timed <= 3 * measure.MAX_ROUNDS_FACTOR
-    assert costs[1] > costs[0] and len(timer.last_all) == 2
+    assert len(costs) == 2 and costs[1].cost_ms > costs[0].cost_ms
+    # count_host=False: the cost is the GPU (event) time; the host time is reported beside it.
+    assert all(m.cost_ms == m.gpu_ms and m.host_ms is not None and m.host_ms > 0 for m in costs)
 
 
 def test_long_functions_keep_the_rounds_asked_for(timer):
@@ -68,9 +70,9 @@ def test_extra_rounds_arithmetic(timer):
 def test_time_counts_its_sizing_runs_and_fills_the_budget(timer):
     timer.rep_ms, timer.min_reps, timer.max_reps = 5.0, 5, 40
     fn, calls = counted(0.0)
-    timer.time(fn)
+    measured = timer.time(fn)
     timed = len(calls) - 2  # minus the warm-up and the host-time probe
-    assert timed == timer.reps_for(timer.last[0])  # the 3 sizing runs are samples, not thrown away
+    assert timed == timer.reps_for(measured.gpu_ms)  # the 3 sizing runs are samples, not thrown away
     assert 5 <= timed <= 40
 
 
@@ -98,3 +100,17 @@ def test_reps_budget_counts_the_flush(timer):
     assert timer.reps_for(0.01) == 200  # 10 ms / (0.01 + 0.04 ms)
     timer._flush_ms = 0.0
     assert timer.reps_for(0.01) == 1000  # capped
+
+
+def test_measurement_cost_is_the_larger_of_gpu_and_host_time_when_host_counts(timer):
+    from gemmtune.bench.timers import Measurement
+
+    fn, _ = counted(0.0)
+    timer.count_host = True
+    m = timer.time(fn)
+    assert isinstance(m, Measurement) and m.cost_ms == max(m.gpu_ms, m.host_ms)
+    timer.count_host = False
+    m = timer.time(fn)
+    assert m.cost_ms == m.gpu_ms
+    with pytest.raises(Exception):  # a value object: frozen
+        m.cost_ms = 0.0

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import gemmtune
+from gemmtune.bench.timers import Measurement
 from gemmtune.templates import heuristics
 from gemmtune.core.errors import BackendError, InputError, NoCandidatesError
 from gemmtune.core.inputs import KernelInputs
@@ -158,27 +159,22 @@ def test_zero_size_problem_is_an_input_error():
 
 
 class SplitTimer:
-    """A fake GPU-like timer: fixed GPU and host times, recorded like CudaTimer does."""
-
-    def __init__(self):
-        self.last, self.last_all = (0.0, 0.0), []
+    """A fake GPU-like timer: fixed GPU and host times, the cost their maximum (as CudaTimer's)."""
 
     def time(self, fn):
         fn()
-        self.last = (0.002, 0.030)
-        return max(self.last)
+        return Measurement(0.030, gpu_ms=0.002, host_ms=0.030)
 
     def time_interleaved(self, fns, rounds):
         for fn in fns:
             fn()
-        self.last_all = [(0.002, 0.030 + i / 1000) for i in range(len(fns))]
-        return [max(p) for p in self.last_all]
+        return [Measurement(0.030 + i / 1000, gpu_ms=0.002, host_ms=0.030 + i / 1000) for i in range(len(fns))]
 
 
 def test_gpu_and_host_times_are_recorded_for_every_timed_choice(monkeypatch):
-    from gemmtune import engine
+    from gemmtune.bench import runners
 
-    monkeypatch.setattr(engine, "timer_for", lambda device, settings: SplitTimer())
+    monkeypatch.setattr(runners, "timer_for", lambda device, settings: SplitTimer())
     sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), NumpyTemplate(), ScriptedTemplate()])
     timed = [t for t in sel.timings if t.ms is not None]
     assert timed and all(t.gpu_ms == 0.002 and t.host_ms is not None and t.ms == max(t.gpu_ms, t.host_ms)

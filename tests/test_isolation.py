@@ -73,7 +73,7 @@ def test_one_worker_per_device_is_kept_and_reused_across_tunes():
     assert [w.proc.pid for w in isolation._POOL["cpu"]] == [pid]  # same process, new problem
     assert kept._setup is None  # the kept worker holds no reference to the caller's tensors
     kept.proc.kill()  # a kept worker that died while idle is replaced on the next tune
-    kept.proc.join()
+    kept.proc.wait()
     sel = gemmtune.tune("mm", a, b, templates=templates, settings=ISOLATED)
     assert sel.winner_ms is not None and isolation._POOL["cpu"][0].proc.pid != pid
     isolation.shutdown_workers()

@@ -13,12 +13,12 @@ import torch
 
 from .templates import heuristics
 from .bench.bench import Bench, Listener
+from .bench.factory import runner_for
 from .core.choices import Choice, Selection, Timing
-from .bench.compile import CompileJob, CompileResult, precompile
+from .bench.compile import CompileJob, CompileResult, Launchers
 from .core.errors import InputError, LayoutError, NoCandidatesError
 from .core.inputs import KernelInputs
-from .core.layout import FixedLayout, FlexibleLayout, output_strides
-from .bench.timers import timer_for
+from .core.layout import FixedLayout, FlexibleLayout, empty_output
 from .store.lookup import LookupTable
 from .core.settings import Settings, isolation_for
 from .store.sqlite import Row, Store, canon, env_info, env_key, open_store
@@ -92,13 +92,13 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     overlap = overlap_for(settings.overlap_compile, isolation, ki.device_type)
     compiled = ctx.compile(todo, deadline, overlap=overlap)
     try:
-        winner, bench, isolation, overlapped = _measure_and_pick(ctx, compiled, choices, memory, settings,
-                                                                 strategy_used, options, deadline, isolation, emit)
+        outcome = _measure_and_pick(ctx, compiled, choices, memory, _Plan(strategy_used, options, deadline, isolation))
     finally:
         compiled.abandon() if isinstance(compiled, CompileJob) else None
+    bench = outcome.bench
     # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
     # a first pick is insert-if-absent so that racing processes agree on one.
-    winner = ctx.remember(choices, bench, compiled, winner, replace=memory.stored_pick)
+    winner = ctx.remember(choices, bench, compiled, outcome.winner, replace=memory.stored_pick)
     return Selection(
         problem=ki, winner=winner, timings=_timings(choices, compiled, bench), layout=layout,
         strategy=strategy_used if bench.runnable > 1 else "pinned", benchmark_runs=bench.runs,
@@ -106,7 +106,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         prescreen_s=bench.seconds.get("prescreen", 0.0), tuning_s=time.perf_counter() - started,
         device_name=device_name(ki.device), kernel=_kernel(ki, winner, ctx.ensure_compiled(winner), out_layout),
         out_layout=out_layout or "row", cache_hit=False, from_store=len(memory.known), stale_entries=memory.stale,
-        binary_seconds=dict(compiled.binary_seconds), isolation=isolation, overlapped=overlapped,
+        binary_seconds=dict(compiled.binary_seconds), isolation=bench.isolation, overlapped=outcome.overlapped,
         budget_exhausted=bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in compiled.failures.values()))
 
 
@@ -126,40 +126,40 @@ def overlap_for(mode: str, isolation: str, device_type: str) -> bool:
     return mode == "on"
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """How to search: the strategy actually used, its options, the time budget and the resolved isolation."""
+
+    strategy: str
+    options: StrategyOptions
+    deadline: float | None
+    isolation: str  # "subprocess" or "off" (isolation_for has resolved "auto")
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What measuring found: the winner and the Bench that holds the records, runs and times."""
+
+    winner: Choice
+    bench: Bench
+    overlapped: bool  # timing began while binaries were still compiling
+
+
 def _measure_and_pick(ctx: "_Context", compiled: CompileResult, choices: Sequence[Choice], memory: "_Memory",
-                      settings: Settings, strategy_used: str, options: StrategyOptions, deadline: float | None,
-                      isolation: str, emit: Listener) -> tuple[Choice, Bench, str, bool]:
-    ki, tensors, out_layout = ctx.ki, ctx.tensors, ctx.out_layout
+                      plan: _Plan) -> _Outcome:
+    ki, settings = ctx.ki, ctx.settings
     runnable = [c for c in choices if c in memory.runnable or compiled.may_run(c)]
     if not runnable:
         raise NoCandidatesError(f"{ki.describe()}: every candidate failed to compile: "
                                 + "; ".join(sorted(set(compiled.failures.values())))[:500])
-
-    common = dict(known=memory.known, check_correctness=settings.check_correctness, listener=emit,
-                  total_hint=len(runnable), out_factory=lambda: _empty_out(ki, out_layout), ensure=ctx.ensure_compiled)
-    bench = None
-    if isolation == "subprocess":
-        from .bench.isolation import IsolatedBench, IsolationUnavailable
-
-        try:
-            bench = IsolatedBench(ki, tensors, compiled, None, templates=ctx.templates, settings=settings,
-                                  out_layout=out_layout, run_timeout_s=settings.run_timeout_s, **common)
-        except IsolationUnavailable as exc:
-            if settings.isolation == "subprocess":  # asked for explicitly: do not run unisolated
-                raise
-            log.warning("gemmtune: %s; measuring in this process", exc)
-            isolation = "off"
-    if bench is None:
-        bench = Bench(ki, tensors, compiled, timer_for(ki.device, settings), **common)
-        if isinstance(compiled, CompileJob) and settings.overlap_compile == "auto":
-            compiled.finish()  # measuring in this process after all: no timing next to the compile threads
-    bench.runnable = len(runnable)
+    runner = runner_for(plan.isolation, settings, ki, ctx.tensors, ctx.templates, ctx.out_layout, ctx.ensure_compiled)
+    if runner.isolation == "off" and isinstance(compiled, CompileJob) and settings.overlap_compile == "auto":
+        compiled.finish()  # measuring in this process after all: no timing next to the compile threads
     overlapped = isinstance(compiled, CompileJob) and compiled.running
-    try:
-        winner = _search(bench, runnable, settings.with_(strategy=strategy_used), options, memory, deadline)
-    finally:
-        getattr(bench, "close", lambda: None)()
-    return winner, bench, isolation, overlapped
+    with Bench(ki, runner, compiled, known=memory.known, check_correctness=settings.check_correctness,
+               listener=ctx.emit, runnable=len(runnable), deadline=plan.deadline) as bench:
+        winner = _search(bench, runnable, settings.with_(strategy=plan.strategy), plan.options, memory, plan.deadline)
+    return _Outcome(winner, bench, overlapped)
 
 
 # -- the steps ------------------------------------------------------------------------------
@@ -168,7 +168,6 @@ def _search(bench: Bench, runnable: Sequence[Choice], settings: Settings, option
             memory: "_Memory", deadline: float | None) -> Choice:
     if deadline is not None:  # under a time budget the library kernels, the safety net, are timed first
         bench.measure([c for c in runnable if c.is_extern], "final")
-    bench.deadline = deadline
     if len(runnable) == 1:  # pinned (lookup table or hook): nothing to search
         bench.verify(runnable[0])
         return runnable[0]
@@ -212,10 +211,6 @@ def _element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _empty_out(ki: KernelInputs, out_layout: str | None) -> torch.Tensor:
-    return torch.empty_strided(ki.out_size, output_strides(ki.out_size, out_layout), dtype=ki.dtype, device=ki.device)
-
-
 def _strategy(ki: KernelInputs, templates: Sequence[Template], settings: Settings) -> tuple[str, StrategyOptions]:
     """The registered strategy that runs here (see `for_device`) and its options for this problem."""
     options = StrategyOptions(top_x=settings.top_x, stage1=_stage1(templates, settings), stage0_n=settings.stage0_n,
@@ -246,7 +241,7 @@ def _kernel(ki: KernelInputs, winner: Choice, launch, out_layout: str | None) ->
     rt = winner.runtime_dict
     if out_layout == "col":
         def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-            return launch(tensors, _empty_out(ki, "col") if out is None else out, **rt)
+            return launch(tensors, empty_output(ki.out_size, ki.dtype, ki.device, "col") if out is None else out, **rt)
         return kernel
 
     def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -309,7 +304,15 @@ class _Context:
         self.info = env_info(self.ki.device)
         self.env = env_key(self.info)
         self.problem = f"{self.ki.problem_key}|out={self.out_layout or 'row'}"
-        self.compiled: CompileResult | None = None
+        self.launchers = self._launchers(CompileResult())
+
+    def _launchers(self, compiled: CompileResult) -> Launchers:
+        return Launchers(self.templates, self.ki, self.tensors, timeout_s=self.settings.compile_timeout_s,
+                         compiled=compiled)
+
+    @property
+    def compiled(self) -> CompileResult:
+        return self.launchers.compiled
 
     def compile(self, choices: Sequence[Choice], deadline: float | None = None, overlap: bool = False) -> CompileResult:
         """Compile `choices`' binaries; with `overlap` return at once (a CompileJob still running)."""
@@ -319,26 +322,12 @@ class _Context:
         job = CompileJob(choices, self.templates, self.ki, self.tensors, timeout_s=self.settings.compile_timeout_s,
                          workers=workers, on_done=lambda done, total: self.emit("compile", done=done, total=total),
                          deadline=deadline)
-        self.compiled = job if overlap else job.finish()
+        self.launchers = self._launchers(job if overlap else job.finish())
         return self.compiled
 
     def ensure_compiled(self, choice: Choice):
         """The launcher of `choice`, compiling it now if it was skipped (its timing came from the store)."""
-        if self.compiled is None:
-            self.compiled = CompileResult()
-        self.compiled.wait_any([choice])  # a CompileJob may still be building it
-        launch = self.compiled.launcher(choice)
-        if launch is None:
-            extra = precompile([choice], self.templates, self.ki, self.tensors,
-                               timeout_s=self.settings.compile_timeout_s, workers=1)
-            self.compiled.launchers.update(extra.launchers)
-            self.compiled.failures.update(extra.failures)
-            self.compiled.seconds += extra.seconds
-            launch = self.compiled.launcher(choice)
-            if launch is None:
-                raise NoCandidatesError(f"{self.ki.describe()}: {choice.name} no longer compiles: "
-                                        f"{extra.failures.get(choice.binary_key)}")
-        return launch
+        return self.launchers(choice)
 
     def recall(self, choices: Sequence[Choice]) -> _Memory:
         stored = self.store.load(self.env, self.problem)

@@ -99,12 +99,12 @@ def test_extern_only_gpu_is_flexible_and_bias_epilogue_is_a_choice():
 def test_cuda_timer_times_and_interleaves():
     a, b = operands("mm", 4096, 4096, 4096, torch.bfloat16, "row")
     timer = CudaTimer(torch.device("cuda"))
-    ms = timer.time(lambda: torch.mm(a, b))
-    gpu, host = timer.last  # of that time() call
+    m = timer.time(lambda: torch.mm(a, b))
+    ms, gpu, host = m.cost_ms, m.gpu_ms, m.host_ms
     assert gpu > 0 and host > 0 and ms == max(gpu, host)
     both = timer.time_interleaved([lambda: torch.mm(a, b), lambda: torch.mm(a, b)], rounds=10)
-    assert len(both) == 2 and all(x > 0 for x in both) and len(timer.last_all) == 2
-    assert 0.8 < both[0] / both[1] < 1.25  # the same kernel, interleaved
+    assert len(both) == 2 and all(x.cost_ms > 0 and x.gpu_ms > 0 and x.host_ms > 0 for x in both)
+    assert 0.8 < both[0].cost_ms / both[1].cost_ms < 1.25  # the same kernel, interleaved
 
 
 def test_host_launch_cost_counts_for_tiny_problems():

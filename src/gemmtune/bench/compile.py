@@ -1,4 +1,4 @@
-"""Parallel precompile with a per-choice timeout.
+"""Parallel precompile with a per-choice timeout, and compile-on-demand (`Launchers`).
 
 Choices that share a binary (same template + config) compile once.  A binary
 that fails to compile, overflows the device's resources or exceeds the timeout
@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from ..core.choices import Choice
+from ..core.errors import NoCandidatesError
 from ..core.inputs import KernelInputs
 from ..templates.base import Launcher, Template
 
@@ -43,6 +44,45 @@ class CompileResult:
 
     def wait_any(self, choices: Sequence[Choice]) -> None:
         """Nothing to wait for (see CompileJob)."""
+
+
+class Launchers:
+    """The launcher of any choice: from `compiled`, or compiled now where `compiled` has none.
+
+    The engine uses one for choices whose timings came from the store (never compiled in this
+    tune); a worker process uses one for every choice (it compiles, or loads from the compiler's
+    cache, what the caller already built).  Raises NoCandidatesError when the choice no longer
+    compiles.
+
+    Example:
+        >>> import torch
+        >>> from gemmtune.core.inputs import KernelInputs
+        >>> from gemmtune.templates.extern import AtenTemplate
+        >>> a, b = torch.randn(4, 3), torch.randn(3, 2)
+        >>> ki, aten = KernelInputs.from_tensors("mm", a, b), AtenTemplate("mm")
+        >>> launch = Launchers({aten.uid: aten}, ki, (a, b), timeout_s=60)(Choice(aten.uid, None))
+        >>> torch.allclose(launch((a, b), None), a @ b)
+        True
+    """
+
+    def __init__(self, templates: Mapping[str, Template], ki: KernelInputs, example: Sequence[torch.Tensor], *,
+                 timeout_s: float, compiled: CompileResult | None = None):
+        self.templates, self.ki, self.example, self.timeout_s = templates, ki, example, timeout_s
+        self.compiled = compiled if compiled is not None else CompileResult()
+
+    def __call__(self, choice: Choice) -> Launcher:
+        self.compiled.wait_any([choice])  # a CompileJob may still be building it
+        launch = self.compiled.launcher(choice)
+        if launch is None:
+            extra = precompile([choice], self.templates, self.ki, self.example, timeout_s=self.timeout_s, workers=1)
+            self.compiled.launchers.update(extra.launchers)
+            self.compiled.failures.update(extra.failures)
+            self.compiled.seconds += extra.seconds
+            launch = self.compiled.launcher(choice)
+            if launch is None:
+                raise NoCandidatesError(f"{self.ki.describe()}: {choice.name} no longer compiles: "
+                                        f"{extra.failures.get(choice.binary_key)}")
+        return launch
 
 
 def precompile(choices: Sequence[Choice], templates: Mapping[str, Template], ki: KernelInputs,

@@ -1,13 +1,14 @@
-"""One fair timer per device.
+"""One fair timer per device; every timing comes back as a `Measurement`.
 
-The same procedure times every choice, library kernel or template: FACTS.md
-shows a tuner can favour a slower kernel when the two are timed differently.
+The same procedure times every choice, library kernel or template: a tuner can
+favour a slower kernel when the two are timed differently (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 import torch
@@ -16,12 +17,30 @@ Fn = Callable[[], object]
 MAX_ROUNDS_FACTOR = 10  # CudaTimer.time_interleaved: at most this many times the rounds asked for
 
 
-class Timer(Protocol):
-    def time(self, fn: Fn) -> float:
-        """Median milliseconds of `fn`."""
+@dataclass(frozen=True)
+class Measurement:
+    """One timer reading.
 
-    def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[float]:
-        """Median milliseconds of each of `fns`, timed round-robin so drift hits all alike."""
+    `cost_ms` is what the pick compares: on a GPU max(gpu_ms, host_ms) when the host's launch
+    time counts (`Settings.count_host_overhead`), else gpu_ms; on CPU the wall time, with
+    gpu_ms and host_ms None.
+
+    Example:
+        >>> Measurement(0.030, gpu_ms=0.002, host_ms=0.030).cost_ms
+        0.03
+    """
+
+    cost_ms: float
+    gpu_ms: float | None = None  # median CUDA-event time
+    host_ms: float | None = None  # median host time to launch one call
+
+
+class Timer(Protocol):
+    def time(self, fn: Fn) -> Measurement:
+        """Median cost of `fn`."""
+
+    def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[Measurement]:
+        """Median cost of each of `fns`, timed round-robin so drift hits all alike."""
 
 
 class CudaTimer:
@@ -43,8 +62,6 @@ class CudaTimer:
         # whose launcher costs 30 us of Python is no faster in a loop than 30 us,
         # however short it runs on the GPU.  `count_host` makes the timer say so.
         self.count_host = count_host
-        self.last: tuple[float, float] = (0.0, 0.0)  # (GPU ms, host ms) of the last time()
-        self.last_all: list[tuple[float, float]] = []  # the same per function of the last time_interleaved()
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
         # Twice the L2's size evicts every line the previous run left there.  float32: a float sum
         # reads at full bandwidth (H200: 37 us for 120 MB); an int32 -> int64 sum took 181 us.
@@ -102,11 +119,10 @@ class CudaTimer:
         """(GPU ms, host ms) of runs enqueued by `_one`; call after a synchronise (the pairs are then free)."""
         return [(self._events[k][0].elapsed_time(self._events[k][1]), host) for k, host in pending]
 
-    def _cost(self, samples: Sequence[tuple[float, float]]) -> float:
+    def _cost(self, samples: Sequence[tuple[float, float]]) -> Measurement:
         gpu = statistics.median(g for g, _ in samples)
         host = statistics.median(h for _, h in samples)
-        self.last = (gpu, host)
-        return max(gpu, host) if self.count_host else gpu
+        return Measurement(max(gpu, host) if self.count_host else gpu, gpu, host)
 
     def flush_ms(self) -> float:
         """GPU milliseconds of one L2 flush (measured once): the rep budget counts it."""
@@ -132,7 +148,7 @@ class CudaTimer:
         """
         return planned_runs(est_ms, self.flush_ms(), self.rep_ms, self.min_reps, self.max_reps)
 
-    def time(self, fn: Fn) -> float:
+    def time(self, fn: Fn) -> Measurement:
         """Median cost of `fn` over `reps_for` flushed runs; the first few (which size the rest) count."""
         with torch.cuda.device(self.device):
             fn()  # warm-up: first launch, lazy loading, handle creation
@@ -186,7 +202,7 @@ class CudaTimer:
                 k += 1
         return pending
 
-    def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[float]:
+    def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[Measurement]:
         """At least `rounds` rounds (every function once per round, rotated order), then more while
         the call has used less than `rep_ms` per function (`extra_rounds`)."""
         with torch.cuda.device(self.device):
@@ -205,16 +221,17 @@ class CudaTimer:
                 torch.cuda.synchronize(self.device)
                 for mine, more in zip(samples, pending):
                     mine += self._collect(more)
-            costs = []
-            self.last_all = []
-            for mine in samples:
-                costs.append(self._cost(mine))
-                self.last_all.append(self.last)
-            return costs
+            return [self._cost(mine) for mine in samples]
 
 
 class CpuTimer:
-    """Wall clock around each run after a warm-up run; median of the runs."""
+    """Wall clock around each run after a warm-up run; median of the runs.
+
+    Example:
+        >>> m = CpuTimer(rep_ms=1.0).time(lambda: sum(range(1000)))
+        >>> m.cost_ms > 0, m.gpu_ms
+        (True, None)
+    """
 
     def __init__(self, rep_ms: float = 200.0, min_reps: int = 3, max_reps: int = 50):
         self.rep_ms, self.min_reps, self.max_reps = rep_ms, min_reps, max_reps
@@ -225,13 +242,13 @@ class CpuTimer:
         fn()
         return (time.perf_counter() - t0) * 1e3
 
-    def time(self, fn: Fn) -> float:
+    def time(self, fn: Fn) -> Measurement:
         fn()  # warm-up: JIT dispatch, page faults, thread-pool start
         est = self._one(fn)
         reps = int(min(self.max_reps, max(self.min_reps, self.rep_ms / max(est, 1e-3))))
-        return statistics.median([est] + [self._one(fn) for _ in range(reps - 1)])
+        return Measurement(statistics.median([est] + [self._one(fn) for _ in range(reps - 1)]))
 
-    def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[float]:
+    def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[Measurement]:
         # Each round runs every choice as a short block whose first run is
         # discarded: switching between libraries (torch's OpenMP pool, NumPy's
         # BLAS pool, numba's) costs the first call of a block a thread hand-over
@@ -242,11 +259,17 @@ class CpuTimer:
                 i = (k + r) % len(fns)
                 fns[i]()
                 samples[i].extend(self._one(fns[i]) for _ in range(2))
-        return [statistics.median(s) for s in samples]
+        return [Measurement(statistics.median(s)) for s in samples]
 
 
 def timer_for(device: str, settings) -> Timer:
-    """The timer for `device` ('cpu' or 'cuda:N'), configured by `settings`."""
+    """The timer for `device` ('cpu' or 'cuda:N'), configured by `settings`.
+
+    Example:
+        >>> import gemmtune
+        >>> type(timer_for("cpu", gemmtune.Settings())).__name__
+        'CpuTimer'
+    """
     if device.startswith("cuda"):
         return CudaTimer(torch.device(device), settings.gpu_rep_ms, settings.min_reps, settings.max_reps,
                          count_host=settings.count_host_overhead, flush=settings.l2_flush)

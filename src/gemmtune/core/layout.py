@@ -43,6 +43,17 @@ def output_strides(size: tuple[int, ...], out_layout: str | None) -> tuple[int, 
     return (*lead, 1, m1)
 
 
+def empty_output(size: tuple[int, ...], dtype: torch.dtype, device: str | torch.device,
+                 out_layout: str | None) -> torch.Tensor:
+    """An uninitialised output of `size` with `output_strides(size, out_layout)`.
+
+    Example:
+        >>> empty_output((4, 8), torch.float32, "cpu", "col").stride()
+        (1, 4)
+    """
+    return torch.empty_strided(size, output_strides(size, out_layout), dtype=dtype, device=device)
+
+
 @dataclass(frozen=True)
 class FlexibleLayout:
     """Size, dtype and device are known; the strides may still be chosen by the caller.

@@ -45,7 +45,7 @@ def _library_ms(spec: ProblemSpec, tensors, timer) -> float:
     a, b = tensors[-2], tensors[-1]
     fn = {"mm": lambda: torch.mm(a, b), "bmm": lambda: torch.bmm(a, b),
           "addmm": lambda: torch.addmm(tensors[0], a, b)}[spec.op]
-    return timer.time(fn)
+    return timer.time(fn).cost_ms
 
 
 def sweep(specs: Sequence[ProblemSpec], out: str | Path, device: str, settings: Settings | None = None,

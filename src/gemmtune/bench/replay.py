@@ -1,0 +1,67 @@
+"""A runner that answers from recorded timings: tests, and replaying a tune or a sweep without a device."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence, Union
+
+from ..core.choices import Choice, Timing
+from .runners import RunFailed
+from .timers import Measurement
+
+Recorded = Union[Timing, Measurement, float]
+
+
+class ReplayRunner:
+    """Answers `check` and `time` from recorded timings, keyed by `Choice.key`; runs nothing.
+
+    `recorded` is a mapping from choice keys to a time in ms, a Measurement or a Timing, or an
+    iterable of Timings (e.g. a Selection's `timings`).  A recorded failure replays as that
+    failure; a choice with no record replays as `run_failed`.  Interleaved re-timing answers
+    the same recorded values, so a replayed tune reaches the same final numbers.
+
+    Example:
+        >>> c = Choice("triton_mm", "ab12")
+        >>> runner = ReplayRunner({c.key: Measurement(0.5, gpu_ms=0.5, host_ms=0.01)})
+        >>> t = runner.time(c, "final", check=True)
+        >>> t.ms, t.gpu_ms, runner.time(Choice("other", "cd34"), "final", check=True).status
+        (0.5, 0.5, 'run_failed')
+    """
+
+    isolation = "replay"
+
+    def __init__(self, recorded: Mapping[str, Recorded] | Iterable[Timing]):
+        items = recorded.items() if isinstance(recorded, Mapping) else ((t.choice.key, t) for t in recorded)
+        self.recorded: dict[str, Timing | Measurement] = {
+            key: Measurement(float(v)) if isinstance(v, (int, float)) else v for key, v in items}
+        self.asked: list[Choice] = []  # every choice a check or timing was asked for, in order
+
+    def check(self, choice: Choice) -> str | None:
+        self.asked.append(choice)
+        rec = self.recorded.get(choice.key)
+        return rec.detail if isinstance(rec, Timing) and rec.status == "wrong_result" else None
+
+    def time(self, choice: Choice, stage: str, *, check: bool) -> Timing:
+        self.asked.append(choice)
+        rec = self.recorded.get(choice.key)
+        if rec is None:
+            return Timing(choice, None, stage, "run_failed", "no recorded timing to replay")
+        if isinstance(rec, Timing) and (rec.status != "ok" or rec.ms is None):
+            return Timing(choice, None, stage, rec.status if rec.status != "ok" else "run_failed", rec.detail)
+        m = _measurement(rec)
+        return Timing(choice, m.cost_ms, stage, gpu_ms=m.gpu_ms, host_ms=m.host_ms)
+
+    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Measurement]:
+        self.asked.extend(choices)
+        missing = [c.key for c in choices if self.recorded.get(c.key) is None]
+        if missing:
+            raise RunFailed(f"no recorded timing to replay for {', '.join(missing)}")
+        return [_measurement(self.recorded[c.key]) for c in choices]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _measurement(rec: Timing | Measurement) -> Measurement:
+    if isinstance(rec, Measurement):
+        return rec
+    return Measurement(rec.ms if rec.ms is not None else float("inf"), rec.gpu_ms, rec.host_ms)

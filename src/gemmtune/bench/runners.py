@@ -1,0 +1,128 @@
+"""Runners: where a check or a timing runs.
+
+A `Bench` decides what to measure and keeps the records; a runner only runs
+what it is asked to.  `LocalRunner` runs in this process; the subprocess
+runner (`gemmtune.bench.isolation.SubprocessRunner`) sends the same work to a
+worker process, which runs it with a LocalRunner of its own; `ReplayRunner`
+(`gemmtune.bench.replay`) answers from recorded timings.  `runner_for`
+(`gemmtune.bench.factory`) picks one from `Settings.isolation`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, Sequence
+
+import torch
+
+from ..core.choices import Choice, Timing
+from ..core.inputs import KernelInputs
+from ..core.layout import empty_output
+from ..templates.base import Launcher
+from .correctness import check, reference
+from .timers import Measurement, Timer, timer_for
+
+
+class RunFailed(RuntimeError):
+    """The runner could not answer at all (as opposed to a choice that failed): e.g. its worker was lost."""
+
+
+class Runner(Protocol):
+    """What a Bench needs from a place that runs candidates."""
+
+    isolation: str  # Selection.isolation: "off" (this process), "subprocess" or "replay"
+
+    def check(self, choice: Choice) -> str | None:
+        """Correctness only: None when `choice` matches the reference, else why not."""
+
+    def time(self, choice: Choice, stage: str, *, check: bool) -> Timing:
+        """Check `choice` first (when `check`), then time it; failures come back as a Timing's status."""
+
+    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Measurement]:
+        """Re-time `choices` round-robin; raises RunFailed when that cannot be done."""
+
+    def close(self) -> None:
+        """Release what the runner holds (a worker goes back to the pool)."""
+
+
+class LocalRunner:
+    """Checks and times candidates in this process.
+
+    Each choice is checked on an output poisoned with NaN, so elements it never writes show.
+
+    Example:
+        >>> import torch
+        >>> from gemmtune.core.inputs import KernelInputs
+        >>> from gemmtune.bench.timers import CpuTimer
+        >>> a, b = torch.randn(8, 4), torch.randn(4, 6)
+        >>> ki = KernelInputs.from_tensors("mm", a, b)
+        >>> runner = LocalRunner(ki, (a, b), lambda c: lambda t, out: torch.mm(*t, out=out),
+        ...                      CpuTimer(rep_ms=1), lambda: torch.empty(8, 6))
+        >>> c = Choice("aten_mm", None)
+        >>> runner.check(c) is None, runner.time(c, "final", check=True).status
+        (True, 'ok')
+    """
+
+    isolation = "off"
+
+    def __init__(self, ki: KernelInputs, tensors: Sequence[torch.Tensor], launchers: Callable[[Choice], Launcher],
+                 timer: Timer, out_factory: Callable[[], torch.Tensor]):
+        self.ki, self.tensors, self.launchers, self.timer = ki, tuple(tensors), launchers, timer
+        self.out_factory = out_factory
+        self._out: torch.Tensor | None = None  # one output buffer, reused by every choice
+        self._ref: torch.Tensor | None = None
+
+    def check(self, choice: Choice) -> str | None:
+        return self._check(self._fn(choice))
+
+    def time(self, choice: Choice, stage: str, *, check: bool) -> Timing:
+        try:
+            fn = self._fn(choice)
+            if check:
+                problem = self._check(fn)
+                if problem:
+                    return Timing(choice, None, stage, "wrong_result", problem)
+            m = self.timer.time(fn)
+        except Exception as exc:  # a launch failure excludes the choice, not the tuning
+            return Timing(choice, None, stage, "run_failed", f"{type(exc).__name__}: {str(exc).strip()[:200]}")
+        return Timing(choice, m.cost_ms, stage, gpu_ms=m.gpu_ms, host_ms=m.host_ms)
+
+    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Measurement]:
+        return self.timer.time_interleaved([self._fn(c) for c in choices], rounds)
+
+    def close(self) -> None:
+        self._out = self._ref = None
+
+    def _fn(self, choice: Choice) -> Callable[[], Any]:
+        launch = self.launchers(choice)
+        rt, tensors, out = choice.runtime_dict, self.tensors, self._output()
+        return lambda: launch(tensors, out, **rt)
+
+    def _output(self) -> torch.Tensor:
+        if self._out is None:
+            self._out = self.out_factory()
+        return self._out
+
+    def _check(self, fn: Callable[[], Any]) -> str | None:
+        if self._ref is None:
+            self._ref = reference(self.ki, self.tensors)
+        out = self._output()
+        out.fill_(float("nan"))
+        fn()
+        if out.is_cuda:
+            torch.cuda.synchronize(out.device)
+        return check(self.ki, out, self._ref)
+
+
+def local_runner(ki: KernelInputs, tensors: Sequence[torch.Tensor], launchers: Callable[[Choice], Launcher],
+                 settings: Any, out_layout: str | None) -> LocalRunner:
+    """A LocalRunner with the timer `settings` asks for and outputs in `out_layout`.
+
+    Example:
+        >>> import torch, gemmtune
+        >>> a, b = torch.randn(8, 4), torch.randn(4, 6)
+        >>> ki = KernelInputs.from_tensors("mm", a, b)
+        >>> local_runner(ki, (a, b), None, gemmtune.Settings(), "col")._output().stride()
+        (1, 8)
+    """
+    return LocalRunner(ki, tensors, launchers, timer_for(ki.device, settings),
+                       lambda: empty_output(ki.out_size, ki.dtype, ki.device, out_layout))
