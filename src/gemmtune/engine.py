@@ -37,7 +37,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
          settings: Settings | None = None, alpha: float = 1.0, beta: float = 1.0,
          out_layout: str | None = None, finalize: Sequence[heuristics.FinalizeHook] = (),
          templates: Sequence[Template] | None = None, store: Store | None = None,
-         listener: Listener | None = None) -> Selection:
+         listener: Listener | None = None, store_tag: str | None = None) -> Selection:
     """Tune one `mm`, `addmm` or `bmm` problem and return the Selection.
 
     `tensors` are the op's arguments in torch order (addmm: bias, mat1, mat2).
@@ -47,7 +47,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     model prunes binaries before prescreening; on CPU it is "prescreen"); `out_layout` is None/"row" or
     "col" (strides (1, M); only while the selection is flexible).  Timings and
     the pick are kept in the persistent store (`settings.store`), so a second
-    tune of the same problem is a cache hit.
+    tune of the same problem is a cache hit.  `store_tag` keeps a pick made for another purpose
+    apart in the store (e.g. "traced": chosen among the templates a `torch.compile` trace can emit).
 
     Example:
         >>> import torch, gemmtune
@@ -59,53 +60,75 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     started = time.perf_counter()
     settings = (settings or Settings.from_env()).with_(
         **{k: v for k, v in (("backends", backends), ("strategy", strategy)) if v is not None})
-    if out_layout not in OUT_LAYOUTS:
-        raise InputError(f"out_layout: expected None, 'row' or 'col', got {out_layout!r}")
-    tensors = _place(tensors, device)
-    ki = KernelInputs.from_tensors(op, *tensors, alpha=alpha, beta=beta)
-    _require_work(ki)
-    emit = listener or (lambda event, **info: None)
-
+    ki, tensors = _problem(op, tensors, device, alpha, beta, out_layout)
     active = active_templates(ki, settings.backends, templates, settings.hopper_templates,
                               settings.config_space, settings.preview_templates)
+    choices = _choices(ki, active, op, finalize, settings)
+    layout = _check_out_layout(ki, choices, out_layout)
+    ctx = _Context(ki, tensors, settings, {t.uid: t for t in active}, listener or _quiet, out_layout,
+                   store if store is not None else shared_store(settings.store), store_tag)
+    memory = ctx.recall(choices)
+    ctx.emit("choices", total=len(choices), binaries=len({c.binary_key for c in choices}))
+    if memory.full_hit(choices, exhaustive=settings.strategy == "exhaustive"):
+        hit = ctx.from_store(choices, memory, layout, started)
+        if hit is not None:
+            return hit
+    plan = _plan(ki, active, settings, started)
+    # The strategy prunes before anything compiles (model_pruned: the cost model), so a pruned
+    # binary is never built; its search then sees only what compiled.
+    todo = STRATEGIES[plan.strategy].prune([c for c in choices if c not in memory.known], plan.options)
+    compiled = ctx.compile(todo, plan.deadline, overlap=overlap_for(settings.overlap_compile, plan.isolation,
+                                                                     ki.device_type))
+    try:
+        outcome = _measure_and_pick(ctx, compiled, choices, memory, plan)
+    finally:
+        compiled.abandon() if isinstance(compiled, CompileJob) else None
+    # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
+    # a first pick is insert-if-absent so that racing processes agree on one.
+    winner = ctx.remember(choices, outcome.bench, compiled, outcome.winner, replace=memory.stored_pick)
+    return ctx.selection(winner, _timings(choices, compiled, outcome.bench), layout, started,
+                         **_facts(outcome, plan.strategy, compiled, memory))
+
+
+def _quiet(event: str, **info: Any) -> None:
+    """The listener of a tune given none."""
+
+
+def _problem(op: str, tensors: Sequence[Any], device: str | torch.device | None, alpha: float, beta: float,
+             out_layout: str | None) -> tuple[KernelInputs, tuple]:
+    """The validated problem and its operands (moved to `device`, detached)."""
+    if out_layout not in OUT_LAYOUTS:
+        raise InputError(f"out_layout: expected None, 'row' or 'col', got {out_layout!r}")
+    placed = _place(tensors, device)
+    ki = KernelInputs.from_tensors(op, *placed, alpha=alpha, beta=beta)
+    _require_work(ki)
+    return ki, placed
+
+
+def _choices(ki: KernelInputs, active: Sequence[Template], op: str, finalize: Sequence[heuristics.FinalizeHook],
+             settings: Settings) -> list[Choice]:
+    """Every candidate of every active template, in one heuristics call (hooks and lookup table applied)."""
     hooks = [*finalize, *([LookupTable.load(settings.lookup_table)] if settings.lookup_table else [])]
     choices = heuristics.get_template_configs(ki, active, op, hooks)
     if not choices:
         raise NoCandidatesError(f"{ki.describe()}: no template offers a candidate for "
                                 f"{ki.dtype} on {ki.device} with backends={settings.backends}")
-    layout = _check_out_layout(ki, choices, out_layout)
-    ctx = _Context(ki, tensors, settings, {t.uid: t for t in active}, emit, out_layout,
-                   store if store is not None else shared_store(settings.store))
-    memory = ctx.recall(choices)
-    emit("choices", total=len(choices), binaries=len({c.binary_key for c in choices}))
+    return choices
 
-    if memory.full_hit(choices, exhaustive=settings.strategy == "exhaustive"):
-        hit = ctx.from_store(choices, memory, layout, started)
-        if hit is not None:
-            return hit
+
+def _plan(ki: KernelInputs, active: Sequence[Template], settings: Settings, started: float) -> "_Plan":
     strategy_used, options = _strategy(ki, active, settings)
-    # The strategy prunes before anything compiles (model_pruned: the cost model), so a pruned
-    # binary is never built; its search then sees only what compiled.
-    todo = STRATEGIES[strategy_used].prune([c for c in choices if c not in memory.known], options)
     deadline = started + settings.budget_s if settings.budget_s else None
-    isolation = isolation_for(settings.isolation, ki.device_type)
-    overlap = overlap_for(settings.overlap_compile, isolation, ki.device_type)
-    compiled = ctx.compile(todo, deadline, overlap=overlap)
-    try:
-        outcome = _measure_and_pick(ctx, compiled, choices, memory, _Plan(strategy_used, options, deadline, isolation))
-    finally:
-        compiled.abandon() if isinstance(compiled, CompileJob) else None
+    return _Plan(strategy_used, options, deadline, isolation_for(settings.isolation, ki.device_type))
+
+
+def _facts(outcome: "_Outcome", strategy: str, compiled: CompileResult, memory: "_Memory") -> dict[str, Any]:
+    """What a searched Selection reports beyond its winner and timings."""
     bench = outcome.bench
-    # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
-    # a first pick is insert-if-absent so that racing processes agree on one.
-    winner = ctx.remember(choices, bench, compiled, outcome.winner, replace=memory.stored_pick)
-    return Selection(
-        problem=ki, winner=winner, timings=_timings(choices, compiled, bench), layout=layout,
-        strategy=strategy_used if bench.runnable > 1 else "pinned", benchmark_runs=bench.runs,
-        compile_s=compiled.seconds, benchmark_s=bench.seconds.get("final", 0.0) + bench.seconds.get("finalist", 0.0),
-        prescreen_s=bench.seconds.get("prescreen", 0.0), tuning_s=time.perf_counter() - started,
-        device_name=device_name(ki.device), kernel=_kernel(ki, winner, ctx.ensure_compiled(winner), out_layout),
-        out_layout=out_layout or "row", cache_hit=False, from_store=len(memory.known), stale_entries=memory.stale,
+    return dict(
+        strategy=strategy if bench.runnable > 1 else "pinned", benchmark_runs=bench.runs, compile_s=compiled.seconds,
+        benchmark_s=bench.seconds.get("final", 0.0) + bench.seconds.get("finalist", 0.0),
+        prescreen_s=bench.seconds.get("prescreen", 0.0), from_store=len(memory.known), stale_entries=memory.stale,
         binary_seconds=dict(compiled.binary_seconds), isolation=bench.isolation, overlapped=outcome.overlapped,
         budget_exhausted=bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in compiled.failures.values()))
 
@@ -299,11 +322,14 @@ class _Context:
     emit: Listener
     out_layout: str | None
     store: Store
+    store_tag: str | None = None
 
     def __post_init__(self) -> None:
         self.info = env_info(self.ki.device)
         self.env = env_key(self.info)
         self.problem = f"{self.ki.problem_key}|out={self.out_layout or 'row'}"
+        if self.store_tag:
+            self.problem += f"|{self.store_tag}"
         self.launchers = self._launchers(CompileResult())
 
     def _launchers(self, compiled: CompileResult) -> Launchers:
@@ -365,11 +391,18 @@ class _Context:
         self.emit("compile", done=1, total=1)
         timings = tuple(sorted((memory.known.get(c) or Timing(c, None, "skipped", "not_benchmarked") for c in choices),
                                key=lambda t: (t.ms is None, t.ms or 0.0)))
-        return Selection(
-            problem=self.ki, winner=winner, timings=timings, layout=layout, strategy="store", benchmark_runs=0,
-            compile_s=self.compiled.seconds, benchmark_s=0.0, prescreen_s=0.0, tuning_s=time.perf_counter() - started,
-            device_name=device_name(self.ki.device), kernel=_kernel(self.ki, winner, launch, self.out_layout),
-            out_layout=self.out_layout or "row", cache_hit=True, from_store=len(memory.known), stale_entries=0)
+        return self.selection(winner, timings, layout, started, strategy="store", benchmark_runs=0,
+                              compile_s=self.compiled.seconds, benchmark_s=0.0, prescreen_s=0.0, cache_hit=True,
+                              from_store=len(memory.known), stale_entries=0)
+
+    def selection(self, winner: Choice, timings: tuple[Timing, ...], layout: Any, started: float,
+                  **facts: Any) -> Selection:
+        """The one place a Selection is assembled (a search's outcome, or a store hit)."""
+        launch = self.ensure_compiled(winner)
+        return Selection(problem=self.ki, winner=winner, timings=timings, layout=layout,
+                         tuning_s=time.perf_counter() - started, device_name=device_name(self.ki.device),
+                         kernel=_kernel(self.ki, winner, launch, self.out_layout), out_layout=self.out_layout or "row",
+                         **facts)
 
     def remember(self, choices: Sequence[Choice], bench: Bench, compiled: CompileResult, winner: Choice,
                  replace: bool) -> Choice:
