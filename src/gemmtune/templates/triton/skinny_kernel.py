@@ -16,13 +16,14 @@ from .common_kernel import dot_k_range, k_slice, store_tile, swizzled_tile
 
 @triton.jit(do_not_specialize=["GROUP_M"])
 def skinny_kernel(
-    A, B, C, BIAS, WS, COUNTERS,
+    A, B, C, BIAS,
     M, N, K,
     stride_az, stride_am, stride_ak,
     stride_bz, stride_bk, stride_bn,
     stride_cz, stride_cm, stride_cn,
     stride_biasm, stride_biasn,
     alpha, beta,
+    WS, COUNTERS,
     GROUP_M,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
