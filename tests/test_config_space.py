@@ -2,7 +2,8 @@
 
 import pytest
 
-from gemmtune.templates.triton.mm import SPACE_SIZES, TritonMMTemplate, config_space, fit_configs
+from gemmtune.templates.triton.base import SPACE_SIZES
+from gemmtune.templates.triton.mm import TritonMMTemplate, config_space, fit_configs
 from gemmtune.templates.triton import splitk as triton_splitk, tma as triton_tma
 
 

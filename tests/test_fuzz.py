@@ -30,7 +30,8 @@ from gemmtune.bench.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.cpu_numba import NumbaMMTemplate, numba_available
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
-from gemmtune.templates.triton.mm import TritonMMTemplate, triton_available
+from gemmtune.templates.triton.base import triton_available
+from gemmtune.templates.triton.mm import TritonMMTemplate
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available() and triton_available()
 TRITON_SPACE = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_stages=2, num_warps=4)]
@@ -155,7 +156,7 @@ def _templates(ki: KernelInputs, triton: bool):
 @pytest.fixture(autouse=True)
 def _small_pool(monkeypatch):
     """The eager ops tune with the same small pool (one numba binary per dtype), store off."""
-    import gemmtune.templates as templates
+    import gemmtune.templates.registry as templates
 
     monkeypatch.setattr(templates, "default_templates", lambda *args, **kwargs: [
         AtenTemplate("mm"), AtenTemplate("addmm"), AtenTemplate("bmm"), NumpyTemplate(),

@@ -5,7 +5,7 @@ import pytest
 from gemmtune.core.choices import Choice, as_params
 from gemmtune.offline.replay import ReplayShape, load_sweep, replay
 from gemmtune.search import StrategyOptions, exhaustive, prescreen
-from gemmtune.templates.triton.mm import STAGE1_SWIZZLE
+from gemmtune.templates.triton.base import STAGE1_SWIZZLE
 
 DEFAULT = StrategyOptions(top_x=5, stage1={"triton_mm": {"swizzle": STAGE1_SWIZZLE}})
 

@@ -66,25 +66,26 @@ def test_space_sizes_and_fit():
 
 
 def test_in_the_default_pool_and_previews_extend_it(monkeypatch):
-    from gemmtune import templates
+    from gemmtune.templates import registry
 
     assert "triton_gemv" in [t.uid for t in default_templates()]
     assert "triton_gemv" not in [t.uid for t in default_templates(hopper=False)]
     assert not gemmtune.Settings().preview_templates
     assert gemmtune.Settings.from_env({"GEMMTUNE_PREVIEW_TEMPLATES": "1"}).preview_templates
     assert [t.uid for t in default_templates(preview=True)] == [t.uid for t in default_templates()]  # none today
-    monkeypatch.setattr(templates, "PREVIEW_TEMPLATES", (TritonGemvTemplate,))
+    monkeypatch.setattr(registry, "PREVIEW_TEMPLATES", (TritonGemvTemplate,))
     assert [t.uid for t in default_templates(hopper=False, preview=True)].count("triton_gemv") == 1
     ki = KernelInputs.from_tensors("mm", torch.ones(1, 64), torch.ones(64, 64))
     assert "triton_gemv" not in {t.uid for t in active_templates(ki, None)}  # not native on CPU
 
 
-def test_source_hash_is_the_kernel_file():
+def test_source_hash_is_the_kernel_file_and_the_shared_device_functions():
     import hashlib
 
-    from gemmtune.templates.triton import gemv as triton_gemv
+    from gemmtune.templates.triton import base
 
-    assert TritonGemvTemplate.src_hash == hashlib.sha256(triton_gemv.KERNEL_FILE.read_bytes()).hexdigest()
+    files = (base.Path(base.__file__).with_name("gemv_kernel.py"), base.COMMON_KERNEL_FILE)
+    assert TritonGemvTemplate.src_hash == hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
 
 
 # -- numerics through the interpreter ------------------------------------------------------------------

@@ -13,7 +13,8 @@ import gemmtune  # noqa: E402
 from gemmtune.bench.correctness import check, reference  # noqa: E402
 from gemmtune.core.inputs import KernelInputs  # noqa: E402
 from gemmtune.templates.extern import AtenTemplate  # noqa: E402
-from gemmtune.templates.triton.mm import SWIZZLES, TritonMMTemplate  # noqa: E402
+from gemmtune.templates.triton.base import SWIZZLES  # noqa: E402
+from gemmtune.templates.triton.mm import TritonMMTemplate  # noqa: E402
 
 SMALL = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_stages=2, num_warps=4),
          dict(BLOCK_M=32, BLOCK_N=16, BLOCK_K=32, num_stages=2, num_warps=4)]

@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+import gemmtune.templates.triton.base as triton_base
 import gemmtune.templates.triton.tma as tma
 from gemmtune.core.inputs import KernelInputs, TensorMeta
 from gemmtune.templates.triton.tma import (TritonTMAPersistentTemplate, b_trans, config_space, fit_configs,
@@ -91,9 +92,9 @@ def test_supports_needs_hopper_fp16_bf16_and_mm(monkeypatch):
 def test_cpu_only_through_the_interpreter(monkeypatch):
     t = TritonTMAPersistentTemplate()
     ki = ki_of("mm", torch.ones(8, 64, dtype=F16), torch.ones(64, 32, dtype=F16))
-    monkeypatch.setattr(tma, "interpreting", lambda: False)
+    monkeypatch.setattr(triton_base, "interpreting", lambda: False)
     assert not t.supports(ki)
-    monkeypatch.setattr(tma, "interpreting", lambda: True)
+    monkeypatch.setattr(triton_base, "interpreting", lambda: True)
     assert t.supports(ki) == tma.tensor_descriptors_available()
 
 

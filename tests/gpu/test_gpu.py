@@ -8,7 +8,8 @@ from gemmtune.bench.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.bench.timers import CudaTimer
 from gemmtune.templates.extern import AtenTemplate
-from gemmtune.templates.triton.mm import SWIZZLES, TritonMMTemplate
+from gemmtune.templates.triton.base import SWIZZLES
+from gemmtune.templates.triton.mm import TritonMMTemplate
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -22,11 +23,48 @@ Launcher = Callable[..., torch.Tensor]
 
 
 def source_hash(*objs: Any) -> str:
-    """sha256 of the source text of `objs` (functions, classes or strings)."""
+    """sha256 of the sources `objs` in order: a `Path` adds the file's bytes, a string its text, a
+    function or class its source text.  Every template's `src_hash` is computed here.
+
+    Example:
+        >>> import hashlib
+        >>> source_hash("a", "b") == hashlib.sha256(b"ab").hexdigest()
+        True
+    """
     h = hashlib.sha256()
     for obj in objs:
-        h.update((obj if isinstance(obj, str) else inspect.getsource(obj)).encode())
+        if isinstance(obj, Path):
+            h.update(obj.read_bytes())
+        else:
+            h.update((obj if isinstance(obj, str) else inspect.getsource(obj)).encode())
     return h.hexdigest()
+
+
+def pow2_at_least(x: int) -> int:
+    """The smallest power of two >= x, for x >= 1: tiles are clamped to it for small problems.
+
+    Example:
+        >>> [pow2_at_least(x) for x in (1, 3, 16, 17)]
+        [1, 4, 16, 32]
+    """
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def unique_configs(configs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`configs` as dicts with repeats dropped, first occurrence kept: fitting tiles to a small
+    problem maps several configs onto one, and each binary should be offered once.
+
+    Example:
+        >>> unique_configs([{"BLOCK_M": 16}, {"BLOCK_M": 32}, {"BLOCK_M": 16}])
+        [{'BLOCK_M': 16}, {'BLOCK_M': 32}]
+    """
+    seen, out = set(), []
+    for cfg in configs:
+        key = tuple(sorted(cfg.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(dict(cfg))
+    return out
 
 
 class Template(ABC):

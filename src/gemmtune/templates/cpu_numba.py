@@ -25,7 +25,6 @@ contiguously over N with a constant trip count.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import os
 import sys
@@ -40,7 +39,7 @@ import torch
 
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs
-from .base import Launcher, Template, split_operands
+from .base import Launcher, Template, pow2_at_least, source_hash, split_operands, unique_configs
 
 GROUPS = (1, 4, 16)
 DEFAULT_GROUP = 4
@@ -191,22 +190,18 @@ def render(cfg: Mapping[str, int]) -> str:
         BLOCK_M=int(cfg["BLOCK_M"]), BLOCK_N=int(cfg["BLOCK_N"]), BLOCK_K=int(cfg["BLOCK_K"]), ALIGN=_ALIGN_BYTES)
 
 
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(0, (x - 1).bit_length())
-
-
 def fit_configs(M: int, N: int, K: int,
                 space: Sequence[tuple[int, int, int]] = _CONFIG_SPACE) -> list[dict[str, int]]:
-    """Clamp tiles to the problem (powers of two; BLOCK_M/K at least 8, BLOCK_N at least 64), drop duplicates."""
+    """Clamp tiles to the problem (powers of two; BLOCK_M/K at least 8, BLOCK_N at least 64), drop duplicates.
+
+    Example:
+        >>> fit_configs(5, 3, 700, space=[(128, 128, 64), (64, 64, 64)])
+        [{'BLOCK_M': 8, 'BLOCK_N': 64, 'BLOCK_K': 64}]
+    """
     floors = (_MIN_TILE, _MIN_BLOCK_N, _MIN_TILE)
-    caps = [max(lo, _pow2_at_least(max(d, 1))) for lo, d in zip(floors, (M, N, K))]
-    seen, out = set(), []
-    for tile in space:
-        bm, bn, bk = (min(t, cap) for t, cap in zip(tile, caps))
-        if (bm, bn, bk) not in seen:
-            seen.add((bm, bn, bk))
-            out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk))
-    return out
+    caps = [max(lo, pow2_at_least(max(d, 1))) for lo, d in zip(floors, (M, N, K))]
+    return unique_configs(dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), (min(t, cap) for t, cap in zip(tile, caps))))
+                          for tile in space)
 
 
 # -- loading the rendered kernels ----------------------------------------------
@@ -325,7 +320,7 @@ class NumbaMMTemplate(Template):
 
     uid = "numba_mm"
     family = "numba"
-    src_hash = hashlib.sha256(KERNEL_SOURCE.encode()).hexdigest()
+    src_hash = source_hash(KERNEL_SOURCE)
     runtime_space = {"group": GROUPS}
     default_runtime = {"group": DEFAULT_GROUP}
     native_devices = ("cpu",)

@@ -15,32 +15,27 @@ On an H200 its narrow long-K configs beat cuBLAS on three of the suite's four M 
 Example:
     >>> import torch
     >>> from gemmtune.core.inputs import KernelInputs
-    >>> t = TritonGemvTemplate()
-    >>> t.offered(KernelInputs.from_tensors("mm", torch.ones(1, 64), torch.ones(64, 8)))
-    True
-    >>> t.offered(KernelInputs.from_tensors("mm", torch.ones(16, 64), torch.ones(64, 8)))
-    False
+    >>> rows = lambda m: KernelInputs.from_tensors("mm", torch.ones(m, 64), torch.ones(64, 8))
+    >>> [TritonGemvTemplate().offered(rows(m)) for m in (1, 4, 16)]
+    [True, True, False]
     >>> len(config_space()) <= 30 < 100 <= len(config_space("max"))
     True
 """
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
+import itertools
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from ...core.choices import Choice
 from ...core.inputs import KernelInputs
-from ..base import Launcher, Template, split_operands
-from .launch import FastLaunch
-from .mm import SPACE_SIZES, _bstrides, _pow2_at_least, interpreting, triton_available, triton_cdiv
+from ..base import Launcher, pow2_at_least, unique_configs
+from .base import (ACC_REGS_MAX, KernelLaunch, TritonTemplate, acc_regs, cdiv, check_size, epilogue_flags, gemm_args,
+                   output, warmed)
 
-KERNEL_FILE = Path(__file__).with_name("gemv_kernel.py")
 GEMV_MAX_M = 4
-_ELEMS_PER_THREAD_MAX = 128  # fp32 accumulator elements per thread (registers)
 
 
 def config_space(size: str = "default") -> list[dict[str, int]]:
@@ -53,8 +48,7 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
         >>> sorted({c["BLOCK_N"] for c in config_space()})
         [1, 2, 4, 8, 16, 32, 64, 128, 256]
     """
-    if size not in SPACE_SIZES:
-        raise ValueError(f"config_space: unknown size {size!r}; expected one of {', '.join(SPACE_SIZES)}")
+    check_size(size)
     if size == "default":
         # Few outputs with long K steps (many programs, long contiguous reads of B = W.t(): the shape
         # of Inductor's reduction kernels, which won the M = 1 shapes), medium tiles, and wide tiles
@@ -66,15 +60,11 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
         few_warps = ((2, 2048, 2), (2, 1024, 1), (2, 1024, 4), (2, 4096, 4), (8, 1024, 2), (1, 2048, 2))
         return [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w) for bn, bk in tiles for w in (4, 8)] + [
             dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w) for bn, bk, w in few_warps]
-    space = []
-    for bn in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
-        for bk in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
-            for warps in (1, 2, 4, 8):
-                elems = bn * bk
-                if not 512 <= elems <= 32768 or elems // (32 * warps) > _ELEMS_PER_THREAD_MAX:
-                    continue
-                space.append(dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps))
-    return space
+    # The fp32 products of a BLOCK_N x BLOCK_K tile sit in registers: the accumulator limit applies.
+    return [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
+            for bn, bk, warps in itertools.product((1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+                                                   (16, 32, 64, 128, 256, 512, 1024, 2048, 4096), (1, 2, 4, 8))
+            if 512 <= bn * bk <= 32768 and acc_regs(bn, bk, warps) <= ACC_REGS_MAX]
 
 
 def fit_configs(space: Sequence[Mapping[str, int]], N: int, K: int) -> list[dict[str, int]]:
@@ -84,40 +74,26 @@ def fit_configs(space: Sequence[Mapping[str, int]], N: int, K: int) -> list[dict
         >>> fit_configs([dict(BLOCK_N=256, BLOCK_K=32, num_warps=8)], 3, 7)
         [{'BLOCK_N': 4, 'BLOCK_K': 16, 'num_warps': 8}]
     """
-    seen, out = set(), []
-    cap_n, cap_k = _pow2_at_least(N), max(16, _pow2_at_least(K))
-    for cfg in space:
-        c = dict(cfg, BLOCK_N=min(cfg["BLOCK_N"], cap_n), BLOCK_K=min(cfg["BLOCK_K"], cap_k))
-        key = tuple(sorted(c.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(c)
-    return out
+    cap_n, cap_k = pow2_at_least(N), max(16, pow2_at_least(K))
+    return unique_configs(dict(cfg, BLOCK_N=min(cfg["BLOCK_N"], cap_n), BLOCK_K=min(cfg["BLOCK_K"], cap_k))
+                          for cfg in space)
 
 
-class TritonGemvTemplate(Template):
-    """GEMV-shaped Triton kernel for mm/addmm/bmm with M <= 4 (fp16, bf16, fp32)."""
+class TritonGemvTemplate(TritonTemplate):
+    """GEMV-shaped Triton kernel for mm/addmm/bmm with M <= 4 (fp16, bf16, fp32).
+
+    No runtime tuning parameter: the grid is one program per BLOCK_N outputs per row.
+    """
 
     uid = "triton_gemv"
-    family = "triton"
-    src_hash = hashlib.sha256(KERNEL_FILE.read_bytes()).hexdigest()
-    native_devices = ("cuda",)
-
-    def __init__(self, space: Sequence[Mapping[str, int]] | None = None, size: str = "default"):
-        self.space = list(space) if space is not None else config_space(size)
+    kernel_file = "gemv_kernel.py"
+    config_space = staticmethod(config_space)
+    runtime_space: Mapping[str, Sequence[Any]] = {}
+    default_runtime: Mapping[str, Any] = {}
 
     def offered(self, ki: KernelInputs) -> bool:
         """M <= GEMV_MAX_M rows per batch."""
         return ki.M <= GEMV_MAX_M
-
-    def supports(self, ki: KernelInputs) -> bool:
-        if not triton_available() or ki.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-            return False
-        if ki.device_type != "cuda" and not (ki.device_type == "cpu" and interpreting()):
-            return False
-        if max(ki.M * ki.K, ki.K * ki.N, ki.M * ki.N) >= 2**31:
-            return False
-        return self.offered(ki)
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
         return fit_configs(self.space, ki.N, ki.K)
@@ -126,37 +102,14 @@ class TritonGemvTemplate(Template):
         from .gemv_kernel import gemv_kernel
 
         cfg = choice.config_dict
-        M, N, K, batch, alpha, beta = ki.M, ki.N, ki.K, ki.batch, ki.alpha, ki.beta
         meta = dict(BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=1,
-                    HAS_BIAS=ki.op == "addmm" and beta != 0.0, SCALED=ki.op == "addmm" and alpha != 1.0)
-        grid = (triton_cdiv(N, cfg["BLOCK_N"]), M, batch)
-
-        def args(tensors, out):
-            bias, a, b = split_operands(ki, tensors)
-            if bias is not None:
-                sbias = bias.expand(M, N).stride()
-            else:
-                bias, sbias = out, (0, 0)
-            return (a, b, out, bias, M, N, K, *_bstrides(a), *_bstrides(b), *_bstrides(out), *sbias, alpha, beta)
-
-        fast: FastLaunch | None = None
+                    **epilogue_flags(ki))
+        run = KernelLaunch(gemv_kernel, (cdiv(ki.N, cfg["BLOCK_N"]), ki.M, ki.batch), meta)
 
         def launch(tensors, out=None):
-            if out is None:
-                out = torch.empty(ki.out_size, dtype=ki.dtype, device=tensors[-1].device)
-            a = args(tensors, out)
-            if fast is None or not fast(a):
-                gemv_kernel[grid](*a, **meta)
+            out = output(ki, tensors, out)
+            run(gemm_args(ki, tensors, out))
             return out
 
-        if not interpreting():  # compile now, so errors and resource overflows surface at compile time
-            device = example[-1].device
-            out = torch.empty(ki.out_size, dtype=ki.dtype, device=device)
-            with torch.cuda.device(device):
-                a = args(example, out)
-                compiled = gemv_kernel.warmup(*a, grid=grid, **meta)
-                init = getattr(compiled, "_init_handles", None)
-                if init is not None:
-                    init()
-                fast = FastLaunch.build(gemv_kernel, compiled, grid, meta, a)
+        run, = warmed(ki, example, lambda out: [gemm_args(ki, example, out)], run)
         return launch

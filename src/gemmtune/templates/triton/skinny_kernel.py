@@ -1,4 +1,4 @@
-"""Triton kernel of the `triton_skinny` template (hashed into the template's `src_hash`).
+"""Triton kernel of the `triton_skinny` template (hashed with `common_kernel.py` into its `src_hash`).
 
 Grid: (output tiles, SPLIT_K, batch).  Program (t, s, z) multiplies the s-th slice of K for tile t
 with tensor cores.  With SPLIT_K == 1 it writes the tile.  Otherwise it writes its fp32 partial tile
@@ -11,29 +11,19 @@ resets the counter to 0 for the next launch.  One launch, no atomics on data, de
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _epilogue(acc, C, BIAS, rm, rn, pid_z, M, N, stride_cz, stride_cm, stride_cn, stride_biasm, stride_biasn,
-              alpha, beta, HAS_BIAS: tl.constexpr, SCALED: tl.constexpr):
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    if SCALED:
-        acc = acc * alpha
-    if HAS_BIAS:
-        bias = tl.load(BIAS + rm[:, None] * stride_biasm + rn[None, :] * stride_biasn, mask=mask, other=0.0)
-        acc = acc + beta * bias.to(tl.float32)
-    c_ptrs = C + pid_z * stride_cz + rm[:, None] * stride_cm + rn[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=mask)
+from .common_kernel import dot_k_range, k_slice, store_tile, swizzled_tile
 
 
 @triton.jit(do_not_specialize=["GROUP_M"])
 def skinny_kernel(
-    A, B, C, BIAS, WS, COUNTERS,
+    A, B, C, BIAS,
     M, N, K,
     stride_az, stride_am, stride_ak,
     stride_bz, stride_bk, stride_bn,
     stride_cz, stride_cm, stride_cn,
     stride_biasm, stride_biasn,
     alpha, beta,
+    WS, COUNTERS,
     GROUP_M,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
@@ -43,42 +33,17 @@ def skinny_kernel(
     pid_z = tl.program_id(2).to(tl.int64)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
-    width = GROUP_M * grid_n
-    group_id = pid // width
-    first_m = group_id * GROUP_M
-    group_size = tl.minimum(grid_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % width) % group_size)
-    pid_n = (pid % width) // group_size
-
-    # This program's slice of K, in whole BLOCK_K steps (the last slice may be short or empty).
-    k_steps = tl.cdiv(K, BLOCK_K)
-    per = tl.cdiv(k_steps, SPLIT_K)
-    k_first = pid_k * per
-    k_last = tl.minimum(k_first + per, k_steps)
-
+    pid_m, pid_n = swizzled_tile(pid, grid_m, grid_n, GROUP_M)
+    k_first, k_last = k_slice(K, pid_k, BLOCK_K, SPLIT_K)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
     # Rows/columns past the edge wrap around: loads stay in bounds without a mask on M/N;
     # the store is masked, so wrapped values are never written.
-    ram = rm % M
-    rbn = rn % N
-    k0 = k_first * BLOCK_K
-    a_ptrs = A + pid_z * stride_az + ram[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak
-    b_ptrs = B + pid_z * stride_bz + (k0 + rk)[:, None] * stride_bk + rbn[None, :] * stride_bn
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(k_first, k_last):
-        k_left = K - k * BLOCK_K
-        a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
-        b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-
+    acc = dot_k_range(A, B, pid_z, rm % M, rn % N, k_first, k_last, K, stride_az, stride_am, stride_ak,
+                      stride_bz, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, False, INPUT_PRECISION)
     if SPLIT_K == 1:
-        _epilogue(acc, C, BIAS, rm, rn, pid_z, M, N, stride_cz, stride_cm, stride_cn, stride_biasm, stride_biasn,
-                  alpha, beta, HAS_BIAS, SCALED)
+        store_tile(acc, C, BIAS, rm, rn, pid_z, M, N, stride_cz, stride_cm, stride_cn, stride_biasm, stride_biasn,
+                   alpha, beta, HAS_BIAS, SCALED)
     else:
         tile = pid_z * grid_m * grid_n + pid_m * grid_n + pid_n
         offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
@@ -92,5 +57,5 @@ def skinny_kernel(
             for s in range(SPLIT_K):
                 total += tl.load(tile_ws + s * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
             tl.atomic_xchg(COUNTERS + tile, 0, sem="relaxed", scope="gpu")
-            _epilogue(total, C, BIAS, rm, rn, pid_z, M, N, stride_cz, stride_cm, stride_cn, stride_biasm,
-                      stride_biasn, alpha, beta, HAS_BIAS, SCALED)
+            store_tile(total, C, BIAS, rm, rn, pid_z, M, N, stride_cz, stride_cm, stride_cn, stride_biasm,
+                       stride_biasn, alpha, beta, HAS_BIAS, SCALED)

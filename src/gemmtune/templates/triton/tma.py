@@ -8,6 +8,10 @@ checked by `tma_compatible`) and 16-byte-aligned base pointers (checked at compi
 Compile-time config: BLOCK_M/N/K, num_stages, num_warps, EPILOGUE_SUBTILE (0/1).  Runtime:
 `swizzle` (GROUP_M), M, N, K, strides.  The grid is `min(SMs, tiles)` programs.
 
+It launches like the other templates, through `FastLaunch` where that serves the call: the kernel
+takes plain pointers and builds its descriptors on the device, in a global scratch buffer that
+Triton's launcher (JIT or direct) takes from the allocator `ensure_allocator` installs first.
+
 On a machine without such a GPU it is offered only through Triton's interpreter
 (`TRITON_INTERPRET=1`, family asked for by name), which runs tensor descriptors in numpy; a
 template built with `num_sms=` small exercises the persistent loop there.
@@ -21,21 +25,20 @@ Example:
 from __future__ import annotations
 
 import functools
-import hashlib
-from pathlib import Path
+import itertools
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from ...core.choices import Choice
 from ...core.inputs import KernelInputs
-from ..base import Launcher, Template, split_operands
-from .mm import (SPACE_SIZES, STAGE1_SWIZZLE, SWIZZLES, _input_precision, _pow2_at_least, _smem_limit,
-                        interpreting, triton_available, triton_cdiv)
+from ..base import Launcher, pow2_at_least, split_operands, unique_configs
+from .base import (ACC_REGS_MAX, DEFAULT_SMEM, TILE_KEYS, KernelLaunch, TritonTemplate, acc_regs, bias_args, cdiv,
+                   check_size, epilogue_flags, input_precision, interpreting, pipeline_smem, smem_limit,
+                   swizzled_launcher, triton_available)
 
-KERNEL_FILE = Path(__file__).with_name("tma_kernel.py")
-_ACC_REGS_MAX = 128
 _INTERPRETER_SMS = 4
+_SMEM_RESERVE = 1024  # bytes the compiler keeps for barriers and scalars
 
 
 def tensor_descriptors_available() -> bool:
@@ -54,32 +57,25 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
         >>> sorted({c["BLOCK_M"] for c in config_space()})
         [64, 128, 256]
     """
-    if size not in SPACE_SIZES:
-        raise ValueError(f"config_space: unknown size {size!r}; expected one of {', '.join(SPACE_SIZES)}")
+    check_size(size)
     full = size == "max"
     space = []
-    for bm in (64, 128, 256):
-        for bn in ((32, 64, 128, 256) if full else (64, 128, 256)):
-            for bk in ((32, 64, 128) if full else (64, 128)):
-                for stages in ((2, 3, 4, 5, 6) if full else (3, 4, 5)):
-                    for warps in (4, 8):
-                        for subtile in ((0, 1) if bn >= 64 else (0,)):
-                            tile = bm * bn
-                            if tile // (32 * warps) > _ACC_REGS_MAX or warps == 8 and bm < 128:
-                                continue  # accumulator spills; 2 warpgroups want 128+ rows
-                            if not full and (warps == 4 and tile > 128 * 128 or warps == 8 and tile < 128 * 128
-                                             or subtile and bn < 128 or not subtile and bn == 128 or bk == 128 and tile > 128 * 128
-                                             or bm == 256 and bn < 128):
-                                continue
-                            smem = stages * (bm + bn) * bk * 2 + bm * bn * 2 // (2 if subtile else 1)
-                            if smem > 232_448:
-                                continue
-                            space.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=stages,
-                                              num_warps=warps, EPILOGUE_SUBTILE=subtile))
+    for bm, bn, bk, stages, warps in itertools.product((64, 128, 256), (32, 64, 128, 256) if full else (64, 128, 256),
+                                                       (32, 64, 128) if full else (64, 128),
+                                                       (2, 3, 4, 5, 6) if full else (3, 4, 5), (4, 8)):
+        for subtile in ((0, 1) if bn >= 64 else (0,)):
+            tile = bm * bn
+            if acc_regs(bm, bn, warps) > ACC_REGS_MAX or warps == 8 and bm < 128:
+                continue  # accumulator spills; 2 warpgroups want 128+ rows
+            if not full and (warps == 4 and tile > 128 * 128 or warps == 8 and tile < 128 * 128
+                             or subtile and bn < 128 or not subtile and bn == 128 or bk == 128 and tile > 128 * 128
+                             or bm == 256 and bn < 128):
+                continue
+            if pipeline_smem(stages, bm, bn, bk) + bm * bn * 2 // (2 if subtile else 1) > DEFAULT_SMEM:
+                continue
+            space.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=stages, num_warps=warps,
+                              EPILOGUE_SUBTILE=subtile))
     return space
-
-
-_SMEM_RESERVE = 1024  # bytes the compiler keeps for barriers and scalars
 
 
 def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_bytes: int,
@@ -93,27 +89,22 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
         >>> [c["BLOCK_M"] for c in fit_configs([cfg], 16, 4096, 4096, 2, 232448)]
         [64]
     """
-    seen, out = set(), []
-    caps = (max(64, _pow2_at_least(M)), max(32, _pow2_at_least(N)), max(32, _pow2_at_least(K)))
+    cap_m, cap_n, cap_k = max(64, pow2_at_least(M)), max(32, pow2_at_least(N)), max(32, pow2_at_least(K))
+    fitted = []
     for cfg in space:
-        c = dict(cfg)
-        for key, cap in zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), caps):
-            c[key] = min(c[key], cap)
+        c = dict(cfg, BLOCK_M=min(cfg["BLOCK_M"], cap_m), BLOCK_N=min(cfg["BLOCK_N"], cap_n),
+                 BLOCK_K=min(cfg["BLOCK_K"], cap_k))
         if c["BLOCK_N"] < 64:
             c["EPILOGUE_SUBTILE"] = 0
         if c["num_warps"] == 8 and c["BLOCK_M"] < 128:
             c["num_warps"] = 4
         bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
         epilogue = bm * bn * elt_bytes // (2 if c["EPILOGUE_SUBTILE"] else 1) + (bm * bn if has_bias else 0)
-        if c["num_stages"] * (bm + bn) * bk * elt_bytes + epilogue + _SMEM_RESERVE > smem_limit:
+        if pipeline_smem(c["num_stages"], bm, bn, bk, elt_bytes) + epilogue + _SMEM_RESERVE > smem_limit:
             continue
-        if bm * bn // (32 * c["num_warps"]) > _ACC_REGS_MAX:
-            continue
-        key = tuple(sorted(c.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(c)
-    return out
+        if acc_regs(bm, bn, c["num_warps"]) <= ACC_REGS_MAX:
+            fitted.append(c)
+    return unique_configs(fitted)
 
 
 def tma_compatible(ki: KernelInputs) -> bool:
@@ -191,7 +182,7 @@ def _check_aligned(*tensors: torch.Tensor) -> None:
             raise ValueError(f"triton_tma_persistent: operand at {t.data_ptr():#x} is not 16-byte aligned (TMA)")
 
 
-class TritonTMAPersistentTemplate(Template):
+class TritonTMAPersistentTemplate(TritonTemplate):
     """Persistent TMA-descriptor Triton mm/addmm (Hopper+), fp16/bf16 (fp32 if `allow_fp32`).
 
     `num_sms` overrides the persistent grid size (default: the device's SM count; 4 under the
@@ -206,32 +197,32 @@ class TritonTMAPersistentTemplate(Template):
     """
 
     uid = "triton_tma_persistent"
-    family = "triton"
-    src_hash = hashlib.sha256(KERNEL_FILE.read_bytes()).hexdigest()
-    runtime_space = {"swizzle": SWIZZLES}
-    default_runtime = {"swizzle": STAGE1_SWIZZLE}
-    native_devices = ("cuda",)
+    kernel_file = "tma_kernel.py"
+    config_space = staticmethod(config_space)
+    ops = ("mm", "addmm")
 
     def __init__(self, space: Sequence[Mapping[str, int]] | None = None, size: str = "default",
                  num_sms: int | None = None, allow_fp32: bool = False):
-        self.space = list(space) if space is not None else config_space(size)
+        super().__init__(space, size)
         self.num_sms = num_sms
         self.dtypes = (torch.float16, torch.bfloat16) + ((torch.float32,) if allow_fp32 else ())
 
-    def supports(self, ki: KernelInputs) -> bool:
-        if not tensor_descriptors_available() or ki.op not in ("mm", "addmm") or ki.dtype not in self.dtypes:
-            return False
+    def available(self) -> bool:
+        return tensor_descriptors_available()
+
+    def runs_on(self, ki: KernelInputs) -> bool:
+        """Compute capability 9 or later (TMA, wgmma) on CUDA; the CPU through the interpreter."""
         if ki.device_type == "cuda":
-            if _capability(ki.device)[0] < 9:
-                return False
-        elif not (ki.device_type == "cpu" and interpreting()):
-            return False
-        return max(ki.M * ki.K, ki.K * ki.N, ki.M * ki.N) < 2**31 and tma_compatible(ki)
+            return _capability(ki.device)[0] >= 9
+        return super().runs_on(ki)
+
+    def offered(self, ki: KernelInputs) -> bool:
+        """Where TMA descriptors can describe the operands (`tma_compatible`)."""
+        return tma_compatible(ki)
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
-        elt = torch.empty((), dtype=ki.dtype).element_size()
-        return fit_configs(self.space, ki.M, ki.N, ki.K, elt, _smem_limit(ki.device),
-                           has_bias=ki.op == "addmm" and ki.beta != 0.0)
+        return fit_configs(self.space, ki.M, ki.N, ki.K, ki.dtype.itemsize, smem_limit(ki.device),
+                           has_bias=epilogue_flags(ki)["HAS_BIAS"])
 
     def sms(self, ki: KernelInputs) -> int:
         """Programs of a full persistent grid: the device's SMs (constexpr NUM_SMS: one binary per device)."""
@@ -241,20 +232,17 @@ class TritonTMAPersistentTemplate(Template):
         from .tma_kernel import tma_persistent_kernel
 
         cfg = choice.config_dict
-        bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-        M, N, K, alpha, beta = ki.M, ki.N, ki.K, ki.alpha, ki.beta
+        M, N, K = ki.M, ki.N, ki.K
         trans = b_trans(ki)
         if trans is None or not tma_compatible(ki):
             raise ValueError(f"triton_tma_persistent: {ki.describe()} has strides TMA cannot describe")
-        elt = torch.empty((), dtype=ki.dtype).element_size()
-        stride_am = _row_stride(ki.a.stride, ki.a.size, "row", elt)
-        stride_b = _row_stride(ki.b.stride, ki.b.size, "col" if trans else "row", elt)
+        stride_am = _row_stride(ki.a.stride, ki.a.size, "row", ki.dtype.itemsize)
+        stride_b = _row_stride(ki.b.stride, ki.b.size, "col" if trans else "row", ki.dtype.itemsize)
         sms = self.sms(ki)
-        grid = (max(1, min(sms, triton_cdiv(M, bm) * triton_cdiv(N, bn))), 1, 1)
-        meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, B_TRANS=trans, EPILOGUE_SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]),
-                    NUM_SMS=sms, num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
-                    HAS_BIAS=ki.op == "addmm" and beta != 0.0, SCALED=ki.op == "addmm" and alpha != 1.0,
-                    INPUT_PRECISION=_input_precision(ki.dtype))
+        grid = (max(1, min(sms, cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"]))), 1, 1)
+        run = KernelLaunch(tma_persistent_kernel, grid, dict(
+            {k: cfg[k] for k in TILE_KEYS}, B_TRANS=trans, EPILOGUE_SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]),
+            NUM_SMS=sms, **epilogue_flags(ki), INPUT_PRECISION=input_precision(ki.dtype)))
         interp = interpreting()
 
         def args(tensors, out, swizzle):
@@ -262,26 +250,9 @@ class TritonTMAPersistentTemplate(Template):
             if not out.is_contiguous():
                 raise ValueError(f"triton_tma_persistent: output must be row-major [M, N], got strides {out.stride()}")
             _check_aligned(a, b, out)
-            if bias is not None:
-                sbias = bias.expand(M, N).stride()
-            else:
-                bias, sbias = out, (0, 0)
-            return (a, b, out, bias, M, N, K, stride_am, stride_b, N, *sbias, alpha, beta, swizzle)
-
-        def launch(tensors, out=None, swizzle=STAGE1_SWIZZLE):
-            if out is None:
-                out = torch.empty(ki.out_size, dtype=ki.dtype, device=tensors[-1].device)
             if not interp:
-                ensure_allocator()
-            tma_persistent_kernel[grid](*args(tensors, out, swizzle), **meta)
-            return out
+                ensure_allocator()  # the launch (JIT or direct) takes the descriptors' scratch from it
+            bias, sbias = bias_args(bias, out, M, N)
+            return (a, b, out, bias, M, N, K, stride_am, stride_b, N, *sbias, ki.alpha, ki.beta, swizzle)
 
-        if not interp:
-            out = torch.empty(ki.out_size, dtype=ki.dtype, device=example[-1].device)
-            with torch.cuda.device(example[-1].device):
-                ensure_allocator()
-                compiled = tma_persistent_kernel.warmup(*args(example, out, STAGE1_SWIZZLE), grid=grid, **meta)
-                init = getattr(compiled, "_init_handles", None)  # shared-memory overflows surface here
-                if init is not None:
-                    init()
-        return launch
+        return swizzled_launcher(ki, example, run, args)

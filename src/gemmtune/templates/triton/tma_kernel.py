@@ -13,22 +13,49 @@ checks this); creating descriptors on the device needs a scratch allocator
 (`triton.set_allocator`, set by the template before each launch).
 
 M, N, K, the row strides, alpha/beta and the swizzle GROUP_M are runtime arguments; GROUP_M is
-excluded from specialisation so every swizzle shares one binary.  This file is hashed whole as
-the template's `src_hash`.
+excluded from specialisation so every swizzle shares one binary.  This file and `common_kernel.py`
+are hashed into the template's `src_hash`.
 """
 
 import triton
 import triton.language as tl
 
+from .common_kernel import alpha_bias, swizzled_tile
+
 
 @triton.jit
-def _tile_coords(tile_id, width, grid_m, GROUP_M):
-    group_id = tile_id // width
-    first_m = group_id * GROUP_M
-    group_size = tl.minimum(grid_m - first_m, GROUP_M)
-    pid_m = first_m + ((tile_id % width) % group_size)
-    pid_n = (tile_id % width) // group_size
-    return pid_m, pid_n
+def _descriptors(A, B, C, M, N, K, stride_am, stride_b_row, stride_cm,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 B_TRANS: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr):
+    """Device-side TMA descriptors of A, B (or W for B = W.t()) and C, in the kernel's block shapes."""
+    a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_TRANS:
+        b_desc = tl.make_tensor_descriptor(B, shape=[N, K], strides=[stride_b_row, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(B, shape=[K, N], strides=[stride_b_row, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    if EPILOGUE_SUBTILE:
+        c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[stride_cm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N // 2])
+    else:
+        c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[stride_cm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
+    return a_desc, b_desc, c_desc
+
+
+@triton.jit
+def _store(c_desc, acc, off_cm, off_cn, out_ty: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+           EPILOGUE_SUBTILE: tl.constexpr):
+    """Store the tile through `c_desc`: whole, or as two half-width tiles (half the shared-memory
+    staging buffer, room for a pipeline stage more)."""
+    if EPILOGUE_SUBTILE:
+        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+        acc0, acc1 = tl.split(halves)
+        c_desc.store([off_cm, off_cn], acc0.to(out_ty))
+        c_desc.store([off_cm, off_cn + BLOCK_N // 2], acc1.to(out_ty))
+    else:
+        c_desc.store([off_cm, off_cn], acc.to(out_ty))
 
 
 @triton.jit(do_not_specialize=["GROUP_M"])
@@ -43,33 +70,19 @@ def tma_persistent_kernel(
     B_TRANS: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr,
     HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
-    out_ty = C.dtype.element_ty
-    a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
-    if B_TRANS:
-        b_desc = tl.make_tensor_descriptor(B, shape=[N, K], strides=[stride_b_row, 1],
-                                           block_shape=[BLOCK_N, BLOCK_K])
-    else:
-        b_desc = tl.make_tensor_descriptor(B, shape=[K, N], strides=[stride_b_row, 1],
-                                           block_shape=[BLOCK_K, BLOCK_N])
-    if EPILOGUE_SUBTILE:
-        c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[stride_cm, 1],
-                                           block_shape=[BLOCK_M, BLOCK_N // 2])
-    else:
-        c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[stride_cm, 1],
-                                           block_shape=[BLOCK_M, BLOCK_N])
-
+    a_desc, b_desc, c_desc = _descriptors(A, B, C, M, N, K, stride_am, stride_b_row, stride_cm,
+                                          BLOCK_M, BLOCK_N, BLOCK_K, B_TRANS, EPILOGUE_SUBTILE)
     start = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
     num_tiles = grid_m * grid_n
-    width = GROUP_M * grid_n
     # The epilogue recomputes its tile from its own counter, so the (flattened, software-
     # pipelined) main loop and the epilogue share no loop-carried value.
     tile_c = start - NUM_SMS
 
     for tile in tl.range(start, num_tiles, NUM_SMS, flatten=True):
-        pid_m, pid_n = _tile_coords(tile, width, grid_m, GROUP_M)
+        pid_m, pid_n = swizzled_tile(tile, grid_m, grid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -84,22 +97,9 @@ def tma_persistent_kernel(
                 acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
 
         tile_c += NUM_SMS
-        pid_m, pid_n = _tile_coords(tile_c, width, grid_m, GROUP_M)
+        pid_m, pid_n = swizzled_tile(tile_c, grid_m, grid_n, GROUP_M)
         off_cm = pid_m * BLOCK_M
         off_cn = pid_n * BLOCK_N
-        if SCALED:
-            acc = acc * alpha
-        if HAS_BIAS:
-            rm = off_cm + tl.arange(0, BLOCK_M)
-            rn = off_cn + tl.arange(0, BLOCK_N)
-            mask = (rm[:, None] < M) & (rn[None, :] < N)
-            bias = tl.load(BIAS + rm[:, None] * stride_biasm + rn[None, :] * stride_biasn, mask=mask, other=0.0)
-            acc = acc + beta * bias.to(tl.float32)
-        if EPILOGUE_SUBTILE:
-            # Two half-width stores: half the shared-memory staging buffer, room for a stage more.
-            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-            acc0, acc1 = tl.split(halves)
-            c_desc.store([off_cm, off_cn], acc0.to(out_ty))
-            c_desc.store([off_cm, off_cn + BLOCK_N // 2], acc1.to(out_ty))
-        else:
-            c_desc.store([off_cm, off_cn], acc.to(out_ty))
+        acc = alpha_bias(acc, BIAS, off_cm + tl.arange(0, BLOCK_M), off_cn + tl.arange(0, BLOCK_N), M, N,
+                         stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, SCALED)
+        _store(c_desc, acc, off_cm, off_cn, C.dtype.element_ty, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)

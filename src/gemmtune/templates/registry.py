@@ -1,0 +1,67 @@
+"""The template registry: which templates exist and which are active for a problem.
+
+Example:
+    >>> [t.uid for t in default_templates(hopper=False)][:2]
+    ['aten_mm', 'aten_addmm']
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..core.inputs import KernelInputs
+from .base import Template
+from .extern import AtenBiasAddmmTemplate, AtenTemplate, NumpyTemplate
+
+
+PREVIEW_TEMPLATES: tuple = ()
+"""Template classes not yet proven on a GPU, added by `preview=True`.  Empty today: `triton_gemv`
+graduated after its H200 measurements (docs/HOPPER_TEMPLATES.md)."""
+
+
+def default_templates(hopper: bool = True, size: str = "default", preview: bool = False) -> list[Template]:
+    """Every shipped template, extern first.  Templates not usable here report supports()=False.
+
+    `hopper=True` (the default; `Settings(hopper_templates=False)` or `GEMMTUNE_HOPPER_TEMPLATES=0`
+    turns it off) adds `triton_splitk` (offered for small M*N with a deep K), `triton_skinny`
+    (one-launch split-K, M <= 256), `triton_gemv` (M <= 4) and `triton_tma_persistent` (compute
+    capability >= 9).  `preview=True` (`Settings(preview_templates=True)`, `GEMMTUNE_PREVIEW_TEMPLATES=1`)
+    adds the templates of `PREVIEW_TEMPLATES`, those not yet proven on a GPU (none today).
+
+    Example:
+        >>> [t.uid for t in default_templates(hopper=False)][-2:]
+        ['triton_mm', 'numba_mm']
+    """
+    from .cpu_numba import NumbaMMTemplate
+    from .triton.mm import TritonMMTemplate
+
+    pool = [AtenTemplate("mm"), AtenTemplate("addmm"), AtenTemplate("bmm"), AtenBiasAddmmTemplate(),
+            NumpyTemplate(), TritonMMTemplate(size=size)]
+    if hopper:
+        from .triton.gemv import TritonGemvTemplate
+        from .triton.skinny import TritonSkinnyTemplate
+        from .triton.splitk import TritonSplitKTemplate
+        from .triton.tma import TritonTMAPersistentTemplate
+
+        pool += [TritonSplitKTemplate(size=size), TritonSkinnyTemplate(size=size), TritonGemvTemplate(size=size),
+                 TritonTMAPersistentTemplate(size=size)]
+    if preview:
+        pool += [factory(size=size) for factory in PREVIEW_TEMPLATES]
+    return pool + [NumbaMMTemplate()]
+
+
+def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
+                     templates: Sequence[Template] | None = None, hopper: bool = True,
+                     size: str = "default", preview: bool = False) -> list[Template]:
+    """Templates of the requested families that can run `ki`.
+
+    With `backends=None`, every family native to the device (GPU: extern + triton;
+    CPU: extern + numba); a family named explicitly is used wherever it runs.
+    """
+    pool = default_templates(hopper, size, preview) if templates is None else list(templates)
+
+    def wanted(t: Template) -> bool:
+        return ki.device_type in t.native_devices if backends is None else t.family in backends
+
+    return [t for t in pool if wanted(t) and t.supports(ki)]
+
