@@ -18,7 +18,7 @@ from .core.choices import Choice, Selection, Timing
 from .bench.compile import CompileJob, CompileResult, Launchers
 from .core.errors import InputError, LayoutError, NoCandidatesError
 from .core.inputs import KernelInputs
-from .core.layout import FixedLayout, FlexibleLayout, empty_output
+from .core.layout import FixedLayout, empty_output
 from .store.lookup import LookupTable
 from .core.settings import Settings, isolation_for
 from .store.sqlite import Row, Store, canon, env_info, env_key, open_store
@@ -384,7 +384,7 @@ class _Context:
         """A full hit: no search; only the stored winner is compiled."""
         winner = memory.pick
         try:
-            launch = self.ensure_compiled(winner)
+            self.ensure_compiled(winner)  # compiled now: an unusable pick is found before the Selection
         except NoCandidatesError as exc:
             log.warning("gemmtune: stored pick unusable, tuning again: %s", exc)
             return None

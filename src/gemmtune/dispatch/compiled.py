@@ -36,8 +36,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..core.settings import Settings, check_backends
 from ..core.validate import validate_operands
-from ..templates import default_templates
-from ..core.layout import output_strides
+from ..core.inputs import KernelInputs
+from ..templates import active_templates, default_templates
 from . import eager
 
 __all__ = ["traced_mm", "traced_bmm", "traced_addmm", "is_static"]
@@ -56,16 +56,24 @@ def is_static(tensors: Sequence[torch.Tensor]) -> bool:
 
 
 def _real_like(t: torch.Tensor) -> torch.Tensor:
-    """A real tensor with `t`'s size, strides, dtype and device, holding random data."""
-    real = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device)
-    return real.normal_() if real.is_floating_point() else real.zero_()
+    """A real tensor with `t`'s size, strides (stride-0 broadcasts included), dtype and device,
+    viewing random data.
+
+    Example:
+        >>> _real_like(torch.ones(3, 4).expand(2, 3, 4)).stride()
+        (0, 4, 1)
+    """
+    size, stride = tuple(t.shape), tuple(t.stride())
+    span = 1 + sum((n - 1) * s for n, s in zip(size, stride) if n > 0)
+    base = torch.randn(span if all(size) else 0, dtype=t.dtype, device=t.device)
+    return base.as_strided(size, stride)
 
 
 def _decide(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional[str],
             out_layout: Optional[str]) -> tuple[Any, Any] | None:
     """(Selection, Template) for a traced problem: known already, or tuned now on stand-in tensors.
 
-    None for an empty problem.  The store keeps traced picks under their own key (`store_tag`),
+    None for an empty problem, or one no traceable template can run.  The store keeps traced picks under their own key (`store_tag`),
     since they are chosen from the traceable templates only.
     """
     canon_backends = check_backends(backends)
@@ -79,12 +87,17 @@ def _decide(op: str, tensors: tuple, alpha: float, beta: float, backends: Option
 
 
 def _tune_traced(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
-                 out_layout: str | None) -> tuple[Any, Any]:
+                 out_layout: str | None) -> tuple[Any, Any] | None:
+    """Tune among the traceable templates; None when none of them can run the problem (e.g.
+    `backends=("numba",)`): the trace then emits the opaque op, which dispatches at run time."""
     s = Settings.from_env()
     pool = {t.uid: t for t in default_templates(s.hopper_templates, s.config_space, s.preview_templates)
             if t.traceable}
     with _disable_current_modes(), torch.no_grad():  # leave fake/functional tracing: tuning runs real kernels
         real = tuple(_real_like(t) for t in tensors)
+        ki = KernelInputs.from_tensors(op, *real, alpha=alpha, beta=beta)
+        if not active_templates(ki, backends, list(pool.values())):
+            return None
         sel = eager._tune_fn()(op, *real, backends=backends, alpha=alpha, beta=beta, out_layout=out_layout,
                                templates=list(pool.values()), store_tag="traced")
     return sel, pool[sel.winner.template_uid]
@@ -102,16 +115,12 @@ def _emit(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional
     if not is_static(tensors):
         return _opaque(op, tensors, alpha, beta, backends, out_layout)
     decided = _decide(op, tensors, alpha, beta, backends, out_layout)
-    if decided is None:  # an empty problem: torch's own op at run time
+    if decided is None:  # an empty problem, or no traceable template for it: dispatch at run time
         return _opaque(op, tensors, alpha, beta, backends, out_layout)
     sel, template = decided
-    launch = template.trace(sel.winner, sel.problem)
-    out = None
-    if out_layout == "col":
-        size = sel.problem.out_size
-        out = torch.empty_strided(size, output_strides(size, "col"), dtype=sel.problem.dtype,
-                                  device=tensors[-1].device)
-    return launch(tensors, out, **sel.winner.runtime_dict)
+    out = template.trace(sel.winner, sel.problem)(tensors, None, **sel.winner.runtime_dict)
+    # A traced graph keeps no out= strides: the column-major result is a copy of the row-major one.
+    return eager.to_col(out) if out_layout == "col" else out
 
 
 def _opaque(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional[str],

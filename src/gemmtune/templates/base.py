@@ -82,6 +82,8 @@ class Template(ABC):
     # Device types where the template is active by default; elsewhere (e.g. the
     # Triton interpreter on CPU) only when its family is asked for by name.
     native_devices: tuple[str, ...] = ("cpu", "cuda")
+    # Whether `trace` can emit this template's kernels into a `torch.compile` graph.
+    traceable: bool = False
 
     @property
     def is_extern(self) -> bool:
@@ -107,6 +109,12 @@ class Template(ABC):
     @abstractmethod
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
         """Build the binary for `choice` (runtime params excluded) and return its launcher."""
+
+    def trace(self, choice: Choice, ki: KernelInputs) -> Launcher:
+        """A launcher for `choice` made only of torch ops and `torch.library.wrap_triton` kernels, so a
+        `torch.compile` trace records the kernel itself (shapes as in `ki`; nothing compiles here).
+        Only templates with `traceable = True` implement it."""
+        raise NotImplementedError(f"{self.uid}: its kernels cannot be emitted into a traced graph")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} uid={self.uid} src_hash={(self.src_hash or 'None')[:12]}>"

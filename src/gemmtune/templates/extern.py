@@ -19,6 +19,7 @@ class AtenTemplate(Template):
     """torch.mm / torch.addmm / torch.bmm: cuBLAS on GPU, oneDNN/MKL on CPU."""
 
     family = "extern"
+    traceable = True  # its launcher is the aten op itself
 
     def __init__(self, op: str):
         self.op = op
@@ -40,12 +41,16 @@ class AtenTemplate(Template):
 
         return launch
 
+    def trace(self, choice: Choice, ki: KernelInputs) -> Launcher:
+        return self.compile(choice, ki, ())
+
 
 class AtenBiasAddmmTemplate(Template):
     """addmm with a row-vector bias passed unexpanded, so cuBLASLt fuses it as an epilogue."""
 
     uid = "aten_bias_addmm"
     family = "extern"
+    traceable = True
 
     def supports(self, ki: KernelInputs) -> bool:
         bias = ki.bias
@@ -59,6 +64,9 @@ class AtenBiasAddmmTemplate(Template):
             return torch.addmm(bias, tensors[1], tensors[2], out=out)
 
         return launch
+
+    def trace(self, choice: Choice, ki: KernelInputs) -> Launcher:
+        return self.compile(choice, ki, ())
 
 
 class NumpyTemplate(Template):

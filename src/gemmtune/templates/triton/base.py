@@ -23,7 +23,8 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 import torch
 
 from ...core.inputs import KernelInputs
-from ..base import Template, pow2_at_least, source_hash, split_operands, unique_configs
+from ...core.choices import Choice
+from ..base import Launcher, Template, pow2_at_least, source_hash, split_operands, unique_configs
 from .launch import FastLaunch
 
 SPACE_SIZES = ("default", "max")
@@ -236,6 +237,27 @@ def swizzled_launcher(ki: KernelInputs, example: Sequence[torch.Tensor], run: Ke
     return launch
 
 
+def traced_launcher(ki: KernelInputs, run: KernelLaunch, args: Callable[..., tuple]) -> Callable[..., torch.Tensor]:
+    """The launcher `Template.trace` returns for a one-kernel template: `launch(tensors, out=None,
+    **runtime)` allocates the output with torch and launches `run`'s kernel through
+    `torch.library.wrap_triton`, so a `torch.compile` trace records the kernel call itself (outside a
+    trace it launches through Triton's JIT).
+
+    Example:
+        >>> callable(traced_launcher(None, KernelLaunch(None, (1,), {}), lambda tensors, out: ()))
+        True
+    """
+
+    def launch(tensors, out=None, **runtime):
+        from torch.library import wrap_triton
+
+        out = output(ki, tensors, out)
+        wrap_triton(run.kernel)[run.grid](*args(tensors, out, **runtime), **run.meta)
+        return out
+
+    return launch
+
+
 class TritonTemplate(Template):
     """Base of the Triton templates.
 
@@ -281,6 +303,18 @@ class TritonTemplate(Template):
     def offered(self, ki: KernelInputs) -> bool:
         """The template's own rule for the problems it is offered on (default: all it supports)."""
         return True
+
+    def launch_spec(self, choice: Choice, ki: KernelInputs) -> tuple[KernelLaunch, Callable[..., tuple]]:
+        """One-kernel templates: the kernel launch of `choice` and `args(tensors, out, **runtime)`, its
+        runtime arguments.  `compile` warms it up; `trace` emits it (set `traceable = True`)."""
+        raise NotImplementedError(f"{self.uid}: no single-kernel launch spec")
+
+    def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
+        run, args = self.launch_spec(choice, ki)
+        return swizzled_launcher(ki, example, run, args)
+
+    def trace(self, choice: Choice, ki: KernelInputs) -> Launcher:
+        return traced_launcher(ki, *self.launch_spec(choice, ki))
 
     def supports(self, ki: KernelInputs) -> bool:
         # 32-bit in-matrix offsets: each matrix must stay under 2**31 elements.

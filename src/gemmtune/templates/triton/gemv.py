@@ -25,18 +25,14 @@ Example:
 from __future__ import annotations
 
 import itertools
-from typing import Any, Mapping, Sequence
-
-import torch
+from typing import Any, Callable, Mapping, Sequence
 
 from ...core.choices import Choice
 from ...core.inputs import KernelInputs
-from ..base import Launcher, pow2_at_least, unique_configs
-from .base import (ACC_REGS_MAX, KernelLaunch, TritonTemplate, acc_regs, cdiv, check_size, epilogue_flags, gemm_args,
-                   output, warmed)
+from ..base import pow2_at_least, unique_configs
+from .base import ACC_REGS_MAX, KernelLaunch, TritonTemplate, acc_regs, cdiv, check_size, epilogue_flags, gemm_args
 
 GEMV_MAX_M = 4
-
 
 def config_space(size: str = "default") -> list[dict[str, int]]:
     """Compile-time configs before fitting: `"default"` (30) or `"max"` (>= 100).
@@ -66,7 +62,6 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
                                                    (16, 32, 64, 128, 256, 512, 1024, 2048, 4096), (1, 2, 4, 8))
             if 512 <= bn * bk <= 32768 and acc_regs(bn, bk, warps) <= ACC_REGS_MAX]
 
-
 def fit_configs(space: Sequence[Mapping[str, int]], N: int, K: int) -> list[dict[str, int]]:
     """Clamp BLOCK_N and BLOCK_K to the problem (BLOCK_K at least 16); drop duplicates.
 
@@ -77,7 +72,6 @@ def fit_configs(space: Sequence[Mapping[str, int]], N: int, K: int) -> list[dict
     cap_n, cap_k = pow2_at_least(N), max(16, pow2_at_least(K))
     return unique_configs(dict(cfg, BLOCK_N=min(cfg["BLOCK_N"], cap_n), BLOCK_K=min(cfg["BLOCK_K"], cap_k))
                           for cfg in space)
-
 
 class TritonGemvTemplate(TritonTemplate):
     """GEMV-shaped Triton kernel for mm/addmm/bmm with M <= 4 (fp16, bf16, fp32).
@@ -98,18 +92,13 @@ class TritonGemvTemplate(TritonTemplate):
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
         return fit_configs(self.space, ki.N, ki.K)
 
-    def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
+    traceable = True
+
+    def launch_spec(self, choice: Choice, ki: KernelInputs) -> tuple[KernelLaunch, Callable[..., tuple]]:
         from .gemv_kernel import gemv_kernel
 
         cfg = choice.config_dict
         meta = dict(BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=1,
                     **epilogue_flags(ki))
         run = KernelLaunch(gemv_kernel, (cdiv(ki.N, cfg["BLOCK_N"]), ki.M, ki.batch), meta)
-
-        def launch(tensors, out=None):
-            out = output(ki, tensors, out)
-            run(gemm_args(ki, tensors, out))
-            return out
-
-        run, = warmed(ki, example, lambda out: [gemm_args(ki, example, out)], run)
-        return launch
+        return run, lambda tensors, out, swizzle=None: gemm_args(ki, tensors, out)  # no runtime swizzle

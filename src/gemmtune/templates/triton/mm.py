@@ -9,22 +9,19 @@ memory or the accumulator register budget dropped.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Mapping, Sequence
-
-import torch
+from typing import Any, Callable, Mapping, Sequence
 
 from ...core.choices import Choice
 from ...core.inputs import KernelInputs
-from ..base import Launcher, unique_configs
+from ..base import unique_configs
 from .base import (ACC_REGS_MAX, DEFAULT_SMEM, TILE_KEYS, KernelLaunch, TritonTemplate, acc_regs, cdiv, check_size,
-                   epilogue_flags, fit_tiles, gemm_args, input_precision, pipeline_smem, smem_limit, swizzled_launcher)
+                   epilogue_flags, fit_tiles, gemm_args, input_precision, pipeline_smem, smem_limit, STAGE1_SWIZZLE)
 
 _TILES_MN = (16, 32, 64, 128, 256)
 _TILES_N = (32, 64, 128, 256)
 _TILES_K = (32, 64, 128)
 _STAGES = (3, 4, 5)
 _WARPS = (4, 8)
-
 
 def config_space(size: str = "default") -> list[dict[str, int]]:
     """The full compile-time space before it is fitted to a problem.
@@ -42,7 +39,6 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
     check_size(size)
     return _default_space() if size == "default" else _max_space()
 
-
 def _default_space() -> list[dict[str, int]]:
     space = []
     for bm, bn, bk, stages, warps in itertools.product(_TILES_MN, _TILES_N, _TILES_K, _STAGES, _WARPS):
@@ -57,7 +53,6 @@ def _default_space() -> list[dict[str, int]]:
             continue
         space.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=stages, num_warps=warps))
     return space
-
 
 def _max_space() -> list[dict[str, int]]:
     """The default space plus a looser grid; only the accumulator and shared-memory limits prune."""
@@ -78,7 +73,6 @@ def _max_space() -> list[dict[str, int]]:
         extra.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=stages, num_warps=warps))
     return unique_configs(_default_space() + extra)
 
-
 def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_bytes: int,
                 smem_limit: int) -> list[dict[str, int]]:
     """Clamp tiles to the problem (min 16), drop duplicates and configs over shared memory.
@@ -88,7 +82,6 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
         True
     """
     return fit_tiles(space, M, N, K, elt_bytes, smem_limit)
-
 
 class TritonMMTemplate(TritonTemplate):
     """Triton mm/addmm/bmm for fp16, bf16 and fp32 (tf32 following torch's setting).
@@ -105,11 +98,13 @@ class TritonMMTemplate(TritonTemplate):
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
         return fit_configs(self.space, ki.M, ki.N, ki.K, ki.dtype.itemsize, smem_limit(ki.device))
 
-    def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
+    traceable = True
+
+    def launch_spec(self, choice: Choice, ki: KernelInputs) -> tuple[KernelLaunch, Callable[..., tuple]]:
         from .mm_kernel import gemm_kernel
 
         cfg = choice.config_dict
         meta = dict({k: cfg[k] for k in TILE_KEYS}, **epilogue_flags(ki), INPUT_PRECISION=input_precision(ki.dtype),
                     EVEN_K=ki.K % cfg["BLOCK_K"] == 0)
         run = KernelLaunch(gemm_kernel, (cdiv(ki.M, cfg["BLOCK_M"]) * cdiv(ki.N, cfg["BLOCK_N"]), ki.batch, 1), meta)
-        return swizzled_launcher(ki, example, run, lambda tensors, out, swizzle: (*gemm_args(ki, tensors, out), swizzle))
+        return run, lambda tensors, out, swizzle=STAGE1_SWIZZLE: (*gemm_args(ki, tensors, out), swizzle)
