@@ -93,21 +93,24 @@ class Layer(nn.Module):
 
 
 def build(name: str, m: int) -> tuple[nn.Module, tuple]:
+    """The model, built on the GPU in bf16 (random weights), and its example inputs for `m` tokens."""
     torch.manual_seed(0)
     if name == "stack":
-        model = nn.Sequential(*[Layer() for _ in range(4)])
-        x = torch.randn(1, m, HIDDEN) * 0.5
+        with torch.device("cuda"):
+            model = nn.Sequential(*[Layer() for _ in range(4)]).to(torch.bfloat16)
+            x = (torch.randn(1, m, HIDDEN) * 0.5).to(torch.bfloat16)
         with torch.no_grad():
             for p in model.parameters():
                 if p.dim() == 2:
                     p.normal_(0.0, 0.02)
-        return model.to("cuda", torch.bfloat16).eval(), (x.to("cuda", torch.bfloat16),)
+        return model.eval(), (x,)
     from transformers import LlamaConfig, LlamaModel
 
     cfg = LlamaConfig(hidden_size=HIDDEN, intermediate_size=FFN, num_attention_heads=HEADS,
                       num_key_value_heads=KV_HEADS, num_hidden_layers=2, vocab_size=32000,
                       max_position_embeddings=8192, attn_implementation="sdpa", use_cache=False)
-    model = LlamaModel(cfg).to("cuda", torch.bfloat16).eval()
+    with torch.device("cuda"):
+        model = LlamaModel(cfg).to(torch.bfloat16).eval()
     ids = torch.randint(0, cfg.vocab_size, (1, m), device="cuda")
     return model, (ids,)
 
@@ -168,8 +171,9 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def run_variant(variant: str, name: str, m: int, iters: int) -> dict[str, Any]:
-    """Build the model afresh, run `variant` cold, then time its steady state."""
-    fresh_caches(f"{name}-m{m}-{variant}")
+    """Build the model afresh, run `variant` cold, then time its steady state.  The CUDA-graph
+    variants reuse their base variant's caches and store (their first run is not a cold start)."""
+    fresh_caches(f"{name}-m{m}-{variant.removesuffix('_graph')}")
     torch._dynamo.reset()
     gemmtune.clear_dispatch_cache()
     model, inputs = build(name, m)
@@ -209,8 +213,10 @@ def prepare(variant: str, model: nn.Module, inputs: tuple) -> tuple[Callable[[],
         report = gemmtune.warmup(model, *inputs, progress=False)
         _, fwd = first_call(plain)
         first = time.perf_counter() - t0
-        extra.update(problems=len(report.rows), warmup_s=report.seconds,
-                     picks={r.problem: r.winner for r in report.rows}, second_start_s=second_start(model, inputs))
+        extra.update(problems=len(report.rows), warmup_s=report.seconds, tuned=report.tuned,
+                     picks={r.problem: r.winner for r in report.rows})
+        if variant == "gemmtune":
+            extra["second_start_s"] = second_start(model, inputs)
         return (graphed(plain) if variant == "gemmtune_graph" else plain), first, extra
     if variant == "inductor":
         compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")

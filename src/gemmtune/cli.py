@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tune", help="tune one GEMM (--shape) or a suite of them (--suite)")
     src = t.add_mutually_exclusive_group()
     src.add_argument("--shape", help="MxKxN, for C[M,N] = A[M,K] @ B[K,N] (default 512x512x512)")
-    src.add_argument("--suite", help="JSON file of shapes (format of shared/bench/shapes.json)")
+    src.add_argument("--suite", help="JSON file of shapes (format of bench/shapes.json)")
     t.add_argument("--op", choices=("mm", "addmm", "bmm"), default="mm")
     t.add_argument("--batch", type=int, default=1, help="batch size for bmm")
     t.add_argument("--dtype", default=None, help="float16|bfloat16|float32|float64 (default: bfloat16 on cuda, "
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("-v", "--verbose", action="store_true")
     w = sub.add_parser("sweep", help="record every candidate's time for every shape of a suite (resumable)")
-    w.add_argument("--suite", required=True, help="JSON file of shapes (format of shared/bench/shapes.json)")
+    w.add_argument("--suite", required=True, help="JSON file of shapes (format of bench/shapes.json)")
     w.add_argument("--out", required=True, help="dataset to write (JSONL; appended to, so a rerun resumes)")
     w.add_argument("--device", default=None)
     w.add_argument("--dtype", default=None, help="override every shape's dtype")

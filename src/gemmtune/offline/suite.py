@@ -70,7 +70,7 @@ class ProblemSpec:
 
 
 def load_suite(path: str | Path, dtype: str | None = None) -> list[ProblemSpec]:
-    """Read a suite file (the format of shared/bench/shapes.json)."""
+    """Read a suite file (the format of bench/shapes.json)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
