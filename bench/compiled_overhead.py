@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch  # noqa: E402
 
 import gemmtune  # noqa: E402
+from gemmtune.dispatch import compiled  # noqa: E402
 
 GPU_SHAPES = "16x4096x6144,64x4096x4096,1x4096x14336,4096x4096x4096"
 CPU_SHAPES = "8x8x8,64x64x64,256x256x256"
@@ -55,6 +56,7 @@ def measure(shape: tuple[int, int, int], device: str, dtype: torch.dtype) -> dic
     plain = lambda a, b: torch.relu(torch.mm(a, b))  # noqa: E731
     tuned = lambda a, b: torch.relu(gemmtune.mm(a, b))  # noqa: E731
     torch._dynamo.reset()
+    gemmtune.clear_dispatch_cache()
     c_plain, c_tuned = torch.compile(plain, fullgraph=True), torch.compile(tuned, fullgraph=True)
     from torch._inductor.utils import run_and_get_code
 
@@ -66,7 +68,8 @@ def measure(shape: tuple[int, int, int], device: str, dtype: torch.dtype) -> dic
            "compiled_gemmtune_us": per_call_us(lambda: c_tuned(a, b)),
            "eager_torch_us": per_call_us(lambda: plain(a, b)),
            "eager_gemmtune_us": per_call_us(lambda: tuned(a, b)),
-           "opaque_op_in_code": "gemmtune" in "\n".join(code), "rel_err": err}
+           "opaque_op_in_code": "torch.ops.gemmtune" in "\n".join(code), "rel_err": err,
+           "traced_pick": next((d[0].winner.name for d in compiled._TRACED.values() if d), None)}
     row["compiled_ratio"] = row["compiled_gemmtune_us"] / row["compiled_torch_us"]
     row["compiled_extra_us"] = row["compiled_gemmtune_us"] - row["compiled_torch_us"]
     return row
@@ -82,12 +85,12 @@ def main() -> int:
     shapes = args.shapes or (GPU_SHAPES if args.device == "cuda" else CPU_SHAPES)
     rows = [measure(tuple(int(v) for v in s.split("x")), args.device, dtype) for s in shapes.split(",")]
     print("| shape | compiled torch.mm us | compiled gemmtune.mm us | ratio | extra us | eager torch | eager gemmtune "
-          "| opaque op in code | rel err |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| opaque op in code | rel err | traced pick |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['shape']} | {r['compiled_torch_us']:.1f} | {r['compiled_gemmtune_us']:.1f} | "
               f"{r['compiled_ratio']:.3f} | {r['compiled_extra_us']:+.1f} | {r['eager_torch_us']:.1f} | "
-              f"{r['eager_gemmtune_us']:.1f} | {r['opaque_op_in_code']} | {r['rel_err']:.1e} |")
+              f"{r['eager_gemmtune_us']:.1f} | {r['opaque_op_in_code']} | {r['rel_err']:.1e} | {r['traced_pick']} |")
     if args.out:
         meta = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "command": " ".join(sys.argv),
                 "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}

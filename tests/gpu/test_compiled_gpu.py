@@ -33,7 +33,7 @@ def test_triton_pick_is_the_kernel_in_generated_code(m):
     out, code = run_and_get_code(f, x, w)
     _close(out, torch.relu(x @ w.t()))
     text = "\n".join(code)
-    assert "gemmtune" not in text  # no opaque op: the kernel is launched by the generated code
+    assert "torch.ops.gemmtune" not in text  # no opaque op: the kernel is launched by the generated code
     assert "gemm_kernel" in text or "gemv_kernel" in text
     _close(f(x, w), torch.relu(x @ w.t()))
 
@@ -49,7 +49,7 @@ def test_default_backends_several_gemms_fullgraph_and_autograd():
     gemmtune.unpatch(model)
     ref = ref_model(x)
     _close(out, ref)
-    assert "gemmtune" not in "\n".join(code)
+    assert "torch.ops.gemmtune" not in "\n".join(code)
     out.float().sum().backward()
     g = x.grad.clone()
     x.grad = None
