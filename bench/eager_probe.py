@@ -61,6 +61,19 @@ def host_us(fn, calls: int = 100, rounds: int = 7) -> float:
     return statistics.median(out)
 
 
+def profile(fn) -> str:
+    """torch.profiler's table (CPU and CUDA time per op) over 5 calls of `fn` after a warm-up."""
+    from torch.profiler import ProfilerActivity, profile as prof
+
+    fn()
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+    return p.key_averages().table(sort_by="cpu_time_total", row_limit=18, max_name_column_width=50)
+
+
 def fast_launch_taken(sel, tensors) -> str:
     """'fast', 'jit' or '-' (library kernel): whether the winner's direct launch path (FastLaunch)
     served these operands (its __call__ returns False when the JIT has to launch)."""
@@ -91,8 +104,17 @@ def main() -> int:
         report = gemmtune.warmup(model, x, progress=False)
         patched_fwd = host_us(lambda: model(x), calls=20)
     patched_grad_fwd = host_us(lambda: model(x), calls=20)  # grad mode on: what a script without no_grad pays
+    with torch.no_grad():
+        before = gemmtune.dispatch_stats()
+        patched_e2e = per_call_us(lambda: model(x), calls=20)
+        after = gemmtune.dispatch_stats()
+        profile_patched = profile(lambda: model(x))
+    dispatch = {k: after[k] - before[k] for k in ("hits", "misses", "tunes")}
     gemmtune.unpatch(model)
     plain_grad_fwd = host_us(lambda: model(x), calls=20)
+    with torch.no_grad():
+        plain_e2e = per_call_us(lambda: model(x), calls=20)
+        profile_plain = profile(lambda: model(x))
     with torch.no_grad():
         for canon, sel in eager.selections().items():
             ops = [t for t in (torch.randn(*o.size, device="cuda", dtype=o.dtype) for o in sel.problem.operands)]
@@ -111,7 +133,11 @@ def main() -> int:
             print(json.dumps(row), flush=True)
     result = {"M": args.m, "plain_forward_us": plain_fwd, "patched_forward_us": patched_fwd, "rows": rows,
               "plain_grad_forward_us": plain_grad_fwd, "patched_grad_forward_us": patched_grad_fwd,
-              "warmup": report.table()}
+              "warmup": report.table(), "plain_e2e_us": plain_e2e, "patched_e2e_us": patched_e2e,
+              "dispatch_during_loop": dispatch, "profile_plain": profile_plain, "profile_patched": profile_patched}
+    print("profile plain:\n" + profile_plain + "\nprofile patched:\n" + profile_patched)
+    print(f"end to end us per forward (no_grad): plain {plain_e2e:.1f}, patched {patched_e2e:.1f}; "
+          f"dispatch during the patched loop: {dispatch}")
     print(report.table())
     print(f"forward host us (no_grad): plain {plain_fwd:.1f}, patched {patched_fwd:.1f}; "
           f"(grad on): plain {plain_grad_fwd:.1f}, patched {patched_grad_fwd:.1f}")

@@ -254,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--out", default="models.json")
     args = p.parse_args(argv)
-    rows = []
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv)}
+    rows: list[dict] = []
     for m in (int(v) for v in args.m.split(",")):
         for name in args.models.split(","):
             recs = [guarded(v, name, m, args.iters) for v in args.variants.split(",")]
@@ -264,9 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                     r["rel_err_vs_first"] = rel_err(r.pop("out"), ref)
                 print(json.dumps({k: v for k, v in r.items() if k != "picks"}), flush=True)
             rows += recs
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv)}
-    Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+            # written after every model and M, so a run cut short keeps what it measured
+            Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print_table(rows, meta)
     return 0
 
