@@ -12,9 +12,9 @@ the winner up in an in-process dict and runs it.  That warm path is kept lean:
   the Selection's kernel behind a two-attribute check for autograd.
 
 Calls that need a gradient through a generated kernel (numba, Triton, NumPy)
-go through the `torch.library` custom ops of `gemmtune.dispatch.library`, whose registered
+run it inside a `torch.autograd.Function` (`gemmtune.dispatch.autograd`) whose
 backward computes the standard GEMM gradients with gemmtune again.  Under
-`torch.compile` the functions trace to those custom ops.
+`torch.compile` the functions trace to `gemmtune.dispatch.compiled`'s ops.
 
 The first call of a problem holds one lock (tuning is never concurrent, so its
 timings are not disturbed by a second tuning thread); the warm path takes none.
@@ -22,6 +22,7 @@ timings are not disturbed by a second tuning thread); the warm path takes none.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ import torch
 
 from .. import engine
 from ..core.errors import InputError, NoCandidatesError
+from .autograd import TunedAddmm, TunedMM
 
 __all__ = ["mm", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats"]
 
@@ -298,23 +300,24 @@ def _runner(op: str, sel: Any, alpha: float, beta: float, backends: tuple[str, .
         if op == "bmm" and uid == "aten_bmm":
             return _torch_bmm
     kernel = sel.kernel
-    bk = _backends_arg(backends)
     if op == "addmm":
+        grad_mm = functools.partial(mm, backends=backends)
+
         def run_addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-            if (a.requires_grad or b.requires_grad or bias.requires_grad) and _grad_enabled():
-                return torch.ops.gemmtune.addmm.default(bias, a, b, beta, alpha, bk, out_layout)
             if a.is_neg() or b.is_neg() or bias.is_neg():  # lazy negation views: kernels read raw memory
                 bias, a, b = bias.resolve_neg(), a.resolve_neg(), b.resolve_neg()
+            if (a.requires_grad or b.requires_grad or bias.requires_grad) and _grad_enabled():
+                return TunedAddmm.apply(bias, a, b, kernel, grad_mm, alpha, beta)
             return kernel(bias, a, b)
 
         return run_addmm
-    custom = torch.ops.gemmtune.mm.default if op == "mm" else torch.ops.gemmtune.bmm.default
+    grad_fn = functools.partial(mm if op == "mm" else bmm, backends=backends)
 
     def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        if (a.requires_grad or b.requires_grad) and _grad_enabled():
-            return custom(a, b, bk, out_layout)
         if a.is_neg() or b.is_neg():  # lazy negation views (x.conj().imag): kernels read raw memory
             a, b = a.resolve_neg(), b.resolve_neg()
+        if (a.requires_grad or b.requires_grad) and _grad_enabled():
+            return TunedMM.apply(a, b, kernel, grad_fn)
         return kernel(a, b)
 
     return run
