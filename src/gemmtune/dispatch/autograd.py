@@ -23,11 +23,62 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["TunedMM", "TunedAddmm"]
+__all__ = ["TunedMM", "TunedAddmm", "mm_grads", "addmm_grads", "mm_setup", "addmm_setup"]
+
+GradMM = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _sum_to(grad: torch.Tensor, shape: tuple) -> torch.Tensor:
     return grad.sum() if len(shape) == 0 else grad.sum_to_size(shape)
+
+
+def mm_grads(grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor, needs: tuple, grad_mm: GradMM) -> tuple:
+    """(dA, dB) of C = A @ B (or bmm) for the inputs in `needs`, each GEMM run by `grad_mm`.
+
+    Example:
+        >>> a, b, g = torch.randn(3, 2), torch.randn(2, 4), torch.ones(3, 4)
+        >>> ga, gb = mm_grads(g, a, b, (True, False), torch.mm); torch.allclose(ga, g @ b.T), gb
+        (True, None)
+    """
+    ga = grad_mm(grad, b.mT) if needs[0] else None
+    gb = grad_mm(a.mT, grad) if needs[1] else None
+    return ga, gb
+
+
+def addmm_grads(grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor, needs: tuple, grad_mm: GradMM,
+                bias_shape: tuple, alpha: float, beta: float) -> tuple:
+    """(dbias, dA, dB) of beta * bias + alpha * A @ B for the inputs in `needs` (bias, A, B).
+
+    Example:
+        >>> g = torch.ones(3, 4)
+        >>> gbias, ga, gb = addmm_grads(g, torch.randn(3, 2), torch.randn(2, 4), (True, False, False), torch.mm, (4,), 1.0, 2.0)
+        >>> gbias.tolist(), ga, gb
+        ([6.0, 6.0, 6.0, 6.0], None, None)
+    """
+    gbias = None
+    if needs[0]:
+        gbias = _sum_to(grad, bias_shape)
+        gbias = gbias * beta if beta != 1.0 else gbias
+    ga, gb = mm_grads(grad, a, b, needs[1:], grad_mm)
+    if alpha != 1.0:
+        ga = ga * alpha if ga is not None else None
+        gb = gb * alpha if gb is not None else None
+    return gbias, ga, gb
+
+
+def mm_setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+    """`register_autograd`'s setup for the (a, b, backends, out_layout) ops."""
+    a, b, backends, _ = inputs
+    ctx.backends = backends
+    ctx.save_for_backward(a, b)
+
+
+def addmm_setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+    """`register_autograd`'s setup for the (bias, a, b, beta, alpha, backends, out_layout) ops."""
+    bias, a, b, beta, alpha, backends, _ = inputs
+    ctx.backends, ctx.alpha, ctx.beta = backends, alpha, beta
+    ctx.bias_shape = tuple(bias.shape)
+    ctx.save_for_backward(a, b)
 
 
 class TunedMM(torch.autograd.Function):
@@ -43,9 +94,7 @@ class TunedMM(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
         a, b = ctx.saved_tensors
-        ga = ctx.grad_mm(grad, b.mT) if ctx.needs_input_grad[0] else None
-        gb = ctx.grad_mm(a.mT, grad) if ctx.needs_input_grad[1] else None
-        return ga, gb, None, None
+        return (*mm_grads(grad, a, b, ctx.needs_input_grad, ctx.grad_mm), None, None)
 
 
 class TunedAddmm(torch.autograd.Function):
@@ -61,14 +110,5 @@ class TunedAddmm(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
         a, b = ctx.saved_tensors
-        gbias = ga = gb = None
-        if ctx.needs_input_grad[0]:
-            gbias = _sum_to(grad, ctx.bias_shape)
-            gbias = gbias * ctx.beta if ctx.beta != 1.0 else gbias
-        if ctx.needs_input_grad[1]:
-            ga = ctx.grad_mm(grad, b.mT)
-            ga = ga * ctx.alpha if ctx.alpha != 1.0 else ga
-        if ctx.needs_input_grad[2]:
-            gb = ctx.grad_mm(a.mT, grad)
-            gb = gb * ctx.alpha if ctx.alpha != 1.0 else gb
-        return gbias, ga, gb, None, None, None, None
+        return (*addmm_grads(grad, a, b, ctx.needs_input_grad, ctx.grad_mm, ctx.bias_shape, ctx.alpha, ctx.beta),
+                None, None, None, None)

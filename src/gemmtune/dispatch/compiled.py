@@ -39,6 +39,7 @@ from ..core.validate import validate_operands
 from ..core.inputs import KernelInputs
 from ..templates import active_templates, default_templates
 from . import eager
+from .autograd import addmm_grads, addmm_setup, mm_grads, mm_setup
 
 __all__ = ["traced_mm", "traced_bmm", "traced_addmm", "is_static"]
 
@@ -151,44 +152,20 @@ def traced_addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: flo
     return _emit("addmm", (bias, a, b), alpha, beta, backends, out_layout)
 
 
-def _mm_setup(ctx, inputs, output):
-    a, b, backends, _ = inputs
-    ctx.backends = backends
-    ctx.save_for_backward(a, b)
-
-
 def _mm_backward(ctx, grad):
     a, b = ctx.saved_tensors
     op = torch.ops.gemmtune.traced_mm.default if a.dim() == 2 else torch.ops.gemmtune.traced_bmm.default
-    ga = op(grad, b.mT, ctx.backends, None) if ctx.needs_input_grad[0] else None
-    gb = op(a.mT, grad, ctx.backends, None) if ctx.needs_input_grad[1] else None
-    return ga, gb, None, None
-
-
-def _addmm_setup(ctx, inputs, output):
-    bias, a, b, beta, alpha, backends, _ = inputs
-    ctx.backends, ctx.alpha, ctx.beta = backends, alpha, beta
-    ctx.bias_shape = tuple(bias.shape)
-    ctx.save_for_backward(a, b)
+    return (*mm_grads(grad, a, b, ctx.needs_input_grad, lambda x, y: op(x, y, ctx.backends, None)), None, None)
 
 
 def _addmm_backward(ctx, grad):
     a, b = ctx.saved_tensors
     mm = torch.ops.gemmtune.traced_mm.default
-    gbias = ga = gb = None
-    if ctx.needs_input_grad[0]:
-        gbias = grad.sum() if not ctx.bias_shape else grad.sum_to_size(ctx.bias_shape)
-        gbias = gbias * ctx.beta if ctx.beta != 1.0 else gbias
-    if ctx.needs_input_grad[1]:
-        ga = mm(grad, b.mT, ctx.backends, None)
-        ga = ga * ctx.alpha if ctx.alpha != 1.0 else ga
-    if ctx.needs_input_grad[2]:
-        gb = mm(a.mT, grad, ctx.backends, None)
-        gb = gb * ctx.alpha if ctx.alpha != 1.0 else gb
-    return gbias, ga, gb, None, None, None, None
+    return (*addmm_grads(grad, a, b, ctx.needs_input_grad, lambda x, y: mm(x, y, ctx.backends, None),
+                         ctx.bias_shape, ctx.alpha, ctx.beta), None, None, None, None)
 
 
 eager._CLEAR_HOOKS.append(_TRACED.clear)
-traced_mm.register_autograd(_mm_backward, setup_context=_mm_setup)
-traced_bmm.register_autograd(_mm_backward, setup_context=_mm_setup)
-traced_addmm.register_autograd(_addmm_backward, setup_context=_addmm_setup)
+traced_mm.register_autograd(_mm_backward, setup_context=mm_setup)
+traced_bmm.register_autograd(_mm_backward, setup_context=mm_setup)
+traced_addmm.register_autograd(_addmm_backward, setup_context=addmm_setup)

@@ -31,12 +31,13 @@ Example:
     True
 """
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
 from ..core.layout import output_strides
 from . import eager as api
+from .autograd import addmm_grads, addmm_setup, mm_grads, mm_setup
 
 __all__ = ["mm", "addmm", "bmm"]
 
@@ -56,11 +57,10 @@ def _fake(like: torch.Tensor, size: tuple, out_layout: Optional[str]) -> torch.T
     return like.new_empty_strided(size, output_strides(size, out_layout))
 
 
-def _reduce_to(grad: torch.Tensor, shape: Sequence[Any]) -> torch.Tensor:
-    """Sum a broadcast gradient back to the operand's shape (0-, 1- or 2-D)."""
-    if len(shape) == 0:
-        return grad.sum()
-    return grad.sum_to_size(tuple(shape))
+def _runtime_op(op: str, backends: Optional[str]):
+    """The GEMM a backward runs: this module's op again (tuned, and differentiable again)."""
+    fn = getattr(torch.ops.gemmtune, op).default
+    return lambda x, y: fn(x, y, backends, None)
 
 
 # -- mm ---------------------------------------------------------------------------------------------
@@ -87,23 +87,12 @@ def _mm_fake(a, b, backends=None, out_layout=None):
     return _fake(a, (a.shape[0], b.shape[1]), out_layout)
 
 
-def _mm_setup(ctx, inputs, output):
-    a, b, backends, _ = inputs
-    ctx.backends = backends
-    ctx.save_for_backward(a, b)
-
-
 def _mm_backward(ctx, grad):
     a, b = ctx.saved_tensors
-    ga = gb = None
-    if ctx.needs_input_grad[0]:
-        ga = torch.ops.gemmtune.mm.default(grad, b.mT, ctx.backends, None)
-    if ctx.needs_input_grad[1]:
-        gb = torch.ops.gemmtune.mm.default(a.mT, grad, ctx.backends, None)
-    return ga, gb, None, None
+    return (*mm_grads(grad, a, b, ctx.needs_input_grad, _runtime_op("mm", ctx.backends)), None, None)
 
 
-mm.register_autograd(_mm_backward, setup_context=_mm_setup)
+mm.register_autograd(_mm_backward, setup_context=mm_setup)
 
 
 # -- bmm --------------------------------------------------------------------------------------------
@@ -130,23 +119,12 @@ def _bmm_fake(a, b, backends=None, out_layout=None):
     return _fake(a, (a.shape[0], a.shape[1], b.shape[2]), out_layout)
 
 
-def _bmm_setup(ctx, inputs, output):
-    a, b, backends, _ = inputs
-    ctx.backends = backends
-    ctx.save_for_backward(a, b)
-
-
 def _bmm_backward(ctx, grad):
     a, b = ctx.saved_tensors
-    ga = gb = None
-    if ctx.needs_input_grad[0]:
-        ga = torch.ops.gemmtune.bmm.default(grad, b.mT, ctx.backends, None)
-    if ctx.needs_input_grad[1]:
-        gb = torch.ops.gemmtune.bmm.default(a.mT, grad, ctx.backends, None)
-    return ga, gb, None, None
+    return (*mm_grads(grad, a, b, ctx.needs_input_grad, _runtime_op("bmm", ctx.backends)), None, None)
 
 
-bmm.register_autograd(_bmm_backward, setup_context=_bmm_setup)
+bmm.register_autograd(_bmm_backward, setup_context=mm_setup)
 
 
 # -- addmm ------------------------------------------------------------------------------------------
@@ -173,29 +151,10 @@ def _addmm_fake(bias, a, b, beta=1.0, alpha=1.0, backends=None, out_layout=None)
     return _fake(a, (a.shape[0], b.shape[1]), out_layout)
 
 
-def _addmm_setup(ctx, inputs, output):
-    bias, a, b, beta, alpha, backends, _ = inputs
-    ctx.backends, ctx.alpha, ctx.beta = backends, alpha, beta
-    ctx.bias_shape = tuple(bias.shape)
-    ctx.save_for_backward(a, b)
-
-
 def _addmm_backward(ctx, grad):
     a, b = ctx.saved_tensors
-    gbias = ga = gb = None
-    if ctx.needs_input_grad[0]:
-        gbias = _reduce_to(grad, ctx.bias_shape)
-        if ctx.beta != 1.0:
-            gbias = gbias * ctx.beta
-    if ctx.needs_input_grad[1]:
-        ga = torch.ops.gemmtune.mm.default(grad, b.mT, ctx.backends, None)
-        if ctx.alpha != 1.0:
-            ga = ga * ctx.alpha
-    if ctx.needs_input_grad[2]:
-        gb = torch.ops.gemmtune.mm.default(a.mT, grad, ctx.backends, None)
-        if ctx.alpha != 1.0:
-            gb = gb * ctx.alpha
-    return gbias, ga, gb, None, None, None, None
+    return (*addmm_grads(grad, a, b, ctx.needs_input_grad, _runtime_op("mm", ctx.backends), ctx.bias_shape,
+                         ctx.alpha, ctx.beta), None, None, None, None)
 
 
-addmm.register_autograd(_addmm_backward, setup_context=_addmm_setup)
+addmm.register_autograd(_addmm_backward, setup_context=addmm_setup)
