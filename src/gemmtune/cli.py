@@ -279,7 +279,7 @@ def configure_consoles() -> None:
 
 
 def configure_logging(verbose: int) -> None:
-    """-v: INFO logs of the "gemmtune" logger (phases, each choice's outcome); -vv: DEBUG.  Other libraries stay at WARNING."""
+    """-v: INFO logs of the "gemmtune" logger (phases, the pick); -vv: DEBUG (every choice timed).  Other libraries stay at WARNING."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     level = {0: logging.NOTSET, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.getLogger("gemmtune").setLevel(level)

@@ -24,10 +24,9 @@ def describe_choice(choice: Choice) -> str:
 
 STAGE_LABELS = {"prescreen": "prescreen", "final": "final", "finalist": "interleaved final", "store": "store",
                 "pinned": "pinned"}
-LEGEND = ("stage: prescreen = one run per config in stage 1; final = timed on its own; interleaved final = the "
-          "finalists re-timed in alternation, which decides the pick (a generated kernel must beat the library "
-          "kernel by the library margin); store = recalled from an earlier tune. % = the winner's deciding time / "
-          "this row's time (times of different stages are separate measurements)")
+LEGEND = ("stage: prescreen = one run per config (stage 1); final = timed alone; interleaved final = the finalists "
+          "re-timed in alternation, which decides the pick (the library kernel keeps it unless beaten by the library "
+          "margin); store = from an earlier tune. % = the winner's deciding time / this row's time")
 
 
 def autotune_table(sel: Selection, rows: int | None = 20) -> str:
@@ -120,7 +119,7 @@ def _untimed_reason(sel: Selection) -> str:
     others = sum(t.choice != sel.winner for t in sel.timings)
     why = (f"{others} other candidates failed" if others else
            f"no other template supports {dtype_name(ki.dtype)} on {ki.device_type}, or a lookup table or hook "
-           f"pinned it")
+           f"pinned this one")
     return f"the only candidate ({why}), so there was nothing to compare"
 
 
