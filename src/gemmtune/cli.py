@@ -28,7 +28,6 @@ from .engine import shared_store, tune
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
-log = logging.getLogger("gemmtune")
 PIPED_WIDTH = 10_000  # columns of output that is not a terminal: nothing cut or wrapped
 
 
