@@ -8,13 +8,16 @@ import torch
 
 import gemmtune
 from gemmtune.cli import main
+from gemmtune.core.choices import Choice, Selection, Timing, as_params
 from gemmtune.core.errors import InputError
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.report import LEGEND, STAGE_LABELS, autotune_table
 from gemmtune.offline.suite import ProblemSpec, load_suite
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
 
 from helpers import ScriptedTemplate
 
-ROW = re.compile(r"^  (\S+)\s+(\d+\.\d{4}) ms\s+(\d+\.\d)% (.*)$")
+ROW = re.compile(r"^  (\S+)\s+(\d+\.\d{4}) ms\s+(\d+\.\d)% (interleaved final|prescreen|final|store|pinned)\s+(.*)$")
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +31,68 @@ def test_table_has_inductor_format(selection):
     assert lines[0] == "AUTOTUNE mm(64x48, 48x32)"
     assert lines[1] == "strides: [48, 1], [1, 48]"
     assert lines[2] == "dtypes: torch.float32, torch.float32"
-    rows = [ROW.match(line) for line in lines[3:-1]]
+    rows = [ROW.match(line) for line in lines[3:-2]]
     assert rows and all(rows)
-    pct = [float(r.group(3)) for r in rows]
-    assert pct[0] == 100.0 and pct == sorted(pct, reverse=True)
-    assert any("group=" in r.group(4) for r in rows)
+    assert lines[-2] == LEGEND
+    assert any("group=" in r.group(5) for r in rows)
     assert re.fullmatch(r"SingleProcess AUTOTUNE benchmarking takes \d+\.\d{4} seconds and \d+\.\d{4} seconds "
                         r"precompiling for 6 choices and \d+\.\d{4} seconds prescreening", lines[-1])
+
+
+def test_rows_show_stages_and_the_winner_carries_its_deciding_time():
+    from gemmtune.store.sqlite import Store
+
+    a, b, store = torch.randn(40, 24), torch.randn(24, 56), Store(":memory:")
+    templates = [AtenTemplate("mm"), NumpyTemplate(), ScriptedTemplate()]
+    fresh = gemmtune.tune("mm", a, b, templates=templates, store=store)
+    stages = _check_rows(fresh)
+    assert "interleaved final" in stages and "prescreen" in stages
+    warm = gemmtune.tune("mm", a, b, templates=templates, store=store)
+    assert warm.cache_hit and set(_check_rows(warm)) == {"store"}
+
+
+def _check_rows(selection):
+    rows = [ROW.match(line) for line in gemmtune.autotune_table(selection).splitlines()[3:-2]]
+    assert rows and all(rows)
+    stages = [r.group(4) for r in rows]
+    n_final = stages.count("interleaved final")
+    assert stages[:n_final] == ["interleaved final"] * n_final  # the rows that decided the pick come first
+    for group in (rows[:n_final], rows[n_final:]):
+        ms = [float(r.group(2)) for r in group]
+        assert ms == sorted(ms)
+    (win,) = [r for r in rows if "<- winner" in r.group(5)]
+    deciding = next(t for t in selection.timings if t.choice == selection.winner)
+    assert win.group(1) == selection.winner.name and win.group(4) == STAGE_LABELS[deciding.stage]
+    assert float(win.group(2)) == pytest.approx(selection.winner_ms, abs=5e-5) and win.group(3) == "100.0"
+    return stages
+
+
+def _hand_selection(lib_ms, gen_ms, pre_ms):
+    """A Selection as the final leaves it: the library kernel and one generated kernel re-timed
+    interleaved, another generated kernel timed only in the prescreen (faster there)."""
+    lib, gen, pre = Choice("aten_mm", None), Choice("gen", "h", as_params({"T": 1}), family="numba"), \
+        Choice("gen", "h", as_params({"T": 2}), family="numba")
+    ki = KernelInputs.from_tensors("mm", torch.ones(4, 4), torch.ones(4, 4))
+    timings = (Timing(pre, pre_ms, "prescreen"), Timing(gen, gen_ms, "finalist"), Timing(lib, lib_ms, "finalist"))
+    winner = lib if lib_ms <= gen_ms * 1.01 else gen
+    return Selection(ki, winner, timings, None, "prescreen", 3, 0.0, 0.0, 0.0, 0.0, "cpu")
+
+
+def test_winner_row_is_the_interleaved_final_time_not_a_faster_prescreen_row():
+    table = autotune_table(_hand_selection(lib_ms=2.0, gen_ms=1.5, pre_ms=1.0))
+    rows = [ROW.match(line) for line in table.splitlines()[3:-2]]
+    assert [(r.group(1), r.group(2), r.group(4)) for r in rows] == [
+        ("gen_T1", "1.5000", "interleaved final"), ("aten_mm", "2.0000", "interleaved final"),
+        ("gen_T2", "1.0000", "prescreen")]
+    assert rows[0].group(5).endswith("<- winner") and rows[0].group(3) == "100.0"
+    assert rows[2].group(3) == "150.0"  # faster in the prescreen, but not what decided
+
+
+def test_library_kernel_kept_by_the_margin_says_so():
+    table = autotune_table(_hand_selection(lib_ms=1.005, gen_ms=1.0, pre_ms=0.9))
+    (line,) = [line for line in table.splitlines() if "<- winner" in line]
+    assert line.startswith("  aten_mm ") and "1.0050 ms 100.0% interleaved final" in line
+    assert "library kernel kept: no generated kernel beat it by the library margin" in line
 
 
 def test_json_has_every_field(selection):

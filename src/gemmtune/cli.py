@@ -14,16 +14,21 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from .core.errors import GemmtuneError
-from .report import autotune_table, selection_dict, write_json
+from .core.errors import GemmtuneError, InputError
+from .core.inputs import parse_dtype
+from .core.validate import ProblemTooLargeError, available_bytes, tuning_bytes
+from .core.version import __version__
+from .report import autotune_table, run_info, selection_dict, write_json
 from .core.settings import EFFORTS, Settings, effort_help
 from .search import STRATEGIES
 from .offline.suite import ProblemSpec, load_suite
 from .engine import shared_store, tune
 
-err = Console(stderr=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
+PIPED_WIDTH = 10_000  # columns of output that is not a terminal: nothing cut or wrapped
 
 
 def default_device() -> str:
@@ -31,7 +36,10 @@ def default_device() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gemmtune", description="GEMM autotuner for PyTorch")
+    p = OneLineParser(prog="gemmtune", description="GEMM autotuner for PyTorch")
+    p.add_argument("--version", action="version", version=f"gemmtune {__version__}")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="-v: phase boundaries and the pick (INFO logs); -vv: also every choice timed (DEBUG)")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("tune", help="tune one GEMM (--shape) or a suite of them (--suite)")
     src = t.add_mutually_exclusive_group()
@@ -60,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--isolation", choices=("auto", "off", "subprocess"), default=None,
                    help="subprocess: checks and timings run in a worker process that may crash or hang safely")
     t.add_argument("--no-progress", action="store_true")
-    t.add_argument("-v", "--verbose", action="store_true")
+    t.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                   help="-v: phase boundaries and the pick (INFO logs); -vv: also every choice timed (DEBUG)")
     w = sub.add_parser("sweep", help="record every candidate's time for every shape of a suite (resumable)")
     w.add_argument("--suite", required=True, help="JSON file of shapes (format of bench/shapes.json)")
     w.add_argument("--out", required=True, help="dataset to write (JSONL; appended to, so a rerun resumes)")
@@ -82,7 +91,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     specs = load_suite(args.suite, dtype=args.dtype)
     only = {s for s in args.only.split(",") if s}
     specs = [s for s in specs if not only or s.name in only]
-    added = sweep(specs, args.out, args.device or default_device(), Settings.from_env(),
+    device = check_device(args.device)
+    for spec in specs:
+        check_fits(spec, device, "--suite")
+    added = sweep(specs, args.out, device, Settings.from_env(),
                   log=lambda m: out.print(m), command="gemmtune sweep " + " ".join(sys.argv[2:]))
     out.print(f"recorded {added} new shapes in {args.out}")
     return 0
@@ -93,7 +105,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     if args.action == "ls":
         table = Table(title=f"gemmtune store {store.path}")
         for col in ("problem", "device", "pick", "ms", "timings"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for p in store.problems():
             rt = " ".join(f"{k}={v}" for k, v in p["runtime_params"].items())
             cfg = ",".join(f"{k}={v}" for k, v in p["config"].items())
@@ -143,10 +155,10 @@ def progress_listener(enabled: bool) -> Iterator:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    device = args.device or default_device()
+    device = check_device(args.device)
     settings = Settings.from_env(strategy=args.strategy, top_x=args.top_x, backends=args.backends,
                                  effort=args.effort, budget_s=args.budget_s, isolation=args.isolation,
-                                 report_rows=args.rows, verbose=args.verbose or None, store=args.store,
+                                 report_rows=args.rows, verbose=bool(args.verbose) or None, store=args.store,
                                  lookup_table=args.lookup_table)
     if args.suite:
         specs = load_suite(args.suite, dtype=args.dtype)
@@ -154,8 +166,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
         specs = [ProblemSpec.parse(args.shape or "512x512x512", op=args.op, batch=args.batch, dtype=dtype,
                                    b_layout=args.b_layout)]
+    for spec in specs:  # before anything is allocated
+        check_fits(spec, device, "--suite" if args.suite else "--shape")
     results = []
-    with progress_listener(not args.no_progress and err.is_terminal) as listen:
+    with progress_listener(not args.no_progress and not args.verbose and err.is_terminal) as listen:
         for spec in specs:
             tensors = spec.tensors(device)
             sel = tune(spec.op, *tensors, settings=settings, listener=listen)
@@ -174,7 +188,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         out.print(summary_table(results))
     if args.json_path:
         docs = [{"name": spec.name, **selection_dict(sel)} for spec, sel in results]
-        write_json(docs[0] if len(docs) == 1 and not args.suite else {"results": docs}, args.json_path)
+        doc = docs[0] if len(docs) == 1 and not args.suite else {"results": docs}
+        write_json({**doc, **run_info()}, args.json_path)
     return 0
 
 
@@ -194,14 +209,23 @@ def summary_table(results) -> Table:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `gemmtune` command; returns the exit status (0 ok, 2 a bad argument or input).
+
+    Example:
+        >>> main(["tune", "--device", "tpu"])  # prints "gemmtune: error: argument --device: ..." on stderr
+        2
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    configure_consoles()
     if argv[:1] == ["simulate"]:
         from .offline.simulate import simulate_main
 
         return simulate_main(argv[1:])
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-                        format="%(message)s")
+    try:
+        args = build_parser().parse_args(join_negative_values(argv))
+    except SystemExit as exc:  # --help, --version, or a usage error already printed on one line
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    configure_logging(args.verbose)
     try:
         if args.command == "tune":
             return cmd_tune(args)
@@ -209,10 +233,132 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_cache(args)
         if args.command == "sweep":
             return cmd_sweep(args)
-    except (GemmtuneError, ValueError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        return 2
+    except (GemmtuneError, ValueError, MemoryError, OSError) as exc:
+        return fail(str(exc))
+    except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback under -vv
+        if args.verbose >= 2:
+            raise
+        return fail(f"internal error: {type(exc).__name__}: {exc} (run with -vv for the traceback)", status=1)
     return 1
+
+
+# -- one-line errors, consoles and logging ----------------------------------------------------------
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr, exit status 2.
+
+    Example:
+        >>> OneLineParser(prog="gemmtune").error("argument --shape: expected one argument")
+        Traceback (most recent call last):
+        ...
+        SystemExit: 2
+    """
+
+    def error(self, message: str):  # type: ignore[override]
+        fail(f"{message} (see {self.prog} -h)", prog=self.prog)
+        raise SystemExit(2)
+
+
+def fail(message: str, status: int = 2, prog: str = "gemmtune") -> int:
+    """Print `message` as one `gemmtune: error: ...` line on stderr; return `status`."""
+    line = " ".join(str(message).split())
+    if err.is_terminal:
+        err.print(Text.assemble((f"{prog}: error: ", "red"), line), soft_wrap=True)
+    else:
+        sys.stderr.write(f"{prog}: error: {line}\n")
+        sys.stderr.flush()
+    return status
+
+
+def configure_consoles() -> None:
+    """Full-width, unwrapped output where stdout (stderr) is not a terminal: a file or a pager gets every name whole."""
+    global out, err
+    out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPED_WIDTH)
+    err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
+
+
+def configure_logging(verbose: int) -> None:
+    """-v: INFO logs of the "gemmtune" logger (phases, the pick); -vv: DEBUG (every choice timed).  Other libraries stay at WARNING."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    level = {0: logging.NOTSET, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    logging.getLogger("gemmtune").setLevel(level)
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """`--shape -5x4x4` as `--shape=-5x4x4`, so that the value is checked (argparse takes it for an option).
+
+    Example:
+        >>> join_negative_values(["tune", "--shape", "-5x4x4", "--batch", "-2", "-v"])
+        ['tune', '--shape=-5x4x4', '--batch=-2', '-v']
+    """
+    joined: list[str] = []
+    i = 0
+    while i < len(argv):
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if argv[i].startswith("--") and "=" not in argv[i] and len(nxt) > 1 and nxt[0] == "-" and nxt[1] in "0123456789.":
+            joined.append(f"{argv[i]}={nxt}")
+            i += 2
+        else:
+            joined.append(argv[i])
+            i += 1
+    return joined
+
+
+# -- checks before anything is allocated ------------------------------------------------------------
+
+def check_device(text: str | None) -> str:
+    """The device to tune on, checked: cpu, or cuda / cuda:N where CUDA is available.  Raises InputError.
+
+    Example:
+        >>> check_device("cpu")
+        'cpu'
+        >>> check_device("tpu")
+        Traceback (most recent call last):
+        ...
+        gemmtune.core.errors.InputError: argument --device: unknown device 'tpu'; expected cpu or cuda (cuda:N)
+    """
+    if text is None:
+        return default_device()
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError, TypeError):
+        hint = f" (did you mean {text.lower()!r}?)" if text.lower() != text else ""
+        raise InputError(f"argument --device: unknown device {text!r}; expected cpu or cuda (cuda:N){hint}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise InputError(f"argument --device: gemmtune tunes on cpu or cuda, not {dev.type!r}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible")
+            raise InputError(f"argument --device: {text!r} is not available ({why}); use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(f"argument --device: {text!r} does not exist ({torch.cuda.device_count()} CUDA devices)")
+    return str(dev)
+
+
+def check_fits(spec: ProblemSpec, device: str, arg: str) -> None:
+    """Raise ProblemTooLargeError, before allocating, when tuning `spec` cannot fit in `device`'s free memory.
+
+    Example:
+        >>> check_fits(ProblemSpec(64, 64, 64), "cpu", "--shape")
+    """
+    dtype = parse_dtype(spec.dtype)
+    lead = (spec.batch,) if spec.op == "bmm" else ()
+    ops = [torch.empty(*lead, spec.M, spec.K, dtype=dtype, device="meta"),
+           torch.empty(*lead, spec.K, spec.N, dtype=dtype, device="meta")]
+    if spec.op == "addmm":
+        ops.insert(0, torch.empty(spec.N, dtype=dtype, device="meta"))
+    need = tuning_bytes(spec.op, ops)
+    places = [(torch.device(device), need)]
+    if places[0][0].type != "cpu":  # the operands are made on the host first, in float32
+        places.append((torch.device("cpu"), 4 * max(t.numel() for t in ops)))
+    for dev, bytes_needed in places:
+        have = available_bytes(dev)
+        if have is not None and bytes_needed > have:
+            name = f" ({spec.name})" if spec.name else ""
+            raise ProblemTooLargeError(
+                f"{arg}{name}: {spec.describe()} is too large to tune on {dev.type}: it needs at least "
+                f"{bytes_needed / 2**30:,.1f} GiB (output, its float64 reference and float64 operand copies) "
+                f"but {have / 2**30:,.1f} GiB is free")
 
 
 if __name__ == "__main__":

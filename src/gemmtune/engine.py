@@ -86,6 +86,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
     # a first pick is insert-if-absent so that racing processes agree on one.
     winner = ctx.remember(choices, outcome.bench, compiled, outcome.winner, replace=memory.stored_pick)
+    log.info("gemmtune: %s: picked %s (deciding time: %s)", ki.describe(), winner.key, next((f"{t.ms:.4f} ms, stage {t.stage}" for t in [outcome.bench.records.get(winner)] if t and t.ms is not None), "none"))
     return ctx.selection(winner, _timings(choices, compiled, outcome.bench), layout, started,
                          **_facts(outcome, plan.strategy, compiled, memory))
 
@@ -179,6 +180,7 @@ def _measure_and_pick(ctx: "_Context", compiled: CompileResult, choices: Sequenc
     if runner.isolation == "off" and isinstance(compiled, CompileJob) and settings.overlap_compile == "auto":
         compiled.finish()  # measuring in this process after all: no timing next to the compile threads
     overlapped = isinstance(compiled, CompileJob) and compiled.running
+    log.info("gemmtune: %s: searching with %s over %d runnable choices", ki.describe(), plan.strategy, len(runnable))
     with Bench(ki, runner, compiled, known=memory.known, check_correctness=settings.check_correctness,
                listener=ctx.emit, runnable=len(runnable), deadline=plan.deadline) as bench:
         winner = _search(bench, runnable, settings.with_(strategy=plan.strategy), plan.options, memory, plan.deadline)
@@ -342,6 +344,7 @@ class _Context:
 
     def compile(self, choices: Sequence[Choice], deadline: float | None = None, overlap: bool = False) -> CompileResult:
         """Compile `choices`' binaries; with `overlap` return at once (a CompileJob still running)."""
+        log.info("gemmtune: %s: compiling %d binaries for %d choices", self.ki.describe(), len({c.binary_key for c in choices}), len(choices))
         workers = self.settings.compile_workers
         if overlap and not workers:  # leave a core to the process timing the first binaries
             workers = max(1, min(32, os.cpu_count() or 1) - 1)
@@ -349,6 +352,7 @@ class _Context:
                          workers=workers, on_done=lambda done, total: self.emit("compile", done=done, total=total),
                          deadline=deadline)
         self.launchers = self._launchers(job if overlap else job.finish())
+        log.info("gemmtune: %s: compile %s", self.ki.describe(), "continues while timing" if overlap else f"done in {self.compiled.seconds:.3f} s ({len(self.compiled.failures)} failed)")
         return self.compiled
 
     def ensure_compiled(self, choice: Choice):
@@ -389,6 +393,7 @@ class _Context:
             log.warning("gemmtune: stored pick unusable, tuning again: %s", exc)
             return None
         self.emit("compile", done=1, total=1)
+        log.info("gemmtune: %s: cache hit: %s from the store, nothing timed", self.ki.describe(), winner.key)
         timings = tuple(sorted((memory.known.get(c) or Timing(c, None, "skipped", "not_benchmarked") for c in choices),
                                key=lambda t: (t.ms is None, t.ms or 0.0)))
         return self.selection(winner, timings, layout, started, strategy="store", benchmark_runs=0,

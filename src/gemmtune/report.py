@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
+
+import torch
 from typing import Any
 
-from .core.choices import Choice, Selection
+from .core.choices import Choice, Selection, Timing
 from .core.inputs import dtype_name
 
 
@@ -19,14 +22,26 @@ def describe_choice(choice: Choice) -> str:
     return f"{cfg} {rt}".strip()
 
 
+STAGE_LABELS = {"prescreen": "prescreen", "final": "final", "finalist": "interleaved final", "store": "store",
+                "pinned": "pinned"}
+LEGEND = ("stage: prescreen = one run per config (stage 1); final = timed alone; interleaved final = the finalists "
+          "re-timed in alternation, which decides the pick (the library kernel keeps it unless beaten by the library "
+          "margin); store = from an earlier tune. % = the winner's deciding time / this row's time")
+
+
 def autotune_table(sel: Selection, rows: int | None = 20) -> str:
-    """Inductor-style AUTOTUNE report for one Selection.
+    """Inductor-style AUTOTUNE report for one Selection, with the stage each time comes from.
+
+    The rows that decided the pick (the interleaved final, when there was one) come first, fastest
+    first; the winner's row carries the time that decided it; a legend line says what the stages mean.
 
     Example (shape of the output):
         AUTOTUNE mm(512x512, 512x512)
         strides: [512, 1], [512, 1]
         dtypes: torch.float32, torch.float32
-          aten_mm 0.9000 ms 100.0% library kernel
+          aten_mm    0.9000 ms 100.0% interleaved final  library kernel  <- winner
+          numba_gemm 0.8500 ms 105.9% prescreen          MR=8, NR=8
+        stage: prescreen = one run per config in stage 1; final = ...
         SingleProcess AUTOTUNE benchmarking takes 0.5 seconds and 0.1 seconds precompiling for 20 choices and 0.2 seconds prescreening
     """
     ki = sel.problem
@@ -35,17 +50,55 @@ def autotune_table(sel: Selection, rows: int | None = 20) -> str:
         "strides: " + ", ".join(str(list(o.stride)) for o in ki.operands),
         "dtypes: " + ", ".join(f"torch.{dtype_name(o.dtype)}" for o in ki.operands),
     ]
-    timed = [t for t in sel.timings if t.ms is not None]
-    best = min((t.ms for t in timed), default=0.0)
+    timed = ordered_rows(sel)
     shown = timed if rows is None else timed[:rows]
-    width = max((len(t.choice.name) for t in shown), default=0)
     if not timed:
-        lines.append(f"  {sel.winner.name} (not timed: {sel.strategy}) {describe_choice(sel.winner)}  <- winner")
-    for t in shown:
-        mark = "  <- winner" if t.choice == sel.winner else ""
-        lines.append(f"  {t.choice.name:<{width}} {t.ms:.4f} ms {100.0 * best / t.ms:5.1f}% {describe_choice(t.choice)}{mark}")
+        lines.append(f"  {sel.winner.name} (not timed: {_untimed_reason(sel)}) {describe_choice(sel.winner)}"
+                     f"  <- winner")
+    lines += _time_rows(sel, shown)
     if len(shown) < len(timed):
         lines.append(f"  ... {len(timed) - len(shown)} more timed choices (see --json)")
+    lines += _failure_lines(sel)
+    if timed:
+        lines.append(LEGEND)
+    lines.append(summary_line(sel))
+    return "\n".join(lines)
+
+
+def ordered_rows(sel: Selection) -> list[Timing]:
+    """The timed rows of `sel`: the interleaved final's first (they decide the pick), then the rest, each fastest first.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice
+        >>> a, b = Choice("aten_mm", None), Choice("numba_gemm", "h", family="numba")
+        >>> sel = Selection(None, a, (Timing(b, 1.0, "prescreen"), Timing(a, 2.0, "finalist")), None, "prescreen",
+        ...                 2, 0.0, 0.0, 0.0, 0.0, "cpu")
+        >>> [t.choice.name for t in ordered_rows(sel)]
+        ['aten_mm', 'numba_gemm']
+    """
+    timed = [t for t in sel.timings if t.ms is not None]
+    return sorted(timed, key=lambda t: (t.stage != "finalist", t.ms))
+
+
+def _time_rows(sel: Selection, shown: list[Timing]) -> list[str]:
+    deciding = sel.winner_ms
+    width = max((len(t.choice.name) for t in shown), default=0)
+    finalists = [t for t in shown if t.stage == "finalist"]
+    out = []
+    for t in shown:
+        mark = ""
+        if t.choice == sel.winner:
+            mark = "  <- winner"
+            if t.choice.is_extern and any(f.ms < t.ms for f in finalists):
+                mark += " (library kernel kept: no generated kernel beat it by the library margin)"
+        pct = 100.0 * deciding / t.ms if deciding and t.ms else 0.0
+        stage = STAGE_LABELS.get(t.stage, t.stage)
+        out.append(f"  {t.choice.name:<{width}} {t.ms:.4f} ms {pct:5.1f}% {stage:<17} {describe_choice(t.choice)}{mark}")
+    return out
+
+
+def _failure_lines(sel: Selection) -> list[str]:
+    lines = []
     for t in sel.timings:
         if t.detail.startswith("BudgetExceeded"):
             continue
@@ -55,8 +108,19 @@ def autotune_table(sel: Selection, rows: int | None = 20) -> str:
         cut = sum(t.detail.startswith("BudgetExceeded") or t.status == "not_benchmarked" for t in sel.timings)
         lines.append(f"tuning stopped at the time budget (--budget-s): the winner is the best found so far; "
                      f"{cut} choices not compiled or not timed")
-    lines.append(summary_line(sel))
-    return "\n".join(lines)
+    return lines
+
+
+def _untimed_reason(sel: Selection) -> str:
+    """Why the winner has no time: it was the only candidate that could run, so nothing was compared."""
+    if sel.strategy != "pinned":
+        return sel.strategy
+    ki = sel.problem
+    others = sum(t.choice != sel.winner for t in sel.timings)
+    why = (f"{others} other candidates failed" if others else
+           f"no other template supports {dtype_name(ki.dtype)} on {ki.device_type}, or a lookup table or hook "
+           f"pinned this one")
+    return f"the only candidate ({why}), so there was nothing to compare"
 
 
 def summary_line(sel: Selection) -> str:
@@ -95,6 +159,22 @@ def selection_dict(sel: Selection) -> dict[str, Any]:
                      "status": t.status, "detail": t.detail}
                     for t in sel.timings],
     }
+
+
+def run_info() -> dict[str, Any]:
+    """The versions a result was produced with and when: the `--json` output's `versions` and `timestamp`.
+
+    Example:
+        >>> info = run_info()
+        >>> sorted(info["versions"]), "T" in info["timestamp"]
+        (['gemmtune', 'numba', 'numpy', 'torch', 'triton'], True)
+    """
+    from .core.version import __version__
+    from .store.env import package_version
+
+    versions = {"gemmtune": __version__, "torch": torch.__version__}
+    versions.update({name: package_version(name) for name in ("triton", "numba", "numpy")})
+    return {"versions": versions, "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
 def write_json(data: Any, path: str | Path) -> None:

@@ -110,6 +110,7 @@ class Bench:
             log.warning("gemmtune: excluded %s %s: %s: %s", choice.name, choice.description,
                         record.status.replace("_", " "), record.detail)
             return None
+        log.debug("gemmtune: %s %s: %.4f ms (%s)", choice.name, choice.description, record.ms, stage)
         self.runs += 1
         self.listener("benchmark", done=self.runs, total=self.runnable, choice=choice)
         return record.ms

@@ -79,31 +79,25 @@ class Stored:
 
 
 def env_info(device: str) -> dict[str, Any]:
-    """What a timing depends on besides the problem: device, versions."""
-    import importlib.metadata as md
+    """What a timing depends on besides the problem: device and versions (`store/env.py` lists them).
 
-    import torch
+    Example:
+        >>> info = env_info("cpu")
+        >>> info["cpu_model"] == info["device"], "numba" in info, "triton" in info
+        (True, True, False)
+    """
+    from .env import device_env
 
-    from ..core.version import __version__
-
-    info: dict[str, Any] = {"torch": torch.__version__, "gemmtune": __version__}
-    try:
-        info["triton"] = md.version("triton")
-    except md.PackageNotFoundError:
-        info["triton"] = None
-    if device.startswith("cuda"):
-        dev = torch.device(device)
-        info.update(device=torch.cuda.get_device_name(dev), capability=list(torch.cuda.get_device_capability(dev)),
-                    cuda=torch.version.cuda)
-    else:
-        import platform
-
-        info.update(device=platform.processor() or platform.machine(), capability=None, cuda=None,
-                    threads=torch.get_num_threads())
-    return info
+    return device_env(device)
 
 
 def env_key(info: dict[str, Any]) -> str:
+    """The store key of an env_info: a hash of all of it.
+
+    Example:
+        >>> env_key({"device": "a"}) != env_key({"device": "b"}), len(env_key({}))
+        (True, 16)
+    """
     return hashlib.sha256(canon(info).encode()).hexdigest()[:16]
 
 
