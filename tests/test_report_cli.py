@@ -99,11 +99,8 @@ def test_cli_bad_input_is_a_clear_error(args, needle, capsys):
 
 
 def test_suite_file_of_the_public_benchmark_parses():
-    from pathlib import Path
+    from conftest import SHAPES  # the repo's bench/shapes.json
 
-    SHAPES = Path(__file__).resolve().parents[2] / "shared" / "bench" / "shapes.json"
-    if not SHAPES.exists():
-        pytest.skip("shared/bench/shapes.json not present")
     specs = load_suite(SHAPES)
     assert len(specs) >= 20 and all(s.op == "mm" for s in specs)
     a, b = ProblemSpec(4, 8, 6, b_layout="col").tensors("cpu")
