@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+REPO = Path(__file__).resolve().parents[1]
 
 DOCS = [REPO / "README.md", REPO / "docs" / "USAGE.md"]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
