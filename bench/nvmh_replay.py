@@ -6,7 +6,7 @@ dataset of recorded timings, once with `gemmtune.search.cost_model.estimate_ms` 
 best, with and without the library kernel in the pool.
 
     PYTHONPATH=src python bench/nvmh_replay.py                       # the shipped H200 suite dataset
-    PYTHONPATH=src python bench/nvmh_replay.py --dataset ../shared/data/sweep_h200_bf16_triton_plain.jsonl
+    PYTHONPATH=src python bench/nvmh_replay.py --dataset src/gemmtune/data/sweep_h200_bf16_triton_plain.jsonl.gz
 
 Example:
     >>> rows = main(["--n", "20"])  # doctest: +SKIP
