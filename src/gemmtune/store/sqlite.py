@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .marker import APPLICATION_ID, SCHEMA_VERSION, not_ours as _not_ours
+
 log = logging.getLogger("gemmtune")
 
 SCHEMA = """
@@ -145,10 +147,13 @@ class Store:
             return self._fallback(f"store directory {path.parent} is not usable ({exc})")
         db = None
         try:
+            foreign = _not_ours(path)
+            if foreign:
+                return self._refuse(path, foreign)
             self._inode = _inode(path)
             db = self._connect(str(path))
+            self._schema(db)  # the marker first: a file killed while opening is empty or marked
             db.execute("PRAGMA journal_mode=WAL")
-            self._schema(db)
             _check_integrity(db)
             if self._inode is None:
                 self._inode = _inode(path)
@@ -172,8 +177,8 @@ class Store:
                 if Path(str(path) + suffix).exists():
                     os.replace(str(path) + suffix, str(aside) + suffix)
             db = self._connect(str(path))
-            db.execute("PRAGMA journal_mode=WAL")
             self._schema(db)
+            db.execute("PRAGMA journal_mode=WAL")
             self._inode = _inode(path)
         except (OSError, sqlite3.DatabaseError) as exc2:
             return self._fallback(f"store {path} is corrupted ({exc}) and could not be replaced ({exc2})")
@@ -181,6 +186,13 @@ class Store:
         self._warn(f"store {path} was corrupted ({exc}); moved it to {aside}, started a new one "
                    f"and kept the {kept} picks still readable")
         return db
+
+    def _refuse(self, path: Path, why: str) -> sqlite3.Connection:
+        """A file that is not a gemmtune store: never opened for writing, never moved; tune in memory."""
+        self._warn(f"{path} is not a gemmtune store ({why}); left it untouched and keeping picks in memory "
+                   "for this process only (give --store another path)")
+        self.path = ":memory:"
+        return self._connect(":memory:")
 
     def _fallback(self, why: str, source: sqlite3.Connection | None = None) -> sqlite3.Connection:
         """An in-memory store for this process, holding a copy of the unwritable store when it can be read."""
@@ -229,7 +241,14 @@ class Store:
 
     @staticmethod
     def _schema(db: sqlite3.Connection) -> None:
-        db.executescript(SCHEMA)
+        """Create the tables and the marker (one transaction: a new file is complete or still empty)."""
+        if db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID:
+            db.executescript(SCHEMA)  # ours already (tables added by a later schema are created here)
+            return
+        db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA application_id={APPLICATION_ID}; "
+                         "CREATE TABLE IF NOT EXISTS gemmtune_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL); "
+                         f"INSERT OR REPLACE INTO gemmtune_meta VALUES ('schema_version', '{SCHEMA_VERSION}'); "
+                         "COMMIT;")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
