@@ -362,8 +362,9 @@ class Store:
         return {"format": EXPORT_FORMAT, "entries": entries}
 
     def import_(self, data: dict[str, Any]) -> int:
-        if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
-            raise ValueError(f"import: not a gemmtune export (expected format {EXPORT_FORMAT!r})")
+        from .schema import check_export
+
+        check_export(data, "import", need_env=True)  # every entry checked before anything is written
         for e in data["entries"]:
             info = e["env"]
             rows = [Row(t["template"], t["src_hash"], canon(t["config"]), canon(t["runtime_params"]), t["ms"],
