@@ -72,8 +72,9 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None) -> 
     """
     if backends is not None and not isinstance(backends, str):
         backends = tuple(backends)  # hashable: the dispatch key's fast path
+    inside_mha = {id(c) for m in module.modules() if isinstance(m, nn.MultiheadAttention) for c in m.modules()}
     for m in module.modules():
-        if _patchable(m):
+        if _patchable(m) and id(m) not in inside_mha:  # MHA calls F.linear on its weights: never routed
             object.__setattr__(m, _FLAG, backends)
             object.__setattr__(m, "forward", types.MethodType(_linear_forward, m))
     return module

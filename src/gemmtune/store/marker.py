@@ -22,6 +22,7 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "not_ours"]
 
 # A store file is recognised by this marker: SQLite's `PRAGMA application_id` (bytes 68-71 of the
 # header, readable even when later pages are damaged) and a `gemmtune_meta` table with the schema version.
+EXPORT_FORMAT = "gemmtune-store/1"  # the format tag of `gemmtune cache export` files
 APPLICATION_ID = 0x676D7475  # "gmtu"
 SCHEMA_VERSION = 1
 _OUR_TABLES = frozenset({"envs", "timings", "picks"})  # a store from before the marker has exactly these

@@ -24,7 +24,7 @@ from ..core.errors import LookupTableError
 
 __all__ = ["check_pin", "check_table", "check_export", "unknown_templates"]
 
-from .sqlite import EXPORT_FORMAT
+from .marker import EXPORT_FORMAT
 
 _TIMING_KEYS = ("template", "config", "runtime_params", "status")
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .marker import APPLICATION_ID, SCHEMA_VERSION, not_ours as _not_ours
+from .marker import APPLICATION_ID, EXPORT_FORMAT, SCHEMA_VERSION, not_ours as _not_ours
 
 log = logging.getLogger("gemmtune")
 
@@ -44,7 +44,6 @@ CREATE TABLE IF NOT EXISTS picks(
   config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, strategy TEXT, recorded REAL NOT NULL,
   PRIMARY KEY(env, problem));
 """
-EXPORT_FORMAT = "gemmtune-store/1"
 
 
 def default_cache_dir() -> Path:
