@@ -97,3 +97,35 @@ def test_cache_import_of_entry_without_env_exits_2_and_stores_nothing(tmp_path):
 
 def _no_picks(store: Path) -> bool:
     return sqlite3.connect(store).execute("SELECT count(*) FROM picks").fetchone()[0] == 0
+
+
+def test_ctrl_c_while_waiting_for_compiles_cancels_the_queued_ones():
+    import threading
+
+    from gemmtune.bench.compile import CompileJob
+
+    started, release = [], threading.Event()
+
+    class Slow:
+        def compile(self, c, ki, example):
+            started.append(c)
+            release.wait(5)
+            return object()
+
+    class C:
+        def __init__(self, i):
+            self.binary_key, self.template_uid, self.name = ("k", i), "slow", f"c{i}"
+
+    job = CompileJob([C(i) for i in range(20)], {"slow": Slow()}, None, (), timeout_s=60, workers=2)
+    calls = []
+
+    def interrupted(timeout):
+        calls.append(timeout)
+        raise KeyboardInterrupt
+
+    job._poll = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        job.finish()
+    release.set()
+    job._pool.shutdown(wait=True)
+    assert len(started) <= 2  # the 18 queued compiles were cancelled, not run
