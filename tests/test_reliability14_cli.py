@@ -129,3 +129,11 @@ def test_ctrl_c_while_waiting_for_compiles_cancels_the_queued_ones():
     release.set()
     job._pool.shutdown(wait=True)
     assert len(started) <= 2  # the 18 queued compiles were cancelled, not run
+
+
+def test_a_config_the_template_cannot_build_is_a_load_time_warning():
+    with pytest.warns(RuntimeWarning, match="library kernel has no config"):
+        table = LookupTable.load({"p": [{"template": "aten_mm", "config": {"BLOCK_M": 64}}]})
+    assert len(table.unknown) == 1
+    with pytest.warns(RuntimeWarning, match="no runtime parameter 'bogus'"):
+        LookupTable.load({"p": [{"template": "aten_mm", "runtime_params": {"bogus": 1}}]})

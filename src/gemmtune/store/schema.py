@@ -90,15 +90,40 @@ def check_export(data: Any, source: str, need_env: bool) -> None:
 
 
 def unknown_templates(table: Mapping[str, list], source: str) -> list[str]:
-    """Warn (once per template) about pins naming a template gemmtune does not ship; returns the warnings."""
+    """Warn about pins that can never match a candidate; returns the warnings.
+
+    A template gemmtune does not ship (once per template), and a config or runtime value its template
+    cannot build: a config on a library kernel (they have one empty config), a runtime parameter the
+    template does not have or a value outside its runtime space.
+    """
     from ..templates import default_templates
 
-    known = {t.uid for t in default_templates(hopper=True, preview=True)}
+    templates = {t.uid: t for t in default_templates(hopper=True, preview=True)}
     out = []
-    for name in sorted({p["template"] for pins in table.values() for p in pins} - known):
+    for name in sorted({p["template"] for pins in table.values() for p in pins} - set(templates)):
         problems = [k for k, pins in table.items() if any(p["template"] == name for p in pins)]
-        msg = (f"{source}: pin of {problems[0]!r}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
-               + f" names unknown template {name!r} (known: {', '.join(sorted(known))}): it will never match")
-        warnings.warn(f"gemmtune: {msg}", RuntimeWarning, stacklevel=3)
-        out.append(msg)
+        out.append(f"{source}: pin of {problems[0]!r}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1
+                   else "") + f" names unknown template {name!r} (known: {', '.join(sorted(templates))})")
+    for problem, pins in table.items():
+        for pin in pins:
+            why = _unbuildable(templates.get(pin["template"]), pin)
+            if why:
+                out.append(f"{source}: pin of {problem!r} ({pin['template']}): {why}")
+    for msg in out:
+        warnings.warn(f"gemmtune: {msg}; it will never match a candidate", RuntimeWarning, stacklevel=3)
     return out
+
+
+def _unbuildable(template: Any, pin: Mapping[str, Any]) -> str | None:
+    """Why `template` cannot build `pin`'s config and runtime params (None: it may; unknown templates: None)."""
+    if template is None:
+        return None
+    if template.is_extern and pin.get("config"):
+        return f"a library kernel has no config, got {dict(pin['config'])}"
+    for key, value in dict(pin.get("runtime_params") or {}).items():
+        space = template.runtime_space.get(key)
+        if space is None:
+            return f"no runtime parameter {key!r} (has: {', '.join(sorted(template.runtime_space)) or 'none'})"
+        if value not in space:
+            return f"runtime parameter {key}={value!r} is outside {list(space)}"
+    return None
