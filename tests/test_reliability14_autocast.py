@@ -77,6 +77,13 @@ def test_patched_linear_under_autocast_matches_nn_linear(bias):
             gemmtune.unpatch(lin)
     assert got.dtype == ref.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)
+    assert all("bfloat16" in p for p in gemmtune.dispatch_stats()["selections"])  # the cast problem was tuned
+
+
+def test_patched_linear_with_numba_only_under_autocast_is_a_clear_error_not_float32():
+    lin = gemmtune.patch(nn.Linear(8, 6), backends=("numba",))
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(NoCandidatesError, match="bfloat16"):
+        lin(torch.randn(3, 8))
 
 
 def test_autocast_gradients_flow_to_float32_leaves():
@@ -102,3 +109,14 @@ def test_autocast_under_torch_compile_matches_torch(op):
         ref = getattr(torch, op)(*args)
     assert got.dtype == ref.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_autocast_under_torch_compile_with_an_opaque_numba_only_op_never_returns_float32():
+    a, b = _operands("mm")
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def f(x, y):
+        return gemmtune.mm(x, y, backends=("numba",))
+
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(Exception, match="bfloat16"):
+        f(a, b)
