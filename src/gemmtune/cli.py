@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch

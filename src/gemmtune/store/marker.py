@@ -32,9 +32,9 @@ def not_ours(path: Path) -> str | None:
     """Why the file at `path` is not a gemmtune store, or None when it is ours (or new, or empty).
 
     Ours: SQLite's header carries our application_id.  A store from before the marker (application_id 0
-    and exactly gemmtune's tables, or no table at all) is ours too: opening it adopts it (marks it).  Anything else (another
-    app's database, a SQLite file with no tables, a file that is not SQLite or whose header is
-    unreadable) is not: it is left alone.  Raises OSError when the file cannot be read.
+    and exactly gemmtune's tables, or no table at all) is ours too: opening it adopts it (marks it).
+    Anything else (another app's database, a file that is not SQLite or whose header is unreadable)
+    is not: it is left alone.  Raises OSError when the file cannot be read.
     """
     try:
         with open(path, "rb") as f:

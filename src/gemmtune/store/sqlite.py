@@ -8,7 +8,10 @@ ignored, reported, and replaced when the choice is measured again.
 Concurrent processes are safe: WAL journal, a busy timeout and retries; the
 first writer of a row or a pick wins, so every process returns the same pick.
 A problem's rows and its pick are one transaction, so a process killed
-mid-write leaves all of them or none.  A corrupted file (found when opening,
+mid-write leaves all of them or none.  A file that is not a gemmtune store
+(`marker.not_ours`: no application_id of ours, and not an unmarked store with
+exactly our tables) is never written or moved: it is refused with a warning and
+the store lives in memory.  A corrupted store of ours (found when opening,
 by SQLite's quick check, or by a later read or write) is moved aside and
 rebuilt with every row still readable from it; an unwritable location falls
 back to an in-memory store that starts from a copy of the file's picks.  Both
