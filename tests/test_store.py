@@ -100,7 +100,10 @@ def test_fixed_layout_refuses_col_with_a_reason():
 
 def test_corrupted_store_is_moved_aside_and_rebuilt(tmp_path):
     path = tmp_path / "store.sqlite"
-    path.write_bytes(b"this is not a database" * 100)
+    Store(path).close()
+    with open(path, "r+b") as f:  # damage the pages after the header (which keeps gemmtune's marker)
+        f.seek(100)
+        f.write(b"this is not a database" * 400)
     with pytest.warns(RuntimeWarning, match="corrupted"):
         store = Store(path)
     assert any(p.name.startswith("store.sqlite.corrupt-") for p in tmp_path.iterdir())

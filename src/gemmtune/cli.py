@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
@@ -125,12 +123,24 @@ def cmd_cache(args: argparse.Namespace) -> int:
     elif args.action == "import":
         if not args.arg:
             raise ValueError("cache import: give the JSON file to read")
-        try:
-            data = json.loads(Path(args.arg).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"cache import: cannot read {args.arg}: {exc}") from exc
-        out.print(f"imported {store.import_(data)} picks into {store.path}")
+        out.print(f"imported {import_file(store, args.arg)} picks into {store.path}")
     return 0
+
+
+def import_file(store, path: str) -> int:
+    """`cache import`: the file is read (never written) and checked completely before anything is stored;
+    a malformed one is a LookupTableError naming the file and the entry (exit 2, one line)."""
+    from .core.errors import LookupTableError
+    from .store.lookup import read_json
+    from .store.schema import check_export
+
+    name = f"cache import {path}"
+    data = read_json(path, name)
+    check_export(data, name, need_env=True)
+    try:
+        return store.import_(data)
+    except (KeyError, TypeError) as exc:  # a value the checks let through that the store cannot hold
+        raise LookupTableError(f"{name}: {type(exc).__name__}: {exc}") from exc
 
 
 @contextmanager
@@ -208,6 +218,37 @@ def summary_table(results) -> Table:
     return table
 
 
+INTERRUPTED = "interrupted; nothing was stored for the current problem"
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    """Ctrl-C: one line, the store closed (an open transaction rolls back, so it stays consistent), exit 130
+    at once: compile threads and worker processes cannot be joined promptly, so `os._exit` skips them."""
+    import os
+
+    try:
+        from .engine import _STORES  # noqa: PLC0415 - the stores this process opened
+
+        for store in list(_STORES.values()):
+            store.close()
+    except Exception:  # noqa: BLE001 - exiting anyway
+        pass
+    try:
+        sys.stdout.flush()
+        sys.stderr.write(INTERRUPTED + "\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(130)
+
+
+def install_sigint_handler() -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `gemmtune` command; returns the exit status (0 ok, 2 a bad argument or input).
 
@@ -215,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["tune", "--device", "tpu"])  # prints "gemmtune: error: argument --device: ..." on stderr
         2
     """
+    if argv is None:  # the `gemmtune` program itself (not a call from Python): Ctrl-C exits at once
+        install_sigint_handler()
     argv = list(sys.argv[1:] if argv is None else argv)
     configure_consoles()
     if argv[:1] == ["simulate"]:

@@ -157,14 +157,23 @@ class CompileJob(CompileResult):
     def wait_any(self, choices: Sequence[Choice]) -> None:
         """Block until at least one of `choices`' binaries is done (or nothing is pending)."""
         while self._pending and not any(self.ready(c) for c in choices):
-            self._poll(0.25)
+            self._poll_or_cancel()
 
     def finish(self) -> CompileResult:
         """Wait for every binary; the pool is shut down.  Returns self."""
         while self._pending:
-            self._poll(0.25)
+            self._poll_or_cancel()
         self._close()
         return self
+
+    def _poll_or_cancel(self) -> None:
+        """One poll; on Ctrl-C (KeyboardInterrupt) the queued compiles are cancelled before it propagates,
+        so the interpreter's exit joins only the few compiles already running, not the whole queue."""
+        try:
+            self._poll(0.25)
+        except KeyboardInterrupt:
+            self.abandon()
+            raise
 
     def abandon(self) -> None:
         """Stop waiting: binaries still compiling finish in the background, unused."""

@@ -36,3 +36,8 @@ class LayoutError(GemmtuneError, ValueError):
 class IsolationUnavailable(GemmtuneError, RuntimeError):
     """`isolation="subprocess"` was asked for but the candidates cannot be sent to a worker process
     (e.g. a template class defined inside a function cannot be pickled)."""
+
+
+class LookupTableError(InputError):
+    """A lookup table or `gemmtune cache import` file is malformed: the message names the file, the
+    entry and what is wrong.  Raised when the file is loaded, before anything is tuned or written."""

@@ -38,7 +38,7 @@ from ..core.settings import Settings, check_backends
 from ..core.validate import validate_operands
 from ..core.inputs import KernelInputs
 from ..templates import active_templates, default_templates
-from . import eager
+from . import autocast, eager
 from .autograd import addmm_grads, addmm_setup, mm_grads, mm_setup
 
 __all__ = ["traced_mm", "traced_bmm", "traced_addmm", "is_static"]
@@ -94,7 +94,8 @@ def _tune_traced(op: str, tensors: tuple, alpha: float, beta: float, backends: t
     s = Settings.from_env()
     pool = {t.uid: t for t in default_templates(s.hopper_templates, s.config_space, s.preview_templates)
             if t.traceable}
-    with _disable_current_modes(), torch.no_grad():  # leave fake/functional tracing: tuning runs real kernels
+    # leave fake/functional tracing: tuning runs real kernels, in the (autocast-cast) problem's own dtype
+    with _disable_current_modes(), torch.no_grad(), autocast.disabled(tensors):
         real = tuple(_real_like(t) for t in tensors)
         ki = KernelInputs.from_tensors(op, *real, alpha=alpha, beta=beta)
         if not active_templates(ki, backends, list(pool.values())):

@@ -33,6 +33,7 @@ import torch
 
 from .. import engine
 from ..core.errors import InputError, NoCandidatesError
+from . import autocast as _ac
 from .autograd import TunedAddmm, TunedMM
 
 __all__ = ["mm", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats"]
@@ -58,6 +59,7 @@ _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _torch_mm = torch.mm
 _torch_bmm = torch.bmm
+_autocast_on = _ac.enabled
 
 
 # -- the public functions ------------------------------------------------------------------------
@@ -81,7 +83,10 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | None
         True
     """
     if _is_compiling():
+        a, b = _ac.cast((a, b))
         return torch.ops.gemmtune.traced_mm.default(a, b, _backends_arg(backends), out_layout)
+    if _autocast_on():  # one C call; casts only under torch.autocast (gemmtune.dispatch.autocast)
+        a, b = _ac.cast((a, b))
     try:
         fn = _MM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
     except KeyError:
@@ -107,7 +112,10 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | Non
         True
     """
     if _is_compiling():
+        a, b = _ac.cast((a, b))
         return torch.ops.gemmtune.traced_bmm.default(a, b, _backends_arg(backends), out_layout)
+    if _autocast_on():  # one C call; casts only under torch.autocast (gemmtune.dispatch.autocast)
+        a, b = _ac.cast((a, b))
     try:
         fn = _BMM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
     except KeyError:
@@ -135,8 +143,11 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
         True
     """
     if _is_compiling():
+        bias, a, b = _ac.cast((bias, a, b))
         return torch.ops.gemmtune.traced_addmm.default(bias, a, b, float(beta), float(alpha),
                                                        _backends_arg(backends), out_layout)
+    if _autocast_on():
+        bias, a, b = _ac.cast((bias, a, b))
     try:
         fn = _ADDMM[(bias.shape, bias.stride(), bias.dtype, a.shape, a.stride(), a.dtype, a.device,
                      b.shape, b.stride(), b.dtype, alpha, beta, backends, out_layout)]
@@ -278,7 +289,7 @@ def _build(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[s
     global _TUNES
     if _is_empty(op, tensors):
         return _torch_fallback(op, alpha, beta, out_layout)
-    with torch.no_grad():  # tune runs every candidate: no graphs, and NumPy needs grad-free tensors
+    with torch.no_grad(), _ac.disabled(tensors):  # tune runs every candidate: no graphs, NumPy needs grad-free tensors
         sel = _tune_fn()(op, *(t.detach() for t in tensors), backends=backends, alpha=alpha, beta=beta,
                          out_layout=out_layout)
     _TUNES += 1

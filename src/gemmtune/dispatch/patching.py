@@ -14,7 +14,9 @@ alone, as are lazy layers that are not yet materialised.
 
 from __future__ import annotations
 
+import sys
 import types
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -22,7 +24,7 @@ from torch import nn
 
 from . import eager as api
 
-__all__ = ["patch", "unpatch", "patched_modules"]
+__all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport"]
 
 _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backends (None allowed)
 
@@ -53,11 +55,15 @@ def _patchable(m: nn.Module) -> bool:
             and not isinstance(m.weight, nn.parameter.UninitializedParameter))
 
 
-def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None) -> nn.Module:
+def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, report: bool = False) -> nn.Module:
     """Route every `nn.Linear` in `module` through gemmtune (in place); returns `module`.
 
     `backends` is passed to `gemmtune.mm` / `gemmtune.addmm` (a tuple of family
     names; None: the device's defaults).  Patching again updates `backends`.
+    The `nn.Linear` layers inside an `nn.MultiheadAttention` are left alone: it
+    calls `F.linear` on their weights, so they would never reach gemmtune.
+    `report=True` prints `patch_report(module)` (what is routed, what is not
+    and why) to stderr.
 
     Example:
         >>> import torch, gemmtune
@@ -72,10 +78,13 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None) -> 
     """
     if backends is not None and not isinstance(backends, str):
         backends = tuple(backends)  # hashable: the dispatch key's fast path
+    inside_mha = {id(c) for m in module.modules() if isinstance(m, nn.MultiheadAttention) for c in m.modules()}
     for m in module.modules():
-        if _patchable(m):
+        if _patchable(m) and id(m) not in inside_mha:  # MHA calls F.linear on its weights: never routed
             object.__setattr__(m, _FLAG, backends)
             object.__setattr__(m, "forward", types.MethodType(_linear_forward, m))
+    if report:
+        print(patch_report(module), file=sys.stderr)
     return module
 
 
@@ -106,3 +115,62 @@ def patched_modules(module: nn.Module) -> list[str]:
         ['0']
     """
     return [name for name, m in module.named_modules() if _FLAG in vars(m)]
+
+
+@dataclass
+class PatchReport:
+    """What `patch` routes through gemmtune in a module, and what it cannot, with the reason.
+
+    `routed`: names of patched `nn.Linear` layers; `not_routed`: layer name -> why not (MHA's
+    projections, subclasses with their own forward, lazy layers); `fast_paths`: module name -> a
+    torch fast path that, when taken, skips the patched layers (no gemmtune call at all).
+    """
+
+    routed: list[str] = field(default_factory=list)
+    not_routed: dict[str, str] = field(default_factory=dict)
+    fast_paths: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [f"gemmtune.patch: {len(self.routed)} layers routed through gemmtune"
+                 + (f": {', '.join(self.routed)}" if self.routed else "")]
+        lines += [f"  not routed: {name or '<root>'}: {why}" for name, why in self.not_routed.items()]
+        lines += [f"  fast path: {name or '<root>'}: {why}" for name, why in self.fast_paths.items()]
+        return "\n".join(lines)
+
+
+_MHA_WHY = "inside nn.MultiheadAttention, which calls F.linear on its weights (never reaches gemmtune)"
+_FAST_WHY = ("torch's fused fast path (eval mode, no grad or inference_mode, batch_first, ...; "
+             "see torch's why_not_sparsity_fast_path) runs the whole layer in one op: no gemmtune call then")
+
+
+def patch_report(module: nn.Module) -> PatchReport:
+    """What `patch(module)` routes through gemmtune, and what it does not and why.
+
+    Example:
+        >>> import torch, gemmtune
+        >>> layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+        >>> rep = patch_report(gemmtune.patch(layer))
+        >>> rep.routed, sorted(rep.not_routed)
+        (['linear1', 'linear2'], ['self_attn.out_proj'])
+        >>> _ = gemmtune.unpatch(layer)
+    """
+    rep = PatchReport()
+    inside_mha = {id(c) for m in module.modules() if isinstance(m, nn.MultiheadAttention) for c in m.modules()}
+    for name, m in module.named_modules():
+        if isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
+            rep.fast_paths[name] = _FAST_WHY
+        if isinstance(m, nn.MultiheadAttention):
+            rep.fast_paths.setdefault(name, "computes its projections with F.linear / a fused kernel")
+        if not isinstance(m, nn.Linear):
+            continue
+        if _FLAG in vars(m):
+            rep.routed.append(name)
+        elif id(m) in inside_mha:
+            rep.not_routed[name] = _MHA_WHY
+        elif type(m).forward is not nn.Linear.forward:
+            rep.not_routed[name] = f"{type(m).__name__} has its own forward"
+        elif isinstance(m.weight, nn.parameter.UninitializedParameter):
+            rep.not_routed[name] = "lazy layer not yet materialised"
+        else:
+            rep.not_routed[name] = "not patched (call gemmtune.patch on it)"
+    return rep

@@ -15,7 +15,9 @@ from typing import Any, Mapping, Sequence
 
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs
-from .sqlite import EXPORT_FORMAT, canon
+from ..core.errors import LookupTableError
+from .schema import check_table, unknown_templates
+from .sqlite import canon
 
 log = logging.getLogger("gemmtune")
 
@@ -60,25 +62,26 @@ class LookupTable(ChoiceHook):
         for problem, pins in entries.items():
             self.entries.setdefault(problem.split("|out=")[0], []).extend(pins)
         self.stale: list[str] = []
+        self.unknown: list[str] = []  # load-time warnings: pins naming templates gemmtune does not ship
 
     def __len__(self) -> int:
         return len(self.entries)
 
     @classmethod
     def load(cls, source: str | Path | Mapping[str, Any]) -> "LookupTable":
-        """From a JSON file path or a dict: either `{problem: [pins]}` or a `gemmtune cache export`."""
-        data = source
+        """From a JSON file path or a dict: either `{problem: [pins]}` or a `gemmtune cache export`.
+
+        Checked completely here (`gemmtune.store.schema`): a malformed file raises `LookupTableError`
+        naming the file and the entry; a pin naming an unknown template is a warning.  Never written.
+        """
+        data, name = source, "lookup table"
         if not isinstance(source, Mapping):
-            try:
-                data = json.loads(Path(source).read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ValueError(f"lookup table: cannot read {source}: {exc}") from exc
-        if isinstance(data, Mapping) and data.get("format") == EXPORT_FORMAT:
-            return cls({e["problem"]: [e["pick"]] for e in data["entries"]})
-        if not isinstance(data, Mapping) or not all(isinstance(v, list) for v in data.values()):
-            raise ValueError("lookup table: expected {problem_key: [{template, src_hash, config, runtime_params}]}"
-                             " or a `gemmtune cache export` file")
-        return cls(data)
+            name = f"lookup table {source}"
+            data = read_json(source, name)
+        table = check_table(data, name)
+        obj = cls(table)
+        obj.unknown = unknown_templates(table, name)
+        return obj
 
     def select(self, ki: KernelInputs, choices: list[Choice], op_name: str) -> list[Choice]:
         pins = self.entries.get(ki.problem_key)
@@ -99,3 +102,11 @@ class LookupTable(ChoiceHook):
                 continue
             kept.append(c)
         return kept or choices
+
+
+def read_json(path: str | Path, name: str) -> Any:
+    """The JSON document in `path` (read only); LookupTableError when it cannot be read or parsed."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LookupTableError(f"{name}: cannot read it as JSON: {exc}") from exc

@@ -8,7 +8,10 @@ ignored, reported, and replaced when the choice is measured again.
 Concurrent processes are safe: WAL journal, a busy timeout and retries; the
 first writer of a row or a pick wins, so every process returns the same pick.
 A problem's rows and its pick are one transaction, so a process killed
-mid-write leaves all of them or none.  A corrupted file (found when opening,
+mid-write leaves all of them or none.  A file that is not a gemmtune store
+(`marker.not_ours`: no application_id of ours, and not an unmarked store with
+exactly our tables) is never written or moved: it is refused with a warning and
+the store lives in memory.  A corrupted store of ours (found when opening,
 by SQLite's quick check, or by a later read or write) is moved aside and
 rebuilt with every row still readable from it; an unwritable location falls
 back to an in-memory store that starts from a copy of the file's picks.  Both
@@ -29,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .marker import APPLICATION_ID, EXPORT_FORMAT, SCHEMA_VERSION, not_ours as _not_ours
+
 log = logging.getLogger("gemmtune")
 
 SCHEMA = """
@@ -42,7 +47,6 @@ CREATE TABLE IF NOT EXISTS picks(
   config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, strategy TEXT, recorded REAL NOT NULL,
   PRIMARY KEY(env, problem));
 """
-EXPORT_FORMAT = "gemmtune-store/1"
 
 
 def default_cache_dir() -> Path:
@@ -139,10 +143,13 @@ class Store:
             return self._fallback(f"store directory {path.parent} is not usable ({exc})")
         db = None
         try:
+            foreign = _not_ours(path)
+            if foreign:
+                return self._refuse(path, foreign)
             self._inode = _inode(path)
             db = self._connect(str(path))
+            self._schema(db)  # the marker first: a file killed while opening is empty or marked
             db.execute("PRAGMA journal_mode=WAL")
-            self._schema(db)
             _check_integrity(db)
             if self._inode is None:
                 self._inode = _inode(path)
@@ -166,8 +173,8 @@ class Store:
                 if Path(str(path) + suffix).exists():
                     os.replace(str(path) + suffix, str(aside) + suffix)
             db = self._connect(str(path))
-            db.execute("PRAGMA journal_mode=WAL")
             self._schema(db)
+            db.execute("PRAGMA journal_mode=WAL")
             self._inode = _inode(path)
         except (OSError, sqlite3.DatabaseError) as exc2:
             return self._fallback(f"store {path} is corrupted ({exc}) and could not be replaced ({exc2})")
@@ -175,6 +182,13 @@ class Store:
         self._warn(f"store {path} was corrupted ({exc}); moved it to {aside}, started a new one "
                    f"and kept the {kept} picks still readable")
         return db
+
+    def _refuse(self, path: Path, why: str) -> sqlite3.Connection:
+        """A file that is not a gemmtune store: never opened for writing, never moved; tune in memory."""
+        self._warn(f"{path} is not a gemmtune store ({why}); left it untouched and keeping picks in memory "
+                   "for this process only (give --store another path)")
+        self.path = ":memory:"
+        return self._connect(":memory:")
 
     def _fallback(self, why: str, source: sqlite3.Connection | None = None) -> sqlite3.Connection:
         """An in-memory store for this process, holding a copy of the unwritable store when it can be read."""
@@ -223,7 +237,14 @@ class Store:
 
     @staticmethod
     def _schema(db: sqlite3.Connection) -> None:
-        db.executescript(SCHEMA)
+        """Create the tables and the marker (one transaction: a new file is complete or still empty)."""
+        if db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID:
+            db.executescript(SCHEMA)  # ours already (tables added by a later schema are created here)
+            return
+        db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA application_id={APPLICATION_ID}; "
+                         "CREATE TABLE IF NOT EXISTS gemmtune_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL); "
+                         f"INSERT OR REPLACE INTO gemmtune_meta VALUES ('schema_version', '{SCHEMA_VERSION}'); "
+                         "COMMIT;")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -337,8 +358,9 @@ class Store:
         return {"format": EXPORT_FORMAT, "entries": entries}
 
     def import_(self, data: dict[str, Any]) -> int:
-        if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
-            raise ValueError(f"import: not a gemmtune export (expected format {EXPORT_FORMAT!r})")
+        from .schema import check_export
+
+        check_export(data, "import", need_env=True)  # every entry checked before anything is written
         for e in data["entries"]:
             info = e["env"]
             rows = [Row(t["template"], t["src_hash"], canon(t["config"]), canon(t["runtime_params"]), t["ms"],

@@ -1,0 +1,139 @@
+"""Ctrl-C on `gemmtune tune` and malformed lookup tables / import files: one line, a typed error, no traceback."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gemmtune.core.errors import LookupTableError
+from gemmtune.store.lookup import LookupTable
+
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.4, 1.5])  # after the first problem: compiling, benchmarking, later
+def test_sigint_exits_130_within_2s_with_one_line_and_a_sound_store(tmp_path, delay):
+    store = tmp_path / "s.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "gemmtune.cli", "tune", "--suite", _suite(tmp_path), "--device",
+                             "cpu", "--backends", "numba,extern", "--store", str(store), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    assert proc.stdout.readline()  # main() runs (its handler is installed): the first problem's report
+    time.sleep(delay)
+    if proc.poll() is not None:
+        pytest.skip("finished before the signal")
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    took = time.monotonic() - t0
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines() == ["interrupted; nothing was stored for the current problem"]
+    assert took < 2.0
+    if store.exists():
+        db = sqlite3.connect(store)
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        db.execute("SELECT count(*) FROM picks").fetchone()
+
+
+def _suite(tmp_path: Path) -> str:
+    shapes = [{"name": f"s{i}", "M": 64 + 8 * i, "K": 64, "N": 64 + 16 * i, "dtype": "float32"} for i in range(40)]
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(shapes))
+    return str(path)
+
+
+BAD_TABLES = {
+    "pin_is_string": {"p": ["aten_mm"]},
+    "pin_is_null": {"p": [None]},
+    "pin_without_template": {"p": [{"config": {}}]},
+    "config_is_list": {"p": [{"template": "aten_mm", "config": [1, 2]}]},
+    "export_without_entries": {"format": "gemmtune-store/1"},
+    "export_entries_not_list": {"format": "gemmtune-store/1", "entries": {"a": 1}},
+    "export_entry_without_pick": {"format": "gemmtune-store/1", "entries": [{"problem": "p", "timings": []}]},
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_TABLES))
+def test_malformed_lookup_table_is_a_typed_error_naming_file_and_entry(tmp_path, kind):
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(BAD_TABLES[kind]))
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(LookupTableError, match=str(path).replace(".", r"\.")):
+        LookupTable.load(path)
+    proc = subprocess.run([sys.executable, "-m", "gemmtune.cli", "tune", "--shape", "8x8x8", "--device", "cpu",
+                           "--backends", "extern", "--store", "memory", "--lookup-table", str(path), "--no-progress"],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and str(path) in proc.stderr.replace("\n", "")
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_unknown_template_pin_is_a_load_time_warning():
+    with pytest.warns(RuntimeWarning, match="unknown template 'aten_mmm'"):
+        table = LookupTable.load({"p": [{"template": "aten_mmm"}]})
+    assert table.unknown
+
+
+def test_cache_import_of_entry_without_env_exits_2_and_stores_nothing(tmp_path):
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps({"format": "gemmtune-store/1", "entries": [
+        {"problem": "p", "pick": {"template": "aten_mm", "src_hash": None, "config": {}, "runtime_params": {},
+                                  "ms": 1.0}, "timings": []}]}))
+    store = tmp_path / "s.sqlite"
+    proc = subprocess.run([sys.executable, "-m", "gemmtune.cli", "cache", "import", str(path), "--store", str(store)],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    err = proc.stderr.replace("\n", " ")  # rich wraps long lines
+    assert "'env'" in err and "entry 0" in err and not store.exists() or _no_picks(store)
+
+
+def _no_picks(store: Path) -> bool:
+    return sqlite3.connect(store).execute("SELECT count(*) FROM picks").fetchone()[0] == 0
+
+
+def test_ctrl_c_while_waiting_for_compiles_cancels_the_queued_ones():
+    import threading
+
+    from gemmtune.bench.compile import CompileJob
+
+    started, release = [], threading.Event()
+
+    class Slow:
+        def compile(self, c, ki, example):
+            started.append(c)
+            release.wait(5)
+            return object()
+
+    class C:
+        def __init__(self, i):
+            self.binary_key, self.template_uid, self.name = ("k", i), "slow", f"c{i}"
+
+    job = CompileJob([C(i) for i in range(20)], {"slow": Slow()}, None, (), timeout_s=60, workers=2)
+    calls = []
+
+    def interrupted(timeout):
+        calls.append(timeout)
+        raise KeyboardInterrupt
+
+    job._poll = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        job.finish()
+    release.set()
+    job._pool.shutdown(wait=True)
+    assert len(started) <= 2  # the 18 queued compiles were cancelled, not run
+
+
+def test_a_config_the_template_cannot_build_is_a_load_time_warning():
+    with pytest.warns(RuntimeWarning, match="library kernel has no config"):
+        table = LookupTable.load({"p": [{"template": "aten_mm", "config": {"BLOCK_M": 64}}]})
+    assert len(table.unknown) == 1
+    with pytest.warns(RuntimeWarning, match="no runtime parameter 'bogus'"):
+        LookupTable.load({"p": [{"template": "aten_mm", "runtime_params": {"bogus": 1}}]})
