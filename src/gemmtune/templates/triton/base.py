@@ -223,8 +223,10 @@ def swizzled_launcher(ki: KernelInputs, example: Sequence[torch.Tensor], run: Ke
     loaded now (`warmed`, from the example call).
 
     Example:
-        >>> launch = swizzled_launcher(None, [], KernelLaunch(None, (1,), {}), lambda t, out, s: ())
-        >>> not interpreting() or callable(launch)
+        >>> import os, unittest.mock
+        >>> with unittest.mock.patch.dict(os.environ, {"TRITON_INTERPRET": "1"}):  # nothing to compile
+        ...     launch = swizzled_launcher(None, [], KernelLaunch(None, (1,), {}), lambda t, out, s: ())
+        >>> callable(launch)
         True
     """
     run, = warmed(ki, example, lambda out: [args(example, out, STAGE1_SWIZZLE)], run)
