@@ -24,6 +24,7 @@ demo: $(VENV)/.installed
 	$(BIN)/gemmtune simulate --strategy exhaustive "prescreen[x=5,swizzle=8]" "model_pruned[n=20]" default
 
 test: $(VENV)/.dev
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q
 
 clean:

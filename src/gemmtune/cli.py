@@ -10,7 +10,7 @@ from typing import Iterator, Sequence
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -150,7 +150,7 @@ def progress_listener(enabled: bool) -> Iterator:
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as prog:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def listen(event: str, **info) -> None:
             if event == "choices":

@@ -89,7 +89,7 @@ def _time_rows(sel: Selection, shown: list[Timing]) -> list[str]:
         mark = ""
         if t.choice == sel.winner:
             mark = "  <- winner"
-            if t.choice.is_extern and any(f.ms < t.ms for f in finalists):
+            if t.choice.is_extern and t.ms is not None and any(f.ms is not None and f.ms < t.ms for f in finalists):
                 mark += " (library kernel kept: no generated kernel beat it by the library margin)"
         pct = 100.0 * deciding / t.ms if deciding and t.ms else 0.0
         stage = STAGE_LABELS.get(t.stage, t.stage)
@@ -172,7 +172,7 @@ def run_info() -> dict[str, Any]:
     from .core.version import __version__
     from .store.env import package_version
 
-    versions = {"gemmtune": __version__, "torch": torch.__version__}
+    versions: dict[str, str | None] = {"gemmtune": __version__, "torch": torch.__version__}
     versions.update({name: package_version(name) for name in ("triton", "numba", "numpy")})
     return {"versions": versions, "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 

@@ -100,6 +100,7 @@ class Worker:
                                      env=_worker_env(self.device))
         hello = {"address": listener.address, "authkey": authkey.hex(), "path": [str(p) for p in sys.path]}
         try:
+            assert self.proc.stdin is not None  # started with stdin=PIPE
             self.proc.stdin.write(json.dumps(hello).encode() + b"\n")
             self.proc.stdin.close()
         except OSError:  # it died at once: _accept reports it

@@ -121,7 +121,7 @@ class Spec:
         if isinstance(value, bool) or not isinstance(value, want):
             noun = "an integer" if self.kind == "int" else "a number"
             raise ValueError(f"expected {noun}, got {type(value).__name__} {value!r}")
-        value = int(value) if self.kind == "int" else float(value)
+        value = int(value) if self.kind == "int" else float(value)  # type: ignore[call-overload]
         if not math.isfinite(value):
             raise ValueError(f"must be a finite number {self.range_text()}".rstrip() + f", got {value}")
         low = self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo)

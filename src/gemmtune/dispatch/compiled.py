@@ -43,7 +43,7 @@ from .autograd import addmm_grads, addmm_setup, mm_grads, mm_setup
 
 __all__ = ["traced_mm", "traced_bmm", "traced_addmm", "is_static"]
 
-_TRACED: dict[tuple, tuple[Any, Any]] = {}  # canonical dispatch key -> (Selection, Template) decided for a trace
+_TRACED: dict[tuple, tuple[Any, Any] | None] = {}  # canonical dispatch key -> (Selection, Template) decided for a trace
 
 
 def is_static(tensors: Sequence[torch.Tensor]) -> bool:
@@ -70,7 +70,7 @@ def _real_like(t: torch.Tensor) -> torch.Tensor:
     return base.as_strided(size, stride)
 
 
-def _decide(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional[str],
+def _decide(op: str, tensors: tuple, alpha: float, beta: float, backends: Sequence[str] | str | None,
             out_layout: Optional[str]) -> tuple[Any, Any] | None:
     """(Selection, Template) for a traced problem: known already, or tuned now on stand-in tensors.
 

@@ -95,5 +95,5 @@ class Strategy:
 
 def ranking(measured: Sequence[Measured]) -> list[Measured]:
     """Successful measurements, fastest first; failures last."""
-    ok = sorted((m for m in measured if m.ms is not None), key=lambda m: m.ms)
+    ok = sorted((m for m in measured if m.ms is not None), key=lambda m: m.ms or 0.0)
     return ok + [m for m in measured if m.ms is None]

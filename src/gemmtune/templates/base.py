@@ -93,7 +93,7 @@ class Template(ABC):
     def supports(self, ki: KernelInputs) -> bool:
         """Whether this template can run `ki` at all (op, dtype, device)."""
 
-    def compile_configs(self, ki: KernelInputs) -> list[Mapping[str, Any]]:
+    def compile_configs(self, ki: KernelInputs) -> Sequence[Mapping[str, Any]]:
         """Compile-time configs fitted to `ki`; library kernels have one empty config."""
         return [{}]
 

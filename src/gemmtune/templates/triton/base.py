@@ -146,7 +146,8 @@ def bias_args(bias: torch.Tensor | None, out: torch.Tensor, M: int, N: int) -> t
     strides (0, 0): the kernel never reads it (HAS_BIAS is off) but needs a pointer."""
     if bias is None:
         return out, (0, 0)
-    return bias, bias.expand(M, N).stride()
+    row, col = bias.expand(M, N).stride()
+    return bias, (row, col)
 
 
 def gemm_args(ki: KernelInputs, tensors: Sequence[torch.Tensor], out: torch.Tensor) -> tuple:
@@ -278,8 +279,8 @@ class TritonTemplate(Template):
 
     family = "triton"
     native_devices = ("cuda",)
-    runtime_space = {"swizzle": SWIZZLES}
-    default_runtime = {"swizzle": STAGE1_SWIZZLE}
+    runtime_space: Mapping[str, Sequence[Any]] = {"swizzle": SWIZZLES}
+    default_runtime: Mapping[str, Any] = {"swizzle": STAGE1_SWIZZLE}
     ops: tuple[str, ...] = ("mm", "addmm", "bmm")
     dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES
     kernel_file: ClassVar[str]
