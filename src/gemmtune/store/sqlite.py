@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS picks(
   env TEXT NOT NULL, problem TEXT NOT NULL, describe TEXT, template TEXT NOT NULL, src_hash TEXT,
   config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, strategy TEXT, recorded REAL NOT NULL,
   PRIMARY KEY(env, problem));
+CREATE TABLE IF NOT EXISTS provisional_picks(env TEXT NOT NULL, problem TEXT NOT NULL, PRIMARY KEY(env, problem));
 """
 EXPORT_FORMAT = "gemmtune-store/1"
 
@@ -76,6 +77,7 @@ class Row:
 class Stored:
     rows: tuple[Row, ...]
     pick: Row | None
+    provisional: bool = False  # the pick was decided under heavy timing noise: a later tune re-checks it
 
 
 def env_info(device: str) -> dict[str, Any]:
@@ -263,19 +265,27 @@ class Store:
             f"SELECT {cols} FROM timings WHERE env=? AND problem=?", (env, problem)))
         pick = self._db.execute("SELECT template, src_hash, config, runtime, ms, 'ok', strategy FROM picks "
                                 "WHERE env=? AND problem=?", (env, problem)).fetchone()
-        return Stored(rows, Row(*pick) if pick else None)
+        marked = self._db.execute("SELECT 1 FROM provisional_picks WHERE env=? AND problem=?", (env, problem))
+        return Stored(rows, Row(*pick) if pick else None, pick is not None and marked.fetchone() is not None)
 
     def save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
-             pick: Row, replace_pick: bool) -> Row:
+             pick: Row, replace_pick: bool, provisional: bool = False) -> Row:
         """Record `rows` (same-hash rows already there win) and the pick; returns the stored pick.
 
         Rows and pick are written in one transaction: a process killed mid-write
-        leaves either all of them or none.
+        leaves either all of them or none.  A `provisional` pick (decided under heavy noise) is
+        marked so; a pick written over it unmarks it unless it is provisional too.
+
+        Example:
+            >>> s, pick = Store(":memory:"), Row("aten_mm", None, "{}", "{}", 1.0, "ok")
+            >>> _ = s.save("env", {}, "p", "p", [pick], pick, replace_pick=False, provisional=True)
+            >>> s.load("env", "p").provisional
+            True
         """
-        return self._guarded(lambda: self._save(env, info, problem, describe, rows, pick, replace_pick))
+        return self._guarded(lambda: self._save(env, info, problem, describe, rows, pick, replace_pick, provisional))
 
     def _save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
-              pick: Row, replace_pick: bool) -> Row:
+              pick: Row, replace_pick: bool, provisional: bool = False) -> Row:
         now = time.time()
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO envs VALUES (?, ?)", (env, canon(info)))
@@ -287,9 +297,11 @@ class Store:
                 [(env, problem, r.template, r.src_hash, r.config, r.runtime, r.ms, r.status, r.stage, now)
                  for r in rows])
             verb = "INSERT OR REPLACE" if replace_pick else "INSERT OR IGNORE"
+            before = db.total_changes
             db.execute(f"{verb} INTO picks VALUES (?,?,?,?,?,?,?,?,?,?)",
                        (env, problem, describe, pick.template, pick.src_hash, pick.config, pick.runtime, pick.ms,
                         pick.stage, now))
+            _mark_provisional(db, env, problem, provisional, written=replace_pick or db.total_changes > before)
         return self._load(env, problem).pick or pick
 
     # -- management (the `gemmtune cache` commands) -------------------------------------
@@ -323,6 +335,7 @@ class Store:
             n = db.execute("SELECT count(*) FROM picks").fetchone()[0]
             db.execute("DELETE FROM timings")
             db.execute("DELETE FROM picks")
+            db.execute("DELETE FROM provisional_picks")
             db.execute("DELETE FROM envs")
         return n
 
@@ -357,6 +370,13 @@ class Store:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _mark_provisional(db: sqlite3.Connection, env: str, problem: str, provisional: bool, written: bool) -> None:
+    """Mark (or unmark) the pick just written as provisional; a pick left standing keeps its mark."""
+    if written:
+        db.execute("INSERT OR IGNORE INTO provisional_picks VALUES (?, ?)" if provisional else
+                   "DELETE FROM provisional_picks WHERE env=? AND problem=?", (env, problem))
 
 
 # -- helpers of the fall-backs ----------------------------------------------------------------
