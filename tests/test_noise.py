@@ -158,3 +158,15 @@ def test_a_firm_pick_is_not_rechecked(monkeypatch, tmp_path):
     assert not _tune(store).provisional
     again = FakeTimes(monkeypatch, spread=0.4)
     assert _tune(store).cache_hit and again.retimed == 0
+
+
+def test_a_clearly_slower_function_is_cut_short():
+    timer = CpuTimer(rep_ms=40.0)
+    fast = timer.time(lambda: time.sleep(0.001))
+    calls = []
+    slow = timer.time(lambda: (calls.append(1), time.sleep(0.01)))
+    assert slow.cost_ms > 3 * fast.cost_ms and len(calls) == 3 and slow.spread is None  # warm-up and two runs
+    again = CpuTimer(rep_ms=40.0)
+    calls.clear()
+    again.time(lambda: (calls.append(1), time.sleep(0.01)))  # nothing faster seen: the full budget
+    assert len(calls) > 3

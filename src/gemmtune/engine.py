@@ -77,7 +77,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     # The strategy prunes before anything compiles (model_pruned: the cost model), so a pruned
     # binary is never built; its search then sees only what compiled.
     todo = STRATEGIES[plan.strategy].prune(memory.unknown(choices), plan.options)
-    compiled = ctx.compile(todo, plan.deadline, overlap=overlap_for(settings.overlap_compile, plan.isolation,
+    compiled = ctx.compile(todo, _compile_deadline(plan.deadline, settings), overlap=overlap_for(settings.overlap_compile, plan.isolation,
                                                                      ki.device_type))
     try:
         outcome = _measure_and_pick(ctx, compiled, choices, memory, plan)
@@ -214,6 +214,12 @@ def _retime_s(settings: Settings, device_type: str) -> float:
     """
     rep_ms = settings.gpu_rep_ms if device_type == "cuda" else settings.cpu_rep_ms
     return (settings.finalists + 1) * rep_ms * 1.25e-3
+
+
+def _compile_deadline(deadline: float | None, settings: Settings) -> float | None:
+    """Compiles stop a tenth of the budget before the deadline: the library kernels, timed after
+    them, need that time to be checked and timed (the safety net of a cut-short search)."""
+    return None if deadline is None else deadline - 0.1 * settings.budget_s
 
 
 def fit_budget(settings: Settings) -> Settings:

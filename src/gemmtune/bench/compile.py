@@ -157,14 +157,20 @@ class CompileJob(CompileResult):
     def wait_any(self, choices: Sequence[Choice]) -> None:
         """Block until at least one of `choices`' binaries is done (or nothing is pending)."""
         while self._pending and not any(self.ready(c) for c in choices):
-            self._poll(0.25)
+            self._poll(self._wait_s())
 
     def finish(self) -> CompileResult:
         """Wait for every binary; the pool is shut down.  Returns self."""
         while self._pending:
-            self._poll(0.25)
+            self._poll(self._wait_s())
         self._close()
         return self
+
+    def _wait_s(self) -> float:
+        """How long one poll waits: a quarter second, or less where the deadline comes sooner."""
+        if self._deadline is None:
+            return 0.25
+        return min(0.25, max(0.005, self._deadline - time.perf_counter()))
 
     def abandon(self) -> None:
         """Stop waiting: binaries still compiling finish in the background, unused."""
