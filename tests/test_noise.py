@@ -90,12 +90,14 @@ def test_without_a_spread_the_old_rule_holds():
 def test_store_marks_and_unmarks_provisional_picks(tmp_path):
     s = Store(tmp_path / "s.sqlite")
     pick = Row("aten_mm", None, "{}", "{}", 1.0, "ok")
-    s.save("e", {}, "p", "p", [pick], pick, replace_pick=False, provisional=True)
-    assert s.load("e", "p").provisional
-    s.save("e", {}, "p", "p", [pick], pick, replace_pick=False, provisional=False)  # ignored: the pick stands
-    assert s.load("e", "p").provisional
-    s.save("e", {}, "p", "p", [pick], pick, replace_pick=True, provisional=False)
-    assert not s.load("e", "p").provisional and not s.load("e", "other").provisional
+    s.save("e", {}, "p", "p", [pick], pick, replace_pick=False, provisional="run-1")
+    assert s.load("e", "p").provisional == "run-1"
+    s.save("e", {}, "p", "p", [pick], pick, replace_pick=False)  # ignored: the pick stands
+    assert s.load("e", "p").provisional == "run-1"
+    s.save("e", {}, "p", "p", [pick], pick, replace_pick=True, provisional="run-2")
+    assert s.load("e", "p").provisional == "run-2"
+    s.save("e", {}, "p", "p", [pick], pick, replace_pick=True)
+    assert s.load("e", "p").provisional is None and s.load("e", "other").provisional is None
 
 
 def test_an_old_store_without_the_table_gains_it(tmp_path):
@@ -108,7 +110,7 @@ def test_an_old_store_without_the_table_gains_it(tmp_path):
     db.commit()
     db.close()
     stored = Store(path).load("e", "p")
-    assert stored.pick is not None and not stored.provisional
+    assert stored.pick is not None and stored.provisional is None
 
 
 # -- end to end: a noisy tune stores a provisional pick, a quiet one firms it ------------------------
@@ -139,11 +141,15 @@ def _tune(store):
 
 
 def test_noisy_pick_is_provisional_then_firmed_by_a_quiet_run(monkeypatch, tmp_path):
+    from gemmtune import engine
+
     store = Store(tmp_path / "s.sqlite")
     noisy = FakeTimes(monkeypatch, spread=0.4)
     first = _tune(store)
     assert first.winner.template_uid == "aten_mm" and first.noisy and first.provisional
     assert noisy.retimed == 1
+    assert _tune(store).cache_hit and noisy.retimed == 1  # the same run does not re-check its own pick
+    monkeypatch.setattr(engine, "RUN_ID", "a-later-run")
     quiet = FakeTimes(monkeypatch, spread=0.01)
     second = _tune(store)  # a partial hit: the finalists are re-timed, not taken from the store
     assert quiet.retimed == 1 and not second.cache_hit
@@ -153,9 +159,12 @@ def test_noisy_pick_is_provisional_then_firmed_by_a_quiet_run(monkeypatch, tmp_p
 
 
 def test_a_firm_pick_is_not_rechecked(monkeypatch, tmp_path):
+    from gemmtune import engine
+
     store = Store(tmp_path / "s.sqlite")
     FakeTimes(monkeypatch, spread=0.01)
     assert not _tune(store).provisional
+    monkeypatch.setattr(engine, "RUN_ID", "a-later-run")
     again = FakeTimes(monkeypatch, spread=0.4)
     assert _tune(store).cache_hit and again.retimed == 0
 

@@ -29,6 +29,7 @@ from .templates.base import Template
 
 log = logging.getLogger("gemmtune")
 OUT_LAYOUTS = (None, "row", "col")
+RUN_ID = f"{os.getpid()}-{time.time():.0f}"  # this process: a provisional pick is re-checked by a later run only
 _STORES: dict[str, Store] = {}
 
 
@@ -419,7 +420,8 @@ class _Context:
         if stale:
             log.warning("gemmtune: %s: ignored %d stored timings measured with an older template source",
                         self.ki.describe(), stale)
-        return _Memory(known, pick, stale, covered, stored.pick is not None, stored.provisional and pick is not None)
+        recheck = stored.provisional is not None and stored.provisional != RUN_ID and pick is not None
+        return _Memory(known, pick, stale, covered, stored.pick is not None, recheck)
 
     def from_store(self, choices: Sequence[Choice], memory: _Memory, layout, started: float) -> Selection | None:
         """A full hit: no search; only the stored winner is compiled."""
@@ -460,7 +462,7 @@ class _Context:
         ms = bench.records[winner].ms if winner in bench.records else None
         stored = self.store.save(self.env, self.info, self.problem, self.ki.describe(), rows,
                                  _row(winner, ms, "ok", self.settings.strategy), replace_pick=replace,
-                                 provisional=decision.provisional)
+                                 provisional=RUN_ID if decision.provisional else None)
         if stored.choice_key == _row(winner, ms, "ok", None).choice_key:
             return winner
         by_key = {(c.template_uid, canon(c.config), canon(c.runtime)): c for c in choices}

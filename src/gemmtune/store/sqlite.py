@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS picks(
   env TEXT NOT NULL, problem TEXT NOT NULL, describe TEXT, template TEXT NOT NULL, src_hash TEXT,
   config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, strategy TEXT, recorded REAL NOT NULL,
   PRIMARY KEY(env, problem));
-CREATE TABLE IF NOT EXISTS provisional_picks(env TEXT NOT NULL, problem TEXT NOT NULL, PRIMARY KEY(env, problem));
+CREATE TABLE IF NOT EXISTS provisional_picks(env TEXT NOT NULL, problem TEXT NOT NULL, run TEXT,
+  PRIMARY KEY(env, problem));
 """
 EXPORT_FORMAT = "gemmtune-store/1"
 
@@ -77,7 +78,7 @@ class Row:
 class Stored:
     rows: tuple[Row, ...]
     pick: Row | None
-    provisional: bool = False  # the pick was decided under heavy timing noise: a later tune re-checks it
+    provisional: str | None = None  # the run that decided the pick under heavy noise: a later run re-checks it
 
 
 def env_info(device: str) -> dict[str, Any]:
@@ -265,27 +266,27 @@ class Store:
             f"SELECT {cols} FROM timings WHERE env=? AND problem=?", (env, problem)))
         pick = self._db.execute("SELECT template, src_hash, config, runtime, ms, 'ok', strategy FROM picks "
                                 "WHERE env=? AND problem=?", (env, problem)).fetchone()
-        marked = self._db.execute("SELECT 1 FROM provisional_picks WHERE env=? AND problem=?", (env, problem))
-        return Stored(rows, Row(*pick) if pick else None, pick is not None and marked.fetchone() is not None)
+        mark = self._db.execute("SELECT run FROM provisional_picks WHERE env=? AND problem=?", (env, problem)).fetchone()
+        return Stored(rows, Row(*pick) if pick else None, mark[0] if pick is not None and mark else None)
 
     def save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
-             pick: Row, replace_pick: bool, provisional: bool = False) -> Row:
+             pick: Row, replace_pick: bool, provisional: str | None = None) -> Row:
         """Record `rows` (same-hash rows already there win) and the pick; returns the stored pick.
 
         Rows and pick are written in one transaction: a process killed mid-write
         leaves either all of them or none.  A `provisional` pick (decided under heavy noise) is
-        marked so; a pick written over it unmarks it unless it is provisional too.
+        marked with that run's id; a pick written over it unmarks it unless it is provisional too.
 
         Example:
             >>> s, pick = Store(":memory:"), Row("aten_mm", None, "{}", "{}", 1.0, "ok")
-            >>> _ = s.save("env", {}, "p", "p", [pick], pick, replace_pick=False, provisional=True)
+            >>> _ = s.save("env", {}, "p", "p", [pick], pick, replace_pick=False, provisional="run-1")
             >>> s.load("env", "p").provisional
-            True
+            'run-1'
         """
         return self._guarded(lambda: self._save(env, info, problem, describe, rows, pick, replace_pick, provisional))
 
     def _save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
-              pick: Row, replace_pick: bool, provisional: bool = False) -> Row:
+              pick: Row, replace_pick: bool, provisional: str | None = None) -> Row:
         now = time.time()
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO envs VALUES (?, ?)", (env, canon(info)))
@@ -372,11 +373,12 @@ class Store:
         self._db.close()
 
 
-def _mark_provisional(db: sqlite3.Connection, env: str, problem: str, provisional: bool, written: bool) -> None:
-    """Mark (or unmark) the pick just written as provisional; a pick left standing keeps its mark."""
+def _mark_provisional(db: sqlite3.Connection, env: str, problem: str, run: str | None, written: bool) -> None:
+    """Mark the pick just written provisional (by run `run`), or unmark it; a pick left standing keeps its mark."""
     if written:
-        db.execute("INSERT OR IGNORE INTO provisional_picks VALUES (?, ?)" if provisional else
-                   "DELETE FROM provisional_picks WHERE env=? AND problem=?", (env, problem))
+        db.execute("DELETE FROM provisional_picks WHERE env=? AND problem=?", (env, problem))
+        if run is not None:
+            db.execute("INSERT INTO provisional_picks VALUES (?, ?, ?)", (env, problem, run))
 
 
 # -- helpers of the fall-backs ----------------------------------------------------------------
