@@ -38,8 +38,8 @@ sel = gemmtune.tune("mm", a, b, settings=settings)
 t = sel.timings
 print(json.dumps({"tune_s": time.perf_counter() - imported, "import_s": imported - t0, "compile_s": sel.compile_s,
                   "prescreen_s": sel.prescreen_s, "final_s": sel.benchmark_s, "runs": sel.benchmark_runs,
-                  "winner": sel.winner.key, "winner_ms": sel.winner_ms, "noisy": sel.noisy,
-                  "provisional": sel.provisional, "budget_exhausted": sel.budget_exhausted,
+                  "winner": sel.winner.key, "winner_ms": sel.winner_ms, "noisy": getattr(sel, "noisy", None),
+                  "provisional": getattr(sel, "provisional", None), "budget_exhausted": sel.budget_exhausted,
                   "spread": max([x.spread for x in t if getattr(x, "spread", None) is not None], default=None)}))
 """
 

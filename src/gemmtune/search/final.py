@@ -55,6 +55,13 @@ class FinalRule:
         return cls(settings.finalists, settings.finalist_rounds, settings.library_margin,
                    getattr(settings, "noise_limit", 0.1))
 
+    @classmethod
+    def tune_default(cls) -> "FinalRule":
+        """The rule `tune` applies when nothing is set (the defaults of `gemmtune.Settings`)."""
+        from ..core.settings import Settings
+
+        return cls.of(Settings())
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -68,13 +75,6 @@ class Decision:
     choice: Choice
     noisy: bool = False  # the runner-up was within the timings' noise of the pick
     provisional: bool = False  # the finalists' timings spread more than `FinalRule.noise_limit`
-
-    @classmethod
-    def tune_default(cls) -> "FinalRule":
-        """The rule `tune` applies when nothing is set (the defaults of `gemmtune.Settings`)."""
-        from ..core.settings import Settings
-
-        return cls.of(Settings())
 
 
 def final_pick(ranked: Sequence[Measured], records: Mapping[Choice, Timing], retime: Retime, rule: FinalRule,
