@@ -193,7 +193,7 @@ class Settings:
     library_margin: float = _f(0.01, Spec(
         "float", "a generated kernel must beat the best library kernel by this fraction in the final",
         lo=0.0, hi=0.5, hi_open=True))
-    noise_limit: float = _f(0.1, Spec(
+    noise_limit: float = _f(0.25, Spec(
         "float", "CPU: a final whose timings spread more (IQR / median) is stored provisional and re-checked "
         "by the next tune", lo=0.0, lo_open=True))
     compile_timeout_s: float = _f(120.0, _pos("a compile taking longer fails that candidate"))

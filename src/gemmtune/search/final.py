@@ -47,13 +47,13 @@ class FinalRule:
     finalists: int
     rounds: int
     library_margin: float
-    noise_limit: float = 0.1  # a final whose timings spread more than this is provisional
+    noise_limit: float = 0.25  # a final whose timings spread more than this is provisional
 
     @classmethod
     def of(cls, settings: Any) -> "FinalRule":
         """The rule of a `Settings` (or anything with its fields; `noise_limit` is optional)."""
         return cls(settings.finalists, settings.finalist_rounds, settings.library_margin,
-                   getattr(settings, "noise_limit", 0.1))
+                   getattr(settings, "noise_limit", 0.25))
 
     @classmethod
     def tune_default(cls) -> "FinalRule":
