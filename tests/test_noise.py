@@ -150,6 +150,7 @@ def test_noisy_pick_is_provisional_then_firmed_by_a_quiet_run(monkeypatch, tmp_p
     assert noisy.retimed == 1
     assert _tune(store).cache_hit and noisy.retimed == 1  # the same run does not re-check its own pick
     monkeypatch.setattr(engine, "RUN_ID", "a-later-run")
+    monkeypatch.setattr(engine, "RUN_STARTED", time.time() + 1.0)
     quiet = FakeTimes(monkeypatch, spread=0.01)
     second = _tune(store)  # a partial hit: the finalists are re-timed, not taken from the store
     assert quiet.retimed == 1 and not second.cache_hit
@@ -165,6 +166,7 @@ def test_a_firm_pick_is_not_rechecked(monkeypatch, tmp_path):
     FakeTimes(monkeypatch, spread=0.01)
     assert not _tune(store).provisional
     monkeypatch.setattr(engine, "RUN_ID", "a-later-run")
+    monkeypatch.setattr(engine, "RUN_STARTED", time.time() + 1.0)
     again = FakeTimes(monkeypatch, spread=0.4)
     assert _tune(store).cache_hit and again.retimed == 0
 

@@ -29,7 +29,8 @@ from .templates.base import Template
 
 log = logging.getLogger("gemmtune")
 OUT_LAYOUTS = (None, "row", "col")
-RUN_ID = f"{os.getpid()}-{time.time():.0f}"  # this process: a provisional pick is re-checked by a later run only
+RUN_STARTED = time.time()
+RUN_ID = f"{os.getpid()}-{RUN_STARTED:.0f}"  # this process: a provisional pick is re-checked by a later run only
 _STORES: dict[str, Store] = {}
 
 
@@ -326,6 +327,20 @@ def shared_store(location: str | None) -> Store:
     return _STORES[key]
 
 
+def _later_run(mark: str | None) -> bool:
+    """A provisional mark ("run@written") left by a run that ended before this one began: re-check it.
+    Processes running alongside the one that wrote it serve its pick, so racing processes agree.
+
+    Example:
+        >>> _later_run(None), _later_run(f"{RUN_ID}@0"), _later_run("1-0@0"), _later_run(f"1-0@{time.time() + 9}")
+        (False, False, True, False)
+    """
+    if mark is None:
+        return False
+    run, _, written = mark.partition("@")
+    return run != RUN_ID and float(written or 0.0) < RUN_STARTED
+
+
 def _row(choice: Choice, ms: float | None, status: str, stage: str | None) -> Row:
     return Row(choice.template_uid, choice.src_hash, canon(choice.config), canon(choice.runtime), ms, status, stage)
 
@@ -420,8 +435,8 @@ class _Context:
         if stale:
             log.warning("gemmtune: %s: ignored %d stored timings measured with an older template source",
                         self.ki.describe(), stale)
-        recheck = stored.provisional is not None and stored.provisional != RUN_ID and pick is not None
-        return _Memory(known, pick, stale, covered, stored.pick is not None, recheck)
+        return _Memory(known, pick, stale, covered, stored.pick is not None,
+                       pick is not None and _later_run(stored.provisional))
 
     def from_store(self, choices: Sequence[Choice], memory: _Memory, layout, started: float) -> Selection | None:
         """A full hit: no search; only the stored winner is compiled."""
@@ -462,7 +477,7 @@ class _Context:
         ms = bench.records[winner].ms if winner in bench.records else None
         stored = self.store.save(self.env, self.info, self.problem, self.ki.describe(), rows,
                                  _row(winner, ms, "ok", self.settings.strategy), replace_pick=replace,
-                                 provisional=RUN_ID if decision.provisional else None)
+                                 provisional=f"{RUN_ID}@{time.time()}" if decision.provisional else None)
         if stored.choice_key == _row(winner, ms, "ok", None).choice_key:
             return winner
         by_key = {(c.template_uid, canon(c.config), canon(c.runtime)): c for c in choices}
