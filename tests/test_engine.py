@@ -248,7 +248,8 @@ def test_model_pruned_on_cpu_runs_as_prescreen():
 
 
 def test_engine_decides_through_search_final(monkeypatch):
-    """tune's last step is `gemmtune.search.final.final_pick`, the one the offline replays use."""
+    """tune's last step is `gemmtune.search.final.final_decision`, the one the offline replays use
+    (through `final_pick`)."""
     from gemmtune import engine
     from gemmtune.search import final
 
@@ -256,9 +257,9 @@ def test_engine_decides_through_search_final(monkeypatch):
 
     def spy(ranked, records, retime, rule, **kw):
         calls.append(rule)
-        return final.final_pick(ranked, records, retime, rule, **kw)
+        return final.final_decision(ranked, records, retime, rule, **kw)
 
-    monkeypatch.setattr(engine, "final_pick", spy)
+    monkeypatch.setattr(engine, "final_decision", spy)
     gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), NumpyTemplate()], store=Store(":memory:"),
                   settings=gemmtune.Settings(finalists=2))
     assert [(r.finalists, r.rounds) for r in calls] == [(2, 15)]

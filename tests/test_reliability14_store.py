@@ -69,6 +69,7 @@ def test_an_unmarked_store_with_exactly_our_tables_is_adopted_with_its_picks(tmp
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
     db.executescript(SCHEMA)
+    db.execute("DROP TABLE provisional_picks")  # the tables a store had before the marker existed
     db.execute("INSERT INTO timings VALUES ('env','p','tmpl','h',?, '{}', 1.0, 'ok', 'final', 0)", (ROWS[0].config,))
     db.execute("INSERT INTO picks VALUES ('env','p','d','tmpl','h',?, '{}', 1.0, 'final', 0)", (ROWS[0].config,))
     db.commit()

@@ -180,7 +180,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         check_fits(spec, device, "--suite" if args.suite else "--shape")
     results = []
     with progress_listener(not args.no_progress and not args.verbose and err.is_terminal) as listen:
-        for spec in specs:
+        for i, spec in enumerate(specs, 1):
+            if len(specs) > 1 and not args.no_progress:  # a suite: which shape, of how many
+                err.print(f"[{i}/{len(specs)}] {spec.name or spec.describe()}", highlight=False)
             tensors = spec.tensors(device)
             sel = tune(spec.op, *tensors, settings=settings, listener=listen)
             if sel.cache_hit:

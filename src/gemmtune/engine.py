@@ -23,12 +23,14 @@ from .store.lookup import LookupTable
 from .core.settings import Settings, isolation_for
 from .store.sqlite import Row, Store, canon, env_info, env_key, open_store
 from .search import STRATEGIES, ProblemDims, StrategyOptions, for_device
-from .search.final import FinalRule, final_pick
+from .search.final import Decision, FinalRule, final_decision
 from .templates import active_templates
 from .templates.base import Template
 
 log = logging.getLogger("gemmtune")
 OUT_LAYOUTS = (None, "row", "col")
+RUN_STARTED = time.time()
+RUN_ID = f"{os.getpid()}-{RUN_STARTED:.0f}"  # this process: a provisional pick is re-checked by a later run only
 _STORES: dict[str, Store] = {}
 
 
@@ -58,8 +60,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         True
     """
     started = time.perf_counter()
-    settings = (settings or Settings.from_env()).with_(
-        **{k: v for k, v in (("backends", backends), ("strategy", strategy)) if v is not None})
+    settings = fit_budget((settings or Settings.from_env()).with_(
+        **{k: v for k, v in (("backends", backends), ("strategy", strategy)) if v is not None}))
     ki, tensors = _problem(op, tensors, device, alpha, beta, out_layout)
     active = active_templates(ki, settings.backends, templates, settings.hopper_templates,
                               settings.config_space, settings.preview_templates)
@@ -76,8 +78,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     plan = _plan(ki, active, settings, started)
     # The strategy prunes before anything compiles (model_pruned: the cost model), so a pruned
     # binary is never built; its search then sees only what compiled.
-    todo = STRATEGIES[plan.strategy].prune([c for c in choices if c not in memory.known], plan.options)
-    compiled = ctx.compile(todo, plan.deadline, overlap=overlap_for(settings.overlap_compile, plan.isolation,
+    todo = STRATEGIES[plan.strategy].prune(memory.unknown(choices), plan.options)
+    compiled = ctx.compile(todo, _compile_deadline(plan.deadline, settings), overlap=overlap_for(settings.overlap_compile, plan.isolation,
                                                                      ki.device_type))
     try:
         outcome = _measure_and_pick(ctx, compiled, choices, memory, plan)
@@ -85,10 +87,16 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
         compiled.abandon() if isinstance(compiled, CompileJob) else None
     # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
     # a first pick is insert-if-absent so that racing processes agree on one.
-    winner = ctx.remember(choices, outcome.bench, compiled, outcome.winner, replace=memory.stored_pick)
-    log.info("gemmtune: %s: picked %s (deciding time: %s)", ki.describe(), winner.key, next((f"{t.ms:.4f} ms, stage {t.stage}" for t in [outcome.bench.records.get(winner)] if t and t.ms is not None), "none"))
+    winner = ctx.remember(choices, outcome.bench, compiled, outcome.decision, replace=memory.stored_pick)
+    _log_pick(ki, winner, outcome.bench)
     return ctx.selection(winner, _timings(choices, compiled, outcome.bench), layout, started,
                          **_facts(outcome, plan.strategy, compiled, memory))
+
+
+def _log_pick(ki: KernelInputs, winner: Choice, bench: Bench) -> None:
+    t = bench.records.get(winner)
+    deciding = f"{t.ms:.4f} ms, stage {t.stage}" if t is not None and t.ms is not None else "none"
+    log.info("gemmtune: %s: picked %s (deciding time: %s)", ki.describe(), winner.key, deciding)
 
 
 def _quiet(event: str, **info: Any) -> None:
@@ -109,7 +117,9 @@ def _problem(op: str, tensors: Sequence[Any], device: str | torch.device | None,
 def _choices(ki: KernelInputs, active: Sequence[Template], op: str, finalize: Sequence[heuristics.FinalizeHook],
              settings: Settings) -> list[Choice]:
     """Every candidate of every active template, in one heuristics call (hooks and lookup table applied)."""
-    hooks = [*finalize, *([LookupTable.load(settings.lookup_table)] if settings.lookup_table else [])]
+    hooks: list[heuristics.FinalizeHook] = [*finalize]
+    if settings.lookup_table:
+        hooks.append(LookupTable.load(settings.lookup_table))
     choices = heuristics.get_template_configs(ki, active, op, hooks)
     if not choices:
         raise NoCandidatesError(f"{ki.describe()}: no template offers a candidate for "
@@ -131,6 +141,7 @@ def _facts(outcome: "_Outcome", strategy: str, compiled: CompileResult, memory: 
         benchmark_s=bench.seconds.get("final", 0.0) + bench.seconds.get("finalist", 0.0),
         prescreen_s=bench.seconds.get("prescreen", 0.0), from_store=len(memory.known), stale_entries=memory.stale,
         binary_seconds=dict(compiled.binary_seconds), isolation=bench.isolation, overlapped=outcome.overlapped,
+        noisy=outcome.decision.noisy, provisional=outcome.decision.provisional,
         budget_exhausted=bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in compiled.failures.values()))
 
 
@@ -162,9 +173,9 @@ class _Plan:
 
 @dataclass(frozen=True)
 class _Outcome:
-    """What measuring found: the winner and the Bench that holds the records, runs and times."""
+    """What measuring found: the final's decision and the Bench that holds the records, runs and times."""
 
-    winner: Choice
+    decision: Decision
     bench: Bench
     overlapped: bool  # timing began while binaries were still compiling
 
@@ -183,22 +194,57 @@ def _measure_and_pick(ctx: "_Context", compiled: CompileResult, choices: Sequenc
     log.info("gemmtune: %s: searching with %s over %d runnable choices", ki.describe(), plan.strategy, len(runnable))
     with Bench(ki, runner, compiled, known=memory.known, check_correctness=settings.check_correctness,
                listener=ctx.emit, runnable=len(runnable), deadline=plan.deadline) as bench:
-        winner = _search(bench, runnable, settings.with_(strategy=plan.strategy), plan.options, memory, plan.deadline)
-    return _Outcome(winner, bench, overlapped)
+        decision = _search(bench, runnable, settings.with_(strategy=plan.strategy), plan.options, memory, plan.deadline)
+    return _Outcome(decision, bench, overlapped)
 
 
 # -- the steps ------------------------------------------------------------------------------
 
 def _search(bench: Bench, runnable: Sequence[Choice], settings: Settings, options: StrategyOptions,
-            memory: "_Memory", deadline: float | None) -> Choice:
+            memory: "_Memory", deadline: float | None) -> Decision:
     if deadline is not None:  # under a time budget the library kernels, the safety net, are timed first
         bench.measure([c for c in runnable if c.is_extern], "final")
     if len(runnable) == 1:  # pinned (lookup table or hook): nothing to search
         bench.verify(runnable[0])
-        return runnable[0]
+        return Decision(runnable[0])
     ranked = STRATEGIES[settings.strategy].search(runnable, bench.measure, options)  # pruned before compiling
-    return final_pick(ranked, bench.records, bench.retime, FinalRule.of(settings), describe=bench.ki.describe(),
-                      budget_exhausted=bench.budget_exhausted, stored_pick=memory.pick)
+    # The final's re-time would end past the deadline: the ranking stands (a budget is a promise).
+    out_of_time = bench.time_left() < _retime_s(settings, bench.ki.device_type)
+    # A provisional stored pick (decided under heavy noise) does not stand unchecked: the final re-times.
+    return final_decision(ranked, bench.records, bench.retime, FinalRule.of(settings), describe=bench.ki.describe(),
+                          budget_exhausted=bench.budget_exhausted or out_of_time,
+                          stored_pick=None if memory.provisional else memory.pick)
+
+
+def _retime_s(settings: Settings, device_type: str) -> float:
+    """About how long the final's interleaved re-time takes: the timing budget of each finalist and the
+    library kernel, their blocks' warm-up runs on top (a quarter more).
+
+    Example:
+        >>> _retime_s(Settings(cpu_rep_ms=40.0, finalists=3), "cpu")
+        0.2
+    """
+    rep_ms = settings.gpu_rep_ms if device_type == "cuda" else settings.cpu_rep_ms
+    return (settings.finalists + 1) * rep_ms * 1.25e-3
+
+
+def _compile_deadline(deadline: float | None, settings: Settings) -> float | None:
+    """Compiles stop a tenth of the budget before the deadline: the library kernels, timed after
+    them, need that time to be checked and timed (the safety net of a cut-short search)."""
+    return None if deadline is None or settings.budget_s is None else deadline - 0.1 * settings.budget_s
+
+
+def fit_budget(settings: Settings) -> Settings:
+    """Under a time budget, a CPU timing budget per choice of at most 2% of it (about 26 choices are
+    checked and timed on CPU, and the finalists again).
+
+    Example:
+        >>> fit_budget(Settings(budget_s=1.0)).cpu_rep_ms, fit_budget(Settings()).cpu_rep_ms
+        (20.0, 50.0)
+    """
+    if settings.budget_s is None or settings.cpu_rep_ms <= settings.budget_s * 20.0:
+        return settings
+    return settings.with_(cpu_rep_ms=settings.budget_s * 20.0)
 
 
 def _place(tensors: Sequence[Any], device: str | torch.device | None) -> tuple:
@@ -265,9 +311,9 @@ def _timings(choices: Sequence[Choice], compiled: CompileResult, bench: Bench) -
 def _kernel(ki: KernelInputs, winner: Choice, launch, out_layout: str | None) -> Callable[..., torch.Tensor]:
     rt = winner.runtime_dict
     if out_layout == "col":
-        def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        def col_kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
             return launch(tensors, empty_output(ki.out_size, ki.dtype, ki.device, "col") if out is None else out, **rt)
-        return kernel
+        return col_kernel
 
     def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return launch(tensors, out, **rt)
@@ -291,6 +337,20 @@ def shared_store(location: str | None) -> Store:
     return _STORES[key]
 
 
+def _later_run(mark: str | None) -> bool:
+    """A provisional mark ("run@written") left by a run that ended before this one began: re-check it.
+    Processes running alongside the one that wrote it serve its pick, so racing processes agree.
+
+    Example:
+        >>> _later_run(None), _later_run(f"{RUN_ID}@0"), _later_run("1-0@0"), _later_run(f"1-0@{time.time() + 9}")
+        (False, False, True, False)
+    """
+    if mark is None:
+        return False
+    run, _, written = mark.partition("@")
+    return run != RUN_ID and float(written or 0.0) < RUN_STARTED
+
+
 def _row(choice: Choice, ms: float | None, status: str, stage: str | None) -> Row:
     return Row(choice.template_uid, choice.src_hash, canon(choice.config), canon(choice.runtime), ms, status, stage)
 
@@ -304,6 +364,7 @@ class _Memory:
     stale: int
     covered: set[Choice]  # choices the stored search decided about without timing them (pruned)
     stored_pick: bool = False  # a pick row exists (usable or not)
+    provisional: bool = False  # the stored pick was decided under heavy noise: re-time its finalists
 
     @property
     def runnable(self) -> set[Choice]:
@@ -312,7 +373,11 @@ class _Memory:
     def full_hit(self, choices: Sequence[Choice], exhaustive: bool) -> bool:
         """Every choice was timed before, or (unless an exhaustive search is asked for) pruned by it."""
         covered = set() if exhaustive else self.covered
-        return self.pick is not None and all(c in self.known or c in covered for c in choices)
+        return self.pick is not None and not self.provisional and all(c in self.known or c in covered for c in choices)
+
+    def unknown(self, choices: Sequence[Choice]) -> list[Choice]:
+        """The choices to compile and search: not timed before (nor, re-checking a provisional pick, pruned)."""
+        return [c for c in choices if c not in self.known and not (self.provisional and c in self.covered)]
 
 
 @dataclass
@@ -377,16 +442,18 @@ class _Context:
             else:
                 known[c] = Timing(c, row.ms, "store", row.status, "from the store")
         pick = by_key.get(stored.pick.choice_key) if stored.pick else None
-        if pick is not None and (pick.src_hash != stored.pick.src_hash or pick not in known):
+        if pick is not None and stored.pick is not None and (pick.src_hash != stored.pick.src_hash or pick not in known):
             pick = None
         if stale:
             log.warning("gemmtune: %s: ignored %d stored timings measured with an older template source",
                         self.ki.describe(), stale)
-        return _Memory(known, pick, stale, covered, stored.pick is not None)
+        return _Memory(known, pick, stale, covered, stored.pick is not None,
+                       pick is not None and _later_run(stored.provisional))
 
     def from_store(self, choices: Sequence[Choice], memory: _Memory, layout, started: float) -> Selection | None:
         """A full hit: no search; only the stored winner is compiled."""
         winner = memory.pick
+        assert winner is not None  # a full hit has a usable stored pick
         try:
             self.ensure_compiled(winner)  # compiled now: an unusable pick is found before the Selection
         except NoCandidatesError as exc:
@@ -409,9 +476,11 @@ class _Context:
                          kernel=_kernel(self.ki, winner, launch, self.out_layout), out_layout=self.out_layout or "row",
                          **facts)
 
-    def remember(self, choices: Sequence[Choice], bench: Bench, compiled: CompileResult, winner: Choice,
+    def remember(self, choices: Sequence[Choice], bench: Bench, compiled: CompileResult, decision: Decision,
                  replace: bool) -> Choice:
-        """Write new timings and the pick; return the stored pick (another process may have won the race)."""
+        """Write new timings and the pick (marked provisional if so decided); return the stored pick
+        (another process may have won the race)."""
+        winner = decision.choice
         rows = [_row(c, t.ms, t.status, t.stage) for c, t in bench.records.items() if t.stage != "store"]
         budget_cut = {k for k, v in compiled.failures.items() if v.startswith("BudgetExceeded")}
         rows += [_row(c, None, "compile_failed", "compile") for c in choices
@@ -421,7 +490,8 @@ class _Context:
                      if c.binary_key not in compiled.failures and c not in bench.records]
         ms = bench.records[winner].ms if winner in bench.records else None
         stored = self.store.save(self.env, self.info, self.problem, self.ki.describe(), rows,
-                                 _row(winner, ms, "ok", self.settings.strategy), replace_pick=replace)
+                                 _row(winner, ms, "ok", self.settings.strategy), replace_pick=replace,
+                                 provisional=f"{RUN_ID}@{time.time()}" if decision.provisional else None)
         if stored.choice_key == _row(winner, ms, "ok", None).choice_key:
             return winner
         by_key = {(c.template_uid, canon(c.config), canon(c.runtime)): c for c in choices}

@@ -53,6 +53,7 @@ class Bench:
         self.runs = 0
         self.budget_exhausted = False
         self.seconds: dict[str, float] = {}
+        self.last_s = 0.0  # seconds the last choice measured took (check and timing): what the next may take
 
     @property
     def isolation(self) -> str:
@@ -105,7 +106,9 @@ class Bench:
                 return None
             self.records[choice] = Timing(choice, None, "compile", "compile_failed", failed)
             return None
+        t0 = time.perf_counter()
         record = self.records[choice] = self.runner.time(choice, stage, check=self.check_correctness)
+        self.last_s = time.perf_counter() - t0
         if record.status != "ok":
             log.warning("gemmtune: excluded %s %s: %s: %s", choice.name, choice.description,
                         record.status.replace("_", " "), record.detail)
@@ -116,7 +119,12 @@ class Bench:
         return record.ms
 
     def _past_deadline(self, choice: Choice) -> bool:
-        return self.deadline is not None and not choice.is_extern and time.perf_counter() > self.deadline
+        """A generated choice would end past the deadline (if it takes as long as the last one did)."""
+        return self.deadline is not None and not choice.is_extern and self.time_left() < self.last_s
+
+    def time_left(self) -> float:
+        """Seconds until the deadline (infinite without one)."""
+        return float("inf") if self.deadline is None else self.deadline - time.perf_counter()
 
     def verify(self, choice: Choice) -> None:
         """Correctness only (a pinned choice is not timed); raises when it is wrong."""
@@ -134,14 +142,15 @@ class Bench:
         timings."""
         t0 = time.perf_counter()
         try:
-            measured = [(m.cost_ms, m.gpu_ms, m.host_ms) for m in self.runner.time_interleaved(choices, rounds)]
+            measured = [(m.cost_ms, m.gpu_ms, m.host_ms, m.spread)
+                        for m in self.runner.time_interleaved(choices, rounds)]
         except RunFailed as exc:
             log.warning("gemmtune: interleaved re-timing failed (%s); using the earlier timings", exc)
             earlier = [self.records.get(c) for c in choices]
-            measured = [(t.ms if t.ms is not None else float("inf"), t.gpu_ms, t.host_ms) if t is not None
-                        else (float("inf"), None, None) for t in earlier]
+            measured = [(t.ms if t.ms is not None else float("inf"), t.gpu_ms, t.host_ms, t.spread) if t is not None
+                        else (float("inf"), None, None, None) for t in earlier]
         self.seconds["finalist"] = time.perf_counter() - t0
-        for c, (ms, gpu, host) in zip(choices, measured):
-            self.records[c] = Timing(c, ms, "finalist", gpu_ms=gpu, host_ms=host)
+        for c, (ms, gpu, host, spread) in zip(choices, measured):
+            self.records[c] = Timing(c, ms, "finalist", gpu_ms=gpu, host_ms=host, spread=spread)
         self.runs += len(choices)
-        return [ms for ms, _, _ in measured]
+        return [m[0] for m in measured]

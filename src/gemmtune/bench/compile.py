@@ -170,10 +170,16 @@ class CompileJob(CompileResult):
         """One poll; on Ctrl-C (KeyboardInterrupt) the queued compiles are cancelled before it propagates,
         so the interpreter's exit joins only the few compiles already running, not the whole queue."""
         try:
-            self._poll(0.25)
+            self._poll(self._wait_s())
         except KeyboardInterrupt:
             self.abandon()
             raise
+
+    def _wait_s(self) -> float:
+        """How long one poll waits: a quarter second, or less where the deadline comes sooner."""
+        if self._deadline is None:
+            return 0.25
+        return min(0.25, max(0.005, self._deadline - time.perf_counter()))
 
     def abandon(self) -> None:
         """Stop waiting: binaries still compiling finish in the background, unused."""

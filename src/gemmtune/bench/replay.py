@@ -48,7 +48,7 @@ class ReplayRunner:
         if isinstance(rec, Timing) and (rec.status != "ok" or rec.ms is None):
             return Timing(choice, None, stage, rec.status if rec.status != "ok" else "run_failed", rec.detail)
         m = _measurement(rec)
-        return Timing(choice, m.cost_ms, stage, gpu_ms=m.gpu_ms, host_ms=m.host_ms)
+        return Timing(choice, m.cost_ms, stage, gpu_ms=m.gpu_ms, host_ms=m.host_ms, spread=m.spread)
 
     def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Measurement]:
         self.asked.extend(choices)
@@ -64,4 +64,4 @@ class ReplayRunner:
 def _measurement(rec: Timing | Measurement) -> Measurement:
     if isinstance(rec, Measurement):
         return rec
-    return Measurement(rec.ms if rec.ms is not None else float("inf"), rec.gpu_ms, rec.host_ms)
+    return Measurement(rec.ms if rec.ms is not None else float("inf"), rec.gpu_ms, rec.host_ms, rec.spread)

@@ -84,7 +84,7 @@ class LocalRunner:
             m = self.timer.time(fn)
         except Exception as exc:  # a launch failure excludes the choice, not the tuning
             return Timing(choice, None, stage, "run_failed", f"{type(exc).__name__}: {str(exc).strip()[:200]}")
-        return Timing(choice, m.cost_ms, stage, gpu_ms=m.gpu_ms, host_ms=m.host_ms)
+        return Timing(choice, m.cost_ms, stage, gpu_ms=m.gpu_ms, host_ms=m.host_ms, spread=m.spread)
 
     def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Measurement]:
         return self.timer.time_interleaved([self._fn(c) for c in choices], rounds)

@@ -33,6 +33,7 @@ class Measurement:
     cost_ms: float
     gpu_ms: float | None = None  # median CUDA-event time
     host_ms: float | None = None  # median host time to launch one call
+    spread: float | None = None  # CPU: interquartile range / median of the samples (None: too few to say)
 
 
 class Timer(Protocol):
@@ -225,41 +226,94 @@ class CudaTimer:
 
 
 class CpuTimer:
-    """Wall clock around each run after a warm-up run; median of the runs.
+    """`torch.utils.benchmark.Timer.blocked_autorange` per choice: blocks of runs for `rep_ms` in all,
+    the median time per run across blocks and its relative spread (IQR / median).
+
+    A loaded machine shows up as spread, not as a confident time: a thread descheduled for a
+    scheduler tick adds 4 ms to whichever run it hits, and the blocks that caught one lie far from
+    the rest.  The timer runs at torch's current thread count (Timer's default, one thread, would
+    handicap the library kernel against numba's thread pool).
 
     Example:
-        >>> m = CpuTimer(rep_ms=1.0).time(lambda: sum(range(1000)))
-        >>> m.cost_ms > 0, m.gpu_ms
-        (True, None)
+        >>> m = CpuTimer(rep_ms=5.0).time(lambda: sum(range(1000)))
+        >>> m.cost_ms > 0, m.gpu_ms, m.spread is None or m.spread >= 0
+        (True, None, True)
     """
 
-    def __init__(self, rep_ms: float = 200.0, min_reps: int = 3, max_reps: int = 50):
+    def __init__(self, rep_ms: float = 200.0, min_reps: int = 3, max_reps: int = 50, cut_factor: float = 3.0):
         self.rep_ms, self.min_reps, self.max_reps = rep_ms, min_reps, max_reps
+        # A function whose first two runs both take more than `cut_factor` times the fastest median
+        # this timer has measured (one timer per problem) is losing: its faster run is its time,
+        # without the full budget (slow numba tiles on 1024^3 cost ~60 ms a run).  Noise only adds.
+        self.cut_factor, self.best_ms = cut_factor, float("inf")
 
     @staticmethod
-    def _one(fn: Fn) -> float:
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
+    def _timer(fn: Fn):
+        from torch.utils import benchmark
+
+        return benchmark.Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
 
     def time(self, fn: Fn) -> Measurement:
-        fn()  # warm-up: JIT dispatch, page faults, thread-pool start
-        est = self._one(fn)
-        reps = int(min(self.max_reps, max(self.min_reps, self.rep_ms / max(est, 1e-3))))
-        return Measurement(statistics.median([est] + [self._one(fn) for _ in range(reps - 1)]))
+        """Median per-run time of `fn` over about `rep_ms` of blocks, about ten blocks of runs.
+
+        Timer's own block sizing grows the block ten-fold until one block is long enough, which can
+        overshoot `rep_ms` tenfold and then time at least one such block; here one warm-up run and
+        one timed run size the blocks instead (`_block`), so the budget holds.
+        """
+        timer = self._timer(fn)
+        number = self._block(fn, 10)
+        if number == 1 and self._first > self.cut_factor * self.best_ms:
+            second = self._run(fn, 1)
+            if second > self.cut_factor * self.best_ms:
+                return Measurement(min(self._first, second))
+        timer._estimate_block_size = lambda min_run_time: number  # blocked_autorange's sizing step
+        m = timer.blocked_autorange(min_run_time=self.rep_ms * 1e-3)
+        self.best_ms = min(self.best_ms, m.median * 1e3)
+        return Measurement(m.median * 1e3, spread=relative_spread(m.times))
 
     def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[Measurement]:
-        # Each round runs every choice as a short block whose first run is
-        # discarded: switching between libraries (torch's OpenMP pool, NumPy's
-        # BLAS pool, numba's) costs the first call of a block a thread hand-over
-        # that no user calling one kernel repeatedly ever pays.
+        """Every function once per round as one block after one discarded warm-up run, rotated order;
+        median and spread over the rounds.  Blocks are sized so that all rounds take about `rep_ms`
+        per function."""
+        # A warm-up run per block: switching between libraries (torch's OpenMP pool, NumPy's BLAS
+        # pool, numba's) costs a block's first call a thread hand-over that no user calling one
+        # kernel repeatedly ever pays.
+        numbers = [self._block(fn, rounds) for fn in fns]
         samples: list[list[float]] = [[] for _ in fns]
         for r in range(rounds):
             for k in range(len(fns)):
                 i = (k + r) % len(fns)
                 fns[i]()
-                samples[i].extend(self._one(fns[i]) for _ in range(2))
-        return [Measurement(statistics.median(s)) for s in samples]
+                samples[i].append(self._run(fns[i], numbers[i]))
+        return [Measurement(statistics.median(s), spread=relative_spread(s)) for s in samples]
+
+    @staticmethod
+    def _run(fn: Fn, number: int) -> float:
+        """Mean milliseconds per run over a block of `number` runs."""
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        return (time.perf_counter() - t0) * 1e3 / number
+
+    def _block(self, fn: Fn, rounds: int) -> int:
+        """Runs per block: about `rep_ms / rounds` of time, at least one (a slow kernel: one run)."""
+        fn()
+        first = self._first = self._run(fn, 1)
+        return max(1, min(1000, int(self.rep_ms / max(rounds, 1) / max(first, 1e-4))))
+
+
+def relative_spread(samples: Sequence[float]) -> float | None:
+    """Interquartile range over median of `samples`; None under 3 samples (too few to tell noise).
+
+    Example:
+        >>> relative_spread([1.0, 1.0, 1.0, 1.0]), relative_spread([1.0, 2.0]), round(relative_spread([8, 10, 12, 16, 20]), 2)
+        (0.0, None, 0.5)
+    """
+    if len(samples) < 3:
+        return None
+    q = statistics.quantiles(samples, n=4, method="inclusive")
+    med = statistics.median(samples)
+    return (q[2] - q[0]) / med if med > 0 else None
 
 
 def timer_for(device: str, settings) -> Timer:

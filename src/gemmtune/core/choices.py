@@ -91,6 +91,7 @@ class Timing:
     detail: str = ""
     gpu_ms: float | None = None  # GPU: kernel time by CUDA events (ms is max(gpu_ms, host_ms) by default)
     host_ms: float | None = None  # GPU: host time to launch one call
+    spread: float | None = None  # CPU: IQR / median of the samples behind `ms` (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,8 @@ class Selection:
     budget_exhausted: bool = False  # the time budget ran out: the winner is the best found so far
     isolation: str = "off"  # "subprocess" when candidates ran in a worker process
     overlapped: bool = False  # timing began while binaries were still compiling (compile_s overlaps the rest)
+    noisy: bool = False  # the top finalists were within the timer's noise of each other: a tie
+    provisional: bool = False  # decided under heavy noise: stored provisional, re-checked by a later tune
 
     @property
     def winner_ms(self) -> float | None:

@@ -193,6 +193,9 @@ class Settings:
     library_margin: float = _f(0.01, Spec(
         "float", "a generated kernel must beat the best library kernel by this fraction in the final",
         lo=0.0, hi=0.5, hi_open=True))
+    noise_limit: float = _f(0.25, Spec(
+        "float", "CPU: a final whose timings spread more (IQR / median) is stored provisional and re-checked "
+        "by the next tune", lo=0.0, lo_open=True))
     compile_timeout_s: float = _f(120.0, _pos("a compile taking longer fails that candidate"))
     compile_workers: int = _f(0, _int("compile processes; 0: one per CPU core (at most 32)", 0))
     overlap_compile: str = _f("auto", _choice(
@@ -211,7 +214,8 @@ class Settings:
                                                "as in an eager loop"))
     l2_flush: str = _f("read", _choice("GPU: evict L2 before each timed run by reading or zeroing a buffer",
                                        L2_FLUSH_MODES))
-    cpu_rep_ms: float = _f(200.0, _pos("per-choice timing budget on CPU"))
+    cpu_rep_ms: float = _f(50.0, _pos("per-choice timing budget on CPU (blocked_autorange's min_run_time; "
+                                      "the finalists' interleaved re-timing gets as much each)"))
     min_reps: int = _f(5, _int("timed runs per choice at least", 1))
     max_reps: int = _f(50, _int("GPU: timed runs per choice at most (>= min_reps)", 1))
     report_rows: int = _f(20, _int("rows of the AUTOTUNE table the CLI prints", 0))
@@ -311,6 +315,8 @@ class Effort:
     finalists: int | None = None
     config_space: str | None = None
     gpu_rep_ms: float | None = None
+    cpu_rep_ms: float | None = None
+    finalist_rounds: int | None = None
 
     def __post_init__(self) -> None:
         for name, value in self.changes().items():
@@ -324,8 +330,8 @@ class Effort:
         """Every preset field's value under this effort (its own or the default), for help texts.
 
         Example:
-            >>> EFFORTS["max"].describe()
-            'strategy=exhaustive, stage0_n=20, top_x=4, finalists=6, config_space=max, gpu_rep_ms=20'
+            >>> EFFORTS["max"].describe().split(", ")
+            ['strategy=exhaustive', 'stage0_n=20', 'top_x=4', 'finalists=6', 'config_space=max', 'gpu_rep_ms=20', 'cpu_rep_ms=50', 'finalist_rounds=15']
         """
         defaults = {f.name: f.default for f in fields(Settings)}
         values = {**{f.name: defaults[f.name] for f in fields(self)[2:]}, **self.changes()}
@@ -334,7 +340,7 @@ class Effort:
 
 EFFORTS: Mapping[str, Effort] = MappingProxyType({e.name: e for e in (
     Effort("quick", "fewer binaries, finalists and timing", strategy="model_pruned", stage0_n=8, top_x=2,
-           finalists=2, gpu_rep_ms=5.0),
+           finalists=2, gpu_rep_ms=5.0, cpu_rep_ms=10.0, finalist_rounds=7),
     # default: the field defaults, chosen from the replays in docs/DATASET.md and the H200 runs.
     Effort("default", "the field defaults"),
     # Every choice of the "max" spaces (>= 100 configs per Triton template) is timed.

@@ -8,7 +8,14 @@ hits all alike) and the fastest wins, under two rules that favour the library ke
   10-20 us kernels; docs/PERFORMANCE.md);
 - host launch time (`count_host_overhead`) may only keep a slow launcher from winning: a kernel
   slower on the GPU than the library kernel never wins (on a slow host torch.mm's own dispatch can
-  cost more than its kernel, and a CUDA graph pays GPU time only).
+  cost more than its kernel, and a CUDA graph pays GPU time only);
+- a generated kernel must also beat it by more than the noise of the two timings (their relative
+  spread, IQR / median, which the CPU timer reports): on a loaded CPU a descheduled thread adds
+  whole scheduler ticks to some runs, and a "win" inside that noise is no win.
+
+`final_decision` also says whether the pick was a tie within the noise (`noisy`) and whether the
+final was taken under heavy noise (`provisional`: a spread above `noise_limit`), which the engine
+stores so that a later tune re-checks the pick instead of trusting it for good.
 
 `final_pick` is pure over what it is handed, so the engine (a Bench's records and interleaved
 re-time) and the offline replays (recorded times standing in for both) decide alike.
@@ -40,11 +47,13 @@ class FinalRule:
     finalists: int
     rounds: int
     library_margin: float
+    noise_limit: float = 0.25  # a final whose timings spread more than this is provisional
 
     @classmethod
     def of(cls, settings: Any) -> "FinalRule":
-        """The rule of a `Settings` (or anything with its three fields)."""
-        return cls(settings.finalists, settings.finalist_rounds, settings.library_margin)
+        """The rule of a `Settings` (or anything with its fields; `noise_limit` is optional)."""
+        return cls(settings.finalists, settings.finalist_rounds, settings.library_margin,
+                   getattr(settings, "noise_limit", 0.25))
 
     @classmethod
     def tune_default(cls) -> "FinalRule":
@@ -54,9 +63,23 @@ class FinalRule:
         return cls.of(Settings())
 
 
+@dataclass(frozen=True)
+class Decision:
+    """The final's pick, whether it was a tie within the noise, and whether it is provisional.
+
+    Example:
+        >>> Decision(Choice("aten_mm", None)).noisy
+        False
+    """
+
+    choice: Choice
+    noisy: bool = False  # the runner-up was within the timings' noise of the pick
+    provisional: bool = False  # the finalists' timings spread more than `FinalRule.noise_limit`
+
+
 def final_pick(ranked: Sequence[Measured], records: Mapping[Choice, Timing], retime: Retime, rule: FinalRule,
                *, budget_exhausted: bool = False, stored_pick: Choice | None = None, describe: str = "") -> Choice:
-    """The pick among `ranked` (a strategy's ranking, fastest first).
+    """The pick among `ranked` (a strategy's ranking, fastest first): `final_decision`'s choice.
 
     `records` holds every timing of this problem (read after `retime`, for the GPU times it
     leaves there); `budget_exhausted` (a time budget ran out) skips the re-time; `stored_pick`, the
@@ -75,6 +98,30 @@ def final_pick(ranked: Sequence[Measured], records: Mapping[Choice, Timing], ret
         >>> final_pick(ranked, records, retime, FinalRule(3, 15, library_margin=0.0)).template_uid
         'triton_mm'
     """
+    return final_decision(ranked, records, retime, rule, budget_exhausted=budget_exhausted,
+                          stored_pick=stored_pick, describe=describe).choice
+
+
+def final_decision(ranked: Sequence[Measured], records: Mapping[Choice, Timing], retime: Retime, rule: FinalRule,
+                   *, budget_exhausted: bool = False, stored_pick: Choice | None = None,
+                   describe: str = "") -> Decision:
+    """`final_pick` with the noise verdicts: `noisy` (a tie within the spread of the re-timed
+    finalists, which the library kernel keeps) and `provisional` (their spread exceeded
+    `rule.noise_limit`).
+
+    Example:
+        >>> from gemmtune.core.choices import Choice, Timing
+        >>> lib, gen = Choice("aten_mm", None), Choice("numba_mm", "h", family="numba")
+        >>> records = {lib: Timing(lib, 1.0, "final"), gen: Timing(gen, 0.8, "final")}
+        >>> def retime(cs, rounds):  # a loaded CPU: 20% faster, but the samples spread by 40%
+        ...     for c in cs:
+        ...         records[c] = Timing(c, records[c].ms, "finalist", spread=0.4)
+        ...     return [records[c].ms for c in cs]
+        >>> ranked = [Measured(gen, 0.8, "final"), Measured(lib, 1.0, "final")]
+        >>> d = final_decision(ranked, records, retime, FinalRule(3, 15, 0.01))
+        >>> d.choice.template_uid, d.noisy, d.provisional
+        ('aten_mm', True, True)
+    """
     ok = [m.choice for m in ranked if m.ms is not None]
     if not ok:
         raise NoCandidatesError(_nothing_correct(records, describe))
@@ -82,18 +129,47 @@ def final_pick(ranked: Sequence[Measured], records: Mapping[Choice, Timing], ret
     best_extern = next((c for c in ok if c.is_extern), None)
     if best_extern is not None and best_extern not in finalists:
         finalists.append(best_extern)
-    if len(finalists) == 1 or budget_exhausted:
-        return finalists[0]
+    if len(finalists) == 1:
+        return Decision(finalists[0])
+    if budget_exhausted:
+        return Decision(finalists[0], provisional=_noise(records, finalists) > rule.noise_limit)
     if stored_pick in finalists and all(records[c].stage == "store" for c in finalists):
-        return stored_pick  # nothing new reached the final: the stored decision stands
+        return Decision(stored_pick)  # nothing new reached the final: the stored decision stands
     times = retime(finalists, rule.rounds)
-    ranked_final = list(zip(times, range(len(finalists)), finalists))
+    ranked_final = sorted(zip(times, range(len(finalists)), finalists))
     if best_extern is not None:
         lib = records[best_extern]
-        keep = 1.0 - rule.library_margin
-        ranked_final = [r for r in ranked_final if r[2].is_extern or (
-            r[0] <= lib.ms * keep and (lib.gpu_ms is None or (records[r[2]].gpu_ms or 0.0) <= lib.gpu_ms * keep))]
-    return min(ranked_final)[2]
+        ranked_final = [r for r in ranked_final if r[2].is_extern or _beats(records[r[2]], lib, rule)]
+    pick = ranked_final[0][2]
+    return Decision(pick, noisy=_tied(pick, finalists, records), provisional=_noise(records, finalists) > rule.noise_limit)
+
+
+def _beats(gen: Timing, lib: Timing, rule: FinalRule) -> bool:
+    """A generated kernel's final timing beats the library kernel's by the margin and by the noise."""
+    keep = 1.0 - max(rule.library_margin, _noise_of(gen, lib))
+    if gen.ms is None or lib.ms is None:
+        return False
+    return gen.ms <= lib.ms * keep and (lib.gpu_ms is None or (gen.gpu_ms or 0.0) <= lib.gpu_ms * keep)
+
+
+def _tied(pick: Choice, finalists: Sequence[Choice], records: Mapping[Choice, Timing]) -> bool:
+    """Another finalist's time lies within the pick's and its own noise of the pick's time."""
+    mine = records[pick]
+    for c in finalists:
+        other = records[c]
+        if c != pick and other.ms is not None and mine.ms is not None and other.ms != float("inf"):
+            if abs(other.ms - mine.ms) <= min(other.ms, mine.ms) * _noise_of(mine, other):
+                return True
+    return False
+
+
+def _noise_of(*timings: Timing) -> float:
+    return max((t.spread or 0.0) for t in timings)
+
+
+def _noise(records: Mapping[Choice, Timing], finalists: Sequence[Choice]) -> float:
+    """The largest relative spread among the finalists' timings (0 where none is known)."""
+    return _noise_of(*(records[c] for c in finalists))
 
 
 def _nothing_correct(records: Mapping[Choice, Timing], describe: str) -> str:

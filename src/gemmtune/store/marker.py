@@ -74,3 +74,19 @@ def _tables(path: Path) -> frozenset[str] | None:
             if db is not None:
                 db.close()
     return None
+
+
+# The store's tables (sqlite.py creates them; recovery.py rebuilds a damaged file with them).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS envs(env TEXT PRIMARY KEY, info TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS timings(
+  env TEXT NOT NULL, problem TEXT NOT NULL, template TEXT NOT NULL, src_hash TEXT,
+  config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, status TEXT NOT NULL, stage TEXT,
+  recorded REAL NOT NULL, PRIMARY KEY(env, problem, template, config, runtime));
+CREATE TABLE IF NOT EXISTS picks(
+  env TEXT NOT NULL, problem TEXT NOT NULL, describe TEXT, template TEXT NOT NULL, src_hash TEXT,
+  config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, strategy TEXT, recorded REAL NOT NULL,
+  PRIMARY KEY(env, problem));
+CREATE TABLE IF NOT EXISTS provisional_picks(env TEXT NOT NULL, problem TEXT NOT NULL, run TEXT,
+  PRIMARY KEY(env, problem));
+"""

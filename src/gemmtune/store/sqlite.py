@@ -32,22 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .marker import APPLICATION_ID, EXPORT_FORMAT, SCHEMA_VERSION, not_ours as _not_ours
+from .marker import APPLICATION_ID, EXPORT_FORMAT, SCHEMA, SCHEMA_VERSION, not_ours as _not_ours
+from .recovery import _busy, _check_integrity, _close, _copy_into, _inode, _salvage, _unwritable
 
 log = logging.getLogger("gemmtune")
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS envs(env TEXT PRIMARY KEY, info TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS timings(
-  env TEXT NOT NULL, problem TEXT NOT NULL, template TEXT NOT NULL, src_hash TEXT,
-  config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, status TEXT NOT NULL, stage TEXT,
-  recorded REAL NOT NULL, PRIMARY KEY(env, problem, template, config, runtime));
-CREATE TABLE IF NOT EXISTS picks(
-  env TEXT NOT NULL, problem TEXT NOT NULL, describe TEXT, template TEXT NOT NULL, src_hash TEXT,
-  config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, strategy TEXT, recorded REAL NOT NULL,
-  PRIMARY KEY(env, problem));
-"""
-
 
 def default_cache_dir() -> Path:
     """The store's directory: `settings.cache_dir()`."""
@@ -80,6 +68,7 @@ class Row:
 class Stored:
     rows: tuple[Row, ...]
     pick: Row | None
+    provisional: str | None = None  # the run that decided the pick under heavy noise: a later run re-checks it
 
 
 def env_info(device: str) -> dict[str, Any]:
@@ -278,19 +267,27 @@ class Store:
             f"SELECT {cols} FROM timings WHERE env=? AND problem=?", (env, problem)))
         pick = self._db.execute("SELECT template, src_hash, config, runtime, ms, 'ok', strategy FROM picks "
                                 "WHERE env=? AND problem=?", (env, problem)).fetchone()
-        return Stored(rows, Row(*pick) if pick else None)
+        mark = self._db.execute("SELECT run FROM provisional_picks WHERE env=? AND problem=?", (env, problem)).fetchone()
+        return Stored(rows, Row(*pick) if pick else None, mark[0] if pick is not None and mark else None)
 
     def save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
-             pick: Row, replace_pick: bool) -> Row:
+             pick: Row, replace_pick: bool, provisional: str | None = None) -> Row:
         """Record `rows` (same-hash rows already there win) and the pick; returns the stored pick.
 
         Rows and pick are written in one transaction: a process killed mid-write
-        leaves either all of them or none.
+        leaves either all of them or none.  A `provisional` pick (decided under heavy noise) is
+        marked with that run's id; a pick written over it unmarks it unless it is provisional too.
+
+        Example:
+            >>> s, pick = Store(":memory:"), Row("aten_mm", None, "{}", "{}", 1.0, "ok")
+            >>> _ = s.save("env", {}, "p", "p", [pick], pick, replace_pick=False, provisional="run-1")
+            >>> s.load("env", "p").provisional
+            'run-1'
         """
-        return self._guarded(lambda: self._save(env, info, problem, describe, rows, pick, replace_pick))
+        return self._guarded(lambda: self._save(env, info, problem, describe, rows, pick, replace_pick, provisional))
 
     def _save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
-              pick: Row, replace_pick: bool) -> Row:
+              pick: Row, replace_pick: bool, provisional: str | None = None) -> Row:
         now = time.time()
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO envs VALUES (?, ?)", (env, canon(info)))
@@ -302,9 +299,11 @@ class Store:
                 [(env, problem, r.template, r.src_hash, r.config, r.runtime, r.ms, r.status, r.stage, now)
                  for r in rows])
             verb = "INSERT OR REPLACE" if replace_pick else "INSERT OR IGNORE"
+            before = db.total_changes
             db.execute(f"{verb} INTO picks VALUES (?,?,?,?,?,?,?,?,?,?)",
                        (env, problem, describe, pick.template, pick.src_hash, pick.config, pick.runtime, pick.ms,
                         pick.stage, now))
+            _mark_provisional(db, env, problem, provisional, written=replace_pick or db.total_changes > before)
         return self._load(env, problem).pick or pick
 
     # -- management (the `gemmtune cache` commands) -------------------------------------
@@ -338,6 +337,7 @@ class Store:
             n = db.execute("SELECT count(*) FROM picks").fetchone()[0]
             db.execute("DELETE FROM timings")
             db.execute("DELETE FROM picks")
+            db.execute("DELETE FROM provisional_picks")
             db.execute("DELETE FROM envs")
         return n
 
@@ -347,6 +347,8 @@ class Store:
         for p in self.problems():
             rows = self.load(p["env"], p["problem"]).rows
             pick = self.load(p["env"], p["problem"]).pick
+            if pick is None:  # listed problems have a pick; a concurrent clear may remove it
+                continue
             entries.append({
                 "problem": p["problem"], "describe": p["describe"], "env": p["env_info"],
                 "pick": {"template": pick.template, "src_hash": pick.src_hash, "config": json.loads(pick.config),
@@ -375,113 +377,15 @@ class Store:
         self._db.close()
 
 
+def _mark_provisional(db: sqlite3.Connection, env: str, problem: str, run: str | None, written: bool) -> None:
+    """Mark the pick just written provisional (by run `run`), or unmark it; a pick left standing keeps its mark."""
+    if written:
+        db.execute("DELETE FROM provisional_picks WHERE env=? AND problem=?", (env, problem))
+        if run is not None:
+            db.execute("INSERT INTO provisional_picks VALUES (?, ?, ?)", (env, problem, run))
+
+
 # -- helpers of the fall-backs ----------------------------------------------------------------
-
-_UNWRITABLE = ("readonly", "read-only", "unable to open", "disk is full", "disk i/o error", "permission denied",
-               "authorization denied")
-
-
-def _busy(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
-
-
-def _unwritable(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return any(s in text for s in _UNWRITABLE)
-
-
-def _inode(path: Path) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
-
-
-def _close(db: sqlite3.Connection | None) -> None:
-    if db is not None:
-        try:
-            db.close()
-        except sqlite3.Error:
-            pass
-
-
-def _check_integrity(db: sqlite3.Connection) -> None:
-    """Raise sqlite3.DatabaseError unless SQLite's quick check passes (it reads every page once)."""
-    result = [r[0] for r in db.execute("PRAGMA quick_check(5)")]
-    if result != ["ok"]:
-        raise sqlite3.DatabaseError(f"integrity check failed: {'; '.join(map(str, result))[:300]}")
-    db.execute("SELECT count(*) FROM timings").fetchone()
-
-
-def _copy_into(mem: sqlite3.Connection, source: sqlite3.Connection | None, path: str | None) -> bool:
-    """Copy a readable store into `mem` (SQLite's backup): from `source`, else read-only, else immutable."""
-    candidates: list[Callable[[], sqlite3.Connection]] = []
-    if source is not None:
-        candidates.append(lambda: source)
-    if path is not None and Path(path).exists():
-        uri = Path(path).resolve().as_uri()
-        candidates += [lambda: sqlite3.connect(uri + "?mode=ro", uri=True, timeout=5.0),
-                       lambda: sqlite3.connect(uri + "?immutable=1", uri=True, timeout=5.0)]
-    for make in candidates:
-        src = None
-        try:
-            src = make()
-            _check_integrity(src)
-            src.backup(mem)
-            mem.executescript(SCHEMA)
-            return True
-        except sqlite3.Error:
-            continue
-        finally:
-            if src is not None and src is not source:
-                _close(src)
-    return False
-
-
-def _salvage(old: Path, db: sqlite3.Connection) -> int:
-    """Copy every row still readable from the corrupted store `old` into `db`; returns the picks kept.
-
-    Rows are read one at a time, so a damaged page loses only what is on it.  A
-    pick whose own timing row did not survive is dropped: no partial pick remains.
-    """
-    try:
-        src = sqlite3.connect(Path(old).resolve().as_uri() + "?immutable=1", uri=True, timeout=5.0)
-    except sqlite3.Error:
-        return 0
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        for table, ncols in (("envs", 2), ("timings", 10), ("picks", 10)):
-            try:
-                cur = src.execute(f"SELECT * FROM {table}")
-            except sqlite3.Error:
-                continue
-            while True:
-                try:
-                    row = cur.fetchone()
-                except sqlite3.Error:
-                    break
-                if row is None:
-                    break
-                if len(row) == ncols:
-                    try:
-                        db.execute(f"INSERT OR IGNORE INTO {table} VALUES ({','.join('?' * ncols)})", row)
-                    except sqlite3.Error:
-                        pass
-        db.execute("DELETE FROM picks WHERE NOT EXISTS (SELECT 1 FROM timings t WHERE t.env=picks.env AND "
-                   "t.problem=picks.problem AND t.template=picks.template AND t.config=picks.config AND "
-                   "t.runtime=picks.runtime AND t.src_hash IS picks.src_hash AND t.status != 'not_benchmarked')")
-        db.execute("COMMIT")
-        return db.execute("SELECT count(*) FROM picks").fetchone()[0]
-    except sqlite3.Error:
-        try:
-            db.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
-        return 0
-    finally:
-        _close(src)
-
 
 def open_store(location: str | None) -> Store:
     """`None`/"default": the SQLite file in the cache dir; "memory": this process only; else a path."""

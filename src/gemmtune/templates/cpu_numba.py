@@ -251,6 +251,7 @@ def kernel_module(cfg: Mapping[str, int]) -> ModuleType:
             _write_atomic(path, text)
         name = f"gemmtune_numba_kernel_{stem}"
         spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None  # a .py file always has a source loader
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         try:
