@@ -166,3 +166,18 @@ def test_suite_file_of_the_public_benchmark_parses():
     assert a.shape == (4, 8) and b.shape == (8, 6) and b.stride() == (1, 8)
     with pytest.raises(InputError):
         ProblemSpec(4, 8, 6, op="conv")
+
+
+def test_table_says_when_noise_decided_the_pick():
+    import dataclasses
+
+    from gemmtune.report import autotune_table, selection_dict
+
+    sel = gemmtune.tune("mm", torch.randn(16, 8), torch.randn(8, 4), backends=("extern",),
+                        settings=gemmtune.Settings(store="off"))
+    quiet = autotune_table(dataclasses.replace(sel, noisy=False, provisional=False))
+    assert "timing noise" not in quiet
+    loud = dataclasses.replace(sel, noisy=True, provisional=True)
+    text = autotune_table(loud)
+    assert "within the timing noise" in text and "stored as provisional" in text
+    assert selection_dict(loud)["noisy"] is True and selection_dict(loud)["provisional"] is True

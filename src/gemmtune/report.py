@@ -108,6 +108,17 @@ def _failure_lines(sel: Selection) -> list[str]:
         cut = sum(t.detail.startswith("BudgetExceeded") or t.status == "not_benchmarked" for t in sel.timings)
         lines.append(f"tuning stopped at the time budget (--budget-s): the winner is the best found so far; "
                      f"{cut} choices not compiled or not timed")
+    return lines + _noise_lines(sel)
+
+
+def _noise_lines(sel: Selection) -> list[str]:
+    """What the timer's noise did to the decision (CPU timings on a loaded machine, mostly)."""
+    lines = []
+    if sel.noisy:
+        lines.append("note: the top choices were within the timing noise of each other; the library kernel keeps a tie")
+    if sel.provisional:
+        lines.append("note: decided under heavy timing noise: the pick is stored as provisional and a later run "
+                     "re-checks it")
     return lines
 
 
@@ -146,6 +157,8 @@ def selection_dict(sel: Selection) -> dict[str, Any]:
         "out_layout": sel.out_layout,
         "cache_hit": sel.cache_hit,
         "budget_exhausted": sel.budget_exhausted,
+        "noisy": sel.noisy,
+        "provisional": sel.provisional,
         "from_store": sel.from_store,
         "stale_entries": sel.stale_entries,
         "benchmark_runs": sel.benchmark_runs,
