@@ -36,7 +36,7 @@ from ..core.errors import InputError, NoCandidatesError
 from . import autocast as _ac
 from .autograd import TunedAddmm, TunedMM
 
-__all__ = ["mm", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats"]
+__all__ = ["mm", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "dispatched"]
 
 OUT_LAYOUTS = (None, "row", "col")
 
@@ -221,6 +221,31 @@ def selections() -> dict[tuple, Any]:
     """
     with _LOCK:
         return dict(_SELECTIONS)
+
+
+def dispatched(op: str, tensors: tuple, alpha: float = 1.0, beta: float = 1.0,
+               backends: Sequence[str] | None = None, out_layout: str | None = None) -> tuple[Any, Callable] | None:
+    """(Selection, the callable the dict runs) for a problem this process has tuned, else None.
+
+    None also while `recording()` is on (the dict is set aside then).  Used by `gemmtune.patch`
+    to give a patched layer its own fast path once its problem is decided.
+
+    Example:
+        >>> import torch, gemmtune.dispatch.eager as api
+        >>> a, b = torch.randn(4, 2), torch.randn(2, 4)
+        >>> _ = api.mm(a, b, backends=("extern",))
+        >>> sel, fn = api.dispatched("mm", (a, b), backends=("extern",))
+        >>> sel.winner.name, fn is torch.mm
+        ('aten_mm', True)
+    """
+    from ..core.settings import check_backends
+
+    with _LOCK:
+        if _RECORDER is not None:
+            return None
+        canon = _key(op, _resolved(tensors), float(alpha), float(beta), check_backends(backends), out_layout)
+        sel, fn = _SELECTIONS.get(canon), _TABLES[op].get(canon)
+    return None if sel is None or fn is None else (sel, fn)
 
 
 # -- the miss path -------------------------------------------------------------------------------

@@ -17,11 +17,13 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from . import autocast as _ac
 from . import eager as api
 
 __all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport"]
@@ -29,25 +31,62 @@ __all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport"]
 _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backends (None allowed)
 
 
+# Per patched problem, once decided: what the layer runs.  Key: the input's and weight's shapes,
+# strides and dtypes, the input's device, the bias's shape and dtype (None: no bias) and the
+# layer's backends.  A library winner runs `F.linear` itself (what an unpatched layer runs: no
+# Python between the layer and cuBLAS), any other winner its dispatch callable on the 2-D view.
+_LINEAR: dict[tuple, Callable[..., torch.Tensor]] = {}
+_is_compiling = torch.compiler.is_compiling
+_autocast_on = _ac.enabled
+_LIBRARY_UIDS = frozenset({"aten_mm", "aten_addmm"})
+
+
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """nn.Linear.forward with its matmul run by gemmtune."""
-    backends = getattr(self, _FLAG)
     w, bias = self.weight, self.bias
-    if x.dim() == 2:
-        x2 = x
-    elif x.dim() == 1:
-        x2 = x.unsqueeze(0)
-    else:
-        x2 = x.reshape(-1, x.shape[-1])
-    if bias is None:
-        y = api.mm(x2, w.t(), backends=backends)
-    else:
-        y = api.addmm(bias, x2, w.t(), backends=backends)
-    if x.dim() == 2:
-        return y
-    if x.dim() == 1:
-        return y.squeeze(0)
-    return y.reshape(*x.shape[:-1], y.shape[-1])
+    if not (_is_compiling() or _autocast_on()):
+        try:
+            fn = _LINEAR[(x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype,
+                          None if bias is None else (bias.shape, bias.dtype), getattr(self, _FLAG))]
+        except (KeyError, TypeError, AttributeError):
+            pass
+        else:
+            return fn(x, w, bias)
+    return _linear_slow(self, x, w, bias)
+
+
+def _linear_slow(self: nn.Linear, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The first call of a problem (tunes it through gemmtune.mm / addmm), then remembers the fast path."""
+    backends = getattr(self, _FLAG)
+    x2 = x.unsqueeze(0) if x.dim() == 1 else x.reshape(-1, x.shape[-1])
+    tensors = (x2, w.t()) if bias is None else (bias, x2, w.t())
+    y = api.mm(*tensors, backends=backends) if bias is None else api.addmm(*tensors, backends=backends)
+    out = y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
+    if not (_is_compiling() or _autocast_on()):
+        _remember(x, w, bias, backends, api.dispatched("mm" if bias is None else "addmm", tensors, backends=backends))
+    return out
+
+
+def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backends: object,
+              found: tuple[Any, Callable[..., torch.Tensor]] | None) -> None:
+    if found is None or not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return
+    sel, run = found
+    key = (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype,
+           None if bias is None else (bias.shape, bias.dtype), backends)
+    if sel.winner.template_uid in _LIBRARY_UIDS:
+        _LINEAR[key] = F.linear
+        return
+    k, n = x.shape[-1], w.shape[0]
+
+    def kernel(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        y = run(x.reshape(-1, k), w.t()) if bias is None else run(bias, x.reshape(-1, k), w.t())
+        return y.reshape(*x.shape[:-1], n)
+
+    _LINEAR[key] = kernel
+
+
+api._CLEAR_HOOKS.append(_LINEAR.clear)
 
 
 def _patchable(m: nn.Module) -> bool:

@@ -1,0 +1,147 @@
+"""Steady-state model variants timed in interleaved rounds, with a profile of each: paired ratios.
+
+Host-bound forwards (eager at small M) drift by ±25% between runs on a shared device host, so two
+variants timed minutes apart cannot be compared.  This script builds one model per variant (same
+weights), prepares every variant first (warm-up, compiles), then times them in `--rounds` rounds; in
+each round every variant runs `--iters` forwards back to back (CUDA events), in a shuffled order.  The
+ratio of two variants is the median of their per-round ratios, so drift that hits a round hits both.
+
+Per variant it also reports host time per forward (wall clock of the launches, no synchronize inside
+the loop) and, from one profiled forward, the GPU kernel time and the number of kernels launched
+(`torch.profiler`): a variant that is slower with the same GPU time is paying on the host.
+
+Variants: `eager`, `gemmtune` (warm-up, then the patched model), `inductor`
+(max-autotune-no-cudagraphs), `inductor_default` (default-mode compile of the plain model) and
+`gemmtune_compile` (default-mode compile of the patched model).  Models come from bench/models.py.
+
+    python bench/model_rounds.py --m 1,64 --models stack --out rounds.json
+    python bench/model_rounds.py --m 64 --variants eager,gemmtune --rounds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import models  # noqa: E402  (sets fresh cache directories before torch is imported)
+
+torch, gemmtune = models.torch, models.gemmtune
+VARIANTS = ("eager", "gemmtune", "inductor", "inductor_default", "gemmtune_compile")
+
+
+def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
+    """A callable running one forward of `variant` on its own copy of `base` (compiled / warmed up)."""
+    model = copy.deepcopy(base)
+    if variant == "gemmtune":
+        gemmtune.warmup(model, *inputs, progress=False)
+    elif variant == "gemmtune_compile":
+        model = torch.compile(gemmtune.patch(model))
+    elif variant == "inductor":
+        model = torch.compile(model, mode="max-autotune-no-cudagraphs")
+    elif variant == "inductor_default":
+        model = torch.compile(model)
+    elif variant != "eager":
+        raise SystemExit(f"--variants: unknown variant {variant!r}")
+    fn = lambda: models.output_of(model, inputs)  # noqa: E731
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    return fn
+
+
+def time_round(fn: Callable[[], Any], iters: int) -> tuple[float, float]:
+    """(ms per forward by CUDA events, host ms per forward for the launches) over `iters` forwards."""
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    host = (time.perf_counter() - t0) * 1e3 / iters
+    end.synchronize()
+    return start.elapsed_time(end) / iters, host
+
+
+def profile(fn: Callable[[], Any]) -> dict[str, float]:
+    """GPU kernel ms and kernel count of one forward, from torch.profiler."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+
+    with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"gpu_kernel_ms": sum(e.device_time for e in kernels) / 1e3, "kernels": len(kernels)}
+
+
+def run(name: str, m: int, variants: list[str], rounds: int, iters: int) -> list[dict[str, Any]]:
+    models.fresh_caches(f"rounds-{name}-m{m}")
+    torch._dynamo.reset()
+    gemmtune.clear_dispatch_cache()
+    base, inputs = models.build(name, m)
+    with torch.no_grad():
+        ref = models.output_of(base, inputs)
+        fns = {v: prepare(v, base, inputs) for v in variants}
+        del base
+        times: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+        order = list(variants)
+        for _ in range(rounds):
+            random.shuffle(order)
+            for v in order:
+                times[v].append(time_round(fns[v], iters))
+        rows = []
+        for v in variants:
+            ms = [t[0] for t in times[v]]
+            first = [t[0] for t in times[variants[0]]]
+            ratio = [a / b for a, b in zip(ms, first)]
+            rows.append({"model": name, "M": m, "variant": v, "ms": statistics.median(ms),
+                         "ms_q1_q3": statistics.quantiles(ms, n=4)[::2],
+                         "host_ms": statistics.median(t[1] for t in times[v]),
+                         f"ratio_vs_{variants[0]}": statistics.median(ratio),
+                         "ratio_q1_q3": statistics.quantiles(ratio, n=4)[::2],
+                         "rel_err": models.rel_err(fns[v](), ref), **profile(fns[v])})
+    del fns
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--m", default="1,64,128")
+    p.add_argument("--models", default="stack")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="the first is the ratios' reference")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--out", default="model_rounds.json")
+    args = p.parse_args(argv)
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+            "command": " ".join(sys.argv), "rounds": args.rounds, "iters": args.iters}
+    rows: list[dict[str, Any]] = []
+    variants = args.variants.split(",")
+    for m in (int(v) for v in args.m.split(",")):
+        for name in args.models.split(","):
+            rows += run(name, m, variants, args.rounds, args.iters)
+            Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    ref = variants[0]
+    print(f"\n{meta['device']}, torch {meta['torch']}, {meta['date']}; {args.rounds} rounds x {args.iters} forwards")
+    print(f"| model | M | variant | ms | x {ref} (median of rounds) | q1-q3 | host ms | GPU kernel ms | kernels | rel err |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        q = r["ratio_q1_q3"]
+        print(f"| {r['model']} | {r['M']} | {r['variant']} | {r['ms']:.3f} | {r[f'ratio_vs_{ref}']:.3f} | "
+              f"{q[0]:.3f}-{q[1]:.3f} | {r['host_ms']:.3f} | {r['gpu_kernel_ms']:.3f} | {r['kernels']} | "
+              f"{r['rel_err']:.1e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

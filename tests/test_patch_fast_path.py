@@ -1,0 +1,106 @@
+"""A patched `nn.Linear` remembers its decided problem: library winners run `F.linear`, others their kernel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import gemmtune
+from gemmtune.dispatch import eager, patching
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.setenv("GEMMTUNE_STORE", "memory")
+    gemmtune.clear_dispatch_cache()
+    yield
+    gemmtune.clear_dispatch_cache()
+
+
+def _pair(bias: bool, seed: int = 0) -> tuple[nn.Linear, nn.Linear]:
+    torch.manual_seed(seed)
+    plain = nn.Linear(12, 8, bias=bias)
+    patched = nn.Linear(12, 8, bias=bias)
+    patched.load_state_dict(plain.state_dict())
+    return plain, patched
+
+
+def _api_calls(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    for name in ("mm", "addmm"):
+        real = getattr(eager, name)
+        monkeypatch.setattr(eager, name, lambda *a, _n=name, _r=real, **k: (calls.append(_n), _r(*a, **k))[1])
+    return calls
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(12,), (5, 12), (2, 3, 12)])
+def test_library_winner_runs_f_linear_after_the_first_call(monkeypatch, bias, shape):
+    plain, patched = _pair(bias)
+    gemmtune.patch(patched, backends=("extern",))
+    calls = _api_calls(monkeypatch)
+    x = torch.randn(*shape)
+    first = patched(x)
+    assert len(calls) == 1  # the first call tunes through gemmtune
+    assert patching._LINEAR and all(fn is torch.nn.functional.linear for fn in patching._LINEAR.values())
+    second = patched(x)
+    assert len(calls) == 1  # the second goes straight to F.linear
+    torch.testing.assert_close(first, plain(x))
+    torch.testing.assert_close(second, plain(x))
+    assert second.shape == plain(x).shape
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_generated_winner_runs_its_kernel_with_gradients(monkeypatch, bias):
+    plain, patched = _pair(bias, seed=1)
+    gemmtune.patch(patched, backends=("numba",))
+    calls = _api_calls(monkeypatch)
+    x = torch.randn(2, 4, 12)
+    patched(x)
+    fns = list(patching._LINEAR.values())
+    assert len(fns) == 1 and fns[0] is not torch.nn.functional.linear
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out = patched(x1)
+    assert len(calls) == 1  # served by the remembered kernel
+    ref = plain(x2)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    out.square().sum().backward()
+    ref.square().sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(patched.weight.grad, plain.weight.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_a_new_stride_or_backend_is_a_new_problem(monkeypatch):
+    _, patched = _pair(False)
+    gemmtune.patch(patched, backends=("extern",))
+    calls = _api_calls(monkeypatch)
+    x = torch.randn(6, 12)
+    patched(x)
+    patched(x.t().contiguous().t())  # same shape, column-major: not the remembered problem
+    assert len(calls) == 2 and len(patching._LINEAR) == 2
+    gemmtune.patch(patched, backends=("numba",))
+    patched(x)
+    assert len(calls) == 3
+
+
+def test_warmup_recording_remembers_nothing_and_clear_forgets():
+    _, patched = _pair(True)
+    x = torch.randn(3, 12)
+    gemmtune.warmup(patched, x, backends=("extern",), progress=False)
+    assert not patching._LINEAR  # the recording forward ran torch, with no decision to remember
+    patched(x)
+    assert len(patching._LINEAR) == 1
+    gemmtune.clear_dispatch_cache()
+    assert not patching._LINEAR
+
+
+def test_autocast_takes_the_casting_path():
+    plain, patched = _pair(True)
+    gemmtune.patch(patched, backends=("extern",))
+    x = torch.randn(4, 12)
+    patched(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, ref = patched(x), plain(x)
+    assert out.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref)
