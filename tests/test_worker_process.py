@@ -72,3 +72,19 @@ def test_worker_setup_error_is_isolation_unavailable_and_the_worker_is_kept(monk
     assert kept.alive
     sel = gemmtune.tune("mm", a, b, templates=[AtenTemplate("mm")], settings=settings)
     assert sel.isolation == "subprocess" and [w.proc.pid for w in isolation._POOL["cpu"]] == [kept.proc.pid]
+
+
+def test_the_worker_imports_no_public_api_layer():
+    """The worker's environment makes `import gemmtune` skip the dispatch layer (torch.compile's machinery):
+    a worker start costs the torch import and little more."""
+    from gemmtune.bench.process import _worker_env
+
+    env = {**_env(), **{k: v for k, v in _worker_env("cpu").items() if k == "GEMMTUNE_WORKER_PROCESS"}}
+    code = ("import sys, gemmtune.bench.worker, gemmtune.bench.jobs, gemmtune.templates; "
+            "print(sorted(m for m in ('gemmtune.dispatch', 'gemmtune.engine', 'torch._dynamo') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    normal = subprocess.run([sys.executable, "-c", "import gemmtune; print(callable(gemmtune.mm))"], env=_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert normal.stdout.strip() == "True", normal.stderr

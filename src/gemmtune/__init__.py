@@ -6,16 +6,22 @@ Example:
     >>> print(gemmtune.autotune_table(sel))  # doctest: +SKIP
 """
 
-from .core.choices import Choice, Selection, Timing
-from .core.errors import BackendError, GemmtuneError, InputError, IsolationUnavailable, LayoutError, NoCandidatesError
-from .templates.heuristics import add_finalize_hook, get_template_configs
-from .core.inputs import KernelInputs
-from .core.validate import ProblemTooLargeError
-from .core.layout import FixedLayout, FlexibleLayout
-from .report import autotune_table, selection_dict
-from .core.settings import FAMILIES, Settings
-from .engine import tune
-from .dispatch import WarmupReport, addmm, bmm, clear_dispatch_cache, dispatch_stats, mm, patch, unpatch, warmup
+import os as _os
+
+# A benchmark worker (gemmtune.bench.worker, a fresh interpreter) needs only the layers below the
+# dispatch: it skips the public API's imports (torch.compile's machinery among them), which would
+# add seconds to every worker start.
+if _os.environ.get("GEMMTUNE_WORKER_PROCESS") != "1":
+    from .core.choices import Choice, Selection, Timing
+    from .core.errors import BackendError, GemmtuneError, InputError, IsolationUnavailable, LayoutError, NoCandidatesError
+    from .templates.heuristics import add_finalize_hook, get_template_configs
+    from .core.inputs import KernelInputs
+    from .core.validate import ProblemTooLargeError
+    from .core.layout import FixedLayout, FlexibleLayout
+    from .report import autotune_table, selection_dict
+    from .core.settings import FAMILIES, Settings
+    from .engine import tune
+    from .dispatch import WarmupReport, addmm, bmm, clear_dispatch_cache, dispatch_stats, mm, patch, unpatch, warmup
 
 from .core.version import __version__
 

@@ -44,6 +44,7 @@ def _worker_env(device: str) -> dict[str, str]:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+    env["GEMMTUNE_WORKER_PROCESS"] = "1"  # gemmtune/__init__ skips the public API's imports there
     return env
 
 
