@@ -1,0 +1,168 @@
+"""The choices handler that feeds Inductor gemmtune's picks while it lowers a graph.
+
+`GemmtuneChoices` is a subclass of the installed torch's `LookupTableChoices`.  For every `mm`,
+`addmm` and `bmm` Inductor lowers, it looks the problem up (its own table: picks tuned in this
+process or loaded from a JSON table); a miss tunes the problem with `gemmtune.tune` on stand-in
+tensors of the kernel inputs' sizes, strides and dtypes (the store answers problems tuned before)
+and keeps the pick.  It then hands Inductor only the pick's entry: one choice, nothing benchmarked,
+and Inductor still generates its own shape-specialised code and fuses epilogues into it.
+
+One problem may be asked for in several calls (addmm: library kernels, then Triton templates): a
+known problem whose pick is not among a call's templates gets no choice from that call, unless the
+pick cannot be built at all, in which case the op's library kernel stands in.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import warnings
+from collections import Counter
+from typing import Any, Mapping
+
+import torch
+
+from ..core.inputs import KernelInputs
+from .compat import inductor_templates, require
+from .entries import InductorPick
+
+log = logging.getLogger("gemmtune")
+
+OPS = ("mm", "addmm", "bmm")
+
+
+def warn_stale(uid: str, have: Any, want: Any, where: str) -> None:
+    """The one warning for an entry whose template source changed since it was written."""
+    msg = (f"gemmtune.inductor: {where}: entry for {uid} was written for template source "
+           f"{str(have)[:12]}, the installed torch's is {str(want)[:12]}: entry dropped")
+    log.warning(msg)
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def pick_of_entries(op: str, key: str, entries: list[Mapping[str, Any]]) -> InductorPick:
+    """A loaded table's entries as an InductorPick (exact when there is one)."""
+    return InductorPick(op, (key,), tuple(dict(e) for e in entries), len(entries) == 1, "lookup table")
+
+
+def make_handler(table: Mapping[str, list] | None = None, tune_on_miss: bool = True, settings: Any = None,
+                 templates: str = "inductor") -> Any:
+    """A `GemmtuneChoices` (a subclass of the installed torch's LookupTableChoices)."""
+    base = require()
+
+    class GemmtuneChoices(_Mixin, base):  # type: ignore[misc, valid-type]
+        pass
+
+    return GemmtuneChoices(table, tune_on_miss, settings, templates)
+
+
+class _Mixin:
+    """The handler's behaviour; mixed with LookupTableChoices by `make_handler` (torch is optional)."""
+
+    def __init__(self, table: Mapping[str, list] | None, tune_on_miss: bool, settings: Any, templates: str):
+        super().__init__()
+        self.picks: dict[str, InductorPick] = {}
+        self.tune_on_miss, self.settings, self.templates = tune_on_miss, settings, templates
+        self.stats: Counter = Counter()
+        self._static = json.dumps(table or {}, sort_keys=True, default=str)
+        for key, entries in (table or {}).items():
+            self.picks[key] = pick_of_entries(key.rsplit("+", 1)[-1], key, list(entries))
+
+    # -- what Inductor's LookupTableChoices asks ------------------------------------------------
+    @staticmethod
+    def _get_device_key(device: torch.device) -> str | None:
+        if device.type == "cuda" and torch.cuda.is_available():
+            return str(torch.cuda.get_device_properties(device.index).gcnArchName)
+        return device.type
+
+    def _get_lookup_table(self) -> dict[str, list[dict[str, Any]]]:
+        return {k: p.json_entries() for k, p in self.picks.items()}
+
+    def uuid(self) -> str:
+        """Part of Inductor's FX-graph cache key (`config.inductor_choices_class`)."""
+        from ..core.version import __version__
+
+        body = f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self._static}"
+        return hashlib.sha256(body.encode()).hexdigest()
+
+    def add(self, pick: InductorPick) -> None:
+        for key in pick.keys:
+            self.picks[key] = pick
+
+    # -- the one override ----------------------------------------------------------------------
+    def _finalize_template_configs(self, template_choices, kernel_inputs, templates, op_name,
+                                   kwarg_overrides=None):
+        if op_name not in OPS:
+            return super()._finalize_template_configs(  # type: ignore[misc]
+                template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
+        key = self.make_lookup_key(kernel_inputs, op_name, include_device=False)  # type: ignore[attr-defined]
+        pick = self.picks.get(key) if key else None
+        if pick is None and key and self.tune_on_miss:
+            pick = self._tune(kernel_inputs, op_name, key)
+        if pick is None:
+            self.stats["miss"] += 1
+            return self._fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)  # type: ignore[attr-defined]
+        chosen = self._choose(pick, templates, kernel_inputs, op_name)
+        self.stats["hit" if chosen else "empty"] += 1
+        if not chosen:
+            return []
+        return self._create_lookup_choices(chosen, templates, kernel_inputs, op_name)  # type: ignore[attr-defined]
+
+    def _choose(self, pick: InductorPick, templates: list, kernel_inputs: Any, op_name: str) -> dict[str, list]:
+        """{uid: [config]} for this call: the pick's entry (all matching entries when not exact), the op's
+        library kernel when the pick can be built nowhere, or nothing."""
+        offered = {t.uid: getattr(t, "src_hash", None) for t in templates}
+        out: dict[str, list] = {}
+        for entry in pick.entries:
+            uid = str(entry.get("template_id"))
+            if uid not in offered:
+                continue
+            want, have = offered[uid], entry.get("template_hash")
+            if want is not None and have is not None and want != have:
+                self.stats["stale"] += 1
+                warn_stale(uid, have, want, f"{op_name} {pick.problem or ''}".strip())
+                continue
+            out.setdefault(uid, []).append({k: copy.deepcopy(v) for k, v in entry.items()
+                                            if k not in ("template_id", "template_hash")})
+            if pick.exact:
+                return out
+        if out:
+            return out
+        aten = inductor_templates().aten[op_name]
+        if aten in offered and not self._elsewhere(pick, op_name, kernel_inputs):
+            self.stats["library_stand_in"] += 1
+            return {aten: [{}]}
+        return {}
+
+    @staticmethod
+    def _elsewhere(pick: InductorPick, op_name: str, kernel_inputs: Any) -> bool:
+        """addmm asks its Triton templates in a later call: a Triton pick is built there when Inductor
+        offers Triton templates for this output (the test tuned_addmm makes)."""
+        if op_name != "addmm" or all(str(e.get("template_id", "")).startswith("aten::") for e in pick.entries):
+            return False
+        try:
+            from torch._inductor.utils import use_triton_template
+
+            return bool(use_triton_template(kernel_inputs.output_layout(), check_max_autotune=False))
+        except Exception:  # noqa: BLE001 - an Inductor without this helper: keep the library kernel
+            return False
+
+    def _tune(self, kernel_inputs: Any, op_name: str, key: str) -> InductorPick | None:
+        from .tuning import tune_inductor_problem
+
+        try:
+            pick = tune_inductor_problem(kernel_inputs, op_name, self.settings, self.templates)
+        except Exception as exc:  # noqa: BLE001 - Inductor's own choices are a safe answer
+            log.warning("gemmtune.inductor: tuning %s failed (%s: %s); Inductor chooses", op_name,
+                        type(exc).__name__, exc)
+            self.stats["tune_failed"] += 1
+            return None
+        if pick is None:
+            return None
+        self.stats["tuned"] += 1
+        self.add(pick)
+        self.picks[key] = pick  # whatever our key reconstruction says, this call's key is this pick's
+        return pick
+
+
