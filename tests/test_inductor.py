@@ -152,6 +152,8 @@ def test_unknown_ops_and_uninstall_leave_inductor_alone():
 
 def cuda_problem(op="mm", M=128, K=4096, N=256):
     meta = lambda size, stride: TensorMeta(size, stride, torch.bfloat16, "cuda:0")  # noqa: E731
+    if op == "addmm":
+        return KernelInputs(op, (meta((N,), (1,)), meta((M, K), (K, 1)), meta((K, N), (N, 1))))
     if op == "bmm":
         return KernelInputs("bmm", (meta((4, M, K), (M * K, K, 1)), meta((4, K, N), (K * N, N, 1))))
     return KernelInputs(op, (meta((M, K), (K, 1)), meta((K, N), (N, 1))))
@@ -268,3 +270,29 @@ def test_a_torch_without_the_lookup_table_is_a_typed_error(monkeypatch, capsys):
     assert main(["inductor-table", "--out", "x.json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no Inductor lookup table" in err[0]
+
+
+def test_a_pick_its_call_cannot_build_gets_a_stand_in():
+    class T:
+        def __init__(self, uid, src_hash=None):
+            self.uid, self.src_hash = uid, src_hash
+
+    from torch._inductor.kernel.mm import mm_template
+
+    handler = gi.install(tune_on_miss=False)
+    tma = gi.entries_for(cuda_problem(), choice("triton_tma_persistent", {**TILE, "EPILOGUE_SUBTILE": 0}))
+    chosen = handler._choose(tma, [T("aten::mm"), T("triton::mm", mm_template.src_hash)], None, "mm")
+    assert chosen == {"triton::mm": [{**TILE, "GROUP_M": 8, "EVEN_K": True}]}  # TMA not offered: its tile
+    assert handler._choose(tma, [T("aten::mm")], None, "mm") == {"aten::mm": [{}]}  # no Triton: the library
+    lib = gi.entries_for(cuda_problem("addmm"), choice("aten_addmm", {}, src_hash=None))
+    assert handler._choose(lib, [T("triton::mm", mm_template.src_hash)], None, "addmm") == {}  # built elsewhere
+
+
+def test_an_addmm_pick_also_answers_its_unfused_mm():
+    x, w, b = torch.randn(16, 8), torch.randn(12, 8), torch.randn(12)
+    sel = gemmtune.tune("addmm", b, x, w.t(), backends=("extern",))
+    table = gi.table_for([sel])
+    mm_key = gi.problem_keys(KernelInputs.from_tensors("mm", x, w.t()))[0]
+    assert table[mm_key] == [{"template_id": "aten::mm"}]
+    mm_sel = gemmtune.tune("mm", x, w.t(), backends=("extern",))
+    assert gi.table_for([sel, mm_sel])[mm_key] == [{"template_id": "aten::mm"}]

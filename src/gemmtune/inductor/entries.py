@@ -28,7 +28,7 @@ from ..core.choices import Choice
 from ..core.inputs import KernelInputs
 from .compat import available, inductor_templates  # noqa: F401 - `available` is used by the doctest
 
-__all__ = ["Measured", "InductorPick", "entries_for", "TILE_KEYS", "LIBRARY"]
+__all__ = ["Measured", "InductorPick", "entries_for", "mm_companion", "TILE_KEYS", "LIBRARY"]
 
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
 LIBRARY = {"aten_mm", "aten_addmm", "aten_bmm", "numpy_blas"}
@@ -61,6 +61,7 @@ class InductorPick:
     source: str  # the gemmtune pick, e.g. "triton_mm BLOCK_M=128 ... swizzle=8"
     problem: str = ""  # KernelInputs.describe()
     ms: float | None = field(default=None, compare=False)
+    inputs: KernelInputs | None = field(default=None, compare=False, repr=False)  # the problem, when known
 
     def json_entries(self) -> list[dict[str, Any]]:
         return [dict(e) for e in self.entries]
@@ -137,4 +138,25 @@ def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (
         entries, exact = [*first, *rest, _aten(ki.op)], False
     source = " ".join([uid, *(f"{k}={v}" for k, v in cfg.items()), *(f"{k}={v}" for k, v in rt.items())])
     ms = min((m.ms for m in measured if m.template == uid and dict(m.config) == cfg and m.ms is not None), default=None)
-    return InductorPick(ki.op, keys, tuple(entries), exact, source, ki.describe(), ms)
+    return InductorPick(ki.op, keys, tuple(entries), exact, source, ki.describe(), ms, ki)
+
+
+def mm_companion(ki: KernelInputs, pick: InductorPick, keys: tuple[str, ...]) -> InductorPick | None:
+    """An addmm pick as the entries of its plain mm (`keys`: the mm's keys), or None for other ops.
+
+    On a GPU Inductor unfuses `addmm` whose users are pointwise into `mm` + a pointwise epilogue
+    (fp32; fp16/bf16 stay fused by default), so the mm is asked for: the same tile serves it, and the
+    library pick becomes `aten::mm`.  A real mm pick of the same problem wins over this companion.
+    """
+    if ki.op != "addmm":
+        return None
+    aten = inductor_templates().aten
+    entries: list[dict[str, Any]] = []
+    for e in pick.entries:
+        uid = e.get("template_id")
+        if uid == aten["bias_addmm"]:
+            continue
+        new = {"template_id": aten["mm"]} if uid == aten["addmm"] else dict(e)
+        if new not in entries:
+            entries.append(new)
+    return InductorPick("mm", keys, tuple(entries), pick.exact, pick.source + " (as mm)", pick.problem, pick.ms, ki)

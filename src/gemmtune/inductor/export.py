@@ -31,9 +31,9 @@ from ..core.choices import Choice, as_params
 from ..core.errors import LookupTableError
 from ..core.inputs import KernelInputs, TensorMeta, parse_dtype
 from .compat import inductor_templates
-from .entries import InductorPick, Measured, entries_for
+from .entries import InductorPick, Measured, entries_for, mm_companion
 from .handler import warn_stale
-from .keys import problem_keys
+from .keys import mm_keys, problem_keys
 from .tuning import pick_for_selection
 
 log = logging.getLogger("gemmtune")
@@ -52,12 +52,26 @@ def table_for(items: Iterable[Any], few: int = 2) -> dict[str, list[dict[str, An
         >>> table_for([sel])  # doctest: +SKIP
         {'((torch.float32, [2, 8, 4], [32, 4, 1]), (torch.float32, [2, 4, 3], [12, 3, 1]))+bmm': [{'template_id': 'aten::bmm'}]}
     """
-    table: dict[str, list[dict[str, Any]]] = {}
+    by_key: dict[str, InductorPick] = {}
     for item in items:
         pick = item if isinstance(item, InductorPick) else pick_for_selection(item, few=few)
         for key in pick.keys:
-            table[key] = pick.json_entries()
-    return table
+            by_key[key] = pick
+    return {k: p.json_entries() for k, p in with_companions(by_key).items()}
+
+
+def with_companions(by_key: dict[str, InductorPick]) -> dict[str, InductorPick]:
+    """`by_key` plus, for each addmm, its plain mm's key where no mm pick is known (`mm_companion`)."""
+    out = dict(by_key)
+    for pick in list(by_key.values()):
+        ki = pick.inputs
+        if ki is None:
+            continue
+        keys = tuple(k for k in mm_keys(ki) if k not in out)
+        companion = mm_companion(ki, pick, keys) if keys else None
+        if companion is not None:
+            out.update({k: companion for k in keys})
+    return out
 
 
 # -- from the store --------------------------------------------------------------------------------
@@ -144,7 +158,7 @@ def store_picks(store: Any, device: str | None = None, few: int = 2) -> StoreExp
         for key in pick.keys:
             by_key[key] = pick
     picks = tuple({id(p): p for p in by_key.values()}.values())
-    return StoreExport({k: p.json_entries() for k, p in by_key.items()}, picks, tuple(skipped))
+    return StoreExport({k: p.json_entries() for k, p in with_companions(by_key).items()}, picks, tuple(skipped))
 
 
 def export_table(store: Any = None, device: str | None = None, few: int = 2) -> StoreExport:

@@ -41,6 +41,11 @@ def warn_stale(uid: str, have: Any, want: Any, where: str) -> None:
     warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
+def _kwargs(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry as the template's keyword arguments (what LookupTableChoices passes on)."""
+    return {k: copy.deepcopy(v) for k, v in entry.items() if k not in ("template_id", "template_hash")}
+
+
 def pick_of_entries(op: str, key: str, entries: list[Mapping[str, Any]]) -> InductorPick:
     """A loaded table's entries as an InductorPick (exact when there is one)."""
     return InductorPick(op, (key,), tuple(dict(e) for e in entries), len(entries) == 1, "lookup table")
@@ -55,6 +60,13 @@ def make_handler(table: Mapping[str, list] | None = None, tune_on_miss: bool = T
         pass
 
     return GemmtuneChoices(table, tune_on_miss, settings, templates)
+
+
+def _autotuning() -> bool:
+    """Tune a miss only where Inductor itself would autotune GEMMs (max-autotune modes)."""
+    from torch._inductor import config
+
+    return bool(config.max_autotune or config.max_autotune_gemm)
 
 
 class _Mixin:
@@ -98,7 +110,7 @@ class _Mixin:
                 template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
         key = self.make_lookup_key(kernel_inputs, op_name, include_device=False)  # type: ignore[attr-defined]
         pick = self.picks.get(key) if key else None
-        if pick is None and key and self.tune_on_miss:
+        if pick is None and key and self.tune_on_miss and _autotuning():
             pick = self._tune(kernel_inputs, op_name, key)
         if pick is None:
             self.stats["miss"] += 1
@@ -110,26 +122,39 @@ class _Mixin:
         return self._create_lookup_choices(chosen, templates, kernel_inputs, op_name)  # type: ignore[attr-defined]
 
     def _choose(self, pick: InductorPick, templates: list, kernel_inputs: Any, op_name: str) -> dict[str, list]:
-        """{uid: [config]} for this call: the pick's entry (all matching entries when not exact), the op's
-        library kernel when the pick can be built nowhere, or nothing."""
+        """{uid: [config]} for this call: the pick's entry (all matching entries when not exact); when
+        none matches, a stand-in (`_stand_in`); or nothing, when the pick is built in another call."""
         offered = {t.uid: getattr(t, "src_hash", None) for t in templates}
         out: dict[str, list] = {}
         for entry in pick.entries:
             uid = str(entry.get("template_id"))
-            if uid not in offered:
+            if uid not in offered or not self._fresh(entry, uid, offered[uid], op_name, pick):
                 continue
-            want, have = offered[uid], entry.get("template_hash")
-            if want is not None and have is not None and want != have:
-                self.stats["stale"] += 1
-                warn_stale(uid, have, want, f"{op_name} {pick.problem or ''}".strip())
-                continue
-            out.setdefault(uid, []).append({k: copy.deepcopy(v) for k, v in entry.items()
-                                            if k not in ("template_id", "template_hash")})
+            out.setdefault(uid, []).append(_kwargs(entry))
             if pick.exact:
                 return out
-        if out:
-            return out
-        aten = inductor_templates().aten[op_name]
+        return out or self._stand_in(pick, offered, kernel_inputs, op_name)
+
+    def _fresh(self, entry: Mapping[str, Any], uid: str, want: Any, op_name: str, pick: InductorPick) -> bool:
+        have = entry.get("template_hash")
+        if want is not None and have is not None and want != have:
+            self.stats["stale"] += 1
+            warn_stale(uid, have, want, f"{op_name} {pick.problem or ''}".strip())
+            return False
+        return True
+
+    def _stand_in(self, pick: InductorPick, offered: dict, kernel_inputs: Any, op_name: str) -> dict[str, list]:
+        """The pick cannot be built by this call's templates: its tile on Inductor's plain Triton template
+        (a TMA pick where TMA is not offered), else the op's library kernel, unless the pick is built in a
+        later call of the same op (addmm's Triton call)."""
+        t = inductor_templates()
+        plain = t.triton_bmm if op_name == "bmm" else t.triton_mm
+        tiles = [e for e in pick.entries if "BLOCK_M" in e and e.get("template_id") != plain]  # not a stale one
+        if tiles and plain in offered:
+            self.stats["tile_stand_in"] += 1
+            entry = dict(tiles[0], template_id=plain, template_hash=offered[plain])
+            return {plain: [_kwargs(entry)]}
+        aten = t.aten[op_name]
         if aten in offered and not self._elsewhere(pick, op_name, kernel_inputs):
             self.stats["library_stand_in"] += 1
             return {aten: [{}]}

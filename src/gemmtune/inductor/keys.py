@@ -24,7 +24,7 @@ import torch
 from ..core.inputs import KernelInputs, TensorMeta
 from .compat import available, require  # noqa: F401 - `available` is used by the doctest
 
-__all__ = ["problem_keys", "inductor_key", "key_choices", "expanded_bias"]
+__all__ = ["problem_keys", "mm_keys", "inductor_key", "key_choices", "expanded_bias"]
 
 
 class _Sizes:
@@ -104,3 +104,10 @@ def problem_keys(ki: KernelInputs) -> tuple[str, ...]:
     return tuple(keys)
 
 
+
+
+def mm_keys(ki: KernelInputs) -> tuple[str, ...]:
+    """The keys of an addmm's plain `a @ b` (what Inductor asks after unfusing the bias); () otherwise."""
+    if ki.op != "addmm":
+        return ()
+    return (_key_for(ki.operands[1:], "mm", {}),)

@@ -43,7 +43,8 @@ def pick_for_selection(sel: Any, few: int = 2) -> InductorPick:
 
     Example:
         >>> import gemmtune
-        >>> sel = gemmtune.tune("mm", torch.randn(16, 8), torch.randn(8, 4), backends=("extern",))
+        >>> sel = gemmtune.tune("mm", torch.randn(16, 8), torch.randn(8, 4), backends=("extern",),
+        ...                     settings=gemmtune.Settings(store="off"))
         >>> pick_for_selection(sel).op  # doctest: +SKIP
         'mm'
     """
