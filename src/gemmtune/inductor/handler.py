@@ -77,6 +77,7 @@ class _Mixin:
         self.picks: dict[str, InductorPick] = {}
         self.tune_on_miss, self.settings, self.templates = tune_on_miss, settings, templates
         self.stats: Counter = Counter()
+        self.built: list[tuple[str, str, dict]] = []  # (op, template uid, kwargs) handed to Inductor, in order
         self._static = json.dumps(table or {}, sort_keys=True, default=str)
         for key, entries in (table or {}).items():
             self.picks[key] = pick_of_entries(key.rsplit("+", 1)[-1], key, list(entries))
@@ -119,6 +120,7 @@ class _Mixin:
         self.stats["hit" if chosen else "empty"] += 1
         if not chosen:
             return []
+        self.built += [(op_name, uid, dict(kw)) for uid, kws in chosen.items() for kw in kws]
         return self._create_lookup_choices(chosen, templates, kernel_inputs, op_name)  # type: ignore[attr-defined]
 
     def _choose(self, pick: InductorPick, templates: list, kernel_inputs: Any, op_name: str) -> dict[str, list]:
@@ -177,15 +179,17 @@ class _Mixin:
         from .tuning import tune_inductor_problem
 
         try:
-            pick = tune_inductor_problem(kernel_inputs, op_name, self.settings, self.templates)
+            tuned = tune_inductor_problem(kernel_inputs, op_name, self.settings, self.templates)
         except Exception as exc:  # noqa: BLE001 - Inductor's own choices are a safe answer
             log.warning("gemmtune.inductor: tuning %s failed (%s: %s); Inductor chooses", op_name,
                         type(exc).__name__, exc)
             self.stats["tune_failed"] += 1
             return None
-        if pick is None:
+        if tuned is None:
             return None
+        pick, from_store = tuned
         self.stats["tuned"] += 1
+        self.stats["store_hit"] += from_store
         self.add(pick)
         self.picks[key] = pick  # whatever our key reconstruction says, this call's key is this pick's
         return pick

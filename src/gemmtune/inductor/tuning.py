@@ -64,8 +64,9 @@ def inductor_pool(device_type: str, templates: str, settings: Settings) -> list:
 
 
 def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings | None,
-                          templates: str = "inductor") -> InductorPick | None:
-    """Tune the problem behind Inductor's `kernel_inputs` (None when sizes are not plain ints)."""
+                          templates: str = "inductor") -> tuple[InductorPick, bool] | None:
+    """Tune the problem behind Inductor's `kernel_inputs`: (its entries, whether the store answered);
+    None when its sizes are not plain ints."""
     shapes, strides = kernel_inputs.shapes_hinted(), kernel_inputs.strides_hinted()
     if not all(isinstance(s, int) for dims in (*shapes, *strides) for s in dims):
         return None
@@ -80,4 +81,4 @@ def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings |
         pool = inductor_pool(device.type, templates, settings)
         sel = tune(op_name, *tensors, settings=settings, templates=pool, store_tag="inductor",
                    alpha=float(scalars.get("alpha", 1.0)), beta=float(scalars.get("beta", 1.0)))
-    return pick_for_selection(sel)
+    return pick_for_selection(sel), bool(sel.cache_hit)
