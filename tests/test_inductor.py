@@ -164,6 +164,7 @@ def choice(uid, config, runtime=(), src_hash="h"):
 
 
 TILE = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8)
+ACC = dict(ACC_TYPE="tl.float32", USE_FAST_ACCUM=False)  # complete for torch versions that do not merge
 
 
 def test_triton_picks_map_to_inductor_templates_with_torch_hashes():
@@ -172,7 +173,7 @@ def test_triton_picks_map_to_inductor_templates_with_torch_hashes():
 
     e = gi.entries_for(cuda_problem(), choice("triton_mm", TILE, {"swizzle": 4}))
     assert e.exact and e.entries == ({"template_id": "triton::mm", "template_hash": mm_template.src_hash, **TILE,
-                                      "GROUP_M": 4, "EVEN_K": True},)
+                                      "GROUP_M": 4, "EVEN_K": True, **ACC},)
     odd = gi.entries_for(cuda_problem(K=4000), choice("triton_mm", TILE, {"swizzle": 8})).entries[0]
     assert odd["EVEN_K"] is False  # 4000 % 64
     tma = gi.entries_for(cuda_problem(), choice("triton_tma_persistent", {**TILE, "EPILOGUE_SUBTILE": 1}))
@@ -282,7 +283,7 @@ def test_a_pick_its_call_cannot_build_gets_a_stand_in():
     handler = gi.install(tune_on_miss=False)
     tma = gi.entries_for(cuda_problem(), choice("triton_tma_persistent", {**TILE, "EPILOGUE_SUBTILE": 0}))
     chosen = handler._choose(tma, [T("aten::mm"), T("triton::mm", mm_template.src_hash)], None, "mm")
-    assert chosen == {"triton::mm": [{**TILE, "GROUP_M": 8, "EVEN_K": True}]}  # TMA not offered: its tile
+    assert chosen == {"triton::mm": [{**TILE, "GROUP_M": 8, "EVEN_K": True, **ACC}]}  # TMA not offered: its tile
     assert handler._choose(tma, [T("aten::mm")], None, "mm") == {"aten::mm": [{}]}  # no Triton: the library
     lib = gi.entries_for(cuda_problem("addmm"), choice("aten_addmm", {}, src_hash=None))
     assert handler._choose(lib, [T("triton::mm", mm_template.src_hash)], None, "addmm") == {}  # built elsewhere
@@ -296,3 +297,11 @@ def test_an_addmm_pick_also_answers_its_unfused_mm():
     assert table[mm_key] == [{"template_id": "aten::mm"}]
     mm_sel = gemmtune.tune("mm", x, w.t(), backends=("extern",))
     assert gi.table_for([sel, mm_sel])[mm_key] == [{"template_id": "aten::mm"}]
+
+
+def test_an_early_lookup_table_without_the_hooks_used_is_a_typed_error(monkeypatch):
+    from torch._inductor.lookup_table import LookupTableChoices
+
+    monkeypatch.delattr(LookupTableChoices, "_fallback")
+    with pytest.raises(gi.InductorUnavailable, match="_fallback"):
+        gi.require()

@@ -19,7 +19,11 @@ import torch
 
 from ..core.errors import InductorUnavailable
 
-__all__ = ["available", "require", "InductorTemplates", "inductor_templates"]
+__all__ = ["available", "require", "InductorTemplates", "inductor_templates", "HOOKS"]
+
+HOOKS = ("make_lookup_key", "_get_device_key", "_get_lookup_table", "_finalize_template_configs", "_fallback",
+         "get_ktc")
+"""The LookupTableChoices / InductorChoices methods gemmtune.inductor calls or overrides."""
 
 
 def require() -> Any:
@@ -36,9 +40,11 @@ def require() -> Any:
         raise InductorUnavailable(
             f"torch {torch.__version__} has no Inductor lookup table (torch._inductor.lookup_table: "
             f"{type(exc).__name__}: {exc}); gemmtune.inductor needs a torch with it (see docs/INDUCTOR.md)") from exc
-    if not hasattr(config, "lookup_table") or not hasattr(LookupTableChoices, "make_lookup_key"):
-        raise InductorUnavailable(f"torch {torch.__version__}: torch._inductor.lookup_table lacks "
-                                  "config.lookup_table or LookupTableChoices.make_lookup_key")
+    missing = [name for name in HOOKS if not hasattr(LookupTableChoices, name)]
+    if not hasattr(config, "lookup_table") or missing:
+        raise InductorUnavailable(f"torch {torch.__version__}: its Inductor lookup table lacks "
+                                  f"{', '.join(missing) or 'config.lookup_table'}, which gemmtune.inductor uses "
+                                  "(an early form of the lookup table; see docs/INDUCTOR.md)")
     return LookupTableChoices
 
 

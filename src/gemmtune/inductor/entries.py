@@ -9,6 +9,9 @@
 | `triton_splitk`, `triton_skinny` (SPLIT_K > 1, mm, SPLIT_K divides K) | `decompose_k` with k_split = SPLIT_K, then the best few below | no |
 | anything else (`triton_gemv`, one-launch skinny, numba) | the best few measured `triton_mm` configs as `triton::mm`, else the pick's own tile; then aten | no |
 
+Triton entries carry every option of Inductor's mm/bmm template that is not a per-device extra
+(the tile, GROUP_M, EVEN_K, ACC_TYPE, USE_FAST_ACCUM), so torch versions whose LookupTableChoices
+uses an entry without merging the heuristic's own options still get a complete plain-template entry.
 `template_hash` is the installed torch's source hash of the Inductor template, so Inductor drops an
 entry when its template changes.
 
@@ -33,6 +36,7 @@ __all__ = ["Measured", "InductorPick", "entries_for", "mm_companion", "TILE_KEYS
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
 LIBRARY = {"aten_mm", "aten_addmm", "aten_bmm", "numpy_blas"}
 DEFAULT_GROUP_M = 8
+ACC_TYPES = {"torch.float64": "tl.float64"}  # Inductor's accumulator: fp32, fp64 for fp64 inputs
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,8 @@ def _triton(ki: KernelInputs, uid: str, config: Mapping[str, Any], runtime: Mapp
     EVEN_K belongs to another BLOCK_K, so it must be set here)."""
     tile = {k: int(config[k]) for k in TILE_KEYS}
     entry = {"template_id": uid, "template_hash": inductor_templates().hash_of(uid), **tile,
-             "GROUP_M": int(runtime.get("swizzle", DEFAULT_GROUP_M)), "EVEN_K": ki.K % tile["BLOCK_K"] == 0}
+             "GROUP_M": int(runtime.get("swizzle", DEFAULT_GROUP_M)), "EVEN_K": ki.K % tile["BLOCK_K"] == 0,
+             "ACC_TYPE": ACC_TYPES.get(str(ki.dtype), "tl.float32"), "USE_FAST_ACCUM": False}
     return {k: v for k, v in entry.items() if v is not None}
 
 

@@ -121,7 +121,26 @@ class _Mixin:
         if not chosen:
             return []
         self.built += [(op_name, uid, dict(kw)) for uid, kws in chosen.items() for kw in kws]
-        return self._create_lookup_choices(chosen, templates, kernel_inputs, op_name)  # type: ignore[attr-defined]
+        return self._create_lookup_choices(chosen, templates, kernel_inputs, op_name)
+
+    def _create_lookup_choices(self, lookup_results: dict, templates: list, kernel_inputs: Any, op_name: str) -> list:
+        """One choice per entry: the template's first heuristic config (derived options such as ACC_TYPE,
+        extra kwargs, layout) with the entry's values over it.  Done here rather than by torch's method,
+        which in some torch versions uses the entry alone."""
+        from torch._inductor.kernel_template_choice import KernelTemplateChoice
+        from torch._inductor.template_heuristics.params import DictKernelTemplateParams
+
+        by_uid = {t.uid: t for t in templates}
+        out = []
+        for uid, configs in lookup_results.items():
+            base = next(iter(self.get_ktc(kernel_inputs, by_uid[uid], op_name)), None)  # type: ignore[attr-defined]
+            if base is None:  # the heuristic offers nothing for this problem
+                continue
+            for cfg in configs:
+                out.append(KernelTemplateChoice(template=base.template,
+                                                params=DictKernelTemplateParams({**base.params.to_kwargs(), **cfg}),
+                                                extra_kwargs=base.extra_kwargs, layout=base.layout, inputs=base.inputs))
+        return out
 
     def _choose(self, pick: InductorPick, templates: list, kernel_inputs: Any, op_name: str) -> dict[str, list]:
         """{uid: [config]} for this call: the pick's entry (all matching entries when not exact); when
