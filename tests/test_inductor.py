@@ -140,12 +140,17 @@ def test_unknown_ops_and_uninstall_leave_inductor_alone():
     from torch._inductor.choices import InductorChoices
     from torch._inductor.virtualized import V
 
-    before = V.choices
+    from torch._inductor import config
+
+    before, factory = V.choices, config.inductor_choices_class
     handler = gi.install(tune_on_miss=False)
     assert V.choices is handler and isinstance(handler, gi.require())
-    assert isinstance(handler.uuid(), str)
+    assert config.inductor_choices_class() is handler and isinstance(handler.uuid(), str)  # other threads too
     gi.uninstall()
     assert V.choices is before and isinstance(V.choices, InductorChoices)
+    assert config.inductor_choices_class is factory
+    gi.install(tune_on_miss=False, all_threads=False)
+    assert config.inductor_choices_class is factory
 
 
 # -- entries ------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 
 
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
-            settings: Settings | None = None, templates: str = "inductor") -> Any:
+            settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True) -> Any:
     """Make Inductor ask gemmtune for every mm / addmm / bmm it lowers; returns the handler.
 
     `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
@@ -33,8 +33,9 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     answers problems tuned before); False leaves misses to Inductor.  `templates`: "inductor" (tune
     among the templates Inductor can build exactly) or "all".  Works with every `torch.compile` mode
     that autotunes GEMMs ("max-autotune", "max-autotune-no-cudagraphs").  The handler is set for this
-    thread (`V.set_choices_handler`) and as `config.inductor_choices_class` (other threads; its
-    `uuid()` keys Inductor's FX-graph cache).  `handler.stats` counts hits, misses, tunes and stale
+    thread (`V.set_choices_handler`) and, with `all_threads` (the default), as
+    `config.inductor_choices_class` (other threads; its `uuid()` keys Inductor's FX-graph cache, so a
+    graph compiled without gemmtune is not reused).  `handler.stats` counts hits, misses, tunes and stale
     entries; `uninstall()` restores what was there.
 
     Raises InductorUnavailable when the installed torch has no Inductor lookup table.
@@ -59,7 +60,8 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
 
     prior_thread = virtualized._choices._get_handler(False)
     _PRIOR.append((config.inductor_choices_class, prior_thread))
-    config.inductor_choices_class = lambda: handler
+    if all_threads:
+        config.inductor_choices_class = lambda: handler
     V.set_choices_handler(handler)
     return handler
 
@@ -78,7 +80,7 @@ def uninstall() -> None:
 
 @contextlib.contextmanager
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
-              settings: Settings | None = None, templates: str = "inductor") -> Iterator[Any]:
+              settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
@@ -86,7 +88,7 @@ def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss
         >>> with gi.installed(tune_on_miss=False) as h:   # doctest: +SKIP
         ...     pass
     """
-    handler = install(table, tune_on_miss, settings, templates)
+    handler = install(table, tune_on_miss, settings, templates, all_threads)
     try:
         yield handler
     finally:
