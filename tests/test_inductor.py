@@ -310,3 +310,15 @@ def test_an_early_lookup_table_without_the_hooks_used_is_a_typed_error(monkeypat
     monkeypatch.delattr(LookupTableChoices, "_fallback")
     with pytest.raises(gi.InductorUnavailable, match="_fallback"):
         gi.require()
+
+
+def test_install_from_a_json_file_drops_its_stale_entries(tmp_path):
+    fresh = gi.entries_for(cuda_problem(), choice("triton_mm", TILE)).json_entries()[0]
+    path = tmp_path / "table.json"
+    gi.write_table({"a+mm": [dict(fresh, template_hash="f" * 64)], "b+mm": [fresh]}, path)
+    with pytest.warns(RuntimeWarning, match="entry dropped"):
+        handler = gi.install(table=path, tune_on_miss=False)
+    assert set(handler.picks) == {"b+mm"} and handler.picks["b+mm"].exact
+    (tmp_path / "bad.json").write_text('{"k+mm": [{"no_template_id": 1}]}')
+    with pytest.raises(gemmtune.core.errors.LookupTableError, match="template_id"):
+        gi.install(table=tmp_path / "bad.json")
