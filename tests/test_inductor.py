@@ -322,3 +322,22 @@ def test_install_from_a_json_file_drops_its_stale_entries(tmp_path):
     (tmp_path / "bad.json").write_text('{"k+mm": [{"no_template_id": 1}]}')
     with pytest.raises(gemmtune.core.errors.LookupTableError, match="template_id"):
         gi.install(table=tmp_path / "bad.json")
+
+
+def test_an_mm_whose_call_can_build_nothing_of_the_pick_gets_inductors_list(monkeypatch):
+    """mm and bmm have one call: when neither the pick nor the library kernel is offered there (mm with
+    out_dtype offers aten::mm_dtype), Inductor keeps its own list rather than getting no choice; an
+    addmm call that builds nothing is fine while its library call happens."""
+    class T:
+        def __init__(self, uid, src_hash=None):
+            self.uid, self.src_hash = uid, src_hash
+
+    handler = gi.install(tune_on_miss=False)
+    monkeypatch.setattr(handler, "make_lookup_key", lambda *a, **k: "k")
+    monkeypatch.setattr(handler, "_fallback", lambda *a, **k: ["inductor's own list"])
+    handler.picks["k"] = gi.InductorPick("mm", ("k",), ({"template_id": "aten::mm"},), True, "t")
+    assert handler._finalize_template_configs({}, None, [T("aten::mm_dtype")], "mm") == ["inductor's own list"]
+    assert handler.stats["fallback"] == 1
+    handler.picks["k"] = gi.InductorPick("addmm", ("k",), ({"template_id": "aten::addmm"},), True, "t")
+    assert handler._finalize_template_configs({}, None, [T("triton::mm", "h")], "addmm") == []
+    assert handler.stats["empty"] == 1

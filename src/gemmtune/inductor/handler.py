@@ -69,6 +69,22 @@ def _autotuning() -> bool:
     return bool(config.max_autotune or config.max_autotune_gemm)
 
 
+def _must_answer(pick: InductorPick, op_name: str) -> bool:
+    """Whether a call that can build nothing of the pick must still give Inductor choices: always for
+    mm and bmm (one call each); for addmm only when its library call does not happen (no ATEN backend)
+    while the pick is a library kernel."""
+    if op_name != "addmm":
+        return True
+    if not all(str(e.get("template_id", "")).startswith("aten::") for e in pick.entries):
+        return False
+    try:
+        from torch._inductor.utils import use_aten_gemm_kernels
+
+        return not use_aten_gemm_kernels()
+    except Exception:  # noqa: BLE001 - an Inductor without this helper: assume the library call happens
+        return False
+
+
 class _Mixin:
     """The handler's behaviour; mixed with LookupTableChoices by `make_handler` (torch is optional)."""
 
@@ -117,6 +133,9 @@ class _Mixin:
             self.stats["miss"] += 1
             return self._fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)  # type: ignore[attr-defined]
         chosen = self._choose(pick, templates, kernel_inputs, op_name)
+        if not chosen and _must_answer(pick, op_name):  # e.g. mm with out_dtype: only aten::mm_dtype offered
+            self.stats["fallback"] += 1
+            return self._fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)  # type: ignore[attr-defined]
         self.stats["hit" if chosen else "empty"] += 1
         if not chosen:
             return []
