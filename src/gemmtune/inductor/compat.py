@@ -64,8 +64,8 @@ class InductorTemplates:
     aten: dict  # op ("mm", "addmm", "bmm", "bias_addmm") -> uid
     triton_mm: str
     triton_bmm: str
-    tma: str
-    decompose_k: str
+    tma: str | None  # None: this torch has no such template (its picks then map as "closest")
+    decompose_k: str | None
     hashes: dict  # uid -> src_hash (None for library kernels)
 
     def hash_of(self, uid: str) -> str | None:
@@ -83,10 +83,16 @@ def inductor_templates() -> InductorTemplates:
     require()
     from torch._inductor.kernel import bmm, mm
 
-    objs = {"mm": mm.aten_mm, "addmm": mm.aten_addmm, "bias_addmm": mm.aten_bias_addmm, "bmm": bmm.aten_bmm}
-    templates: list[Any] = [*objs.values(), mm.mm_template, bmm.bmm_template, mm.persistent_tma_mm_template,
-                 mm.decompose_k_subgraph_template]
+    def uid(module: Any, name: str) -> Any:  # a template this torch lacks maps to nothing (None)
+        return getattr(getattr(module, name, None), "uid", None)
+
+    objs = {"mm": mm.aten_mm, "addmm": mm.aten_addmm, "bias_addmm": getattr(mm, "aten_bias_addmm", None),
+            "bmm": bmm.aten_bmm}
+    templates: list[Any] = [*objs.values(), getattr(mm, "mm_template", None), getattr(bmm, "bmm_template", None),
+                            getattr(mm, "persistent_tma_mm_template", None),
+                            getattr(mm, "decompose_k_subgraph_template", None)]
     return InductorTemplates(
-        aten={op: t.uid for op, t in objs.items()}, triton_mm=mm.mm_template.uid, triton_bmm=bmm.bmm_template.uid,
-        tma=mm.persistent_tma_mm_template.uid, decompose_k=mm.decompose_k_subgraph_template.uid,
-        hashes={t.uid: getattr(t, "src_hash", None) for t in templates})
+        aten={op: t.uid for op, t in objs.items() if t is not None}, triton_mm=uid(mm, "mm_template"),
+        triton_bmm=uid(bmm, "bmm_template"), tma=uid(mm, "persistent_tma_mm_template"),
+        decompose_k=uid(mm, "decompose_k_subgraph_template"),
+        hashes={t.uid: getattr(t, "src_hash", None) for t in templates if t is not None})

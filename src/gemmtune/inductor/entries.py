@@ -127,18 +127,18 @@ def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (
     cfg, rt, uid = pick.config_dict, pick.runtime_dict, pick.template_uid
     on_gpu = ki.device_type == "cuda"
     entries: list[dict[str, Any]]
-    if uid in LIBRARY:
+    if uid in LIBRARY or uid == "aten_bias_addmm" and "bias_addmm" not in t.aten:
         entries, exact = [_aten(ki.op)], uid != "numpy_blas"
-    elif uid == "aten_bias_addmm":
+    elif uid == "aten_bias_addmm" and "bias_addmm" in t.aten:
         entries, exact = [_aten("bias_addmm"), _aten("addmm")], True
     elif uid == "triton_mm" and on_gpu:
         entries, exact = [_triton(ki, t.triton_bmm if ki.op == "bmm" else t.triton_mm, cfg, rt)], True
-    elif uid == "triton_tma_persistent" and on_gpu and ki.op != "bmm":
+    elif uid == "triton_tma_persistent" and on_gpu and ki.op != "bmm" and t.tma is not None:
         entries, exact = [_triton(ki, t.tma, cfg, rt)], True
     else:
         split = int(cfg.get("SPLIT_K", 1))
         first = ([{"template_id": t.decompose_k, "k_split": split}]
-                 if on_gpu and ki.op == "mm" and split > 1 and ki.K % split == 0 else [])
+                 if t.decompose_k and on_gpu and ki.op == "mm" and split > 1 and ki.K % split == 0 else [])
         rest = _closest(ki, pick, measured, few) if on_gpu else []
         entries, exact = [*first, *rest, _aten(ki.op)], False
     source = " ".join([uid, *(f"{k}={v}" for k, v in cfg.items()), *(f"{k}={v}" for k, v in rt.items())])
@@ -159,7 +159,7 @@ def mm_companion(ki: KernelInputs, pick: InductorPick, keys: tuple[str, ...]) ->
     entries: list[dict[str, Any]] = []
     for e in pick.entries:
         uid = e.get("template_id")
-        if uid == aten["bias_addmm"]:
+        if uid == aten.get("bias_addmm"):
             continue
         new = {"template_id": aten["mm"]} if uid == aten["addmm"] else dict(e)
         if new not in entries:

@@ -8,8 +8,11 @@ and keeps the pick.  It then hands Inductor only the pick's entry: one choice, n
 and Inductor still generates its own shape-specialised code and fuses epilogues into it.
 
 One problem may be asked for in several calls (addmm: library kernels, then Triton templates): a
-known problem whose pick is not among a call's templates gets no choice from that call, unless the
-pick cannot be built at all, in which case the op's library kernel stands in.
+known problem whose pick is not among a call's templates gets no choice from that call when another
+call builds it.  When no call can build it, a stand-in does: a Triton pick's tile on Inductor's plain
+Triton template (a TMA pick where TMA is off), else the op's library kernel; a mm/bmm call that can
+build neither keeps Inductor's own list.  Entries whose template source changed are dropped with a
+RuntimeWarning.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from typing import Any, Mapping
 
 import torch
 
-from ..core.inputs import KernelInputs
 from .compat import inductor_templates, require
 from .entries import InductorPick
 
@@ -194,8 +196,8 @@ class _Mixin:
             self.stats["tile_stand_in"] += 1
             entry = dict(tiles[0], template_id=plain, template_hash=offered[plain])
             return {plain: [_kwargs(entry)]}
-        aten = t.aten[op_name]
-        if aten in offered and not self._elsewhere(pick, op_name, kernel_inputs):
+        aten = t.aten.get(op_name)
+        if aten is not None and aten in offered and not self._elsewhere(pick, op_name, kernel_inputs):
             self.stats["library_stand_in"] += 1
             return {aten: [{}]}
         return {}
