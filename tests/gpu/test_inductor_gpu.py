@@ -63,7 +63,7 @@ def _tile_in_code(code: str, tile: dict) -> bool:
     return all(re.search(rf"{k}\s*:\s*tl\.constexpr\s*=\s*{tile[k]}\b", code) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
 
 
-def test_exported_triton_picks_are_inductors_only_choices(capfd):
+def test_exported_triton_picks_are_inductors_only_choices():
     from torch._inductor.utils import run_and_get_code
 
     args = operands()
