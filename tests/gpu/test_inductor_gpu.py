@@ -19,7 +19,8 @@ from gemmtune.core.inputs import KernelInputs
 from gemmtune.inductor.entries import TILE_KEYS
 from gemmtune.templates.triton.mm import TritonMMTemplate
 
-pytestmark = pytest.mark.skipif(not gi.available(), reason="this torch has no Inductor lookup table")
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+              pytest.mark.skipif(not gi.available(), reason="this torch has no Inductor lookup table")]
 
 M, K, N, P = 256, 1024, 512, 384
 TILE = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_stages=3, num_warps=4)
