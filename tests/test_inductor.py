@@ -341,3 +341,15 @@ def test_an_mm_whose_call_can_build_nothing_of_the_pick_gets_inductors_list(monk
     handler.picks["k"] = gi.InductorPick("addmm", ("k",), ({"template_id": "aten::addmm"},), True, "t")
     assert handler._finalize_template_configs({}, None, [T("triton::mm", "h")], "addmm") == []
     assert handler.stats["empty"] == 1
+
+
+def test_cli_from_a_suite_file(tmp_path, capsys):
+    suite = tmp_path / "suite.json"
+    suite.write_text('{"shapes": [{"name": "a", "op": "addmm", "M": 16, "K": 8, "N": 12, "b_layout": "col"},'
+                     ' {"name": "b", "M": 4, "K": 8, "N": 4}]}')
+    path = tmp_path / "t.json"
+    assert main(["inductor-table", "--out", str(path), "--suite", str(suite), "--device", "cpu"]) == 0
+    assert "for 2 problems (2 exact picks)" in capsys.readouterr().out
+    table = gi.read_table(path)
+    assert {k.rsplit("+", 1)[-1] for k in table} == {"addmm", "mm"}
+    assert main(["inductor-table", "--out", str(path), "--suite", str(tmp_path / "none.json")]) == 2
