@@ -13,7 +13,13 @@ median of `triton.testing.do_bench` as a second opinion):
 - `gemmtune`: `gemmtune.warmup` then the patched model; `gemmtune_graph`: that under a CUDA graph;
 - `inductor`: `torch.compile(mode="max-autotune-no-cudagraphs")` of the plain model;
 - `gemmtune_compile`: `torch.compile` (default mode) of the patched model: each GEMM is decided at
-  trace time and emitted as the pick itself.
+  trace time and emitted as the pick itself;
+- `inductor_gemmtune` (not in the default list): `gemmtune.inductor.install()`, then
+  `torch.compile(mode="max-autotune-no-cudagraphs")` of the plain model: Inductor builds gemmtune's
+  pick for each GEMM (tuned on a miss) and benchmarks nothing.  Recorded twice: cold (empty store,
+  `first_s`) and warm (a second program start: new Inductor and Triton caches, the store kept:
+  `warm_first_s`), each with the GEMMs tuned, answered by the store, and the choices Inductor
+  benchmarked (`*_benchmarked`; the `inductor` variant records its own count for comparison).
 First-run time is the first forward including tuning and compiling, with fresh caches: the process
 points TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR and the gemmtune store at new directories (one each
 per variant).  `gemmtune` also records a second start (dispatch dict cleared, store on disk): what a
@@ -21,6 +27,7 @@ second run of the same program pays.
 
     python bench/models.py --m 64 --out models_m64.json
     python bench/models.py --m 1,16 --models stack --variants eager,gemmtune --out m.json
+    python bench/models.py --m 16,512 --models stack --variants inductor,inductor_gemmtune --out ind.json
 """
 
 from __future__ import annotations
@@ -218,9 +225,15 @@ def prepare(variant: str, model: nn.Module, inputs: tuple) -> tuple[Callable[[],
         if variant == "gemmtune":
             extra["second_start_s"] = second_start(model, inputs)
         return (graphed(plain) if variant == "gemmtune_graph" else plain), first, extra
+    if variant == "inductor_gemmtune":
+        return prepare_inductor_gemmtune(model, inputs)
     if variant == "inductor":
-        compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")
-    elif variant == "inductor_default":
+        with probe() as counted:
+            compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")
+            fn = lambda: output_of(compiled, inputs)  # noqa: E731
+            _, first = first_call(fn)
+        return fn, first, {"benchmarked": counted.choices, "autotuned": counted.autotuned}
+    if variant == "inductor_default":
         compiled = torch.compile(model)
     elif variant == "gemmtune_compile":
         compiled = torch.compile(gemmtune.patch(model))
@@ -229,6 +242,44 @@ def prepare(variant: str, model: nn.Module, inputs: tuple) -> tuple[Callable[[],
     fn = lambda: output_of(compiled, inputs)  # noqa: E731
     _, first = first_call(fn)
     return fn, first, extra
+
+
+def probe() -> Any:
+    """`gemmtune.inductor.benchmark_probe()` where torch has the lookup table, else a no-op counter."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import gemmtune.inductor as gi
+
+    if gi.available():
+        return gi.benchmark_probe()
+    return contextlib.nullcontext(SimpleNamespace(choices=None, autotuned=None))
+
+
+def prepare_inductor_gemmtune(model: nn.Module, inputs: tuple) -> tuple[Callable[[], torch.Tensor], float, dict]:
+    """Inductor fed by gemmtune: cold (empty store), then warm (new Inductor caches, the store kept)."""
+    import gemmtune.inductor as gi
+    from gemmtune import engine
+
+    extra: dict[str, Any] = {}
+    fn: Callable[[], torch.Tensor] = lambda: output_of(model, inputs)  # noqa: E731
+    for phase in ("cold", "warm"):
+        if phase == "warm":  # a second start of the program: nothing compiled, the store on disk
+            torch._dynamo.reset()
+            engine._STORES.clear()
+            for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+                d = Path(os.environ[var]).with_name(var.lower() + "_warm")
+                d.mkdir(parents=True, exist_ok=True)
+                os.environ[var] = str(d)
+        with gi.installed() as handler, gi.benchmark_probe() as counted:
+            compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")
+            fn = lambda c=compiled: output_of(c, inputs)  # noqa: E731
+            _, first = first_call(fn)
+        prefix = "" if phase == "cold" else "warm_"
+        extra.update({f"{prefix}first_s": first, f"{prefix}tuned": handler.stats["tuned"],
+                      f"{prefix}store_hits": handler.stats["store_hit"], f"{prefix}benchmarked": counted.choices,
+                      f"{prefix}autotuned": counted.autotuned, f"{prefix}stats": dict(handler.stats)})
+    return fn, extra.pop("first_s"), extra
 
 
 def second_start(model: nn.Module, inputs: tuple) -> float:
@@ -274,12 +325,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_table(rows: list[dict], meta: dict) -> None:
     print(f"\n{meta['device']}, torch {meta['torch']}, {meta['date']}: ms per forward (first-run s)")
-    print("| model | M | " + " | ".join(VARIANTS) + " |")
-    print("|---|---|" + "---|" * len(VARIANTS))
+    shown = [*VARIANTS, *sorted({r["variant"] for r in rows} - set(VARIANTS))]
+    print("| model | M | " + " | ".join(shown) + " |")
+    print("|---|---|" + "---|" * len(shown))
     keys = sorted({(r["model"], r["M"]) for r in rows}, key=lambda k: (k[0], k[1]))
     for model, m in keys:
         cells = []
-        for v in VARIANTS:
+        for v in shown:
             r = next((r for r in rows if (r["model"], r["M"], r["variant"]) == (model, m, v)), None)
             if r is None or "error" in r:
                 cells.append("-" if r is None else "error")

@@ -13,7 +13,8 @@ import os as _os
 # add seconds to every worker start.
 if _os.environ.get("GEMMTUNE_WORKER_PROCESS") != "1":
     from .core.choices import Choice, Selection, Timing
-    from .core.errors import BackendError, GemmtuneError, InputError, IsolationUnavailable, LayoutError, NoCandidatesError
+    from .core.errors import (BackendError, GemmtuneError, InductorUnavailable, InputError, IsolationUnavailable,
+                              LayoutError, NoCandidatesError)
     from .templates.heuristics import add_finalize_hook, get_template_configs
     from .core.inputs import KernelInputs
     from .core.validate import ProblemTooLargeError
@@ -26,7 +27,7 @@ if _os.environ.get("GEMMTUNE_WORKER_PROCESS") != "1":
 from .core.version import __version__
 
 __all__ = [
-    "BackendError", "Choice", "FAMILIES", "FixedLayout", "FlexibleLayout", "GemmtuneError", "InputError",
+    "BackendError", "Choice", "FAMILIES", "FixedLayout", "FlexibleLayout", "GemmtuneError", "InductorUnavailable", "InputError",
     "IsolationUnavailable", "KernelInputs", "LayoutError", "NoCandidatesError", "ProblemTooLargeError", "Selection", "Settings", "Timing",
     "add_finalize_hook", "autotune_table", "get_template_configs", "selection_dict", "tune",
     "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "unpatch", "warmup", "WarmupReport",

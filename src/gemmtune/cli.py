@@ -80,7 +80,56 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("action", choices=("ls", "show", "clear", "export", "import"))
     c.add_argument("arg", nargs="?", help="show: text in the problem key; export/import: JSON file")
     c.add_argument("--store", default=None, help="store location (default: the cache dir's store.sqlite)")
+    add_inductor_parser(sub)
     return p
+
+
+def add_inductor_parser(sub: argparse._SubParsersAction) -> None:
+    """`gemmtune inductor-table`: gemmtune's picks as an Inductor lookup table (docs/INDUCTOR.md)."""
+    i = sub.add_parser("inductor-table", help="write gemmtune's picks as an Inductor lookup table (JSON)")
+    isrc = i.add_mutually_exclusive_group()
+    isrc.add_argument("--suite", help="tune (or read from the store) the shapes of this suite file")
+    isrc.add_argument("--shape", help="MxKxN: tune (or read from the store) this one problem")
+    i.add_argument("--out", required=True, help="JSON file to write ({key: [entries]})")
+    i.add_argument("--op", choices=("mm", "addmm", "bmm"), default="mm")
+    i.add_argument("--batch", type=int, default=1)
+    i.add_argument("--dtype", default=None)
+    i.add_argument("--b-layout", choices=("row", "col"), default="row")
+    i.add_argument("--device", default=None, help="store: only this device's picks; --shape/--suite: tune here")
+    i.add_argument("--store", default=None, help="the store to read (and write when tuning)")
+    i.add_argument("--templates", choices=("inductor", "all"), default="inductor",
+                   help="inductor: tune among the templates Inductor builds exactly; all: every template")
+    i.add_argument("--few", type=int, default=2, help="Triton configs exported for a pick Inductor cannot build")
+
+
+def cmd_inductor_table(args: argparse.Namespace) -> int:
+    from . import inductor
+
+    inductor.require()
+    if args.few < 1:
+        raise InputError(f"argument --few: expected a positive integer, got {args.few}")
+    settings = Settings.from_env(store=args.store)
+    skipped: tuple[str, ...] = ()
+    if args.suite or args.shape:
+        device = check_device(args.device)
+        dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+        specs = (load_suite(args.suite, dtype=args.dtype) if args.suite else
+                 [ProblemSpec.parse(args.shape, op=args.op, batch=args.batch, dtype=dtype, b_layout=args.b_layout)])
+        for spec in specs:
+            check_fits(spec, device, "--suite" if args.suite else "--shape")
+        picks = inductor.tuned_picks(((s.op, s.tensors(device)) for s in specs), settings, args.templates, args.few)
+        table = inductor.table_for(picks)
+    else:
+        if args.device not in (None, "cpu", "cuda"):
+            raise InputError(f"argument --device: expected cpu or cuda to filter the store, got {args.device!r}")
+        made = inductor.export_table(shared_store(settings.store), args.device, args.few)
+        table, skipped, picks = made.table, made.skipped, list(made.picks)
+    inductor.write_table(table, args.out)
+    exact = sum(p.exact for p in picks)
+    out.print(f"wrote {len(table)} keys for {len(picks)} problems ({exact} exact picks) to {args.out}")
+    for why in skipped:
+        out.print(f"skipped {why}")
+    return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -278,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_cache(args)
         if args.command == "sweep":
             return cmd_sweep(args)
+        if args.command == "inductor-table":
+            return cmd_inductor_table(args)
     except (GemmtuneError, ValueError, MemoryError, OSError) as exc:
         return fail(str(exc))
     except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback under -vv

@@ -41,3 +41,8 @@ class IsolationUnavailable(GemmtuneError, RuntimeError):
 class LookupTableError(InputError):
     """A lookup table or `gemmtune cache import` file is malformed: the message names the file, the
     entry and what is wrong.  Raised when the file is loaded, before anything is tuned or written."""
+
+
+class InductorUnavailable(GemmtuneError, RuntimeError):
+    """The installed torch has no Inductor lookup table (`torch._inductor.lookup_table`, in torch builds
+    from late 2025 on): `gemmtune.inductor` cannot feed Inductor.  The message names the torch version."""

@@ -1,0 +1,167 @@
+"""A gemmtune pick as Inductor lookup-table entries.
+
+| gemmtune pick | Inductor entry | exact |
+|---|---|---|
+| `aten_mm`, `aten_addmm`, `aten_bmm`, `numpy_blas` | the op's aten kernel (`aten::mm` & co.) | yes (CPU BLAS: no) |
+| `aten_bias_addmm` | `aten::bias_addmm`, then `aten::addmm` | yes |
+| `triton_mm` | `triton::mm` (`triton::bmm` for bmm): BLOCK_M/N/K, num_stages, num_warps, GROUP_M = swizzle | yes |
+| `triton_tma_persistent` | `triton::mm_persistent_tma`, the same tile (EPILOGUE_SUBTILE has no counterpart) | yes |
+| `triton_splitk`, `triton_skinny` (SPLIT_K > 1, mm, SPLIT_K divides K) | `decompose_k` with k_split = SPLIT_K, then the best few below | no |
+| anything else (`triton_gemv`, one-launch skinny, numba) | the best few measured `triton_mm` configs as `triton::mm`, else the pick's own tile; then aten | no |
+
+Triton entries carry every option of Inductor's mm/bmm template that is not a per-device extra
+(the tile, GROUP_M, EVEN_K, ACC_TYPE, USE_FAST_ACCUM), so torch versions whose LookupTableChoices
+uses an entry without merging the heuristic's own options still get a complete plain-template entry.
+`template_hash` is the installed torch's source hash of the Inductor template, so Inductor drops an
+entry when its template changes.
+
+Example:
+    >>> import torch
+    >>> ki = KernelInputs.from_tensors("mm", torch.randn(8, 4), torch.randn(4, 2))
+    >>> entries_for(ki, Choice("aten_mm", None)).entries if available() else ({'template_id': 'aten::mm'},)
+    ({'template_id': 'aten::mm'},)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..core.choices import Choice
+from ..core.inputs import KernelInputs
+from .compat import available, inductor_templates  # noqa: F401 - `available` is used by the doctest
+
+__all__ = ["Measured", "InductorPick", "entries_for", "mm_companion", "TILE_KEYS", "LIBRARY"]
+
+TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
+LIBRARY = {"aten_mm", "aten_addmm", "aten_bmm", "numpy_blas"}
+DEFAULT_GROUP_M = 8
+ACC_TYPES = {"torch.float64": "tl.float64"}  # Inductor's accumulator: fp32, fp64 for fp64 inputs
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One timed candidate (from a Selection or the store): template, config, runtime params, ms."""
+
+    template: str
+    config: Mapping[str, Any]
+    runtime: Mapping[str, Any]
+    ms: float | None
+
+
+@dataclass(frozen=True)
+class InductorPick:
+    """What Inductor is told about one problem.
+
+    `entries` (best first) are lookup-table entries for torch's own `LookupTableChoices`; `exact` says
+    the first one is the gemmtune pick itself (an installed `gemmtune.inductor` handler then builds only
+    it); otherwise they are the few closest choices Inductor can express, and Inductor times those.
+    """
+
+    op: str
+    keys: tuple[str, ...]
+    entries: tuple[Mapping[str, Any], ...]
+    exact: bool
+    source: str  # the gemmtune pick, e.g. "triton_mm BLOCK_M=128 ... swizzle=8"
+    problem: str = ""  # KernelInputs.describe()
+    ms: float | None = field(default=None, compare=False)
+    inputs: KernelInputs | None = field(default=None, compare=False, repr=False)  # the problem, when known
+
+    def json_entries(self) -> list[dict[str, Any]]:
+        return [dict(e) for e in self.entries]
+
+
+def _aten(op: str) -> dict[str, Any]:
+    return {"template_id": inductor_templates().aten[op]}
+
+
+def _triton(ki: KernelInputs, uid: str, config: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
+    """A Triton template entry: the tile, GROUP_M from the swizzle, EVEN_K for this K (the base config's
+    EVEN_K belongs to another BLOCK_K, so it must be set here)."""
+    tile = {k: int(config[k]) for k in TILE_KEYS}
+    entry = {"template_id": uid, "template_hash": inductor_templates().hash_of(uid), **tile,
+             "GROUP_M": int(runtime.get("swizzle", DEFAULT_GROUP_M)), "EVEN_K": ki.K % tile["BLOCK_K"] == 0,
+             "ACC_TYPE": ACC_TYPES.get(str(ki.dtype), "tl.float32"), "USE_FAST_ACCUM": False}
+    return {k: v for k, v in entry.items() if v is not None}
+
+
+def _nearest_tile(config: Mapping[str, Any]) -> dict[str, Any]:
+    """An Inductor mm tile next to a pick without one (GEMV: no BLOCK_M; tiles of at least 16)."""
+    return {"BLOCK_M": max(16, int(config.get("BLOCK_M", 16))), "BLOCK_N": max(16, int(config.get("BLOCK_N", 64))),
+            "BLOCK_K": max(16, int(config.get("BLOCK_K", 64))), "num_stages": int(config.get("num_stages", 3)),
+            "num_warps": int(config.get("num_warps", 4))}
+
+
+def _closest(ki: KernelInputs, pick: Choice, measured: Sequence[Measured], few: int) -> list[dict[str, Any]]:
+    """The best `few` measured plain Triton configs as Inductor mm entries (else the pick's own tile)."""
+    uid = inductor_templates().triton_bmm if ki.op == "bmm" else inductor_templates().triton_mm
+    timed = sorted((m for m in measured if m.template == "triton_mm" and m.ms is not None), key=lambda m: m.ms or 0.0)
+    out: list[dict[str, Any]] = []
+    for m in timed:
+        e = _triton(ki, uid, m.config, m.runtime)
+        if e not in out:
+            out.append(e)
+        if len(out) >= few:
+            return out
+    if not out and not pick.is_extern:
+        out.append(_triton(ki, uid, _nearest_tile(pick.config_dict), pick.runtime_dict))
+    return out
+
+
+def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (), few: int = 2,
+                keys: tuple[str, ...] = ()) -> InductorPick:
+    """The Inductor entries for `pick`, the winner of problem `ki` (`measured`: the other timings).
+
+    Example:
+        >>> import torch
+        >>> from gemmtune.core.inputs import TensorMeta
+        >>> meta = lambda size, stride: TensorMeta(size, stride, torch.bfloat16, "cuda:0")
+        >>> ki = KernelInputs("mm", (meta((64, 32), (32, 1)), meta((32, 16), (16, 1))))
+        >>> c = Choice("triton_mm", "h", (("BLOCK_K", 32), ("BLOCK_M", 64), ("BLOCK_N", 16), ("num_stages", 2),
+        ...            ("num_warps", 4)), (("swizzle", 4),))
+        >>> e = entries_for(ki, c).entries[0] if available() else {"GROUP_M": 4, "EVEN_K": True}
+        >>> e["GROUP_M"], e["EVEN_K"]
+        (4, True)
+    """
+    measured, t = list(measured), inductor_templates()
+    cfg, rt, uid = pick.config_dict, pick.runtime_dict, pick.template_uid
+    on_gpu = ki.device_type == "cuda"
+    entries: list[dict[str, Any]]
+    if uid in LIBRARY or uid == "aten_bias_addmm" and "bias_addmm" not in t.aten:
+        entries, exact = [_aten(ki.op)], uid != "numpy_blas"
+    elif uid == "aten_bias_addmm" and "bias_addmm" in t.aten:
+        entries, exact = [_aten("bias_addmm"), _aten("addmm")], True
+    elif uid == "triton_mm" and on_gpu:
+        entries, exact = [_triton(ki, t.triton_bmm if ki.op == "bmm" else t.triton_mm, cfg, rt)], True
+    elif uid == "triton_tma_persistent" and on_gpu and ki.op != "bmm" and t.tma is not None:
+        entries, exact = [_triton(ki, t.tma, cfg, rt)], True
+    else:
+        split = int(cfg.get("SPLIT_K", 1))
+        first = ([{"template_id": t.decompose_k, "k_split": split}]
+                 if t.decompose_k and on_gpu and ki.op == "mm" and split > 1 and ki.K % split == 0 else [])
+        rest = _closest(ki, pick, measured, few) if on_gpu else []
+        entries, exact = [*first, *rest, _aten(ki.op)], False
+    source = " ".join([uid, *(f"{k}={v}" for k, v in cfg.items()), *(f"{k}={v}" for k, v in rt.items())])
+    ms = min((m.ms for m in measured if m.template == uid and dict(m.config) == cfg and m.ms is not None), default=None)
+    return InductorPick(ki.op, keys, tuple(entries), exact, source, ki.describe(), ms, ki)
+
+
+def mm_companion(ki: KernelInputs, pick: InductorPick, keys: tuple[str, ...]) -> InductorPick | None:
+    """An addmm pick as the entries of its plain mm (`keys`: the mm's keys), or None for other ops.
+
+    On a GPU Inductor unfuses `addmm` whose users are pointwise into `mm` + a pointwise epilogue
+    (fp32; fp16/bf16 stay fused by default), so the mm is asked for: the same tile serves it, and the
+    library pick becomes `aten::mm`.  A real mm pick of the same problem wins over this companion.
+    """
+    if ki.op != "addmm":
+        return None
+    aten = inductor_templates().aten
+    entries: list[dict[str, Any]] = []
+    for e in pick.entries:
+        uid = e.get("template_id")
+        if uid == aten.get("bias_addmm"):
+            continue
+        new = {"template_id": aten["mm"]} if uid == aten["addmm"] else dict(e)
+        if new not in entries:
+            entries.append(new)
+    return InductorPick("mm", keys, tuple(entries), pick.exact, pick.source + " (as mm)", pick.problem, pick.ms, ki)

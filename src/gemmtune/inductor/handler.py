@@ -1,0 +1,237 @@
+"""The choices handler that feeds Inductor gemmtune's picks while it lowers a graph.
+
+`GemmtuneChoices` is a subclass of the installed torch's `LookupTableChoices`.  For every `mm`,
+`addmm` and `bmm` Inductor lowers, it looks the problem up (its own table: picks tuned in this
+process or loaded from a JSON table); a miss tunes the problem with `gemmtune.tune` on stand-in
+tensors of the kernel inputs' sizes, strides and dtypes (the store answers problems tuned before)
+and keeps the pick.  It then hands Inductor only the pick's entry: one choice, nothing benchmarked,
+and Inductor still generates its own shape-specialised code and fuses epilogues into it.
+
+One problem may be asked for in several calls (addmm: library kernels, then Triton templates): a
+known problem whose pick is not among a call's templates gets no choice from that call when another
+call builds it.  When no call can build it, a stand-in does: a Triton pick's tile on Inductor's plain
+Triton template (a TMA pick where TMA is off), else the op's library kernel; a mm/bmm call that can
+build neither keeps Inductor's own list.  Entries whose template source changed are dropped with a
+RuntimeWarning.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import warnings
+from collections import Counter
+from typing import Any, Mapping
+
+import torch
+
+from .compat import inductor_templates, require
+from .entries import InductorPick
+
+log = logging.getLogger("gemmtune")
+
+OPS = ("mm", "addmm", "bmm")
+
+
+def warn_stale(uid: str, have: Any, want: Any, where: str) -> None:
+    """The one warning for an entry whose template source changed since it was written."""
+    msg = (f"gemmtune.inductor: {where}: entry for {uid} was written for template source "
+           f"{str(have)[:12]}, the installed torch's is {str(want)[:12]}: entry dropped")
+    log.warning(msg)
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def _kwargs(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry as the template's keyword arguments (what LookupTableChoices passes on)."""
+    return {k: copy.deepcopy(v) for k, v in entry.items() if k not in ("template_id", "template_hash")}
+
+
+def pick_of_entries(op: str, key: str, entries: list[Mapping[str, Any]]) -> InductorPick:
+    """A loaded table's entries as an InductorPick (exact when there is one)."""
+    return InductorPick(op, (key,), tuple(dict(e) for e in entries), len(entries) == 1, "lookup table")
+
+
+def make_handler(table: Mapping[str, list] | None = None, tune_on_miss: bool = True, settings: Any = None,
+                 templates: str = "inductor") -> Any:
+    """A `GemmtuneChoices` (a subclass of the installed torch's LookupTableChoices)."""
+    base = require()
+
+    class GemmtuneChoices(_Mixin, base):  # type: ignore[misc, valid-type]
+        pass
+
+    return GemmtuneChoices(table, tune_on_miss, settings, templates)
+
+
+def _autotuning() -> bool:
+    """Tune a miss only where Inductor itself would autotune GEMMs (max-autotune modes)."""
+    from torch._inductor import config
+
+    return bool(config.max_autotune or config.max_autotune_gemm)
+
+
+def _must_answer(pick: InductorPick, op_name: str) -> bool:
+    """Whether a call that can build nothing of the pick must still give Inductor choices: always for
+    mm and bmm (one call each); for addmm only when its library call does not happen (no ATEN backend)
+    while the pick is a library kernel."""
+    if op_name != "addmm":
+        return True
+    if not all(str(e.get("template_id", "")).startswith("aten::") for e in pick.entries):
+        return False
+    try:
+        from torch._inductor.utils import use_aten_gemm_kernels
+
+        return not use_aten_gemm_kernels()
+    except Exception:  # noqa: BLE001 - an Inductor without this helper: assume the library call happens
+        return False
+
+
+class _Mixin:
+    """The handler's behaviour; mixed with LookupTableChoices by `make_handler` (torch is optional)."""
+
+    def __init__(self, table: Mapping[str, list] | None, tune_on_miss: bool, settings: Any, templates: str):
+        super().__init__()
+        self.picks: dict[str, InductorPick] = {}
+        self.tune_on_miss, self.settings, self.templates = tune_on_miss, settings, templates
+        self.stats: Counter = Counter()
+        self.built: list[tuple[str, str, dict]] = []  # (op, template uid, kwargs) handed to Inductor, in order
+        self._static = json.dumps(table or {}, sort_keys=True, default=str)
+        for key, entries in (table or {}).items():
+            self.picks[key] = pick_of_entries(key.rsplit("+", 1)[-1], key, list(entries))
+
+    # -- what Inductor's LookupTableChoices asks ------------------------------------------------
+    @staticmethod
+    def _get_device_key(device: torch.device) -> str | None:
+        if device.type == "cuda" and torch.cuda.is_available():
+            return str(torch.cuda.get_device_properties(device.index).gcnArchName)
+        return device.type
+
+    def _get_lookup_table(self) -> dict[str, list[dict[str, Any]]]:
+        return {k: p.json_entries() for k, p in self.picks.items()}
+
+    def uuid(self) -> str:
+        """Part of Inductor's FX-graph cache key (`config.inductor_choices_class`)."""
+        from ..core.version import __version__
+
+        body = f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self._static}"
+        return hashlib.sha256(body.encode()).hexdigest()
+
+    def add(self, pick: InductorPick) -> None:
+        for key in pick.keys:
+            self.picks[key] = pick
+
+    # -- the one override ----------------------------------------------------------------------
+    def _finalize_template_configs(self, template_choices, kernel_inputs, templates, op_name,
+                                   kwarg_overrides=None):
+        if op_name not in OPS:
+            return super()._finalize_template_configs(  # type: ignore[misc]
+                template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
+        key = self.make_lookup_key(kernel_inputs, op_name, include_device=False)  # type: ignore[attr-defined]
+        pick = self.picks.get(key) if key else None
+        if pick is None and key and self.tune_on_miss and _autotuning():
+            pick = self._tune(kernel_inputs, op_name, key)
+        if pick is None:
+            self.stats["miss"] += 1
+            return self._fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)  # type: ignore[attr-defined]
+        chosen = self._choose(pick, templates, kernel_inputs, op_name)
+        if not chosen and _must_answer(pick, op_name):  # e.g. mm with out_dtype: only aten::mm_dtype offered
+            self.stats["fallback"] += 1
+            return self._fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)  # type: ignore[attr-defined]
+        self.stats["hit" if chosen else "empty"] += 1
+        if not chosen:
+            return []
+        self.built += [(op_name, uid, dict(kw)) for uid, kws in chosen.items() for kw in kws]
+        return self._create_lookup_choices(chosen, templates, kernel_inputs, op_name)
+
+    def _create_lookup_choices(self, lookup_results: dict, templates: list, kernel_inputs: Any, op_name: str) -> list:
+        """One choice per entry: the template's first heuristic config (derived options such as ACC_TYPE,
+        extra kwargs, layout) with the entry's values over it.  Done here rather than by torch's method,
+        which in some torch versions uses the entry alone."""
+        from torch._inductor.kernel_template_choice import KernelTemplateChoice
+        from torch._inductor.template_heuristics.params import DictKernelTemplateParams
+
+        by_uid = {t.uid: t for t in templates}
+        out = []
+        for uid, configs in lookup_results.items():
+            base = next(iter(self.get_ktc(kernel_inputs, by_uid[uid], op_name)), None)  # type: ignore[attr-defined]
+            if base is None:  # the heuristic offers nothing for this problem
+                continue
+            for cfg in configs:
+                out.append(KernelTemplateChoice(template=base.template,
+                                                params=DictKernelTemplateParams({**base.params.to_kwargs(), **cfg}),
+                                                extra_kwargs=base.extra_kwargs, layout=base.layout, inputs=base.inputs))
+        return out
+
+    def _choose(self, pick: InductorPick, templates: list, kernel_inputs: Any, op_name: str) -> dict[str, list]:
+        """{uid: [config]} for this call: the pick's entry (all matching entries when not exact); when
+        none matches, a stand-in (`_stand_in`); or nothing, when the pick is built in another call."""
+        offered = {t.uid: getattr(t, "src_hash", None) for t in templates}
+        out: dict[str, list] = {}
+        for entry in pick.entries:
+            uid = str(entry.get("template_id"))
+            if uid not in offered or not self._fresh(entry, uid, offered[uid], op_name, pick):
+                continue
+            out.setdefault(uid, []).append(_kwargs(entry))
+            if pick.exact:
+                return out
+        return out or self._stand_in(pick, offered, kernel_inputs, op_name)
+
+    def _fresh(self, entry: Mapping[str, Any], uid: str, want: Any, op_name: str, pick: InductorPick) -> bool:
+        have = entry.get("template_hash")
+        if want is not None and have is not None and want != have:
+            self.stats["stale"] += 1
+            warn_stale(uid, have, want, f"{op_name} {pick.problem or ''}".strip())
+            return False
+        return True
+
+    def _stand_in(self, pick: InductorPick, offered: dict, kernel_inputs: Any, op_name: str) -> dict[str, list]:
+        """The pick cannot be built by this call's templates: its tile on Inductor's plain Triton template
+        (a TMA pick where TMA is not offered), else the op's library kernel, unless the pick is built in a
+        later call of the same op (addmm's Triton call)."""
+        t = inductor_templates()
+        plain = t.triton_bmm if op_name == "bmm" else t.triton_mm
+        tiles = [e for e in pick.entries if "BLOCK_M" in e and e.get("template_id") != plain]  # not a stale one
+        if tiles and plain in offered:
+            self.stats["tile_stand_in"] += 1
+            entry = dict(tiles[0], template_id=plain, template_hash=offered[plain])
+            return {plain: [_kwargs(entry)]}
+        aten = t.aten.get(op_name)
+        if aten is not None and aten in offered and not self._elsewhere(pick, op_name, kernel_inputs):
+            self.stats["library_stand_in"] += 1
+            return {aten: [{}]}
+        return {}
+
+    @staticmethod
+    def _elsewhere(pick: InductorPick, op_name: str, kernel_inputs: Any) -> bool:
+        """addmm asks its Triton templates in a later call: a Triton pick is built there when Inductor
+        offers Triton templates for this output (the test tuned_addmm makes)."""
+        if op_name != "addmm" or all(str(e.get("template_id", "")).startswith("aten::") for e in pick.entries):
+            return False
+        try:
+            from torch._inductor.utils import use_triton_template
+
+            return bool(use_triton_template(kernel_inputs.output_layout(), check_max_autotune=False))
+        except Exception:  # noqa: BLE001 - an Inductor without this helper: keep the library kernel
+            return False
+
+    def _tune(self, kernel_inputs: Any, op_name: str, key: str) -> InductorPick | None:
+        from .tuning import tune_inductor_problem
+
+        try:
+            tuned = tune_inductor_problem(kernel_inputs, op_name, self.settings, self.templates)
+        except Exception as exc:  # noqa: BLE001 - Inductor's own choices are a safe answer
+            log.warning("gemmtune.inductor: tuning %s failed (%s: %s); Inductor chooses", op_name,
+                        type(exc).__name__, exc)
+            self.stats["tune_failed"] += 1
+            return None
+        if tuned is None:
+            return None
+        pick, from_store = tuned
+        self.stats["tuned"] += 1
+        self.stats["store_hit"] += from_store
+        self.add(pick)
+        self.picks[key] = pick  # whatever our key reconstruction says, this call's key is this pick's
+        return pick
+
+

@@ -1,0 +1,137 @@
+"""Installing the handler for `torch.compile`, and counting what Inductor benchmarks.
+
+Example:
+    >>> import gemmtune.inductor as gi
+    >>> if gi.available():
+    ...     handler = gi.install(tune_on_miss=False)
+    ...     gi.uninstall()
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from ..core.settings import Settings
+from .compat import require
+from .export import drop_stale, read_table
+from .handler import make_handler
+
+__all__ = ["install", "uninstall", "installed", "benchmark_probe", "BenchmarkProbe"]
+
+_PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's handler) before each install
+
+
+def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
+            settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True) -> Any:
+    """Make Inductor ask gemmtune for every mm / addmm / bmm it lowers; returns the handler.
+
+    `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
+    with a warning).  `tune_on_miss`: tune a problem the table lacks with `gemmtune.tune` (the store
+    answers problems tuned before); False leaves misses to Inductor.  `templates`: "inductor" (tune
+    among the templates Inductor can build exactly) or "all".  Works with every `torch.compile` mode
+    that autotunes GEMMs ("max-autotune", "max-autotune-no-cudagraphs").  The handler is set for this
+    thread (`V.set_choices_handler`) and, with `all_threads` (the default), as
+    `config.inductor_choices_class` (other threads; its `uuid()` keys Inductor's FX-graph cache, so a
+    graph compiled without gemmtune is not reused).  `handler.stats` counts hits, misses, tunes and stale
+    entries; `uninstall()` restores what was there.
+
+    Raises InductorUnavailable when the installed torch has no Inductor lookup table.
+
+    Example:
+        >>> import torch, gemmtune.inductor as gi
+        >>> handler = gi.install()                                          # doctest: +SKIP
+        >>> f = torch.compile(lambda a, b: a @ b, mode="max-autotune", fullgraph=True)
+        >>> y = f(torch.randn(64, 32), torch.randn(32, 16))                 # doctest: +SKIP
+        >>> handler.stats["tuned"], gi.uninstall()                          # doctest: +SKIP
+        (1, None)
+    """
+    require()
+    from torch._inductor import config
+    from torch._inductor.virtualized import V
+
+    if templates not in ("inductor", "all"):
+        raise ValueError(f"templates: expected 'inductor' or 'all', got {templates!r}")
+    loaded = drop_stale(read_table(table)) if table is not None else None
+    handler = make_handler(loaded, tune_on_miss, settings, templates)
+    from torch._inductor import virtualized
+
+    prior_thread = virtualized._choices._get_handler(False)
+    _PRIOR.append((config.inductor_choices_class, prior_thread))
+    if all_threads:
+        config.inductor_choices_class = lambda: handler
+    V.set_choices_handler(handler)
+    return handler
+
+
+def uninstall() -> None:
+    """Put back the choices handler that was there before the last `install()` (no-op if none)."""
+    if not _PRIOR:
+        return
+    from torch._inductor import config
+    from torch._inductor.virtualized import V
+
+    cls, handler = _PRIOR.pop()
+    config.inductor_choices_class = cls
+    V.set_choices_handler(handler)
+
+
+@contextlib.contextmanager
+def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
+              settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True) -> Iterator[Any]:
+    """`install()` for the duration of a `with` block; yields the handler.
+
+    Example:
+        >>> import gemmtune.inductor as gi
+        >>> with gi.installed(tune_on_miss=False) as h:   # doctest: +SKIP
+        ...     pass
+    """
+    handler = install(table, tune_on_miss, settings, templates, all_threads)
+    try:
+        yield handler
+    finally:
+        uninstall()
+
+
+@dataclass
+class BenchmarkProbe:
+    """What Inductor benchmarked inside a `benchmark_probe()` block: `choices` timed one by one (in this
+    process) and `autotuned` GEMMs it had to choose for (more than one choice)."""
+
+    choices: int = 0
+    autotuned: int = 0
+    names: list = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def benchmark_probe() -> Iterator[BenchmarkProbe]:
+    """Count Inductor's autotuning benchmarks (`AlgorithmSelectorCache.benchmark_choice` calls and the
+    `select_algorithm_autotune` counter) while the block runs.
+
+    Example:
+        >>> import gemmtune.inductor as gi
+        >>> with gi.benchmark_probe() as probe:   # doctest: +SKIP
+        ...     compiled(x)
+        >>> probe.choices                         # doctest: +SKIP
+        0
+    """
+    from torch._dynamo.utils import counters
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    probe = BenchmarkProbe()
+    original = AlgorithmSelectorCache.__dict__["benchmark_choice"]
+    before = counters["inductor"]["select_algorithm_autotune"]
+
+    def spy(cls: Any, choice: Any, autotune_args: Any) -> float:
+        probe.choices += 1
+        probe.names.append(getattr(choice, "name", str(choice)))
+        return original.__func__(cls, choice, autotune_args)
+
+    AlgorithmSelectorCache.benchmark_choice = classmethod(spy)  # type: ignore[method-assign, assignment]
+    try:
+        yield probe
+    finally:
+        AlgorithmSelectorCache.benchmark_choice = original  # type: ignore[method-assign]
+        probe.autotuned = counters["inductor"]["select_algorithm_autotune"] - before

@@ -1,0 +1,84 @@
+"""A miss inside Inductor: tune the problem with gemmtune on stand-in tensors, return its entries.
+
+The stand-ins have the kernel inputs' sizes, strides (broadcast dims included), dtypes and device
+and random data; tuning runs real kernels, so it leaves Inductor's fake-tensor mode first.  By
+default only templates whose pick Inductor can build exactly take part (`templates="inductor"`:
+the library kernels, `triton_mm`, `triton_tma_persistent`); `templates="all"` lets every gemmtune
+template compete and exports the closest Inductor choices when another one wins.  Picks are stored
+under their own key (`store_tag="inductor"`), so a warm store answers without timing anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from ..core.inputs import KernelInputs
+from ..core.settings import Settings
+from ..templates import default_templates
+from .entries import InductorPick, Measured, entries_for
+from .keys import problem_keys
+
+__all__ = ["EXACT_TEMPLATES", "inductor_pool", "stand_in", "tune_inductor_problem", "pick_for_selection"]
+
+EXACT_TEMPLATES = ("aten_mm", "aten_addmm", "aten_bmm", "triton_mm", "triton_tma_persistent")
+
+
+def stand_in(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, device: Any) -> torch.Tensor:
+    """A real tensor of this size and stride (stride-0 broadcasts too) over random data.
+
+    Example:
+        >>> stand_in((2, 3), (0, 1), torch.float32, "cpu").stride()
+        (0, 1)
+    """
+    span = 1 + sum((n - 1) * s for n, s in zip(size, stride) if n > 0)
+    base = torch.randn(span if all(size) else 0, dtype=dtype, device=device)
+    return base.as_strided(size, stride)
+
+
+def pick_for_selection(sel: Any, few: int = 2) -> InductorPick:
+    """The Inductor entries of a gemmtune Selection (from `gemmtune.tune`), under every key of its problem.
+
+    Example:
+        >>> import gemmtune
+        >>> sel = gemmtune.tune("mm", torch.randn(16, 8), torch.randn(8, 4), backends=("extern",),
+        ...                     settings=gemmtune.Settings(store="off"))
+        >>> pick_for_selection(sel).op  # doctest: +SKIP
+        'mm'
+    """
+    ki: KernelInputs = sel.problem
+    measured = [Measured(t.choice.template_uid, t.choice.config_dict, t.choice.runtime_dict, t.ms)
+                for t in sel.timings if t.status == "ok"]
+    return entries_for(ki, sel.winner, measured, few=few, keys=problem_keys(ki))
+
+
+def inductor_pool(device_type: str, templates: str, settings: Settings) -> list:
+    """The gemmtune templates that compete for an Inductor problem (`templates`: "inductor" or "all")."""
+    pool = default_templates(settings.hopper_templates, settings.config_space, settings.preview_templates)
+    if templates == "all":
+        return pool
+    keep = EXACT_TEMPLATES if device_type == "cuda" else EXACT_TEMPLATES[:3]
+    return [t for t in pool if t.uid in keep]
+
+
+def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings | None,
+                          templates: str = "inductor") -> tuple[InductorPick, bool] | None:
+    """Tune the problem behind Inductor's `kernel_inputs`: (its entries, whether the store answered);
+    None when its sizes are not plain ints."""
+    shapes, strides = kernel_inputs.shapes_hinted(), kernel_inputs.strides_hinted()
+    if not all(isinstance(s, int) for dims in (*shapes, *strides) for s in dims):
+        return None
+    settings = settings or Settings.from_env()
+    scalars = dict(getattr(kernel_inputs, "_scalars", {}) or {})
+    from ..engine import tune
+
+    device = kernel_inputs.device()
+    with _disable_current_modes(), torch.no_grad():
+        tensors = [stand_in(tuple(sz), tuple(st), dt, device)
+                   for sz, st, dt in zip(shapes, strides, kernel_inputs.dtypes())]
+        pool = inductor_pool(device.type, templates, settings)
+        sel = tune(op_name, *tensors, settings=settings, templates=pool, store_tag="inductor",
+                   alpha=float(scalars.get("alpha", 1.0)), beta=float(scalars.get("beta", 1.0)))
+    return pick_for_selection(sel), bool(sel.cache_hit)

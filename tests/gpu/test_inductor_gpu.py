@@ -1,0 +1,165 @@
+"""gemmtune feeding Inductor on a GPU (`gemmtune.inductor`): Triton picks become Inductor's own Triton
+template choices, with max-autotune-no-cudagraphs / max-autotune, fullgraph=True and two GEMMs per
+graph; with a warm table Inductor benchmarks nothing.
+
+    python -m pytest -q tests/gpu/test_inductor_gpu.py
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import gemmtune
+import gemmtune.inductor as gi
+from gemmtune.core.choices import Choice, as_params
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.inductor.entries import TILE_KEYS
+from gemmtune.templates.triton.mm import TritonMMTemplate
+
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+              pytest.mark.skipif(not gi.available(), reason="this torch has no Inductor lookup table")]
+
+M, K, N, P = 256, 1024, 512, 384
+TILE = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_stages=3, num_warps=4)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch, tmp_path):
+    from torch._inductor import config
+
+    monkeypatch.setenv("GEMMTUNE_STORE", str(tmp_path / "store.sqlite"))
+    torch._dynamo.reset()
+    with config.patch(fx_graph_cache=False, autotune_local_cache=False):
+        yield
+    from gemmtune.inductor import installer
+
+    while installer._PRIOR:
+        gi.uninstall()
+    torch._dynamo.reset()
+
+
+def two_gemms(x, w1, w2):
+    return (x @ w1).relu() @ w2
+
+
+def operands():
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    return torch.randn(M, K, **bf), torch.randn(K, N, **bf) / 32, torch.randn(N, P, **bf) / 16
+
+
+def _close(out, ref):
+    err = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert err < 2e-2, f"relative error {err:.3e}"
+
+
+def _problems(x, w1, w2):
+    h = (x @ w1).relu()
+    return KernelInputs.from_tensors("mm", x, w1), KernelInputs.from_tensors("mm", h, w2)
+
+
+def _tile_in_code(code: str, tile: dict) -> bool:
+    return all(re.search(rf"{k}\s*:\s*tl\.constexpr\s*=\s*{tile[k]}\b", code) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+
+
+def test_exported_triton_picks_are_inductors_only_choices():
+    from torch._inductor.utils import run_and_get_code
+
+    args = operands()
+    picks = []
+    for ki, swizzle in zip(_problems(*args), (8, 4)):
+        pick = Choice("triton_mm", "h", as_params(TILE), as_params({"swizzle": swizzle}))
+        picks.append(gi.entries_for(ki, pick, keys=gi.problem_keys(ki)))
+    table = gi.table_for(picks)
+    with gi.installed(table, tune_on_miss=False) as handler, gi.benchmark_probe() as probe:
+        f = torch.compile(two_gemms, mode="max-autotune-no-cudagraphs", fullgraph=True)
+        out, code = run_and_get_code(f, *args)
+    _close(out, two_gemms(*args))
+    assert probe.choices == 0 and probe.autotuned == 0
+    assert [(op, uid) for op, uid, _ in handler.built] == [("mm", "triton::mm"), ("mm", "triton::mm")]
+    assert [kw["GROUP_M"] for _, _, kw in handler.built] == [8, 4]
+    assert _tile_in_code("\n".join(code), TILE)
+    _close(f(*args), two_gemms(*args))
+
+
+def test_a_tuned_triton_pick_exports_and_inductor_builds_it():
+    args = operands()
+    ki = _problems(*args)[0]
+    sel = gemmtune.tune("mm", args[0], args[1], templates=[TritonMMTemplate()],
+                        settings=gemmtune.Settings(effort="quick"))
+    assert sel.winner.template_uid == "triton_mm"
+    pick = gi.pick_for_selection(sel)
+    assert pick.exact and pick.entries[0]["template_id"] == "triton::mm"
+    assert gi.problem_keys(ki)[0] in gi.table_for([sel])
+    with gi.installed(gi.table_for([sel]), tune_on_miss=False) as handler, gi.benchmark_probe() as probe:
+        out = torch.compile(lambda a, b: (a @ b).relu(), mode="max-autotune-no-cudagraphs", fullgraph=True)(*args[:2])
+    _close(out, (args[0] @ args[1]).relu())
+    assert probe.choices == 0
+    built = handler.built[0][2]
+    assert {k: built[k] for k in (*TILE_KEYS, "GROUP_M")} == {
+        **{k: sel.winner.config_dict[k] for k in TILE_KEYS}, "GROUP_M": sel.winner.runtime_dict["swizzle"]}
+
+
+@pytest.mark.parametrize("mode", ["max-autotune-no-cudagraphs", "max-autotune"])
+def test_install_tunes_misses_then_a_warm_store_benchmarks_nothing(mode):
+    args = operands()
+    for round_ in range(2):  # cold store, then a fresh handler on the warm store
+        with gi.installed() as handler, gi.benchmark_probe() as probe:
+            f = torch.compile(two_gemms, mode=mode, fullgraph=True)
+            out = f(*args).clone()  # CUDA graphs (max-autotune) reuse their output buffers
+            _close(f(*args).clone(), two_gemms(*args))
+        torch._dynamo.reset()
+        _close(out, two_gemms(*args))
+        assert handler.stats["tuned"] == 2 and handler.stats["miss"] == 0, (round_, handler.stats)
+        assert probe.choices == 0, (round_, probe.names)
+        assert len(handler.built) == 2
+
+
+def test_linear_layers_addmm_and_bmm():
+    lin = torch.nn.Sequential(torch.nn.Linear(K, N), torch.nn.GELU(), torch.nn.Linear(N, P)).cuda().bfloat16()
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    a, b = (torch.randn(8, 128, 64, device="cuda", dtype=torch.bfloat16),
+            torch.randn(8, 64, 96, device="cuda", dtype=torch.bfloat16))
+    with gi.installed() as handler, gi.benchmark_probe() as probe, torch.no_grad():
+        out = torch.compile(lin, mode="max-autotune-no-cudagraphs", fullgraph=True)(x)
+        out_b = torch.compile(torch.bmm, mode="max-autotune-no-cudagraphs", fullgraph=True)(a, b)
+    _close(out, lin(x))
+    _close(out_b, torch.bmm(a, b))
+    assert probe.choices == 0, probe.names
+    assert {op for op, _, _ in handler.built} <= {"addmm", "mm", "bmm"} and "bmm" in {op for op, _, _ in handler.built}
+
+
+def test_a_tma_pick_is_inductors_persistent_tma_template_or_its_tile():
+    from torch._inductor import config
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("TMA needs compute capability 9.0")
+    args = operands()
+    ki = _problems(*args)[0]
+    tile = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=3, num_warps=8)
+    pick = gi.entries_for(ki, Choice("triton_tma_persistent", "h", as_params({**tile, "EPILOGUE_SUBTILE": 0}),
+                                     as_params({"swizzle": 8})), keys=gi.problem_keys(ki))
+    with config.patch({"triton.enable_persistent_tma_matmul": True}):
+        with gi.installed(gi.table_for([pick]), tune_on_miss=False) as handler, gi.benchmark_probe() as probe:
+            out = torch.compile(lambda a, b: (a @ b).relu(), mode="max-autotune-no-cudagraphs",
+                                fullgraph=True)(*args[:2])
+    _close(out, (args[0] @ args[1]).relu())
+    assert probe.choices == 0
+    assert handler.built[0][1] in ("triton::mm_persistent_tma", "triton::mm")  # the tile stands in without TMA
+    assert handler.built[0][2]["BLOCK_M"] == 128
+
+
+def test_a_split_k_pick_lets_inductor_time_only_a_few():
+    a = torch.randn(32, 16384, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(16384, 32, device="cuda", dtype=torch.bfloat16) / 128
+    ki = KernelInputs.from_tensors("mm", a, b)
+    split = Choice("triton_splitk", "h", as_params(dict(TILE, BLOCK_M=32, BLOCK_N=32, SPLIT_K=8)),
+                   as_params({"swizzle": 8}))
+    pick = gi.entries_for(ki, split, keys=gi.problem_keys(ki))
+    assert not pick.exact and pick.entries[0] == {"template_id": "decompose_k", "k_split": 8}
+    with gi.installed(gi.table_for([pick]), tune_on_miss=False), gi.benchmark_probe() as probe:
+        out = torch.compile(lambda x, y: x @ y, mode="max-autotune-no-cudagraphs", fullgraph=True)(a, b)
+    _close(out, a @ b)
+    assert probe.choices <= len(pick.entries), probe.names
