@@ -12,7 +12,8 @@ the loop) and, from one profiled forward, the GPU kernel time and the number of 
 
 Variants: `eager`, `gemmtune` (warm-up, then the patched model), `inductor`
 (max-autotune-no-cudagraphs), `inductor_default` (default-mode compile of the plain model) and
-`gemmtune_compile` (default-mode compile of the patched model).  Models come from bench/models.py.
+`gemmtune_compile` (default-mode compile of the patched model) and `inductor_gemmtune`
+(`gemmtune.inductor.installed()` around a max-autotune-no-cudagraphs compile of the plain model).  Models come from bench/models.py.
 
     python bench/model_rounds.py --m 1,64 --models stack --out rounds.json
     python bench/model_rounds.py --m 64 --variants eager,gemmtune --rounds 30
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import models  # noqa: E402  (sets fresh cache directories before torch is imported)
 
 torch, gemmtune = models.torch, models.gemmtune
-VARIANTS = ("eager", "gemmtune", "inductor", "inductor_default", "gemmtune_compile")
+VARIANTS = ("eager", "gemmtune", "inductor", "inductor_default", "gemmtune_compile", "inductor_gemmtune")
 
 
 def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
@@ -48,9 +49,15 @@ def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
         model = torch.compile(model, mode="max-autotune-no-cudagraphs")
     elif variant == "inductor_default":
         model = torch.compile(model)
-    elif variant != "eager":
+    elif variant not in ("eager", "inductor_gemmtune"):
         raise SystemExit(f"--variants: unknown variant {variant!r}")
     fn = lambda: models.output_of(model, inputs)  # noqa: E731
+    if variant == "inductor_gemmtune":  # Inductor builds gemmtune's picks (tuned on a miss), benchmarks nothing
+        import gemmtune.inductor as gi
+
+        model = torch.compile(model, mode="max-autotune-no-cudagraphs")
+        with gi.installed():
+            fn()
     for _ in range(3):
         fn()
     torch.cuda.synchronize()

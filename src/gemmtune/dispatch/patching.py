@@ -38,7 +38,7 @@ _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backe
 _LINEAR: dict[tuple, Callable[..., torch.Tensor]] = {}
 _is_compiling = torch.compiler.is_compiling
 _autocast_on = _ac.enabled
-_LIBRARY_UIDS = frozenset({"aten_mm", "aten_addmm"})
+_LIBRARY_UIDS = frozenset({"aten_mm", "aten_addmm", "aten_bias_addmm"})  # what F.linear runs
 
 
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
