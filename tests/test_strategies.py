@@ -85,6 +85,33 @@ def test_prescreen_on_hand_made_data():
     assert all(m.stage == "final" for m in ranked if m.choice.config_dict.get("B") in (2, 3))
 
 
+def test_prescreen_within_times_library_kernels_first_and_skips_hopeless_binaries():
+    times = _hand_made()
+    calls = []
+
+    def measure(choices, stage):
+        calls.append((stage, [c.config_dict.get("B", "lib") for c in choices]))
+        return [times[c] for c in choices]
+
+    # stage 1 at sw=8: configs 1, 2, 3 take 4.0, 3.0, 2.0; the library kernel 1.5.  top_x=3 would keep all
+    # three, but within 2x of the fastest (1.5) only 3 (2.0) and 2 (3.0) can still win.
+    ranked = prescreen(list(times), measure, StrategyOptions(top_x=3, stage1={"t": {"sw": 8}}, stage2_within=2.0))
+    assert calls[0] == ("final", ["lib"]) and calls[1] == ("prescreen", [1, 2, 3])
+    assert sorted(calls[2][1]) == [2, 3]  # config 1 skips stage 2; the library kernel is not asked again
+    assert ranked[0].choice.config_dict == {"B": 2} and ranked[0].ms == 1.0
+    assert sum(m.choice.is_extern for m in ranked) == 1
+
+
+def test_first_configs_keeps_each_templates_first_binaries_with_every_runtime_value():
+    from gemmtune.search import STRATEGIES, first_configs
+
+    times = _hand_made()
+    kept = first_configs(list(times), StrategyOptions(configs_per_template=2))
+    assert {c.config_dict.get("B", "lib") for c in kept} == {1, 2, "lib"} and len(kept) == 5
+    assert first_configs(list(times), StrategyOptions()) == list(times)  # None: every binary
+    assert STRATEGIES["prescreen"].prune is first_configs
+
+
 def test_exhaustive_on_hand_made_data_measures_everything_once():
     times = _hand_made()
     n = []
