@@ -310,10 +310,11 @@ class CpuTimer:
 
     def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[Measurement]:
         """Every function once per round as one block, rotated order; median and spread over the rounds.
-        Blocks are sized so that all rounds take about `budget_ms` per function; where even one run
-        per round would overrun that, fewer rounds (at least `MIN_ROUNDS`)."""
+        Blocks are sized so that all rounds take about `rep_ms` per function (the full budget, tiny
+        kernels too: this decides the pick and its noise verdict); where even one run per round would
+        overrun that, fewer rounds (at least `MIN_ROUNDS`)."""
         firsts = [self._first_run(fn, True) for fn in fns]  # finalists have run already: sizing needs no warm-up
-        budgets = [self.budget_ms(f) for f in firsts]
+        budgets = [self.rep_ms for _ in firsts]
         rounds = max(min(rounds, MIN_ROUNDS), min(rounds, int(min(b / f for b, f in zip(budgets, firsts)))))
         numbers = [max(1, min(1000, int(b / rounds / max(f, 1e-4)))) for b, f in zip(budgets, firsts)]
         # A warm-up run per block: switching between libraries (torch's OpenMP pool, NumPy's BLAS

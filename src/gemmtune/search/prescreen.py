@@ -4,9 +4,10 @@ Stage 1 times every compile-time config at one runtime value; stage 2 times
 every runtime value of the best `top_x` configs.  Library kernels skip stage 1
 and always reach stage 2.  Stage-1 timings are reused, not repeated.
 
-With `options.stage2_within` (the engine sets it on CPU) the library kernels are timed first and a
-binary slower at stage 1 than that many times the fastest time so far skips stage 2: another runtime
-value (numba's tile grouping moves a kernel by 5-20%) cannot make up a factor of two.  With
+With `options.stage2_within` (the engine sets it on CPU) a binary slower at stage 1 than that many
+times the fastest binary skips stage 2: another runtime value (numba's tile grouping moves a kernel by
+5-20%) cannot make up a factor of two.  (The library kernels are not timed first for this: on CPU
+NumPy's BLAS threads spin for a while after each call and would slow the numba kernels timed next.)  With
 `options.configs_per_template` (the engine sets `Settings.cpu_configs` on CPU) prescreen's prune
 keeps each template's first binaries in the template's own, data-ranked order.
 """
@@ -54,21 +55,18 @@ def prescreen(choices: Sequence[Choice], measure: Measure, options: StrategyOpti
     groups = binaries(choices)
     externs = [c for c in choices if c.is_extern]
     reps = [stage1_member(g, options.stage1.get(g[0].template_uid, {})) for g in groups.values()]
-    within = options.stage2_within
-    early = [Measured(c, ms, "final") for c, ms in zip(externs, measure(externs, "final"))] if within else []
-
     # Stage 1: one runtime value per binary.
     stage1 = [Measured(c, ms, "prescreen") for c, ms in zip(reps, measure(reps, "prescreen"))]
     best = [m for m in ranking(stage1)[: options.top_x] if m.ms is not None]
-    if within and best:
-        fastest = min(m.ms for m in [*early, *stage1] if m.ms is not None)
-        best = [m for m in best if m.ms is not None and m.ms <= within * fastest]
+    if options.stage2_within and best:
+        fastest = min(m.ms for m in best if m.ms is not None)
+        best = [m for m in best if m.ms is not None and m.ms <= options.stage2_within * fastest]
     best_keys = [m.choice.binary_key for m in best]
 
     # Stage 2: every runtime value of the kept binaries, plus the library kernels.
     done = {m.choice for m in stage1}
-    todo = [c for key in best_keys for c in groups[key] if c not in done] + ([] if within else externs)
-    stage2 = early + [Measured(c, ms, "final") for c, ms in zip(todo, measure(todo, "final"))]
+    todo = [c for key in best_keys for c in groups[key] if c not in done] + externs
+    stage2 = [Measured(c, ms, "final") for c, ms in zip(todo, measure(todo, "final"))]
     kept = {m.choice for m in stage1 if m.choice.binary_key in best_keys}
     final = [Measured(m.choice, m.ms, "final") if m.choice in kept else m for m in stage1]
     return ranking(final + stage2)
