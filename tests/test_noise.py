@@ -215,3 +215,23 @@ def test_a_clearly_slower_function_is_cut_short():
     calls.clear()
     again.time(lambda: (calls.append(1), time.sleep(0.01)))  # nothing faster seen: the full budget
     assert len(calls) > 3
+
+
+def test_a_finalist_left_out_of_the_retime_does_not_make_the_pick_provisional():
+    far = Choice("numba_mm", "h2", family="numba")
+    records = {LIB: Timing(LIB, 1.0, "final", spread=0.05), GEN: Timing(GEN, 1.1, "final", spread=0.05),
+               far: Timing(far, 3.0, "prescreen", spread=0.9)}  # 3x slower, a cheap and noisy stage-1 timing
+
+    def retime(cs, rounds):  # as Bench.retime on CPU: the one that cannot win keeps its earlier timing
+        for c in cs:
+            if c != far:
+                records[c] = Timing(c, records[c].ms, "finalist", spread=0.05)
+        return [records[c].ms for c in cs]
+
+    ranked = [Measured(LIB, 1.0, "final"), Measured(GEN, 1.1, "final"), Measured(far, 3.0, "prescreen")]
+    d = final_decision(ranked, records, retime, FinalRule(3, 15, 0.01))
+    assert d.choice == LIB and not d.provisional and not d.noisy
+    records[GEN] = Timing(GEN, 1.1, "final", spread=0.05)
+    loud = lambda cs, rounds: [records.update({c: Timing(c, records[c].ms, "finalist", spread=0.5)}) or records[c].ms
+                               for c in cs if c != far] + [3.0]
+    assert final_decision(ranked, records, loud, FinalRule(3, 15, 0.01)).provisional  # the re-timed ones' noise counts
