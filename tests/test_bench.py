@@ -65,6 +65,25 @@ def test_retime_keeps_earlier_timings_when_the_runner_cannot_answer():
     assert bench.records[LIB] == Timing(LIB, 2.0, "finalist", gpu_ms=1.0, host_ms=2.0) and bench.runs == 5
 
 
+def test_cpu_retime_skips_finalists_that_cannot_win():
+    # GEN 1.0 ms, LIB 1.8 ms, SLOW 2.5 ms separately: SLOW (more than twice GEN's time) keeps its timing
+    runner = ReplayRunner({LIB.key: 1.8, GEN.key: 1.0, SLOW.key: 2.5})
+    bench = Bench(ki(), runner, CompileResult(), runnable=3)
+    bench.measure([LIB, GEN, SLOW], "final")
+    runner.asked.clear()
+    assert bench.retime([GEN, LIB, SLOW], rounds=3) == [1.0, 1.8, 2.5]
+    assert runner.asked == [GEN, LIB] and bench.runs == 3 + 2
+    assert bench.records[SLOW].stage == "final" and bench.records[LIB].stage == "finalist"
+
+
+def test_cpu_retime_of_a_lone_contender_runs_nothing():
+    runner = ReplayRunner({LIB.key: 3.0, GEN.key: 1.0})
+    bench = Bench(ki(), runner, CompileResult(), runnable=2)
+    bench.measure([LIB, GEN], "final")
+    runner.asked.clear()
+    assert bench.retime([GEN, LIB], rounds=3) == [1.0, 3.0] and runner.asked == [] and bench.runs == 2
+
+
 def _templates():
     return [AtenTemplate("mm"), NumpyTemplate(), ScriptedTemplate(n_configs=3, runtime=(1, 2))]
 

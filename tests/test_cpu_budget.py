@@ -59,6 +59,19 @@ def test_the_cpu_timing_budget_fits_the_time_budget():
 def test_quick_times_less_than_the_default():
     quick, default = (gemmtune.Settings().with_(effort=e) for e in ("quick", "default"))
     assert quick.cpu_rep_ms < default.cpu_rep_ms and quick.finalist_rounds < default.finalist_rounds
+    assert quick.cpu_configs < default.cpu_configs  # fewer numba tiles compiled, checked and timed
+
+
+def test_quick_times_fewer_numba_tiles_than_the_default():
+    from gemmtune.store.sqlite import Store
+
+    a, b = torch.randn(256, 256), torch.randn(256, 256)  # big enough for the first four tiles to differ
+    tiles = {}
+    for effort in ("quick", "default"):
+        s = gemmtune.Settings(isolation="off", store="off", cpu_rep_ms=1.0).with_(effort=effort)
+        sel = gemmtune.tune("mm", a, b, settings=s, store=Store(":memory:"))
+        tiles[effort] = {t.choice.binary_key for t in sel.timings if t.choice.template_uid == "numba_mm" and t.ms}
+    assert len(tiles["quick"]) == 2 and len(tiles["default"]) == 4
 
 
 def test_a_suite_shows_which_shape_it_is_on(tmp_path, capsys):

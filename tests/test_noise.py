@@ -32,9 +32,43 @@ def test_cpu_timer_uses_blocked_autorange_with_the_rep_budget(monkeypatch):
         return real(self, callback, min_run_time)
 
     monkeypatch.setattr(benchmark.Timer, "blocked_autorange", spy)
-    m = CpuTimer(rep_ms=20.0).time(lambda: sum(range(2000)))
+    m = CpuTimer(rep_ms=20.0).time(lambda: time.sleep(0.0002))  # >= 0.2 ms a run: not a tiny kernel
     assert asked == [(0.02, torch.get_num_threads())]  # the budget, at torch's thread count
     assert m.cost_ms > 0 and m.gpu_ms is None and m.spread is not None and m.spread >= 0
+
+
+def test_tiny_kernels_and_prescreening_get_less_of_the_budget(monkeypatch):
+    from torch.utils import benchmark
+
+    timer = CpuTimer(rep_ms=50.0)
+    # 400 runs' worth for a tiny kernel, never under a fifth of rep_ms; prescreening 40% of it
+    assert [timer.budget_ms(ms) for ms in (0.01, 0.05, 1.0)] == [10.0, 20.0, 50.0]
+    assert timer.budget_ms(1.0, "prescreen") == 20.0 and timer.budget_ms(0.01, "prescreen") == 4.0
+    asked = []
+    real = benchmark.Timer.blocked_autorange
+    monkeypatch.setattr(benchmark.Timer, "blocked_autorange",
+                        lambda self, callback=None, min_run_time=0.2: asked.append(min_run_time) or real(self, callback, min_run_time))
+    monkeypatch.setattr(CpuTimer, "_first_run", lambda self, fn, warm: 0.2)  # as if one run took 0.2 ms
+    timer.time(lambda: None), timer.time(lambda: None, stage="prescreen")
+    assert asked == [pytest.approx(0.05), pytest.approx(0.02)]
+
+
+def test_a_checked_function_is_timed_without_another_warm_up():
+    calls = []
+    CpuTimer(rep_ms=5.0).time(lambda: (calls.append(1), time.sleep(0.01)), warm=True)
+    assert len(calls) == 1  # one run already spends the budget, and the check's run was the warm-up
+    calls.clear()
+    CpuTimer(rep_ms=5.0).time(lambda: (calls.append(1), time.sleep(0.01)))
+    assert len(calls) == 2
+
+
+def test_the_interleaved_retime_of_slow_kernels_keeps_to_its_budget():
+    calls = [[], []]
+    fns = [lambda i=i: (calls[i].append(1), time.sleep(0.01)) for i in range(2)]
+    ms = CpuTimer(rep_ms=20.0).time_interleaved(fns, rounds=15)
+    # 15 rounds of a 10 ms run would be 150 ms per function against a 20 ms budget: 5 rounds (spread
+    # still known), blocks of one run without a warm-up run each, the sizing run the first round's
+    assert [len(c) for c in calls] == [5, 5] and all(m.spread is not None for m in ms)
 
 
 def test_cpu_timer_keeps_its_budget_for_a_slow_function():
@@ -181,3 +215,23 @@ def test_a_clearly_slower_function_is_cut_short():
     calls.clear()
     again.time(lambda: (calls.append(1), time.sleep(0.01)))  # nothing faster seen: the full budget
     assert len(calls) > 3
+
+
+def test_a_finalist_left_out_of_the_retime_does_not_make_the_pick_provisional():
+    far = Choice("numba_mm", "h2", family="numba")
+    records = {LIB: Timing(LIB, 1.0, "final", spread=0.05), GEN: Timing(GEN, 1.1, "final", spread=0.05),
+               far: Timing(far, 3.0, "prescreen", spread=0.9)}  # 3x slower, a cheap and noisy stage-1 timing
+
+    def retime(cs, rounds):  # as Bench.retime on CPU: the one that cannot win keeps its earlier timing
+        for c in cs:
+            if c != far:
+                records[c] = Timing(c, records[c].ms, "finalist", spread=0.05)
+        return [records[c].ms for c in cs]
+
+    ranked = [Measured(LIB, 1.0, "final"), Measured(GEN, 1.1, "final"), Measured(far, 3.0, "prescreen")]
+    d = final_decision(ranked, records, retime, FinalRule(3, 15, 0.01))
+    assert d.choice == LIB and not d.provisional and not d.noisy
+    records[GEN] = Timing(GEN, 1.1, "final", spread=0.05)
+    loud = lambda cs, rounds: [records.update({c: Timing(c, records[c].ms, "finalist", spread=0.5)}) or records[c].ms
+                               for c in cs if c != far] + [3.0]
+    assert final_decision(ranked, records, loud, FinalRule(3, 15, 0.01)).provisional  # the re-timed ones' noise counts

@@ -85,6 +85,33 @@ def test_prescreen_on_hand_made_data():
     assert all(m.stage == "final" for m in ranked if m.choice.config_dict.get("B") in (2, 3))
 
 
+def test_prescreen_within_skips_stage_2_for_binaries_far_slower_than_the_fastest():
+    times = _hand_made()
+    calls = []
+
+    def measure(choices, stage):
+        calls.append((stage, [c.config_dict.get("B", "lib") for c in choices]))
+        return [times[c] for c in choices]
+
+    # stage 1 at sw=8: configs 1, 2, 3 take 4.0, 3.0, 2.0.  top_x=3 would keep all three, but within
+    # 1.5x of the fastest binary (2.0) only 3 and 2 (3.0) go on to their other runtime value.
+    ranked = prescreen(list(times), measure, StrategyOptions(top_x=3, stage1={"t": {"sw": 8}}, stage2_within=1.5))
+    assert calls[0] == ("prescreen", [1, 2, 3])
+    assert sorted(calls[1][1], key=str) == sorted([2, 3, "lib"], key=str)  # config 1 skips stage 2
+    assert ranked[0].choice.config_dict == {"B": 2} and ranked[0].ms == 1.0
+    assert len(calls) == 2 and sum(m.choice.is_extern for m in ranked) == 1
+
+
+def test_first_configs_keeps_each_templates_first_binaries_with_every_runtime_value():
+    from gemmtune.search import STRATEGIES, first_configs
+
+    times = _hand_made()
+    kept = first_configs(list(times), StrategyOptions(configs_per_template=2))
+    assert {c.config_dict.get("B", "lib") for c in kept} == {1, 2, "lib"} and len(kept) == 5
+    assert first_configs(list(times), StrategyOptions()) == list(times)  # None: every binary
+    assert STRATEGIES["prescreen"].prune is first_configs
+
+
 def test_exhaustive_on_hand_made_data_measures_everything_once():
     times = _hand_made()
     n = []

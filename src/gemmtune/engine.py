@@ -20,7 +20,7 @@ from .core.errors import InputError, LayoutError, NoCandidatesError
 from .core.inputs import KernelInputs
 from .core.layout import FixedLayout, empty_output
 from .store.lookup import LookupTable
-from .core.settings import Settings, isolation_for
+from .core.settings import CPU_CANNOT_WIN, Settings, isolation_for
 from .store.sqlite import Row, Store, canon, env_info, env_key, open_store
 from .search import STRATEGIES, ProblemDims, StrategyOptions, for_device
 from .search.final import Decision, FinalRule, final_decision
@@ -79,8 +79,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     # The strategy prunes before anything compiles (model_pruned: the cost model), so a pruned
     # binary is never built; its search then sees only what compiled.
     todo = STRATEGIES[plan.strategy].prune(memory.unknown(choices), plan.options)
-    compiled = ctx.compile(todo, _compile_deadline(plan.deadline, settings), overlap=overlap_for(settings.overlap_compile, plan.isolation,
-                                                                     ki.device_type))
+    compiled = ctx.compile(todo, _compile_deadline(plan.deadline, settings, ki.device_type),
+                           overlap=overlap_for(settings.overlap_compile, plan.isolation, ki.device_type))
     try:
         outcome = _measure_and_pick(ctx, compiled, choices, memory, plan)
     finally:
@@ -217,8 +217,7 @@ def _search(bench: Bench, runnable: Sequence[Choice], settings: Settings, option
 
 
 def _retime_s(settings: Settings, device_type: str) -> float:
-    """About how long the final's interleaved re-time takes: the timing budget of each finalist and the
-    library kernel, their blocks' warm-up runs on top (a quarter more).
+    """About how long the final's interleaved re-time takes: each finalist's timing budget, a quarter more.
 
     Example:
         >>> _retime_s(Settings(cpu_rep_ms=40.0, finalists=3), "cpu")
@@ -228,15 +227,14 @@ def _retime_s(settings: Settings, device_type: str) -> float:
     return (settings.finalists + 1) * rep_ms * 1.25e-3
 
 
-def _compile_deadline(deadline: float | None, settings: Settings) -> float | None:
-    """Compiles stop a tenth of the budget before the deadline: the library kernels, timed after
-    them, need that time to be checked and timed (the safety net of a cut-short search)."""
-    return None if deadline is None or settings.budget_s is None else deadline - 0.1 * settings.budget_s
+def _compile_deadline(deadline: float | None, settings: Settings, device_type: str) -> float | None:
+    """Compiles stop early for the library kernels (the safety net) timed after them: 10% of the budget, on CPU 30%."""
+    share = 0.3 if device_type == "cpu" else 0.1
+    return None if deadline is None or settings.budget_s is None else deadline - share * settings.budget_s
 
 
 def fit_budget(settings: Settings) -> Settings:
-    """Under a time budget, a CPU timing budget per choice of at most 2% of it (about 26 choices are
-    checked and timed on CPU, and the finalists again).
+    """Under a time budget, a CPU timing budget per choice of at most 2% of it (choices and finalists).
 
     Example:
         >>> fit_budget(Settings(budget_s=1.0)).cpu_rep_ms, fit_budget(Settings()).cpu_rep_ms
@@ -284,9 +282,11 @@ def _element_size(dtype: torch.dtype) -> int:
 
 def _strategy(ki: KernelInputs, templates: Sequence[Template], settings: Settings) -> tuple[str, StrategyOptions]:
     """The registered strategy that runs here (see `for_device`) and its options for this problem."""
+    cpu = ki.device_type == "cpu"  # on CPU: fewer numba tiles, and stage 2 only for binaries that can still win
     options = StrategyOptions(top_x=settings.top_x, stage1=_stage1(templates, settings), stage0_n=settings.stage0_n,
                               problem=ProblemDims(ki.M, ki.N, ki.K, ki.batch, _element_size(ki.dtype)),
-                              budget_runs=settings.budget_runs, device_type=ki.device_type)
+                              budget_runs=settings.budget_runs, device_type=ki.device_type, stage2_within=CPU_CANNOT_WIN
+                              if cpu else None, configs_per_template=settings.cpu_configs if cpu else None)
     return for_device(settings.strategy, ki.device_type), options
 
 

@@ -15,6 +15,7 @@ from typing import Callable, Mapping, Sequence
 from ..core.choices import Choice, Timing
 from ..core.errors import NoCandidatesError
 from ..core.inputs import KernelInputs
+from ..core.settings import CPU_CANNOT_WIN
 from .compile import CompileResult
 from .runners import RunFailed, Runner
 
@@ -136,21 +137,40 @@ class Bench:
 
     # -- finalists ---------------------------------------------------------------------
     def retime(self, choices: Sequence[Choice], rounds: int) -> list[float]:
-        """Re-time `choices` interleaved; their records take the new times.
+        """Re-time `choices` interleaved; their records take the new times.  On CPU only those that can
+        still win are re-timed (`_worth_retiming`); the others keep their earlier timings.
 
         Where the runner cannot (its worker was lost), the finalists keep their earlier, separate
         timings."""
         t0 = time.perf_counter()
+        again = self._worth_retiming(choices)
+        measured = {c: self._earlier(c) for c in choices}
         try:
-            measured = [(m.cost_ms, m.gpu_ms, m.host_ms, m.spread)
-                        for m in self.runner.time_interleaved(choices, rounds)]
+            timed = self.runner.time_interleaved(again, rounds) if again else []
+            measured.update({c: (m.cost_ms, m.gpu_ms, m.host_ms, m.spread) for c, m in zip(again, timed)})
         except RunFailed as exc:
             log.warning("gemmtune: interleaved re-timing failed (%s); using the earlier timings", exc)
-            earlier = [self.records.get(c) for c in choices]
-            measured = [(t.ms if t.ms is not None else float("inf"), t.gpu_ms, t.host_ms, t.spread) if t is not None
-                        else (float("inf"), None, None, None) for t in earlier]
+            again = list(choices)  # every finalist's earlier timing stands as its final one
         self.seconds["finalist"] = time.perf_counter() - t0
-        for c, (ms, gpu, host, spread) in zip(choices, measured):
+        for c in again:
+            ms, gpu, host, spread = measured[c]
             self.records[c] = Timing(c, ms, "finalist", gpu_ms=gpu, host_ms=host, spread=spread)
-        self.runs += len(choices)
-        return [m[0] for m in measured]
+        self.runs += len(again)
+        return [measured[c][0] for c in choices]
+
+    def _earlier(self, choice: Choice) -> tuple:
+        """(ms, gpu_ms, host_ms, spread) of `choice`'s separate timing (inf where it has none)."""
+        t = self.records.get(choice)
+        return (float("inf"), None, None, None) if t is None else \
+            (t.ms if t.ms is not None else float("inf"), t.gpu_ms, t.host_ms, t.spread)
+
+    def _worth_retiming(self, choices: Sequence[Choice]) -> list[Choice]:
+        """On CPU, the finalists whose separate timing is within `CPU_CANNOT_WIN` of the fastest one's:
+        a finalist twice as slow cannot win and keeps its earlier timing (a 30 ms numba tile against a
+        12 ms BLAS on 1024^3 would cost the re-time a third of its time), and none when only one is
+        left: its win is clear.  Elsewhere every finalist."""
+        if self.ki.device_type != "cpu":
+            return list(choices)
+        fastest = min(self._earlier(c)[0] for c in choices)
+        again = [c for c in choices if self._earlier(c)[0] <= CPU_CANNOT_WIN * fastest]
+        return again if len(again) > 1 else []  # a lone contender is compared with nothing: no re-time

@@ -18,7 +18,7 @@ from ..core.choices import Choice, Timing
 from ..core.inputs import KernelInputs
 from ..core.layout import empty_output
 from ..templates.base import Launcher
-from .correctness import check, reference
+from .correctness import Reference, verdict
 from .timers import Measurement, Timer, timer_for
 
 
@@ -69,7 +69,7 @@ class LocalRunner:
         self.ki, self.tensors, self.launchers, self.timer = ki, tuple(tensors), launchers, timer
         self.out_factory = out_factory
         self._out: torch.Tensor | None = None  # one output buffer, reused by every choice
-        self._ref: torch.Tensor | None = None
+        self._ref: Reference | None = None  # computed once per problem
 
     def check(self, choice: Choice) -> str | None:
         return self._check(self._fn(choice))
@@ -81,7 +81,7 @@ class LocalRunner:
                 problem = self._check(fn)
                 if problem:
                     return Timing(choice, None, stage, "wrong_result", problem)
-            m = self.timer.time(fn)
+            m = self.timer.time(fn, warm=check, stage=stage)  # the check's run was the warm-up
         except Exception as exc:  # a launch failure excludes the choice, not the tuning
             return Timing(choice, None, stage, "run_failed", f"{type(exc).__name__}: {str(exc).strip()[:200]}")
         return Timing(choice, m.cost_ms, stage, gpu_ms=m.gpu_ms, host_ms=m.host_ms, spread=m.spread)
@@ -104,13 +104,13 @@ class LocalRunner:
 
     def _check(self, fn: Callable[[], Any]) -> str | None:
         if self._ref is None:
-            self._ref = reference(self.ki, self.tensors)
+            self._ref = Reference.of(self.ki, self.tensors)
         out = self._output()
         out.fill_(float("nan"))
         fn()
         if out.is_cuda:
             torch.cuda.synchronize(out.device)
-        return check(self.ki, out, self._ref)
+        return verdict(self.ki, out, self._ref)
 
 
 def local_runner(ki: KernelInputs, tensors: Sequence[torch.Tensor], launchers: Callable[[Choice], Launcher],

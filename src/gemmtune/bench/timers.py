@@ -15,6 +15,14 @@ import torch
 
 Fn = Callable[[], object]
 MAX_ROUNDS_FACTOR = 10  # CudaTimer.time_interleaved: at most this many times the rounds asked for
+# CpuTimer (docs/PERFORMANCE.md, "CPU tune time"): prescreening only ranks binaries, so it gets this share
+# of `cpu_rep_ms`; a tiny kernel is timed for at most this many runs' worth (400 runs of a 30 us kernel,
+# 12 ms, still ten blocks of 40); the finalists' re-time keeps at least this many rounds (spread needs 3);
+# a block this long or longer needs no warm-up run before it.
+PRESCREEN_SHARE = 0.4
+TINY_RUNS = 400
+MIN_ROUNDS = 5
+WARM_BLOCK_MS = 5.0
 
 
 @dataclass(frozen=True)
@@ -37,8 +45,8 @@ class Measurement:
 
 
 class Timer(Protocol):
-    def time(self, fn: Fn) -> Measurement:
-        """Median cost of `fn`."""
+    def time(self, fn: Fn, *, warm: bool = False, stage: str = "final") -> Measurement:
+        """Median cost of `fn`; `warm`: it has just run; `stage`: the search stage asking."""
 
     def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[Measurement]:
         """Median cost of each of `fns`, timed round-robin so drift hits all alike."""
@@ -149,8 +157,9 @@ class CudaTimer:
         """
         return planned_runs(est_ms, self.flush_ms(), self.rep_ms, self.min_reps, self.max_reps)
 
-    def time(self, fn: Fn) -> Measurement:
-        """Median cost of `fn` over `reps_for` flushed runs; the first few (which size the rest) count."""
+    def time(self, fn: Fn, *, warm: bool = False, stage: str = "final") -> Measurement:
+        """Median cost of `fn` over `reps_for` flushed runs; the first few (which size the rest) count.
+        Every stage gets the same procedure; the warm-up run stays (it also loads the binary lazily)."""
         with torch.cuda.device(self.device):
             fn()  # warm-up: first launch, lazy loading, handle creation
             torch.cuda.synchronize(self.device)
@@ -226,13 +235,17 @@ class CudaTimer:
 
 
 class CpuTimer:
-    """`torch.utils.benchmark.Timer.blocked_autorange` per choice: blocks of runs for `rep_ms` in all,
-    the median time per run across blocks and its relative spread (IQR / median).
+    """`torch.utils.benchmark.Timer.blocked_autorange` per choice: blocks of runs for a budget of at most
+    `rep_ms`, the median time per run across blocks and its relative spread (IQR / median).
 
     A loaded machine shows up as spread, not as a confident time: a thread descheduled for a
     scheduler tick adds 4 ms to whichever run it hits, and the blocks that caught one lie far from
     the rest.  The timer runs at torch's current thread count (Timer's default, one thread, would
     handicap the library kernel against numba's thread pool).
+
+    The budget is scaled to the work (`budget_ms`): a tiny kernel gets `TINY_RUNS` runs' worth of
+    time (at least a fifth of `rep_ms`), prescreening (which only ranks binaries) `PRESCREEN_SHARE`
+    of it; a kernel slower than a tenth of the budget runs one at a time, its sizing run counted.
 
     Example:
         >>> m = CpuTimer(rep_ms=5.0).time(lambda: sum(range(1000)))
@@ -253,37 +266,69 @@ class CpuTimer:
 
         return benchmark.Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
 
-    def time(self, fn: Fn) -> Measurement:
-        """Median per-run time of `fn` over about `rep_ms` of blocks, about ten blocks of runs.
+    def budget_ms(self, first_ms: float, stage: str = "final") -> float:
+        """Time to spend on a function whose one run took `first_ms`: `rep_ms` (times `PRESCREEN_SHARE`
+        in prescreening), capped at `TINY_RUNS` runs but not under a fifth of it.
 
-        Timer's own block sizing grows the block ten-fold until one block is long enough, which can
-        overshoot `rep_ms` tenfold and then time at least one such block; here one warm-up run and
-        one timed run size the blocks instead (`_block`), so the budget holds.
+        Example:
+            >>> t = CpuTimer(rep_ms=50.0)
+            >>> t.budget_ms(0.01), t.budget_ms(1.0), t.budget_ms(1.0, "prescreen"), t.budget_ms(30.0)
+            (10.0, 50.0, 20.0, 50.0)
         """
+        rep = self.rep_ms * (PRESCREEN_SHARE if stage == "prescreen" else 1.0)
+        return max(rep / 5, min(rep, TINY_RUNS * first_ms))
+
+    def time(self, fn: Fn, *, warm: bool = False, stage: str = "final") -> Measurement:
+        """Median per-run time of `fn` over about `budget_ms` of blocks, about ten blocks of runs.
+
+        `warm`: `fn` has just run (the correctness check), so no warm-up run.  Timer's own block
+        sizing grows the block ten-fold until one block is long enough, which can overshoot the
+        budget tenfold; here one timed run sizes the blocks instead (`_block`), so the budget holds.
+        """
+        first = self._first_run(fn, warm)
+        budget = self.budget_ms(first, stage)
+        number = max(1, min(1000, int(budget / 10 / max(first, 1e-4))))
+        if number == 1:
+            return self._one_at_a_time(fn, first, budget)
         timer = self._timer(fn)
-        number = self._block(fn, 10)
-        if number == 1 and self._first > self.cut_factor * self.best_ms:
-            second = self._run(fn, 1)
-            if second > self.cut_factor * self.best_ms:
-                return Measurement(min(self._first, second))
         timer._estimate_block_size = lambda min_run_time: number  # blocked_autorange's sizing step
-        m = timer.blocked_autorange(min_run_time=self.rep_ms * 1e-3)
+        m = timer.blocked_autorange(min_run_time=budget * 1e-3)
         self.best_ms = min(self.best_ms, m.median * 1e3)
         return Measurement(m.median * 1e3, spread=relative_spread(m.times))
 
+    def _one_at_a_time(self, fn: Fn, first: float, budget: float) -> Measurement:
+        """A slow function: single runs until the budget is spent, the sizing run the first sample; cut
+        short when its first two runs both lose by `cut_factor` (see __init__)."""
+        samples = [first]
+        while sum(samples) < budget and len(samples) < self.max_reps:
+            samples.append(self._run(fn, 1))
+            if len(samples) == 2 and min(samples) > self.cut_factor * self.best_ms:
+                return Measurement(min(samples))
+        median = statistics.median(samples)
+        self.best_ms = min(self.best_ms, median)
+        return Measurement(median, spread=relative_spread(samples))
+
     def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[Measurement]:
-        """Every function once per round as one block after one discarded warm-up run, rotated order;
-        median and spread over the rounds.  Blocks are sized so that all rounds take about `rep_ms`
-        per function."""
+        """Every function once per round as one block, rotated order; median and spread over the rounds.
+        Blocks are sized so that all rounds take about `rep_ms` per function (the full budget, tiny
+        kernels too: this decides the pick and its noise verdict); where even one run per round would
+        overrun that, fewer rounds (at least `MIN_ROUNDS`)."""
+        firsts = [self._first_run(fn, True) for fn in fns]  # finalists have run already: sizing needs no warm-up
+        budgets = [self.rep_ms for _ in firsts]
+        rounds = max(min(rounds, MIN_ROUNDS), min(rounds, int(min(b / f for b, f in zip(budgets, firsts)))))
+        numbers = [max(1, min(1000, int(b / rounds / max(f, 1e-4)))) for b, f in zip(budgets, firsts)]
         # A warm-up run per block: switching between libraries (torch's OpenMP pool, NumPy's BLAS
         # pool, numba's) costs a block's first call a thread hand-over that no user calling one
-        # kernel repeatedly ever pays.
-        numbers = [self._block(fn, rounds) for fn in fns]
-        samples: list[list[float]] = [[] for _ in fns]
-        for r in range(rounds):
+        # kernel repeatedly ever pays; against a block of WARM_BLOCK_MS or more that is lost in the noise.
+        warm = [n * f < WARM_BLOCK_MS for n, f in zip(numbers, firsts)]
+        # Slow kernels only (blocks of one run): each sizing run is a first sample, one round fewer.
+        seeded = all(n == 1 for n in numbers) and rounds > 1
+        samples: list[list[float]] = [[f] if seeded else [] for f in firsts]
+        for r in range(1 if seeded else 0, rounds):
             for k in range(len(fns)):
                 i = (k + r) % len(fns)
-                fns[i]()
+                if warm[i]:
+                    fns[i]()
                 samples[i].append(self._run(fns[i], numbers[i]))
         return [Measurement(statistics.median(s), spread=relative_spread(s)) for s in samples]
 
@@ -295,11 +340,11 @@ class CpuTimer:
             fn()
         return (time.perf_counter() - t0) * 1e3 / number
 
-    def _block(self, fn: Fn, rounds: int) -> int:
-        """Runs per block: about `rep_ms / rounds` of time, at least one (a slow kernel: one run)."""
-        fn()
-        first = self._first = self._run(fn, 1)
-        return max(1, min(1000, int(self.rep_ms / max(rounds, 1) / max(first, 1e-4))))
+    def _first_run(self, fn: Fn, warm: bool) -> float:
+        """Milliseconds of one timed run of `fn`, after a warm-up run unless it is `warm` already."""
+        if not warm:
+            fn()
+        return self._run(fn, 1)
 
 
 def relative_spread(samples: Sequence[float]) -> float | None:

@@ -29,6 +29,11 @@ STRATEGY_NAMES = ("exhaustive", "prescreen", "model_pruned", "default", "budgete
 imports no other sub-package; tests/test_settings.py checks it equals `gemmtune.search.STRATEGIES`."""
 
 EFFORT_NAMES = ("quick", "default", "max")
+CPU_CANNOT_WIN = 2.0
+"""CPU: a choice more than this many times slower than the fastest cannot win (another tile grouping moves a
+numba kernel by 5-20%, noise rarely by 2x): a binary that much slower than the fastest at stage 1 skips
+prescreen's stage 2 (`gemmtune.search.prescreen`), a finalist that much slower than the fastest finalist
+the final's re-time (`gemmtune.bench.bench.Bench.retime`)."""
 ISOLATION_MODES = ("auto", "subprocess", "off")
 L2_FLUSH_MODES = ("read", "write")
 """How the GPU timer empties L2 before a timed run.  "write" zeroes a 2x-L2 buffer (what Triton's
@@ -214,8 +219,11 @@ class Settings:
                                                "as in an eager loop"))
     l2_flush: str = _f("read", _choice("GPU: evict L2 before each timed run by reading or zeroing a buffer",
                                        L2_FLUSH_MODES))
-    cpu_rep_ms: float = _f(50.0, _pos("per-choice timing budget on CPU (blocked_autorange's min_run_time; "
-                                      "the finalists' interleaved re-timing gets as much each)"))
+    cpu_rep_ms: float = _f(50.0, _pos("per-choice timing budget on CPU, at most (blocked_autorange's min_run_time; "
+                                      "tiny kernels get 400 runs' worth, prescreening 40%; the finalists' "
+                                      "interleaved re-timing gets as much each)"))
+    cpu_configs: int | None = _f(4, _int("CPU prescreen: numba_mm tile configs tried, the first N of its "
+                                         "sweep-ranked space (none: all)", 1, optional=True))
     min_reps: int = _f(5, _int("timed runs per choice at least", 1))
     max_reps: int = _f(50, _int("GPU: timed runs per choice at most (>= min_reps)", 1))
     report_rows: int = _f(20, _int("rows of the AUTOTUNE table the CLI prints", 0))
@@ -317,6 +325,7 @@ class Effort:
     gpu_rep_ms: float | None = None
     cpu_rep_ms: float | None = None
     finalist_rounds: int | None = None
+    cpu_configs: int | None = None
 
     def __post_init__(self) -> None:
         for name, value in self.changes().items():
@@ -331,7 +340,7 @@ class Effort:
 
         Example:
             >>> EFFORTS["max"].describe().split(", ")
-            ['strategy=exhaustive', 'stage0_n=20', 'top_x=4', 'finalists=6', 'config_space=max', 'gpu_rep_ms=20', 'cpu_rep_ms=50', 'finalist_rounds=15']
+            ['strategy=exhaustive', 'stage0_n=20', 'top_x=4', 'finalists=6', 'config_space=max', 'gpu_rep_ms=20', 'cpu_rep_ms=50', 'finalist_rounds=15', 'cpu_configs=4']
         """
         defaults = {f.name: f.default for f in fields(Settings)}
         values = {**{f.name: defaults[f.name] for f in fields(self)[2:]}, **self.changes()}
@@ -340,7 +349,7 @@ class Effort:
 
 EFFORTS: Mapping[str, Effort] = MappingProxyType({e.name: e for e in (
     Effort("quick", "fewer binaries, finalists and timing", strategy="model_pruned", stage0_n=8, top_x=2,
-           finalists=2, gpu_rep_ms=5.0, cpu_rep_ms=10.0, finalist_rounds=7),
+           finalists=2, gpu_rep_ms=5.0, cpu_rep_ms=10.0, finalist_rounds=7, cpu_configs=2),
     # default: the field defaults, chosen from the replays in docs/DATASET.md and the H200 runs.
     Effort("default", "the field defaults"),
     # Every choice of the "max" spaces (>= 100 configs per Triton template) is timed.

@@ -12,11 +12,11 @@ from .budgeted import BudgetedMeasure, budgeted, budgeted_entry, budgeted_prune,
 from .default import default, default_options, default_prune, default_search
 from .exhaustive import exhaustive
 from .model_pruned import model_pruned, stage0
-from .prescreen import prescreen
+from .prescreen import first_configs, prescreen
 
 STRATEGIES: dict[str, Strategy] = {
     "exhaustive": Strategy("exhaustive", honour_budget(exhaustive)),
-    "prescreen": Strategy("prescreen", honour_budget(prescreen)),
+    "prescreen": Strategy("prescreen", honour_budget(prescreen), prune=first_configs),
     "model_pruned": Strategy("model_pruned", honour_budget(prescreen), prune=stage0),
     "default": Strategy("default", honour_budget(default_search), prune=default_prune),
     "budgeted": Strategy("budgeted", budgeted_search, prune=budgeted_prune),
@@ -37,6 +37,6 @@ def for_device(name: str, device_type: str) -> str:
 
 
 __all__ = ["STRATEGIES", "CostModel", "Measure", "Measured", "ProblemDims", "Prune", "Strategy", "StrategyFn",
-           "StrategyOptions", "for_device", "keep_all", "ranking", "exhaustive", "prescreen", "model_pruned", "stage0",
+           "StrategyOptions", "for_device", "keep_all", "ranking", "exhaustive", "prescreen", "first_configs", "model_pruned", "stage0",
            "default", "default_options", "default_prune", "default_search", "budgeted", "budgeted_entry",
            "budgeted_prune", "budgeted_search", "honour_budget", "BudgetedMeasure"]

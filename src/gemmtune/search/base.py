@@ -51,6 +51,8 @@ class StrategyOptions:
     problem: ProblemDims | None = None
     budget_runs: int | None = None
     budget_inner: str = "default"
+    configs_per_template: int | None = None  # prescreen's prune: each template's first N binaries (None: all)
+    stage2_within: float | None = None  # prescreen: stage 2 only for binaries within this factor of the fastest
     device_type: str = "cuda"  # where the choices run ("cuda", "cpu"): see gemmtune.search.for_device
 
 

@@ -3,6 +3,13 @@
 Stage 1 times every compile-time config at one runtime value; stage 2 times
 every runtime value of the best `top_x` configs.  Library kernels skip stage 1
 and always reach stage 2.  Stage-1 timings are reused, not repeated.
+
+With `options.stage2_within` (the engine sets it on CPU) a binary slower at stage 1 than that many
+times the fastest binary skips stage 2: another runtime value (numba's tile grouping moves a kernel by
+5-20%) cannot make up a factor of two.  (The library kernels are not timed first for this: on CPU
+NumPy's BLAS threads spin for a while after each call and would slow the numba kernels timed next.)  With
+`options.configs_per_template` (the engine sets `Settings.cpu_configs` on CPU) prescreen's prune
+keeps each template's first binaries in the template's own, data-ranked order.
 """
 
 from __future__ import annotations
@@ -48,15 +55,41 @@ def prescreen(choices: Sequence[Choice], measure: Measure, options: StrategyOpti
     groups = binaries(choices)
     externs = [c for c in choices if c.is_extern]
     reps = [stage1_member(g, options.stage1.get(g[0].template_uid, {})) for g in groups.values()]
-
     # Stage 1: one runtime value per binary.
     stage1 = [Measured(c, ms, "prescreen") for c, ms in zip(reps, measure(reps, "prescreen"))]
-    best = [m.choice.binary_key for m in ranking(stage1)[: options.top_x] if m.ms is not None]
+    best = [m for m in ranking(stage1)[: options.top_x] if m.ms is not None]
+    if options.stage2_within and best:
+        fastest = min(m.ms for m in best if m.ms is not None)
+        best = [m for m in best if m.ms is not None and m.ms <= options.stage2_within * fastest]
+    best_keys = [m.choice.binary_key for m in best]
 
     # Stage 2: every runtime value of the kept binaries, plus the library kernels.
     done = {m.choice for m in stage1}
-    todo = [c for key in best for c in groups[key] if c not in done] + externs
+    todo = [c for key in best_keys for c in groups[key] if c not in done] + externs
     stage2 = [Measured(c, ms, "final") for c, ms in zip(todo, measure(todo, "final"))]
-    kept = {m.choice for m in stage1 if m.choice.binary_key in best}
+    kept = {m.choice for m in stage1 if m.choice.binary_key in best_keys}
     final = [Measured(m.choice, m.ms, "final") if m.choice in kept else m for m in stage1]
     return ranking(final + stage2)
+
+
+def first_configs(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
+    """Prescreen's prune: with `options.configs_per_template` set, each template's first that many
+    binaries, in the order the template lists them (numba_mm's is ranked by a sweep: docs/PERFORMANCE.md,
+    "CPU tune time"); every runtime value of a kept binary and every library kernel stay.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice, as_params
+        >>> cs = [Choice("t", "h", as_params({"B": b}), as_params({"sw": s}), family="t")
+        ...       for b in (1, 2, 3) for s in (1, 8)] + [Choice("lib", None)]
+        >>> [(c.config_dict.get("B"), c.runtime_dict.get("sw")) for c in first_configs(cs, StrategyOptions(configs_per_template=1))]
+        [(1, 1), (1, 8), (None, None)]
+    """
+    n = options.configs_per_template
+    if n is None:
+        return list(choices)
+    firsts: dict[str, list[tuple]] = defaultdict(list)
+    for key, group in binaries(choices).items():
+        if len(firsts[group[0].template_uid]) < n:
+            firsts[group[0].template_uid].append(key)
+    keep = {key for keys in firsts.values() for key in keys}
+    return [c for c in choices if c.is_extern or c.binary_key in keep]
