@@ -36,6 +36,7 @@ import models  # noqa: E402  (sets fresh cache directories before torch is impor
 
 torch, gemmtune = models.torch, models.gemmtune
 VARIANTS = ("eager", "gemmtune", "inductor", "inductor_default", "gemmtune_compile", "inductor_gemmtune")
+# also: "gemmtune_library" (warm-up with backends=("extern",): the patched layers' own host cost)
 
 
 def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
@@ -43,6 +44,8 @@ def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
     model = copy.deepcopy(base)
     if variant == "gemmtune":
         gemmtune.warmup(model, *inputs, progress=False)
+    elif variant == "gemmtune_library":  # picks among library kernels only: the patch's own host cost
+        gemmtune.warmup(model, *inputs, backends=("extern",), progress=False)
     elif variant == "gemmtune_compile":
         model = torch.compile(gemmtune.patch(model))
     elif variant == "inductor":

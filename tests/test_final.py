@@ -49,6 +49,19 @@ def test_host_time_never_crowns_a_gpu_slower_kernel():
     assert run_final(final)[0] == fast_gpu  # faster on the GPU and than the library's cost
 
 
+def test_a_generated_kernel_must_save_more_gpu_time_than_the_launch_time_it_adds():
+    """launch_aware_final: 1 us of GPU saved for 8 us more host launch loses (a launch-bound eager model
+    pays the 8 us); 15 us saved wins; with the rule off the first one wins as before."""
+    small, big = gen(1), gen(2)
+    lib = (0.060, 0.060, 0.012)  # (cost, GPU ms, host ms): a 60 us cuBLAS call launched in 12 us
+    assert run_final({LIB: lib, small: (0.059, 0.059, 0.020)})[0] == LIB
+    assert run_final({LIB: lib, big: (0.045, 0.045, 0.020)})[0] == big
+    off = FinalRule.of(Settings(finalists=3, launch_aware_final=False))
+    assert run_final({LIB: lib, small: (0.059, 0.059, 0.020)}, rule=off)[0] == small
+    # no host times recorded (CPU, replayed sweeps): the rule has nothing to weigh
+    assert run_final({LIB: (0.060, None, None), small: (0.059, None, None)})[0] == small
+
+
 def test_a_tie_within_library_margin_goes_to_the_library_kernel():
     """0.5% faster than cuBLAS in the final is within the timer's noise: the library kernel stays;
     2% faster wins; with library_margin=0 the 0.5% one wins."""

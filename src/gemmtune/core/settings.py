@@ -217,6 +217,8 @@ class Settings:
     gpu_rep_ms: float = _f(10.0, _pos("per-choice timing budget on GPU (finalists are re-timed interleaved)"))
     count_host_overhead: bool = _f(True, _bool("GPU: a choice costs max(GPU time, host launch time), "
                                                "as in an eager loop"))
+    launch_aware_final: bool = _f(True, _bool("GPU final: a generated kernel must save more GPU time per call than the "
+                                              "host launch time it adds over the library kernel"))
     l2_flush: str = _f("read", _choice("GPU: evict L2 before each timed run by reading or zeroing a buffer",
                                        L2_FLUSH_MODES))
     cpu_rep_ms: float = _f(50.0, _pos("per-choice timing budget on CPU, at most (blocked_autorange's min_run_time; "

@@ -9,6 +9,11 @@ hits all alike) and the fastest wins, under two rules that favour the library ke
 - host launch time (`count_host_overhead`) may only keep a slow launcher from winning: a kernel
   slower on the GPU than the library kernel never wins (on a slow host torch.mm's own dispatch can
   cost more than its kernel, and a CUDA graph pays GPU time only);
+- launch-aware (`launch_aware_final`): on a GPU a generated kernel must also save more GPU time per
+  call than the host launch time it adds (its `host_ms` over the library kernel's).  Back-to-back
+  timing hides a launcher's host cost behind its kernel; an eager model that is launch-bound pays it
+  in full (a Llama-shaped stack at 64 tokens ran 1.25x slower with Triton picks that saved no GPU time,
+  docs/MODELS.md);
 - a generated kernel must also beat it by more than the noise of the two timings (their relative
   spread, IQR / median, which the CPU timer reports): on a loaded CPU a descheduled thread adds
   whole scheduler ticks to some runs, and a "win" inside that noise is no win.
@@ -40,7 +45,7 @@ class FinalRule:
 
     Example:
         >>> from gemmtune import Settings
-        >>> FinalRule.of(Settings(finalists=2)) == FinalRule(finalists=2, rounds=15, library_margin=0.01)
+        >>> FinalRule.of(Settings(finalists=2)) == FinalRule(finalists=2, rounds=15, library_margin=0.01, launch_aware=True)
         True
     """
 
@@ -48,12 +53,14 @@ class FinalRule:
     rounds: int
     library_margin: float
     noise_limit: float = 0.25  # a final whose timings spread more than this is provisional
+    launch_aware: bool = False  # a generated kernel's GPU saving must exceed the host launch time it adds
 
     @classmethod
     def of(cls, settings: Any) -> "FinalRule":
-        """The rule of a `Settings` (or anything with its fields; `noise_limit` is optional)."""
+        """The rule of a `Settings` (or anything with its fields; `noise_limit` and
+        `launch_aware_final` are optional)."""
         return cls(settings.finalists, settings.finalist_rounds, settings.library_margin,
-                   getattr(settings, "noise_limit", 0.25))
+                   getattr(settings, "noise_limit", 0.25), getattr(settings, "launch_aware_final", False))
 
     @classmethod
     def tune_default(cls) -> "FinalRule":
@@ -152,7 +159,26 @@ def _beats(gen: Timing, lib: Timing, rule: FinalRule) -> bool:
     keep = 1.0 - max(rule.library_margin, _noise_of(gen, lib))
     if gen.ms is None or lib.ms is None:
         return False
-    return gen.ms <= lib.ms * keep and (lib.gpu_ms is None or (gen.gpu_ms or 0.0) <= lib.gpu_ms * keep)
+    if not (gen.ms <= lib.ms * keep and (lib.gpu_ms is None or (gen.gpu_ms or 0.0) <= lib.gpu_ms * keep)):
+        return False
+    return not rule.launch_aware or _saves_its_launch(gen, lib, keep)
+
+
+def _saves_its_launch(gen: Timing, lib: Timing, keep: float) -> bool:
+    """The GPU time `gen` saves per call exceeds the host launch time it adds (unknown times: it does).
+
+    Example:
+        >>> lib = Timing(Choice("aten_mm", None), 0.060, "finalist", gpu_ms=0.060, host_ms=0.012)
+        >>> gen = Choice("triton_mm", "h", family="triton")
+        >>> _saves_its_launch(Timing(gen, 0.059, "finalist", gpu_ms=0.059, host_ms=0.020), lib, 0.99)
+        False
+        >>> _saves_its_launch(Timing(gen, 0.050, "finalist", gpu_ms=0.050, host_ms=0.020), lib, 0.99)
+        True
+    """
+    if None in (gen.gpu_ms, lib.gpu_ms, gen.host_ms, lib.host_ms):
+        return True
+    extra_host = max(0.0, gen.host_ms - lib.host_ms)  # type: ignore[operator]
+    return gen.gpu_ms + extra_host <= lib.gpu_ms * keep  # type: ignore[operator]
 
 
 def _tied(pick: Choice, finalists: Sequence[Choice], records: Mapping[Choice, Timing]) -> bool:
