@@ -95,6 +95,17 @@ def test_warmup_recording_remembers_nothing_and_clear_forgets():
     assert not patching._LINEAR
 
 
+def test_warmup_records_a_problem_the_fast_path_already_knows():
+    """A warm-up's recording forward goes through gemmtune.mm even where the layer has its fast path."""
+    _, patched = _pair(False)
+    x = torch.randn(5, 12)
+    gemmtune.patch(patched, backends=("extern",))
+    patched(x)
+    assert len(patching._LINEAR) == 1
+    report = gemmtune.warmup(patched, x, backends=("extern",), progress=False)
+    assert len(report.rows) == 1 and report.rows[0].calls == 1
+
+
 def test_autocast_takes_the_casting_path():
     plain, patched = _pair(True)
     gemmtune.patch(patched, backends=("extern",))

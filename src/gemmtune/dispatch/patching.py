@@ -44,7 +44,7 @@ _LIBRARY_UIDS = frozenset({"aten_mm", "aten_addmm", "aten_bias_addmm"})  # what 
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """nn.Linear.forward with its matmul run by gemmtune."""
     w, bias = self.weight, self.bias
-    if not (_is_compiling() or _autocast_on()):
+    if api._RECORDER is None and not (_is_compiling() or _autocast_on()):  # recording: gemmtune.mm records
         try:
             fn = _LINEAR[(x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype,
                           None if bias is None else (bias.shape, bias.dtype), getattr(self, _FLAG))]
