@@ -1,4 +1,4 @@
-"""The README's and docs/USAGE.md's code blocks run as pasted: each ```python block in a fresh
+"""The code blocks of the README, docs/USAGE.md and docs/INDUCTOR.md run as pasted: each ```python block in a fresh
 interpreter (temporary cache directory, in-memory store), each `gemmtune ...` line of a ```bash block
 parsed by the real command line (and the cheap ones run).  No document cites a file outside the repo."""
 
@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-DOCS = [REPO / "README.md", REPO / "docs" / "USAGE.md"]
+DOCS = [REPO / "README.md", REPO / "docs" / "USAGE.md", REPO / "docs" / "INDUCTOR.md"]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 
 
