@@ -36,6 +36,17 @@ def _fresh_store(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def memory_store(monkeypatch):
+    """An in-memory store and an empty dispatch dict before and after the test (dispatch-level tests)."""
+    import gemmtune
+
+    monkeypatch.setenv("GEMMTUNE_STORE", "memory")
+    gemmtune.clear_dispatch_cache()
+    yield
+    gemmtune.clear_dispatch_cache()
+
+
+@pytest.fixture
 def sweep_path():
     assert SWEEP.is_file(), f"the reference sweep ships in the repo: {SWEEP}"
     return SWEEP

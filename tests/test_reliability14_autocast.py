@@ -13,12 +13,7 @@ from gemmtune.core.settings import FAMILIES
 CPU_FAMILIES = [f for f in FAMILIES if f != "triton"]
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch, tmp_path):
-    monkeypatch.setenv("GEMMTUNE_STORE", "memory")
-    gemmtune.clear_dispatch_cache()
-    yield
-    gemmtune.clear_dispatch_cache()
+pytestmark = pytest.mark.usefixtures("memory_store")
 
 
 def _operands(op):

@@ -10,12 +10,7 @@ import gemmtune
 from gemmtune.dispatch.patching import patch_report, patched_modules
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.setenv("GEMMTUNE_STORE", "memory")
-    gemmtune.clear_dispatch_cache()
-    yield
-    gemmtune.clear_dispatch_cache()
+pytestmark = pytest.mark.usefixtures("memory_store")
 
 
 def _calls() -> int:

@@ -9,12 +9,7 @@ from torch import nn
 import gemmtune
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.setenv("GEMMTUNE_STORE", "memory")
-    gemmtune.clear_dispatch_cache()
-    yield
-    gemmtune.clear_dispatch_cache()
+pytestmark = pytest.mark.usefixtures("memory_store")
 
 
 def _operands(op):
