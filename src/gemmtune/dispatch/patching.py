@@ -31,14 +31,20 @@ __all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport"]
 _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backends (None allowed)
 
 
-# Per patched problem, once decided: what the layer runs.  Key: the input's and weight's shapes,
-# strides and dtypes, the input's device, the bias's shape and dtype (None: no bias) and the
-# layer's backends.  A library winner runs `F.linear` itself (what an unpatched layer runs: no
-# Python between the layer and cuBLAS), any other winner its dispatch callable on the 2-D view.
+# Per patched problem, once decided: what the layer runs.  Key (`_signature`): the input's, weight's
+# and bias's shapes, strides and dtypes (None: no bias), the input's device and the layer's backends.
+# A library winner runs `F.linear` itself (what an unpatched layer runs: no Python between the layer
+# and cuBLAS), any other winner its dispatch callable on the 2-D view.
 _LINEAR: dict[tuple, Callable[..., torch.Tensor]] = {}
 _is_compiling = torch.compiler.is_compiling
 _autocast_on = _ac.enabled
 _LIBRARY_UIDS = frozenset({"aten_mm", "aten_addmm", "aten_bias_addmm"})  # what F.linear runs
+
+
+def _signature(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backends: object) -> tuple:
+    """The fast path's key (see `_LINEAR`)."""
+    return (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype,
+            None if bias is None else (bias.shape, bias.stride(), bias.dtype), backends)
 
 
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -46,8 +52,7 @@ def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     w, bias = self.weight, self.bias
     if api._RECORDER is None and not (_is_compiling() or _autocast_on()):  # recording: gemmtune.mm records
         try:
-            fn = _LINEAR[(x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype,
-                          None if bias is None else (bias.shape, bias.dtype), getattr(self, _FLAG))]
+            fn = _LINEAR[_signature(x, w, bias, getattr(self, _FLAG))]
         except (KeyError, TypeError, AttributeError):
             pass
         else:
@@ -72,8 +77,7 @@ def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backe
     if found is None or not isinstance(x, torch.Tensor) or x.dim() == 0:
         return
     sel, run = found
-    key = (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype,
-           None if bias is None else (bias.shape, bias.dtype), backends)
+    key = _signature(x, w, bias, backends)
     if sel.winner.template_uid in _LIBRARY_UIDS:
         _LINEAR[key] = F.linear
         return
