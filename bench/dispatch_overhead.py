@@ -11,8 +11,10 @@ is the kernel's time.
     python bench/dispatch_overhead.py --device cpu --out bench/results/dispatch_cpu.json
     python bench/dispatch_overhead.py --shapes 1,16,256x4096x1024 --backends extern
 
-Prints a markdown table: shape, torch.mm µs, gemmtune.mm µs, ratio, winner
-(plus GPU µs columns on CUDA: kernel time per call, back to back) and writes the rows as JSON with --out.
+Prints a markdown table: shape, torch.mm µs, gemmtune.mm µs, ratio, winner, and for a Triton
+winner the same kernel launched without gemmtune (arguments built once, a fresh output per call):
+through Triton's JIT (`kernel[grid](...)`) and through the binary's own launcher; plus GPU µs
+columns on CUDA (kernel time per call, back to back).  Writes the rows as JSON with --out.
 """
 
 from __future__ import annotations
@@ -99,33 +101,70 @@ def measure(M: int, K: int, N: int, *, device: str, dtype: torch.dtype, backends
     # calls per round: enough for round_s of the slower function
     probe = max(_round(torch.mm, a, b, 3, cuda)[0], _round(mm, a, b, 3, cuda, backends)[0])
     n = max(1, min(200_000, int(round_s * 1e6 / max(probe, 1e-3))))
-    rows: dict[str, list[tuple[float, float | None]]] = {"torch": [], "gemmtune": []}
-    for _ in range(rounds):
-        rows["torch"].append(_round(torch.mm, a, b, n, cuda))
-        rows["gemmtune"].append(_round(mm, a, b, n, cuda, backends))
-    torch_us = statistics.median(h for h, _ in rows["torch"])
-    gt_us = statistics.median(h for h, _ in rows["gemmtune"])
     sel = next((s for k, s in api.selections().items()
                 if k[0] == a.shape and k[4] == b.shape and k[2] == a.dtype), None)
+    direct = _direct_launches(sel, a, b) if cuda and sel is not None else {}  # the winner's kernel without gemmtune
+    rows: dict[str, list[tuple[float, float | None]]] = {"torch": [], "gemmtune": [], **{k: [] for k in direct}}
+    for _ in range(rounds):  # interleaved: the host's drift hits every variant alike
+        rows["torch"].append(_round(torch.mm, a, b, n, cuda))
+        rows["gemmtune"].append(_round(mm, a, b, n, cuda, backends))
+        for name, fn in direct.items():
+            rows[name].append(_round(fn, a, b, n, cuda))
+    torch_us = statistics.median(h for h, _ in rows["torch"])
+    gt_us = statistics.median(h for h, _ in rows["gemmtune"])
     row = {"shape": f"{M}x{K}x{N}", "M": M, "K": K, "N": N, "calls_per_round": n, "rounds": rounds,
            "torch_mm_us": torch_us, "gemmtune_mm_us": gt_us, "ratio": gt_us / torch_us,
            "winner": sel.winner.name if sel is not None else "?", "tune_s": tune_s}
     if cuda:
         row["torch_mm_gpu_us"] = statistics.median(g for _, g in rows["torch"])
         row["gemmtune_mm_gpu_us"] = statistics.median(g for _, g in rows["gemmtune"])
+    for name in direct:
+        row[f"{name}_us"] = statistics.median(h for h, _ in rows[name])
     return row
 
 
+def _direct_launches(sel, a: torch.Tensor, b: torch.Tensor) -> dict:
+    """The winner's kernel launched as a Triton user would, arguments built once, a fresh output per
+    call: `jit` through `kernel[grid](...)`, `direct` through the compiled binary's own launcher
+    (gemmtune's FastLaunch).  Empty for library winners and templates without a single-kernel spec."""
+    from gemmtune.templates.registry import default_templates
+
+    template = next((t for t in default_templates() if t.uid == sel.winner.template_uid), None)
+    try:
+        run, make_args = template.launch_spec(sel.winner, sel.problem)
+    except (AttributeError, NotImplementedError):
+        return {}
+    out = torch.empty(sel.problem.out_size, dtype=a.dtype, device=a.device)
+    args = make_args((a, b), out, **sel.winner.runtime_dict)
+    run = run.warmed(args)
+    size, dtype, device, empty = sel.problem.out_size, a.dtype, a.device, torch.empty
+    at = [i for i, x in enumerate(args) if x is out]
+
+    def with_fresh_out(launch):
+        def call(a, b):
+            o = empty(size, dtype=dtype, device=device)
+            full = list(args)
+            for i in at:
+                full[i] = o
+            launch(full)
+            return o
+        return call
+
+    jit = with_fresh_out(lambda full: run.kernel[run.grid](*full, **run.meta))
+    return {"triton_jit": jit} if run.fast is None else {"triton_jit": jit, "direct": with_fresh_out(run.fast)}
+
+
 def table(rows: list[dict], cuda: bool) -> str:
-    head = "| shape (MxKxN) | torch.mm µs | gemmtune.mm µs | ratio | winner |"
-    sep = "|---|---:|---:|---:|---|"
+    head = "| shape (MxKxN) | torch.mm µs | gemmtune.mm µs | ratio | winner | Triton JIT launch µs | direct launch µs |"
+    sep = "|---|---:|---:|---:|---|---:|---:|"
     if cuda:
         head += " torch.mm GPU µs | gemmtune.mm GPU µs |"
         sep += "---:|---:|"
     lines = [head, sep]
     for r in rows:
+        jit, direct = (f"{r[k]:.2f}" if k in r else "-" for k in ("triton_jit_us", "direct_us"))
         line = (f"| {r['shape']} | {r['torch_mm_us']:.2f} | {r['gemmtune_mm_us']:.2f} | {r['ratio']:.2f}x "
-                f"| {r['winner']} |")
+                f"| {r['winner']} | {jit} | {direct} |")
         if cuda:
             line += f" {r['torch_mm_gpu_us']:.2f} | {r['gemmtune_mm_gpu_us']:.2f} |"
         lines.append(line)

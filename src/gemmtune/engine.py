@@ -318,6 +318,8 @@ def _kernel(ki: KernelInputs, winner: Choice, launch, out_layout: str | None) ->
     def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return launch(tensors, out, **rt)
 
+    if hasattr(launch, "bound"):  # the eager dispatch binds the launch to its problem (dispatch/binding.py)
+        setattr(kernel, "bound", lambda *tensors: launch.bound(tensors, **rt))
     return kernel
 
 

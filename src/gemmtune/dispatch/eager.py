@@ -35,6 +35,7 @@ from .. import engine
 from ..core.errors import InputError, NoCandidatesError
 from . import autocast as _ac
 from .autograd import TunedAddmm, TunedMM
+from .binding import bound_on_first_call
 
 __all__ = ["mm", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "dispatched"]
 
@@ -335,7 +336,7 @@ def _runner(op: str, sel: Any, alpha: float, beta: float, backends: tuple[str, .
             return _torch_mm
         if op == "bmm" and uid == "aten_bmm":
             return _torch_bmm
-    kernel = sel.kernel
+    cell = bound_on_first_call(sel.kernel)  # cell[0]: the kernel, bound to this problem once called
     if op == "addmm":
         grad_mm = functools.partial(mm, backends=backends)
 
@@ -343,8 +344,8 @@ def _runner(op: str, sel: Any, alpha: float, beta: float, backends: tuple[str, .
             if a.is_neg() or b.is_neg() or bias.is_neg():  # lazy negation views: kernels read raw memory
                 bias, a, b = bias.resolve_neg(), a.resolve_neg(), b.resolve_neg()
             if (a.requires_grad or b.requires_grad or bias.requires_grad) and _grad_enabled():
-                return TunedAddmm.apply(bias, a, b, kernel, grad_mm, alpha, beta)
-            return kernel(bias, a, b)
+                return TunedAddmm.apply(bias, a, b, cell[0], grad_mm, alpha, beta)
+            return cell[0](bias, a, b)
 
         return run_addmm
     grad_fn = functools.partial(mm if op == "mm" else bmm, backends=backends)
@@ -353,8 +354,8 @@ def _runner(op: str, sel: Any, alpha: float, beta: float, backends: tuple[str, .
         if a.is_neg() or b.is_neg():  # lazy negation views (x.conj().imag): kernels read raw memory
             a, b = a.resolve_neg(), b.resolve_neg()
         if (a.requires_grad or b.requires_grad) and _grad_enabled():
-            return TunedMM.apply(a, b, kernel, grad_fn)
-        return kernel(a, b)
+            return TunedMM.apply(a, b, cell[0], grad_fn)
+        return cell[0](a, b)
 
     return run
 

@@ -9,6 +9,10 @@ specialises exactly as the warm-up call did: same integer arguments (except thos
 excludes from specialisation, e.g. the swizzle) and the same 16-byte alignment of every tensor.
 Any other call, another current device, or a launch hook (profilers set one) goes through the JIT.
 
+`FastLaunch.bind` goes one step further for the eager dispatch, whose key fixes the operands' shapes,
+strides, dtypes and device: it keeps one call's full argument list and changes only the pointers, so
+a warm dispatch builds no arguments at all (`base.bound_launcher`).
+
 Example:
     >>> FastLaunch.build(None, None, (1, 1, 1), {}) is None   # no compiled binary: the JIT path
     True
@@ -16,7 +20,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -105,6 +109,59 @@ class FastLaunch:
     def matches(self, args: Sequence[Any]) -> bool:
         """Whether `args` specialise exactly as the warm-up call's did."""
         return self._pointers(args) is not None
+
+    def bind(self, args: Sequence[Any], inputs: Sequence[torch.Tensor],
+             out: torch.Tensor) -> Callable[[Sequence[torch.Tensor], torch.Tensor], bool] | None:
+        """A launcher for one problem: `args` are one call's runtime arguments, built from the
+        operands `inputs` and the output `out`; every later call `bound(tensors, out)` must have
+        operands of the same shapes, strides, dtypes and device (what a dispatch key fixes), so all
+        integer and float arguments are those of `args` and only the pointers change.  It returns
+        False, launching nothing, where the call would specialise differently (another 16-byte
+        alignment, another device, a launch hook): the caller then takes the general path.  None
+        where `args` cannot be bound (a specialisation other than the warm-up's, an argument tensor
+        that is none of `inputs` or `out`, one operand object passed twice)."""
+        if self._pointers(args) is None or len({id(t) for t in inputs}) != len(inputs):
+            return None
+        sources = [*inputs, out]
+        runtime_at = [i for i, (const, _) in enumerate(self._order) if not const]
+        template: list[Any] = []
+        it = iter(args)
+        for const, value in self._order:
+            template.append(value if const else next(it))
+        slots = []  # (position in the launcher's arguments, index into tensors + [out], 16-byte aligned)
+        for i, aligned in zip(self._tensors, self._aligned):
+            j = next((j for j, t in enumerate(sources) if t is args[i]), None)
+            if j is None:
+                return None
+            slots.append((runtime_at[i], j, aligned))
+            template[runtime_at[i]] = 0  # no reference to this call's tensors is kept
+        return self._bound(tuple(template), tuple(slots))
+
+    def _bound(self, template: tuple, slots: tuple[tuple[int, int, bool], ...]) -> Callable[..., bool]:
+        run, function, packed, device, get_stream, hooked = (self._run, self._function, self._packed, self._device,
+                                                             self._get_stream, self._hooked)
+        g0, g1, g2 = self._grid
+        current_device = torch.cuda.current_device
+
+        def bound(tensors: Sequence[torch.Tensor], out: torch.Tensor) -> bool:
+            if current_device() != device or hooked():
+                return False
+            ptrs = []
+            for t in tensors:
+                if t.get_device() != device:
+                    return False
+                ptrs.append(t.data_ptr())
+            ptrs.append(out.data_ptr())
+            full = list(template)
+            for pos, j, aligned in slots:
+                p = ptrs[j]
+                if (p & 15 == 0) != aligned:
+                    return False
+                full[pos] = p
+            run(g0, g1, g2, get_stream(device), function, packed, None, None, None, *full)
+            return True
+
+        return bound
 
     def __call__(self, args: Sequence[Any]) -> bool:
         """Launch with `args` (the kernel's runtime arguments in order); False, launching nothing,

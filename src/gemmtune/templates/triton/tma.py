@@ -255,4 +255,4 @@ class TritonTMAPersistentTemplate(TritonTemplate):
             bias, sbias = bias_args(bias, out, M, N)
             return (a, b, out, bias, M, N, K, stride_am, stride_b, N, *sbias, ki.alpha, ki.beta, swizzle)
 
-        return swizzled_launcher(ki, example, run, args)
+        return swizzled_launcher(ki, example, run, args, before=None if interp else ensure_allocator)
