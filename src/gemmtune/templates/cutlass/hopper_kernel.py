@@ -72,13 +72,13 @@ class HopperGemm:
             sA: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sA_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sB_layout)], 1024]
 
-        self.storage = Storage
+        self.storage: Any = Storage
         clusters_m = cute.ceil_div(cute.ceil_div(mA.shape[0], self.tile[0]), self.cluster[0])
         clusters_n = cute.ceil_div(cute.ceil_div(mB.shape[0], self.tile[1]), self.cluster[1])
         self.kernel(tma_a, gA, tma_b, gB, mD, mBias, tiled_mma, sA_layout, sB_layout, alpha, swizzle, raster,
                     clusters_m, clusters_n, mA.shape[2]).launch(
             grid=(self.cluster[0], self.cluster[1], max_clusters), block=(self.threads, 1, 1),
-            cluster=self.cluster, smem=Storage.size_in_bytes())
+            cluster=self.cluster, smem=self.storage.size_in_bytes())
 
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, gA: cute.Tensor, tma_b: cute.CopyAtom, gB: cute.Tensor,
@@ -125,7 +125,8 @@ class HopperGemm:
         per_batch = clusters_m * clusters_n
         batch = idx // per_batch
         if cutlass.const_expr(self.fixed_order is not None):
-            swizzle, raster = self.fixed_order
+            fixed: Any = self.fixed_order
+            swizzle, raster = fixed
         cm, cn = tile_order(idx % per_batch, clusters_m, clusters_n, swizzle, raster, cutlass.min)
         return cm * self.cluster[0] + coord[0], cn * self.cluster[1] + coord[1], batch
 
