@@ -26,7 +26,7 @@ import cutlass.utils.hopper_helpers as sm90
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.cute.runtime import from_dlpack
-from cutlass.utils import LayoutEnum
+from cutlass.tensor_utils import LayoutEnum
 
 from .order import tile_order
 
