@@ -6,10 +6,16 @@ run WGMMA on it, clusters of 1x1, 2x1 or 1x2 CTAs multicast A or B.  Compile-tim
 stages, cluster shape.  Runtime arguments: `swizzle` (tiles grouped along the raster direction, as
 triton's GROUP_M) and `raster` ("m" or "n"), so one binary serves all eight orders.
 
-STATUS: groundwork.  The kernel compiles on a CPU-only machine (`CUTE_DSL_ARCH=sm_90a`) but has
-never run on a GPU: until tests/gpu/test_cutlass_gpu.py passes on an H200 and `KERNEL_VALIDATED`
-is set True, `available()` is False ("kernel not validated on a GPU yet") and nothing of this
-template enters the pool.
+STATUS: groundwork.  Checked on a CPU-only machine only (nvidia-cutlass-dsl 4.8.1, Python 3.11,
+`CUTE_DSL_ARCH=sm_90a`): every config of `config_space()` x both B layouts x bias on/off JIT-compiles
+(324 compiles, 0.3-1.4 s each) to sm_90a PTX with wgmma.mma_async and cp.async.bulk.tensor (the
+multicast form in a cluster).  It has never run: until tests/gpu/test_cutlass_gpu.py passes on an H200
+and `KERNEL_VALIDATED` is set True, `available()` is False ("kernel not validated on a GPU yet") and
+nothing of this template enters the pool.  Known gaps: DSL compiles are serialised (its tracing is not
+thread-safe); compiled kernels are not yet cached on disk (`cute.compile` results were not reused
+across processes; `JitCompiledFunction.export_to_c` + `cutlass.runtime.load_module` is the way to
+try); the epilogue stores element by element from registers (no TMA store); each launch builds its
+DLPack views on the host.
 
 Example:
     >>> from gemmtune.templates.cutlass.hopper import config_space, smem_bytes
@@ -191,7 +197,8 @@ def unavailable_reason() -> str | None:
 
 
 def ensure_cache_dir() -> None:
-    """Point the DSL's on-disk kernel cache at gemmtune's cache (unless CUTE_DSL_CACHE_DIR is set)."""
+    """Point the DSL's cache directory at gemmtune's cache (unless CUTE_DSL_CACHE_DIR is set).  It holds
+    the DSL's own IR caches; compiled kernels are not reused from it across processes (4.8.1)."""
     from ...core.settings import cache_dir
 
     os.environ.setdefault("CUTE_DSL_CACHE_DIR", str(cache_dir() / "cutedsl"))

@@ -15,6 +15,7 @@ accumulator from registers, predicated at the M and N edges (TMA fills out-of-bo
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Mapping
 
 import torch
@@ -31,6 +32,10 @@ from cutlass.tensor_utils import LayoutEnum
 from .order import tile_order
 
 WG_THREADS = 128
+_COMPILE_LOCK = threading.Lock()
+"""The DSL's tracing is not thread-safe (4.8.1, checked on CPU: two compiles in two threads fail
+with "An MLIR function requires a Location"; one at a time in a worker thread works), and gemmtune
+compiles in a thread pool: DSL compiles are serialised here.  Parallel compiles would need processes."""
 
 
 class HopperGemm:
@@ -229,9 +234,13 @@ def build(cfg: Mapping[str, Any], dtype: torch.dtype, b_major: str, has_bias: bo
     bias = example[0] if has_bias else None
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 132
     max_clusters = sms // (cfg["cluster_m"] * cfg["cluster_n"])
-    compiled = cute.compile(gemm, *_views(a, b, out, bias), Float32(1.0), Int32(8), Int32(0), Int32(max_clusters))
+    with _COMPILE_LOCK:
+        compiled = cute.compile(gemm, *_views(a, b, out, bias), Float32(1.0), Int32(8), Int32(0), Int32(max_clusters))
 
     def run(a, b, out, bias, swizzle, raster, alpha):
+        for t in (a, b, out, bias):
+            if t is not None and t.data_ptr() % 16:
+                raise ValueError(f"cutlass_hopper: operand at {t.data_ptr():#x} is not 16-byte aligned (TMA)")
         compiled(*_views(a, b, out, bias), Float32(alpha), Int32(swizzle), Int32(raster), Int32(max_clusters))
 
     return run
