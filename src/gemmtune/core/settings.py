@@ -16,12 +16,14 @@ from typing import Any, Callable, Mapping
 from .errors import BackendError, SettingsError
 from .spec import Spec, parse_int
 
-FAMILIES = ("extern", "triton", "numba")
+FAMILIES = ("extern", "triton", "numba", "cutlass")
 """Backend family names accepted by `backends=`:
 
 - ``extern``: library kernels (cuBLAS through aten on GPU; torch.mm/oneDNN and NumPy BLAS on CPU)
 - ``triton``: the Triton GEMM template (NVIDIA GPUs)
 - ``numba``: the JIT-compiled tiled CPU template
+- ``cutlass``: the CuTe DSL Hopper template (optional extra `gemmtune[cutlass]`; not yet in any pool:
+  its kernel awaits validation on a GPU, templates/cutlass/hopper.py)
 """
 
 STRATEGY_NAMES = ("exhaustive", "prescreen", "model_pruned", "default", "budgeted")
@@ -61,7 +63,7 @@ def _families(backends: Any) -> tuple[str, ...]:
     if isinstance(backends, str):
         backends = tuple(b.strip() for b in backends.split(",") if b.strip())
     elif not isinstance(backends, (tuple, list)) or not all(isinstance(b, str) for b in backends):
-        raise ValueError(f"expected None, a string or a tuple of family names ('extern', 'triton', 'numba'), "
+        raise ValueError(f"expected None, a string or a tuple of family names ('extern', 'triton', 'numba', 'cutlass'), "
                          f"got {type(backends).__name__} {backends!r}")
     backends = tuple(backends)
     unknown = [b for b in backends if b not in FAMILIES]

@@ -255,4 +255,4 @@ def check_backends_arg(backends: Any) -> None:
         return
     if not isinstance(backends, (tuple, list)) or not all(isinstance(b, str) for b in backends):
         raise BackendError(f"backends: expected None, a string or a tuple of family names "
-                           f"('extern', 'triton', 'numba'), got {type(backends).__name__} {backends!r}")
+                           f"('extern', 'triton', 'numba', 'cutlass'), got {type(backends).__name__} {backends!r}")

@@ -1,0 +1,99 @@
+"""GPU tests of the CuTe DSL `cutlass_hopper` template (issue #17); skipped without CUDA, a Hopper GPU
+or nvidia-cutlass-dsl.  NOT YET RUN ON A GPU: written on a CPU-only machine, where the kernel only
+compiled.  Once these pass on an H200, set `KERNEL_VALIDATED = True` in templates/cutlass/hopper.py.
+
+Run (bench/cutlass_gpu.sh sets up the DSL):  python -m pytest -q -s tests/gpu/test_cutlass_gpu.py
+"""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from gemmtune.bench.correctness import check, reference
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.templates.cutlass.hopper import CutlassHopperTemplate, dsl_importable
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+pytestmark = pytest.mark.skipif(not (HOPPER and dsl_importable()), reason="needs a Hopper GPU and nvidia-cutlass-dsl")
+
+SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, stages=4, cluster_m=1, cluster_n=1),
+         dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, stages=3, cluster_m=2, cluster_n=1),
+         dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, stages=3, cluster_m=1, cluster_n=2),
+         dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, stages=6, cluster_m=2, cluster_n=1)]
+
+
+def operands(op, M, K, N, dtype, b_layout, batch=1):
+    lead = (batch,) if op == "bmm" else ()
+    a = torch.randn(*lead, M, K, dtype=dtype, device="cuda")
+    b = (torch.randn(*lead, N, K, dtype=dtype, device="cuda").transpose(-1, -2) if b_layout == "k"
+         else torch.randn(*lead, K, N, dtype=dtype, device="cuda"))
+    return (torch.randn(N, dtype=dtype, device="cuda"), a, b) if op == "addmm" else (a, b)
+
+
+def check_all(op, tensors, alpha=1.0, space=SPACE):
+    template = CutlassHopperTemplate(space=space, require_validation=False)
+    ki = KernelInputs.from_tensors(op, *tensors, alpha=alpha)
+    assert template.supports(ki), ki.describe()
+    ref = reference(ki, tensors)  # float64: the correctness gate's reference
+    choices = template.configs(ki)
+    firsts = {c.binary_key: c for c in choices}
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:  # compiles in parallel, as tune() does
+        launchers = dict(zip(firsts, pool.map(lambda c: template.compile(c, ki, tensors), firsts.values())))
+    print(f"\n{ki.describe()}: {len(firsts)} binaries compiled in {time.perf_counter() - t0:.1f} s (4 threads)")
+    for c in choices:
+        out = torch.full(ki.out_size, float("nan"), dtype=ki.dtype, device="cuda")
+        launchers[c.binary_key](tensors, out, **c.runtime_dict)
+        torch.cuda.synchronize()
+        assert check(ki, out, ref) is None, (c.key, check(ki, out, ref))
+        err = (out.double() - ref).abs().max().item()
+        assert err <= 2e-2 * ref.abs().max().item() + 1e-2, (c.key, err)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("b_layout", ["k", "n"])
+@pytest.mark.parametrize("M,K,N", [(333, 264, 520), (64, 64, 64), (1000, 1032, 776), (7, 512, 4104)])
+def test_mm_odd_sizes_every_swizzle_and_raster(dtype, b_layout, M, K, N):
+    check_all("mm", operands("mm", M, K, N, dtype, b_layout))
+
+
+@pytest.mark.parametrize("b_layout", ["k", "n"])
+def test_addmm_bias_and_alpha(b_layout):
+    check_all("addmm", operands("addmm", 333, 264, 520, torch.bfloat16, b_layout), alpha=0.5)
+
+
+@pytest.mark.parametrize("b_layout", ["k", "n"])
+def test_bmm(b_layout):
+    check_all("bmm", operands("bmm", 200, 136, 264, torch.float16, b_layout, batch=3))
+
+
+def _time(fn, reps=50):
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def test_runtime_swizzle_costs_little_vs_compile_time_constant():
+    """Prints (does not assert) the runtime-order kernel's time against one with the order baked in."""
+    from gemmtune.templates.cutlass import hopper_kernel
+
+    cfg = SPACE[0]
+    a, b = operands("mm", 4096, 4096, 4096, torch.bfloat16, "k")
+    ki = KernelInputs.from_tensors("mm", a, b)
+    out = torch.empty(ki.out_size, dtype=ki.dtype, device="cuda")
+    for swizzle, raster in [(1, 0), (8, 0), (8, 1)]:
+        runtime = hopper_kernel.build(cfg, ki.dtype, "k", False, (a, b), ki)
+        fixed = hopper_kernel.build(cfg, ki.dtype, "k", False, (a, b), ki, fixed_order=(swizzle, raster))
+        t_rt = _time(lambda: runtime(a, b, out, None, swizzle, raster, 1.0))
+        t_ct = _time(lambda: fixed(a, b, out, None, swizzle, raster, 1.0))
+        t_lib = _time(lambda: torch.mm(a, b, out=out))
+        print(f"\n4096^3 bf16 swizzle={swizzle} raster={'mn'[raster]}: runtime {t_rt * 1e3:.1f} us, "
+              f"constant {t_ct * 1e3:.1f} us ({t_rt / t_ct - 1:+.1%}), cuBLAS {t_lib * 1e3:.1f} us")
