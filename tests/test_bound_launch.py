@@ -115,3 +115,18 @@ def test_dispatch_entry_binds_once_with_the_first_operands():
     cell = bound_on_first_call(kernel)
     assert [cell[0](1, 2), cell[0](1, 2)] == ["general", "general"]
     assert bound_on_first_call(len)[0] is len  # nothing to bind
+
+
+def test_bound_launcher_fetches_scratch_buffers_per_call(launches):
+    fast, calls = launches
+    ki = KernelInputs.from_tensors("mm", torch.ones(4, 16), torch.ones(16, 16))
+    scratch = [torch.ones(8)]
+    args = lambda tensors, out, swizzle: (tensors[0], scratch[0], out, 64, swizzle)  # noqa: E731
+    a, b = torch.ones(4, 16), torch.ones(16, 16)
+    bound = bound_launcher(ki, KernelLaunch(None, (3, 2, 1), {}, fast), args, None, (a, b), 5,
+                           buffers=lambda device: (scratch[0],))
+    assert bound is not None
+    scratch[0] = torch.ones(8)  # another stream's buffer, say
+    out = bound(a, b)
+    assert calls[-1][9:12] == (a.data_ptr(), scratch[0].data_ptr(), out.data_ptr())
+    assert bound_launcher(ki, KernelLaunch(None, (3, 2, 1), {}, fast), args, None, (a, b), 5) is None  # unknown tensor

@@ -7,6 +7,7 @@ kernel's numerics by tests/gpu/test_cutlass_gpu.py."""
 from __future__ import annotations
 
 import itertools
+import dataclasses
 import logging
 
 import pytest
@@ -50,8 +51,24 @@ def test_without_a_hopper_gpu_or_validation_the_reason_says_which(fresh_reason, 
     assert hopper.unavailable_reason() == "no CUDA device"
     hopper.unavailable_reason.cache_clear()
     monkeypatch.setattr(hopper, "_hopper_gpu", lambda: None)
-    assert hopper.unavailable_reason() == hopper.NOT_VALIDATED  # KERNEL_VALIDATED is False today
+    assert hopper.unavailable_reason() is None and CutlassHopperTemplate().available()  # validated on an H200
+    hopper.unavailable_reason.cache_clear()
+    monkeypatch.setattr(hopper, "KERNEL_VALIDATED", False)  # a kernel change awaiting the GPU tests
+    assert hopper.unavailable_reason() == hopper.NOT_VALIDATED
     assert not CutlassHopperTemplate().available() and CutlassHopperTemplate(require_validation=False).available()
+
+
+def test_opt_in_family_only_a_backends_naming_it_pools_it(fresh_reason, monkeypatch):
+    from gemmtune.templates.registry import active_templates
+
+    monkeypatch.setattr(hopper, "dsl_importable", lambda: True)
+    monkeypatch.setattr(hopper, "_hopper_gpu", lambda: None)
+    monkeypatch.setattr(CutlassHopperTemplate, "supports", lambda self, ki: True)  # as on a Hopper GPU
+    ki = _ki()
+    ki = dataclasses.replace(ki, operands=tuple(dataclasses.replace(t, device="cuda:0") for t in ki.operands))  # GPU
+    t = CutlassHopperTemplate()
+    assert "cutlass_hopper" not in [x.uid for x in active_templates(ki, None, [t])]
+    assert [x.uid for x in active_templates(ki, ("extern", "cutlass"), [t])] == ["cutlass_hopper"]
 
 
 def test_cpu_problems_are_never_supported_and_tuning_still_works():

@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--device", default=None)
     w.add_argument("--dtype", default=None, help="override every shape's dtype")
     w.add_argument("--only", default="", help="comma-separated shape names")
+    w.add_argument("--backends", default=None,
+                   help="comma-separated families to sweep (default: the device's own; e.g. extern,cutlass)")
     sub.add_parser("simulate", add_help=False,
                    help="replay search strategies on recorded timings: regret vs work (gemmtune simulate -h)")
     c = sub.add_parser("cache", help="inspect and ship the store of picks")
@@ -141,7 +143,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     device = check_device(args.device)
     for spec in specs:
         check_fits(spec, device, "--suite")
-    added = sweep(specs, args.out, device, Settings.from_env(),
+    added = sweep(specs, args.out, device, Settings.from_env(backends=args.backends),
                   log=lambda m: out.print(m), command="gemmtune sweep " + " ".join(sys.argv[2:]))
     out.print(f"recorded {added} new shapes in {args.out}")
     return 0

@@ -97,3 +97,22 @@ def test_runtime_swizzle_costs_little_vs_compile_time_constant():
         t_lib = _time(lambda: torch.mm(a, b, out=out))
         print(f"\n4096^3 bf16 swizzle={swizzle} raster={'mn'[raster]}: runtime {t_rt * 1e3:.1f} us, "
               f"constant {t_ct * 1e3:.1f} us ({t_rt / t_ct - 1:+.1%}), cuBLAS {t_lib * 1e3:.1f} us")
+
+
+def test_one_binary_serves_other_shapes_in_the_process():
+    """A and B have dynamic layouts: the second shape reuses the first one's binary (no compile) and is right."""
+    from gemmtune.templates.cutlass import hopper_kernel
+
+    template = CutlassHopperTemplate(space=SPACE[:1], require_validation=False)
+    first = operands("mm", 333, 264, 520, torch.bfloat16, "k")
+    ki1 = KernelInputs.from_tensors("mm", *first)
+    c1 = template.configs(ki1)[0]
+    template.compile(c1, ki1, first)
+    compiled = len(hopper_kernel._COMPILED)
+    second = operands("mm", 1000, 1032, 776, torch.bfloat16, "k")
+    ki2 = KernelInputs.from_tensors("mm", *second)
+    c2 = next(c for c in template.configs(ki2) if c.config == c1.config)
+    t0 = time.perf_counter()
+    launch = template.compile(c2, ki2, second)
+    assert len(hopper_kernel._COMPILED) == compiled and time.perf_counter() - t0 < 0.2
+    assert check(ki2, launch(second, **c2.runtime_dict), reference(ki2, second)) is None

@@ -22,8 +22,8 @@ FAMILIES = ("extern", "triton", "numba", "cutlass")
 - ``extern``: library kernels (cuBLAS through aten on GPU; torch.mm/oneDNN and NumPy BLAS on CPU)
 - ``triton``: the Triton GEMM template (NVIDIA GPUs)
 - ``numba``: the JIT-compiled tiled CPU template
-- ``cutlass``: the CuTe DSL Hopper template (optional extra `gemmtune[cutlass]`; not yet in any pool:
-  its kernel awaits validation on a GPU, templates/cutlass/hopper.py)
+- ``cutlass``: the CuTe DSL Hopper template (optional extra `gemmtune[cutlass]`; opt-in: only a
+  `backends` naming it pools it, templates/cutlass/hopper.py says why)
 """
 
 STRATEGY_NAMES = ("exhaustive", "prescreen", "model_pruned", "default", "budgeted")

@@ -25,8 +25,9 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
     `hopper=True` (the default; `Settings(hopper_templates=False)` or `GEMMTUNE_HOPPER_TEMPLATES=0`
     turns it off) adds `triton_splitk` (offered for small M*N with a deep K), `triton_skinny`
     (one-launch split-K, M <= 256), `triton_gemv` (M <= 4) and `triton_tma_persistent` (compute
-    capability >= 9) and, once its kernel is validated on a GPU and where nvidia-cutlass-dsl and a
-    Hopper GPU are present, `cutlass_hopper` (`gemmtune[cutlass]`; skipped with one log line otherwise).  `preview=True` (`Settings(preview_templates=True)`, `GEMMTUNE_PREVIEW_TEMPLATES=1`)
+    capability >= 9) and, where nvidia-cutlass-dsl and a Hopper GPU are present, `cutlass_hopper`
+    (`gemmtune[cutlass]`, an opt-in family; skipped with one log line otherwise).  `preview=True`
+    (`Settings(preview_templates=True)`, `GEMMTUNE_PREVIEW_TEMPLATES=1`)
     adds the templates of `PREVIEW_TEMPLATES`, those not yet proven on a GPU (none today).
 
     Example:

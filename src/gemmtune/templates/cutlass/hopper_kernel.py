@@ -1,5 +1,5 @@
-"""The CuTe DSL source of `cutlass_hopper` (issue #17).  NOT VALIDATED ON A GPU: it JIT-compiles on
-a CPU-only machine for sm_90a; whether it runs and is correct is for tests/gpu/test_cutlass_gpu.py.
+"""The CuTe DSL source of `cutlass_hopper`.  Checked on an H200 by tests/gpu/test_cutlass_gpu.py
+(odd sizes, both B layouts, bias, bmm, every swizzle and raster order, against float64).
 
 D[l] = alpha * A[l] @ B[l] (+ bias) in fp16/bf16 with fp32 accumulation.  A is (M, K, L) K-major;
 B is (N, K, L), K-major (nn.Linear weight) or N-major (row-major [K, N] B); D is (M, N, L) N-major.
@@ -36,6 +36,7 @@ _COMPILE_LOCK = threading.Lock()
 """The DSL's tracing is not thread-safe (4.8.1, checked on CPU: two compiles in two threads fail
 with "An MLIR function requires a Location"; one at a time in a worker thread works), and gemmtune
 compiles in a thread pool: DSL compiles are serialised here.  Parallel compiles would need processes."""
+_COMPILED: dict[tuple, Any] = {}  # this process's binaries (see `build`), under _COMPILE_LOCK
 
 
 class HopperGemm:
@@ -234,8 +235,15 @@ def build(cfg: Mapping[str, Any], dtype: torch.dtype, b_major: str, has_bias: bo
     bias = example[0] if has_bias else None
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 132
     max_clusters = sms // (cfg["cluster_m"] * cfg["cluster_n"])
+    # A, B and D have dynamic layouts: one binary serves every shape of these layouts in this process.
+    # The bias view's layout is static (broadcast strides): with a bias the output shape is in the key.
+    key = (tuple(sorted(cfg.items())), dtype, b_major, has_bias, fixed_order, a.device, max_clusters,
+           tuple(out.shape) if has_bias else None)
     with _COMPILE_LOCK:
-        compiled = cute.compile(gemm, *_views(a, b, out, bias), Float32(1.0), Int32(8), Int32(0), Int32(max_clusters))
+        compiled = _COMPILED.get(key)
+        if compiled is None:
+            compiled = _COMPILED[key] = cute.compile(gemm, *_views(a, b, out, bias), Float32(1.0), Int32(8), Int32(0),
+                                                     Int32(max_clusters))
 
     def run(a, b, out, bias, swizzle, raster, alpha):
         for t in (a, b, out):  # TMA operands and the 16-byte-assumed output; the bias is read element-wise

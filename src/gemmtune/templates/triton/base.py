@@ -219,12 +219,14 @@ def warmed(ki: KernelInputs, example: Sequence[torch.Tensor], make_args: Callabl
 
 def swizzled_launcher(ki: KernelInputs, example: Sequence[torch.Tensor], run: KernelLaunch,
                       args: Callable[[Sequence[torch.Tensor], torch.Tensor, int], tuple],
-                      before: Callable[[], None] | None = None) -> Callable[..., torch.Tensor]:
+                      before: Callable[[], None] | None = None,
+                      buffers: Callable[[torch.device], tuple] | None = None) -> Callable[..., torch.Tensor]:
     """The launcher of a one-kernel template with a runtime swizzle: `launch(tensors, out=None,
     swizzle=STAGE1_SWIZZLE)` runs `run` on `args(tensors, out, swizzle)`.  `run` is compiled and
     loaded now (`warmed`, from the example call).  `launch.bound(tensors, swizzle)` is the launcher
     bound to one problem (`bound_launcher`); `before()` runs before each of its launches (what
-    `args` does per call besides building arguments, e.g. installing an allocator).
+    `args` does per call besides building arguments, e.g. installing an allocator), and
+    `buffers(device)` gives the scratch tensors `args` passes besides the operands and the output.
 
     Example:
         >>> import os, unittest.mock
@@ -241,19 +243,21 @@ def swizzled_launcher(ki: KernelInputs, example: Sequence[torch.Tensor], run: Ke
         return out
 
     setattr(launch, "bound", lambda tensors, swizzle=STAGE1_SWIZZLE: bound_launcher(ki, run, args, launch, tensors,
-                                                                                   swizzle, before))
+                                                                                   swizzle, before, buffers))
     return launch
 
 
 def bound_launcher(ki: KernelInputs, run: KernelLaunch, args: Callable[..., tuple], launch: Callable[..., torch.Tensor],
                    tensors: Sequence[torch.Tensor], swizzle: int,
-                   before: Callable[[], None] | None = None) -> Callable[..., torch.Tensor] | None:
+                   before: Callable[[], None] | None = None,
+                   buffers: Callable[[torch.device], tuple] | None = None) -> Callable[..., torch.Tensor] | None:
     """`launch` bound to one problem and swizzle: `fn(*tensors)` for operands with the shapes,
     strides, dtypes and device of `tensors` (a dispatch key's problem) allocates the output and
     launches the binary with the first call's arguments, changing only the pointers: no argument
     building per call.  A call the binding cannot serve (another alignment, device, a profiler's
-    launch hook) goes through `launch`.  None where there is no direct path (the interpreter, an
-    unbindable argument list).
+    launch hook) goes through `launch`.  `buffers(device)`: the scratch tensors `args` adds (fetched
+    again per call: they may differ per stream).  None where there is no direct path (the
+    interpreter, an unbindable argument list).
 
     Example:
         >>> bound_launcher(None, KernelLaunch(None, (1,), {}), lambda t, out, s: (), None, [], 1) is None
@@ -262,16 +266,18 @@ def bound_launcher(ki: KernelInputs, run: KernelLaunch, args: Callable[..., tupl
     if run.fast is None:
         return None
     first = output(ki, tensors, None)
-    bind = run.fast.bind(args(tensors, first, swizzle), tensors, first)
+    device = first.device
+    scratch = (lambda: ()) if buffers is None else (lambda: buffers(device))
+    bind = run.fast.bind(args(tensors, first, swizzle), (*tensors, *scratch()), first)
     if bind is None:
         return None
-    size, dtype, device, empty = ki.out_size, ki.dtype, first.device, torch.empty
+    size, dtype, empty = ki.out_size, ki.dtype, torch.empty
 
     def bound(*operands: torch.Tensor) -> torch.Tensor:
         out = empty(size, dtype=dtype, device=device)
         if before is not None:
             before()
-        if bind(operands, out):
+        if bind(operands if buffers is None else (*operands, *scratch()), out):
             return out
         return launch(operands, out, swizzle)
 

@@ -150,4 +150,4 @@ class TritonSkinnyTemplate(TritonTemplate):
         def args(tensors, out, swizzle):
             return (*gemm_args(ki, tensors, out), *buffers.get(tensors[-1].device), swizzle)
 
-        return swizzled_launcher(ki, example, run, args)
+        return swizzled_launcher(ki, example, run, args, buffers=buffers.get)
