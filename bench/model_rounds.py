@@ -59,8 +59,11 @@ def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
         import gemmtune.inductor as gi
 
         model = torch.compile(model, mode="max-autotune-no-cudagraphs")
-        with gi.installed():
+        with gi.installed() as handler:
             fn()
+        for pick in {id(p): p for p in handler.picks.values()}.values():  # what Inductor was told to build
+            print(f"  inductor_gemmtune: {pick.problem}: {pick.source} (exact={pick.exact}, "
+                  f"{len(pick.entries)} entries)", file=sys.stderr)
     for _ in range(3):
         fn()
     torch.cuda.synchronize()

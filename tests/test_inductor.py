@@ -7,6 +7,7 @@ tested for real here; Triton entries are built here and run in tests/gpu/test_in
 
 from __future__ import annotations
 
+import pickle
 import sys
 
 import pytest
@@ -146,6 +147,8 @@ def test_unknown_ops_and_uninstall_leave_inductor_alone():
     handler = gi.install(tune_on_miss=False)
     assert V.choices is handler and isinstance(handler, gi.require())
     assert config.inductor_choices_class() is handler and isinstance(handler.uuid(), str)  # other threads too
+    # Inductor's FX-graph cache key pickles the config on some torch versions: the factory pickles.
+    assert pickle.loads(pickle.dumps(config.inductor_choices_class)) == handler.uuid()
     gi.uninstall()
     assert V.choices is before and isinstance(V.choices, InductorChoices)
     assert config.inductor_choices_class is factory

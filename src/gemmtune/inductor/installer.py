@@ -61,9 +61,38 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     prior_thread = virtualized._choices._get_handler(False)
     _PRIOR.append((config.inductor_choices_class, prior_thread))
     if all_threads:
-        config.inductor_choices_class = lambda: handler
+        config.inductor_choices_class = HandlerFactory(handler)
     V.set_choices_handler(handler)
     return handler
+
+
+class HandlerFactory:
+    """`config.inductor_choices_class` for an installed handler: calling it gives the handler.  It
+    pickles as the handler's `uuid()`: torch versions that pickle the config for the FX-graph cache
+    key (2.11 does) then cache graphs compiled with gemmtune instead of failing to pickle a closure.
+
+    Example:
+        >>> import pickle
+        >>> class H:
+        ...     def uuid(self): return "u1"
+        >>> h = H()
+        >>> HandlerFactory(h)() is h, pickle.loads(pickle.dumps(HandlerFactory(h)))
+        (True, 'u1')
+    """
+
+    def __init__(self, handler: Any):
+        self.handler = handler
+
+    def __call__(self) -> Any:
+        return self.handler
+
+    def __reduce__(self) -> tuple:
+        return (_handler_uuid, (self.handler.uuid(),))
+
+
+def _handler_uuid(uuid: str) -> str:
+    """What a pickled `HandlerFactory` loads as: its handler's uuid (only the key's bytes matter)."""
+    return uuid
 
 
 def uninstall() -> None:
