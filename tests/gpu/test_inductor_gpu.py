@@ -163,3 +163,19 @@ def test_a_split_k_pick_lets_inductor_time_only_a_few():
         out = torch.compile(lambda x, y: x @ y, mode="max-autotune-no-cudagraphs", fullgraph=True)(a, b)
     _close(out, a @ b)
     assert probe.choices <= len(pick.entries), probe.names
+
+
+def test_fed_compile_is_not_served_from_a_plain_compile_in_the_fx_graph_cache(tmp_path, monkeypatch):
+    """A graph compiled without gemmtune, cached, must not answer the same graph compiled with it:
+    the installed factory's pickle (the handler's uuid) is part of Inductor's FX-graph cache key."""
+    from torch._inductor import config
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    x, w1, w2 = operands()
+    with config.patch(fx_graph_cache=True, autotune_local_cache=True):
+        torch.compile(two_gemms, mode="max-autotune-no-cudagraphs", fullgraph=True)(x, w1, w2)
+        torch._dynamo.reset()
+        with gi.installed() as handler:
+            out = torch.compile(two_gemms, mode="max-autotune-no-cudagraphs", fullgraph=True)(x, w1, w2)
+    _close(out, two_gemms(x, w1, w2))
+    assert handler.stats["hit"] + handler.stats["miss"] >= 2, handler.stats  # consulted: not a cache replay
