@@ -39,15 +39,28 @@ VARIANTS = ("eager", "gemmtune", "inductor", "inductor_default", "gemmtune_compi
 # also: "gemmtune_library" (warm-up with backends=("extern",): the patched layers' own host cost)
 
 
+def own_frame(model: Any, variant: str) -> Callable[..., Any]:
+    """`model` called through a function with its own code object.  Dynamo keeps compiled programs
+    per code object, and with nn.Module inlining a second `torch.compile` of an equal model in an
+    equal mode reuses the first one's program: a fed compile after a plain one then never reaches
+    gemmtune (seen on the H200: no pick was asked for).  Each compiled variant gets its own frame."""
+    namespace: dict[str, Any] = {}
+    exec(compile("def forward(*args):\n    return model(*args)\n", f"<model_rounds {variant}>", "exec"),
+         {"model": model}, namespace)
+    return namespace["forward"]
+
+
 def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
     """A callable running one forward of `variant` on its own copy of `base` (compiled / warmed up)."""
     model = copy.deepcopy(base)
+    if variant in ("gemmtune_compile", "inductor", "inductor_default", "inductor_gemmtune"):
+        model = own_frame(gemmtune.patch(model) if variant == "gemmtune_compile" else model, variant)
     if variant == "gemmtune":
         gemmtune.warmup(model, *inputs, progress=False)
     elif variant == "gemmtune_library":  # picks among library kernels only: the patch's own host cost
         gemmtune.warmup(model, *inputs, backends=("extern",), progress=False)
     elif variant == "gemmtune_compile":
-        model = torch.compile(gemmtune.patch(model))
+        model = torch.compile(model)
     elif variant == "inductor":
         model = torch.compile(model, mode="max-autotune-no-cudagraphs")
     elif variant == "inductor_default":
@@ -61,6 +74,8 @@ def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
         model = torch.compile(model, mode="max-autotune-no-cudagraphs")
         with gi.installed() as handler:
             fn()
+        if not handler.stats["hit"] + handler.stats["miss"]:
+            raise SystemExit("inductor_gemmtune: Inductor never asked gemmtune (a reused compiled program?)")
         for pick in {id(p): p for p in handler.picks.values()}.values():  # what Inductor was told to build
             print(f"  inductor_gemmtune: {pick.problem}: {pick.source} (exact={pick.exact}, "
                   f"{len(pick.entries)} entries)", file=sys.stderr)
