@@ -44,7 +44,8 @@ KERNEL_FILE = Path(__file__).with_name("hopper_kernel.py")
 ORDER_FILE = Path(__file__).with_name("order.py")
 DSL_DISTRIBUTION = "nvidia-cutlass-dsl"
 KERNEL_VALIDATED = True
-"""Set True once tests/gpu/test_cutlass_gpu.py passes on a Hopper GPU (bench/cutlass_gpu.sh)."""
+"""True: tests/gpu/test_cutlass_gpu.py passed on a Hopper GPU with this kernel (bench/cutlass_gpu.sh).
+Set it False while a kernel change awaits that run: the template then stays out of every pool."""
 NOT_VALIDATED = "kernel not validated on a GPU yet"
 
 DEFAULT_SMEM = 232_448  # Hopper's opt-in shared memory per block
