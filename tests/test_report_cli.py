@@ -162,7 +162,7 @@ def test_cli_suite_prints_summary(tmp_path, capsys):
     (["--shape", "12x0x3"], "positive integer"),
     (["--shape", "12x3"], "MxKxN"),
     (["--dtype", "int8"], "unsupported dtype"),
-    (["--backends", "cutlass"], "unknown family"),
+    (["--backends", "cublas"], "unknown family"),
 ])
 def test_cli_bad_input_is_a_clear_error(args, needle, capsys):
     assert main(["tune", "--no-progress", "--device", "cpu", *args]) == 2

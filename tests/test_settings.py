@@ -145,7 +145,7 @@ def test_accepted_values_and_normalisation():
 def test_effort_presets_are_typed_and_complete():
     assert tuple(EFFORTS) == EFFORT_NAMES and all(isinstance(e, Effort) for e in EFFORTS.values())
     assert EFFORTS["quick"].changes() == {"strategy": "model_pruned", "stage0_n": 8, "top_x": 2, "finalists": 2,
-                                          "gpu_rep_ms": 5.0, "cpu_rep_ms": 10.0, "finalist_rounds": 7, "cpu_configs": 2}
+                                          "gpu_rep_ms": 5.0, "cpu_rep_ms": 10.0, "finalist_rounds": 3, "cpu_configs": 2}
     with pytest.raises(SettingsError, match="effort bad: top_x: must be >= 1"):
         Effort("bad", "", top_x=0)
 

@@ -291,9 +291,8 @@ def _strategy(ki: KernelInputs, templates: Sequence[Template], settings: Setting
 
 
 def _stage1(templates: Sequence[Template], settings: Settings) -> dict[str, dict[str, Any]]:
-    if settings.stage1_runtime is not None:
-        return {t.uid: dict(settings.stage1_runtime) for t in templates}
-    return {t.uid: dict(t.default_runtime) for t in templates}
+    return {t.uid: dict(t.default_runtime if settings.stage1_runtime is None else settings.stage1_runtime)
+            for t in templates}
 
 
 def _timings(choices: Sequence[Choice], compiled: CompileResult, bench: Bench) -> tuple[Timing, ...]:
@@ -310,15 +309,13 @@ def _timings(choices: Sequence[Choice], compiled: CompileResult, bench: Bench) -
 
 def _kernel(ki: KernelInputs, winner: Choice, launch, out_layout: str | None) -> Callable[..., torch.Tensor]:
     rt = winner.runtime_dict
-    if out_layout == "col":
-        def col_kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-            return launch(tensors, empty_output(ki.out_size, ki.dtype, ki.device, "col") if out is None else out, **rt)
-        return col_kernel
 
     def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        if out is None and out_layout == "col":
+            out = empty_output(ki.out_size, ki.dtype, ki.device, "col")
         return launch(tensors, out, **rt)
 
-    if hasattr(launch, "bound"):  # the eager dispatch binds the launch to its problem (dispatch/binding.py)
+    if hasattr(launch, "bound") and out_layout != "col":  # the eager dispatch binds it (dispatch/binding.py)
         setattr(kernel, "bound", lambda *tensors: launch.bound(tensors, **rt))
     return kernel
 

@@ -353,7 +353,7 @@ class Effort:
 
 EFFORTS: Mapping[str, Effort] = MappingProxyType({e.name: e for e in (
     Effort("quick", "fewer binaries, finalists and timing", strategy="model_pruned", stage0_n=8, top_x=2,
-           finalists=2, gpu_rep_ms=5.0, cpu_rep_ms=10.0, finalist_rounds=7, cpu_configs=2),
+           finalists=2, gpu_rep_ms=5.0, cpu_rep_ms=10.0, finalist_rounds=3, cpu_configs=2),
     # default: the field defaults, chosen from the replays in docs/DATASET.md and the H200 runs.
     Effort("default", "the field defaults"),
     # Every choice of the "max" spaces (>= 100 configs per Triton template) is timed.

@@ -76,8 +76,9 @@ class HandlerFactory:
         >>> class H:
         ...     def uuid(self): return "u1"
         >>> h = H()
-        >>> HandlerFactory(h)() is h, pickle.loads(pickle.dumps(HandlerFactory(h)))
-        (True, 'u1')
+        >>> import copy
+        >>> HandlerFactory(h)() is h, pickle.loads(pickle.dumps(HandlerFactory(h))), copy.deepcopy(HandlerFactory(h))() is h
+        (True, 'u1', True)
     """
 
     def __init__(self, handler: Any):
@@ -88,6 +89,12 @@ class HandlerFactory:
 
     def __reduce__(self) -> tuple:
         return (_handler_uuid, (self.handler.uuid(),))
+
+    def __copy__(self) -> "HandlerFactory":  # torch copies config values: a copy is this factory, not its uuid
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "HandlerFactory":
+        return self
 
 
 def _handler_uuid(uuid: str) -> str:
