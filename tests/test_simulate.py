@@ -287,7 +287,11 @@ def test_cli_errors(sweep_path, monkeypatch, capsys):
     monkeypatch.setattr(sim, "SHIPPED", "data/does-not-exist.jsonl.gz")
     assert simulate_main([]) == 2
     assert "--dataset" in capsys.readouterr().err
+    capsys.readouterr()
     assert simulate_main(["--dataset", str(sweep_path), "--strategy", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gemmtune simulate: error: ") and err.count("\n") == 1
+    assert "model_pruned[n=20]" in err  # spec names keep their brackets (no console markup eats them)
 
 
 def test_gemmtune_dataset_dims_and_compile_times(tmp_path):

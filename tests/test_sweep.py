@@ -37,6 +37,17 @@ def test_sweep_records_every_choice_and_resumes(tmp_path, capsys):
         assert replay(s, "exhaustive", StrategyOptions()).regret_pct == 0.0
 
 
+def test_sweep_backends_sweeps_only_those_families(tmp_path, capsys):
+    out = tmp_path / "lib.jsonl"
+    assert main(["sweep", "--suite", str(suite(tmp_path)), "--out", str(out), "--device", "cpu", "--only", "a",
+                 "--backends", "extern"]) == 0
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()][1:]
+    assert {c["family"] for c in rec["choices"]} == {"extern"}
+    assert main(["sweep", "--suite", str(suite(tmp_path)), "--out", str(out), "--device", "cpu",
+                 "--backends", "cublas"]) == 2
+    assert "unknown family" in capsys.readouterr().err
+
+
 def test_reference_sweep_is_imported(sweep_path):
     meta, shapes = load_dataset(sweep_path)
     assert meta["format"] == "reference-sweep" and len(shapes) == 6

@@ -208,7 +208,9 @@ def simulate_main(argv: Sequence[str] | None = None) -> int:
         if args.plot:
             plot_regret_vs_work(report, args.plot)
     except (ValueError, OSError, RuntimeError) as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}")
+        import sys  # one plain line: no rich markup, which would eat the specs' "[x=5,...]"
+
+        sys.stderr.write(f"gemmtune simulate: error: {' '.join(str(exc).split())}\n")
         return 2
     return 0
 
