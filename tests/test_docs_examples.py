@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-DOCS = [REPO / "README.md", REPO / "docs" / "USAGE.md", REPO / "docs" / "INDUCTOR.md"]
+DOCS = [REPO / "README.md", REPO / "docs" / "USAGE.md", REPO / "docs" / "INDUCTOR.md", REPO / "docs" / "CUTLASS.md"]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 
 
