@@ -36,7 +36,9 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     thread (`V.set_choices_handler`) and, with `all_threads` (the default), as
     `config.inductor_choices_class` (other threads; its `uuid()` keys Inductor's FX-graph cache, so a
     graph compiled without gemmtune is not reused).  `handler.stats` counts hits, misses, tunes and stale
-    entries; `uninstall()` restores what was there.
+    entries; `uninstall()` restores what was there.  A program Dynamo compiled before `install()` keeps
+    its choices, and a later `torch.compile` of an equal model in an equal mode may be served that
+    program (`handler.stats` then stays empty): install first, or `torch._dynamo.reset()`.
 
     Raises InductorUnavailable when the installed torch has no Inductor lookup table.
 
