@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #17: set up nvidia-cutlass-dsl 4.8.1 (cu13) on the GPU machine from the wheels carried in
+# The CuTe DSL template (docs/CUTLASS.md): set up nvidia-cutlass-dsl 4.8.1 (cu13) on the GPU machine from the wheels carried in
 # .whl/ (git-ignored; made on the CPU machine, see the commit that added this file) and run the
 # cutlass_hopper checks.  The machine has no network.  The carry limit is 64 MiB, so the files come
 # in two folders (each call may carry one; what is extracted into .cutedsl/ stays while the machine

@@ -1,5 +1,5 @@
 """The `cutlass_hopper` template on a CPU-only machine: skipped with one log line, never an error;
-its src_hash, shared-memory fit, config space, runtime space and tile order (issue #17).
+its src_hash, shared-memory fit, config space, runtime space and tile order (docs/CUTLASS.md).
 
 The DSL compile itself is exercised by bench/cutlass_compile.py (needs nvidia-cutlass-dsl); the
 kernel's numerics by tests/gpu/test_cutlass_gpu.py."""

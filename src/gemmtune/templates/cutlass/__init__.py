@@ -1,4 +1,4 @@
-"""CUTLASS CuTe DSL templates (optional extra `gemmtune[cutlass]`; issue #17).
+"""CUTLASS CuTe DSL templates (optional extra `gemmtune[cutlass]`; docs/CUTLASS.md).
 
 Nothing here imports the DSL at import time: `hopper_kernel` is imported by `compile` only.
 

@@ -1,4 +1,4 @@
-"""The `cutlass_hopper` template: a CuTe DSL (nvidia-cutlass-dsl 4.x) Hopper GEMM (issue #17).
+"""The `cutlass_hopper` template: a CuTe DSL (nvidia-cutlass-dsl 4.x) Hopper GEMM (docs/CUTLASS.md).
 
 The kernel (`hopper_kernel.py`) is a warp-specialised persistent GEMM for sm_90: one producer
 warpgroup issues TMA loads into a `stages`-deep shared-memory ring, one or two consumer warpgroups
