@@ -65,11 +65,13 @@ def test_a_new_store_carries_the_marker_and_schema_version(tmp_path):
     assert db.execute("SELECT value FROM gemmtune_meta WHERE key='schema_version'").fetchone()[0] == "1"
 
 
-def test_an_unmarked_store_with_exactly_our_tables_is_adopted_with_its_picks(tmp_path, recwarn):
+@pytest.mark.parametrize("provisional", [False, True])  # both table sets stores had before the marker
+def test_an_unmarked_store_with_exactly_our_tables_is_adopted_with_its_picks(tmp_path, recwarn, provisional):
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
     db.executescript(SCHEMA)
-    db.execute("DROP TABLE provisional_picks")  # the tables a store had before the marker existed
+    if not provisional:
+        db.execute("DROP TABLE provisional_picks")
     db.execute("INSERT INTO timings VALUES ('env','p','tmpl','h',?, '{}', 1.0, 'ok', 'final', 0)", (ROWS[0].config,))
     db.execute("INSERT INTO picks VALUES ('env','p','d','tmpl','h',?, '{}', 1.0, 'final', 0)", (ROWS[0].config,))
     db.commit()

@@ -25,7 +25,9 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "not_ours"]
 EXPORT_FORMAT = "gemmtune-store/1"  # the format tag of `gemmtune cache export` files
 APPLICATION_ID = 0x676D7475  # "gmtu"
 SCHEMA_VERSION = 1
-_OUR_TABLES = frozenset({"envs", "timings", "picks"})  # a store from before the marker has exactly these
+# A store from before the marker has exactly these tables, with or without provisional_picks (it came
+# a little before the marker did).
+_OUR_TABLES = (frozenset({"envs", "timings", "picks"}), frozenset({"envs", "timings", "picks", "provisional_picks"}))
 
 
 def not_ours(path: Path) -> str | None:
@@ -53,7 +55,7 @@ def not_ours(path: Path) -> str | None:
     tables = _tables(path)
     if tables is None:
         return "an unmarked SQLite database whose tables cannot be read"
-    if tables and tables != _OUR_TABLES:  # no table: nothing to lose (an older gemmtune killed while opening)
+    if tables and tables not in _OUR_TABLES:  # no table: nothing to lose (an older gemmtune killed while opening)
         shown = ", ".join(sorted(tables)[:5]) or "none"
         return f"a SQLite database without gemmtune's marker, with tables: {shown}"
     return None
