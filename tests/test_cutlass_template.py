@@ -89,7 +89,7 @@ def test_family_is_known_and_the_template_is_described():
     t = CutlassHopperTemplate()
     assert "cutlass" in FAMILIES and (t.uid, t.family) == ("cutlass_hopper", "cutlass")
     assert dict(t.runtime_space) == {"swizzle": (1, 2, 4, 8), "raster": ("m", "n")}
-    assert t.default_runtime == {"swizzle": 8, "raster": "m"}
+    assert t.default_runtime == {"swizzle": 8, "raster": "n"}  # chosen on the H200 sweep (docs/CUTLASS.md)
     choices = t.configs(_ki())
     assert len(choices) == 8 * len(t.compile_configs(_ki()))
     assert len({c.binary_key for c in choices}) == len(t.compile_configs(_ki()))  # runtime shares a binary

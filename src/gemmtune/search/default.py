@@ -24,10 +24,13 @@ def settings_default(name: str) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def template_stage1() -> Mapping[str, Mapping[str, Any]]:
-    """Each shipped template's stage-1 runtime values, by uid."""
+    """Each shipped template's stage-1 runtime values, by uid (usable here or not: a replay of recorded
+    timings needs the values `tune` would use on the machine that recorded them)."""
     from ..templates import default_templates
+    from ..templates.cutlass import CutlassHopperTemplate  # pooled only where the DSL and a Hopper GPU are
 
-    return {t.uid: dict(t.default_runtime) for t in default_templates() if t.default_runtime}
+    shipped = [*default_templates(), CutlassHopperTemplate]
+    return {t.uid: dict(t.default_runtime) for t in shipped if t.default_runtime}
 
 
 def default_options(options: StrategyOptions | None = None) -> StrategyOptions:

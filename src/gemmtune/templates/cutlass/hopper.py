@@ -53,7 +53,9 @@ SMEM_RESERVE = 1024  # scalars, alignment padding and the scheduler's bookkeepin
 CLUSTERS = ((1, 1), (2, 1), (1, 2))
 SWIZZLES = (1, 2, 4, 8)
 RASTERS = ("m", "n")
-STAGE1_SWIZZLE = 8  # as the Triton templates' stage-1 swizzle (chosen on the H200 replay data)
+STAGE1_SWIZZLE = 8  # stage 1 of the prescreen times every config at this order: chosen on this template's
+STAGE1_RASTER = "n"  # H200 sweep (data/sweep_h200_bf16_cutlass.jsonl.gz), the order with the least regret
+# at small X (X=1: 0.75%, X=2: 0.09%, X=3: 0; docs/CUTLASS.md)
 DTYPES = (torch.float16, torch.bfloat16)
 OPS = ("mm", "addmm", "bmm")
 
@@ -217,7 +219,7 @@ class CutlassHopperTemplate(Template):
     src_hash = kernel_src_hash()
     native_devices: tuple[str, ...] = ()  # opt-in: only a `backends` naming "cutlass" pools it (module doc)
     runtime_space: Mapping[str, Sequence[Any]] = {"swizzle": SWIZZLES, "raster": RASTERS}
-    default_runtime: Mapping[str, Any] = {"swizzle": STAGE1_SWIZZLE, "raster": "m"}
+    default_runtime: Mapping[str, Any] = {"swizzle": STAGE1_SWIZZLE, "raster": STAGE1_RASTER}
 
     def __init__(self, space: Sequence[Mapping[str, Any]] | None = None, size: str = "default",
                  require_validation: bool = True):
@@ -253,7 +255,7 @@ class CutlassHopperTemplate(Template):
         has_bias = ki.op == "addmm" and ki.beta != 0.0
         run = hopper_kernel.build(choice.config_dict, ki.dtype, b_major, has_bias, example, ki)
 
-        def launch(tensors, out=None, swizzle=STAGE1_SWIZZLE, raster="m"):
+        def launch(tensors, out=None, swizzle=STAGE1_SWIZZLE, raster=STAGE1_RASTER):
             bias, a, b = split_operands(ki, tensors)
             if out is None:
                 out = torch.empty(ki.out_size, dtype=ki.dtype, device=a.device)
