@@ -29,7 +29,7 @@ def template_stage1() -> Mapping[str, Mapping[str, Any]]:
     from ..templates import default_templates
     from ..templates.cutlass import CutlassHopperTemplate  # pooled only where the DSL and a Hopper GPU are
 
-    shipped = [*default_templates(), CutlassHopperTemplate]
+    shipped = [*default_templates(), CutlassHopperTemplate()]
     return {t.uid: dict(t.default_runtime) for t in shipped if t.default_runtime}
 
 
