@@ -136,3 +136,15 @@ def test_tile_order_rasters():
     assert [tile_order(i, 2, 3, 1, 1) for i in range(2)] == [(0, 0), (1, 0)]  # raster n, swizzle 1: M first
     assert [tile_order(i, 4, 4, 2, 0) for i in range(4)] == [(0, 0), (1, 0), (0, 1), (1, 1)]
     assert [tile_order(i, 4, 4, 2, 1) for i in range(4)] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_naming_cutlass_where_it_cannot_run_says_why(fresh_reason, monkeypatch):
+    monkeypatch.setattr(hopper, "dsl_version", lambda: None)
+    a, b = torch.randn(8, 16), torch.randn(16, 8)
+    with pytest.raises(gemmtune.NoCandidatesError, match=r"cutlass_hopper: nvidia-cutlass-dsl is not installed"):
+        gemmtune.tune("mm", a, b, backends=("cutlass",))
+    hopper.unavailable_reason.cache_clear()
+    monkeypatch.setattr(hopper, "dsl_importable", lambda: True)
+    monkeypatch.setattr(hopper, "_hopper_gpu", lambda: "no CUDA device")
+    with pytest.raises(gemmtune.NoCandidatesError, match=r"cutlass_hopper: no CUDA device"):
+        gemmtune.tune("mm", a, b, backends=("cutlass",))

@@ -24,7 +24,7 @@ from .core.settings import CPU_CANNOT_WIN, Settings, isolation_for
 from .store.sqlite import Row, Store, canon, env_info, env_key, open_store
 from .search import STRATEGIES, ProblemDims, StrategyOptions, for_device
 from .search.final import Decision, FinalRule, final_decision
-from .templates import active_templates
+from .templates import active_templates, skipped_note
 from .templates.base import Template
 
 log = logging.getLogger("gemmtune")
@@ -122,8 +122,8 @@ def _choices(ki: KernelInputs, active: Sequence[Template], op: str, finalize: Se
         hooks.append(LookupTable.load(settings.lookup_table))
     choices = heuristics.get_template_configs(ki, active, op, hooks)
     if not choices:
-        raise NoCandidatesError(f"{ki.describe()}: no template offers a candidate for "
-                                f"{ki.dtype} on {ki.device} with backends={settings.backends}")
+        raise NoCandidatesError(f"{ki.describe()}: no template offers a candidate for {ki.dtype} on {ki.device} "
+                                f"with backends={settings.backends}{skipped_note(settings.backends)}")
     return choices
 
 

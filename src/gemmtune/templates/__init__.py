@@ -11,6 +11,6 @@ Example:
 """
 
 from .base import Template
-from .registry import PREVIEW_TEMPLATES, active_templates, default_templates
+from .registry import PREVIEW_TEMPLATES, active_templates, default_templates, skipped_note
 
-__all__ = ["Template", "PREVIEW_TEMPLATES", "default_templates", "active_templates"]
+__all__ = ["Template", "PREVIEW_TEMPLATES", "default_templates", "active_templates", "skipped_note"]

@@ -73,3 +73,19 @@ def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
 
     return [t for t in pool if wanted(t) and t.supports(ki)]
 
+
+
+def skipped_note(backends: Sequence[str] | None) -> str:
+    """Why a family named in `backends` has no template here at all (a template left out of the pool
+    where it cannot run), as "; <template>: <why>" for an error message; empty when nothing was left out.
+
+    Example:
+        >>> skipped_note(None), skipped_note(("extern",))
+        ('', '')
+    """
+    if not backends or "cutlass" not in backends:
+        return ""
+    from .cutlass.hopper import unavailable_reason
+
+    reason = unavailable_reason()
+    return f"; cutlass_hopper: {reason}" if reason else ""
