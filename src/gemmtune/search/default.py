@@ -26,10 +26,9 @@ def settings_default(name: str) -> Any:
 def template_stage1() -> Mapping[str, Mapping[str, Any]]:
     """Each shipped template's stage-1 runtime values, by uid (usable here or not: a replay of recorded
     timings needs the values `tune` would use on the machine that recorded them)."""
-    from ..templates import default_templates
-    from ..templates.cutlass import CutlassHopperTemplate  # pooled only where the DSL and a Hopper GPU are
+    from ..templates.registry import default_templates, optional_templates
 
-    shipped = [*default_templates(), CutlassHopperTemplate()]
+    shipped = [*default_templates(), *optional_templates()]
     return {t.uid: dict(t.default_runtime) for t in shipped if t.default_runtime}
 
 

@@ -89,6 +89,11 @@ class Template(ABC):
     def is_extern(self) -> bool:
         return self.src_hash is None
 
+    def unavailable(self) -> str | None:
+        """Why this template cannot run on this machine at all (None: it can).  An optional template
+        (`registry.OPTIONAL_TEMPLATES`) joins the pool only where this is None."""
+        return None
+
     @abstractmethod
     def supports(self, ki: KernelInputs) -> bool:
         """Whether this template can run `ki` at all (op, dtype, device)."""

@@ -49,13 +49,22 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
                  TritonTMAPersistentTemplate(size=size)]
     if preview:
         pool += [factory(size=size) for factory in PREVIEW_TEMPLATES]
-    if hopper:
-        from .cutlass import CutlassHopperTemplate
-
-        cutlass = CutlassHopperTemplate(size=size)
-        if cutlass.available():  # else skipped, with one log line (templates/cutlass/hopper.py)
-            pool.append(cutlass)
+    if hopper:  # an optional template not usable here is skipped, with one log line (its `unavailable()`)
+        pool += [t for t in optional_templates(size) if t.unavailable() is None]
     return pool + [NumbaMMTemplate()]
+
+
+def optional_templates(size: str = "default") -> list[Template]:
+    """The shipped templates that join the pool only where they can run (`Template.unavailable()` None):
+    `cutlass_hopper` (nvidia-cutlass-dsl and a Hopper GPU).
+
+    Example:
+        >>> [t.uid for t in optional_templates()]
+        ['cutlass_hopper']
+    """
+    from .cutlass import CutlassHopperTemplate
+
+    return [CutlassHopperTemplate(size=size)]
 
 
 def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
@@ -76,16 +85,14 @@ def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
 
 
 def skipped_note(backends: Sequence[str] | None) -> str:
-    """Why a family named in `backends` has no template here at all (a template left out of the pool
-    where it cannot run), as "; <template>: <why>" for an error message; empty when nothing was left out.
+    """Why the optional templates of a family named in `backends` are not in the pool here, as
+    "; <template>: <why>" for an error message; empty when none was left out.
 
     Example:
         >>> skipped_note(None), skipped_note(("extern",))
         ('', '')
     """
-    if not backends or "cutlass" not in backends:
+    if not backends:
         return ""
-    from .cutlass.hopper import unavailable_reason
-
-    reason = unavailable_reason()
-    return f"; cutlass_hopper: {reason}" if reason else ""
+    reasons = [(t.uid, t.unavailable()) for t in optional_templates() if t.family in backends]
+    return "".join(f"; {uid}: {why}" for uid, why in reasons if why)

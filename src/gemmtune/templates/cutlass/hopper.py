@@ -234,6 +234,9 @@ class CutlassHopperTemplate(Template):
         reason = unavailable_reason()
         return reason is None or (reason == NOT_VALIDATED and not self.require_validation)
 
+    def unavailable(self) -> str | None:
+        return None if self.available() else unavailable_reason()
+
     def supports(self, ki: KernelInputs) -> bool:
         return (ki.device_type == "cuda" and ki.op in OPS and ki.dtype in DTYPES and self.available()
                 and tma_layout(ki) is not None and (ki.op != "addmm" or ki.beta in (0.0, 1.0)))
