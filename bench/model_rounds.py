@@ -36,7 +36,8 @@ import models  # noqa: E402  (sets fresh cache directories before torch is impor
 
 torch, gemmtune = models.torch, models.gemmtune
 VARIANTS = ("eager", "gemmtune", "inductor", "inductor_default", "gemmtune_compile", "inductor_gemmtune")
-# also: "gemmtune_library" (warm-up with backends=("extern",): the patched layers' own host cost)
+# also: "gemmtune_library" (warm-up with backends=("extern",): the patched layers' own host cost) and
+# "gemmtune_unchecked" (warm-up without its in-model check: the tuned picks as they are)
 
 
 def own_frame(model: Any, variant: str) -> Callable[..., Any]:
@@ -53,10 +54,14 @@ def own_frame(model: Any, variant: str) -> Callable[..., Any]:
 def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
     """A callable running one forward of `variant` on its own copy of `base` (compiled / warmed up)."""
     model = copy.deepcopy(base)
-    if variant in ("gemmtune_compile", "inductor", "inductor_default", "inductor_gemmtune"):
+    if variant in ("gemmtune_compile", "inductor", "inductor_default", "inductor_gemmtune", "inductor_gemmtune_alone"):
         model = own_frame(gemmtune.patch(model) if variant == "gemmtune_compile" else model, variant)
-    if variant == "gemmtune":
-        gemmtune.warmup(model, *inputs, progress=False)
+    if variant in ("gemmtune", "gemmtune_unchecked"):
+        # unchecked: the tuned picks, no in-model check.  Its backends are spelled out so that its
+        # dispatch entries are not the checked variant's (one dispatch dict per process).
+        report = gemmtune.warmup(model, *inputs, progress=False, in_model=variant == "gemmtune",
+                                 backends=None if variant == "gemmtune" else ("extern", "triton"))
+        print(report.table(), file=sys.stderr)
     elif variant == "gemmtune_library":  # picks among library kernels only: the patch's own host cost
         gemmtune.warmup(model, *inputs, backends=("extern",), progress=False)
     elif variant == "gemmtune_compile":
@@ -65,20 +70,22 @@ def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
         model = torch.compile(model, mode="max-autotune-no-cudagraphs")
     elif variant == "inductor_default":
         model = torch.compile(model)
-    elif variant not in ("eager", "inductor_gemmtune"):
+    elif variant not in ("eager", "inductor_gemmtune", "inductor_gemmtune_alone"):
         raise SystemExit(f"--variants: unknown variant {variant!r}")
     fn = lambda: models.output_of(model, inputs)  # noqa: E731
-    if variant == "inductor_gemmtune":  # Inductor builds gemmtune's picks (tuned on a miss), benchmarks nothing
+    if variant in ("inductor_gemmtune", "inductor_gemmtune_alone"):  # Inductor builds gemmtune's picks
         import gemmtune.inductor as gi
 
+        # alone: each pick by itself (nothing benchmarked); default: a library pick with its fusion companion
         model = torch.compile(model, mode="max-autotune-no-cudagraphs")
-        with gi.installed() as handler:
+        with gi.installed(fusion=variant == "inductor_gemmtune") as handler, gi.benchmark_probe() as counted:
             fn()
+        print(f"  {variant}: Inductor benchmarked {counted.choices} choices; {dict(handler.stats)}", file=sys.stderr)
         if not handler.stats["hit"] + handler.stats["miss"]:
             raise SystemExit("inductor_gemmtune: Inductor never asked gemmtune (a reused compiled program?)")
         for pick in {id(p): p for p in handler.picks.values()}.values():  # what Inductor was told to build
-            print(f"  inductor_gemmtune: {pick.problem}: {pick.source} (exact={pick.exact}, "
-                  f"{len(pick.entries)} entries)", file=sys.stderr)
+            print(f"  {variant}: {pick.problem}: {pick.source} (exact={pick.exact}, "
+                  f"{len(pick.entries)} entries, {len(pick.companions)} companions)", file=sys.stderr)
     for _ in range(3):
         fn()
     torch.cuda.synchronize()

@@ -297,6 +297,40 @@ def test_a_pick_its_call_cannot_build_gets_a_stand_in():
     assert handler._choose(lib, [T("triton::mm", mm_template.src_hash)], None, "addmm") == {}  # built elsewhere
 
 
+def test_a_library_pick_brings_its_best_triton_config_so_inductor_can_weigh_the_fusion():
+    class T:
+        def __init__(self, uid, src_hash=None):
+            self.uid, self.src_hash = uid, src_hash
+
+    from torch._inductor.kernel.mm import mm_template
+
+    near = [Measured("aten_mm", {}, {}, 0.010), Measured("triton_mm", TILE, {"swizzle": 4}, 0.012),
+            Measured("triton_mm", dict(TILE, BLOCK_M=16), {"swizzle": 8}, 0.025)]
+    lib = gi.entries_for(cuda_problem(M=16), choice("aten_mm", {}, src_hash=None), near)
+    companion = {"template_id": "triton::mm", "template_hash": mm_template.src_hash, **TILE, "GROUP_M": 4,
+                 "EVEN_K": True, **ACC}
+    assert lib.exact and lib.entries == ({"template_id": "aten::mm"},) and lib.companions == (companion,)
+    assert lib.json_entries() == [{"template_id": "aten::mm"}, companion]  # a written table offers both
+    far = [near[0], Measured("triton_mm", TILE, {"swizzle": 4}, 0.014)]  # 1.4x the library: no companion
+    assert gi.entries_for(cuda_problem(M=16), choice("aten_mm", {}, src_hash=None), far).companions == ()
+    assert gi.entries_for(cuda_problem(M=16), choice("aten_mm", {}, src_hash=None), near, fusion=False).companions == ()
+    triton = gi.entries_for(cuda_problem(M=16), choice("triton_mm", TILE, {"swizzle": 4}), near)
+    assert triton.companions == ()  # a Triton pick fuses its epilogue itself
+
+    offered = [T("aten::mm"), T("triton::mm", mm_template.src_hash)]
+    handler = gi.install(tune_on_miss=False)
+    kwargs = {k: v for k, v in companion.items() if k not in ("template_id", "template_hash")}
+    assert handler._choose(lib, offered, None, "mm") == {"aten::mm": [{}], "triton::mm": [kwargs]}
+    assert handler.stats["companion"] == 1
+    add = gi.entries_for(cuda_problem("addmm", M=16), choice("aten_addmm", {}, src_hash=None),
+                         [Measured("aten_addmm", {}, {}, 0.010), near[1]])
+    assert handler._choose(add, [T("triton::mm", mm_template.src_hash)], None, "addmm") == {"triton::mm": [kwargs]}
+    gi.uninstall()
+    alone = gi.install(tune_on_miss=False, fusion=False)
+    assert alone._choose(lib, offered, None, "mm") == {"aten::mm": [{}]}
+    assert alone.uuid() != handler.uuid()  # a graph compiled with companions is not served to one without
+
+
 def test_an_addmm_pick_also_answers_its_unfused_mm():
     x, w, b = torch.randn(16, 8), torch.randn(12, 8), torch.randn(12)
     sel = gemmtune.tune("addmm", b, x, w.t(), backends=("extern",))

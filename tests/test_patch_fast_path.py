@@ -110,3 +110,34 @@ def test_autocast_takes_the_casting_path():
         out, ref = patched(x), plain(x)
     assert out.dtype == ref.dtype == torch.bfloat16
     torch.testing.assert_close(out, ref)
+
+
+def test_a_weight_kept_outside_the_parameter_dict_is_read_as_the_layer_reads_it():
+    """A parametrised weight (a property, not in `_parameters`) takes the general path, correctly."""
+    from torch.nn.utils import parametrize
+
+    class Doubled(nn.Module):
+        def forward(self, w: torch.Tensor) -> torch.Tensor:
+            return 2 * w
+
+    plain, patched = _pair(False, seed=2)
+    parametrize.register_parametrization(plain, "weight", Doubled())
+    parametrize.register_parametrization(patched, "weight", Doubled())
+    gemmtune.patch(patched, backends=("extern",))
+    x = torch.randn(5, 12)
+    for _ in range(3):  # the first call tunes, the later ones must not reuse a stale weight
+        torch.testing.assert_close(patched(x), plain(x))
+    with torch.no_grad():
+        patched.parametrizations.weight.original.mul_(-1)
+        plain.parametrizations.weight.original.mul_(-1)
+    torch.testing.assert_close(patched(x), plain(x))
+
+
+def test_a_decided_library_input_skips_the_weight_signature(monkeypatch):
+    """Once a layer's input signature is decided for F.linear, its warm call runs F.linear at once."""
+    plain, patched = _pair(True, seed=3)
+    gemmtune.patch(patched, backends=("extern",))
+    x = torch.randn(4, 12)
+    patched(x)
+    monkeypatch.setattr(patching, "_signature", lambda *a: pytest.fail("the full signature was built"))
+    torch.testing.assert_close(patched(x), plain(x))

@@ -249,6 +249,25 @@ def dispatched(op: str, tensors: tuple, alpha: float = 1.0, beta: float = 1.0,
     return None if sel is None or fn is None else (sel, fn)
 
 
+def canonical_key(op: str, tensors: tuple, alpha: float, beta: float, backends: Any, out_layout: Any) -> tuple:
+    """The key a tuned problem's entry and Selection are kept under (what `recording()` yields)."""
+    return _key(op, _resolved(tensors), float(alpha), float(beta), backends, out_layout)
+
+
+def runner_of(op: str, canon: tuple) -> Callable[..., torch.Tensor] | None:
+    return _TABLES[op].get(canon)  # the callable the dict runs for a tuned problem (None: not tuned here)
+
+
+def replace_runner(op: str, old: Callable, new: Callable, keys: Sequence[tuple] | None = None) -> list[tuple]:
+    """Entries of `op` running `old` (a problem's key spellings, or just `keys`) run `new`; their keys."""
+    with _LOCK:
+        table = _TABLES[op]
+        chosen = [k for k in (table if keys is None else keys) if table.get(k) is old]
+        for k in chosen:
+            table[k] = new
+        return chosen
+
+
 # -- the miss path -------------------------------------------------------------------------------
 
 def _key(op: str, tensors: Sequence[torch.Tensor], alpha: Any, beta: Any, backends: Any, out_layout: Any) -> tuple:
@@ -314,7 +333,7 @@ def _build(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[s
            out_layout: str | None, canon: tuple) -> Callable[..., torch.Tensor]:
     global _TUNES
     if _is_empty(op, tensors):
-        return _torch_fallback(op, alpha, beta, out_layout)
+        return library_runner(op, alpha, beta, out_layout)
     with torch.no_grad(), _ac.disabled(tensors):  # tune runs every candidate: no graphs, NumPy needs grad-free tensors
         sel = _tune_fn()(op, *(t.detach() for t in tensors), backends=backends, alpha=alpha, beta=beta,
                          out_layout=out_layout)
@@ -377,8 +396,8 @@ def _is_empty(op: str, tensors: Sequence[torch.Tensor]) -> bool:
     return a.numel() == 0 or b.numel() == 0
 
 
-def _torch_fallback(op: str, alpha: float, beta: float, out_layout: str | None) -> Callable[..., torch.Tensor]:
-    """Empty problems (M, N, K or batch is 0) have nothing to tune: torch computes them (zeros or beta*bias)."""
+def library_runner(op: str, alpha: float, beta: float, out_layout: str | None) -> Callable[..., torch.Tensor]:
+    """torch's own op for a problem: empty problems (nothing to tune), recording, the in-model check."""
     if op == "mm":
         fn: Callable[..., torch.Tensor] = torch.mm
     elif op == "bmm":
@@ -389,6 +408,7 @@ def _torch_fallback(op: str, alpha: float, beta: float, out_layout: str | None) 
     if out_layout != "col":
         return fn
     return lambda *t: to_col(fn(*t))
+
 
 
 # -- helpers shared with gemmtune.dispatch.library ---------------------------------------------------------------
@@ -462,7 +482,7 @@ def _record(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[
     if rec is None:
         rec = _RECORDER[canon] = Recorded(op, tuple(t.detach() for t in tensors), alpha, beta, backends, out_layout)
     rec.calls += 1
-    return _torch_fallback(op, alpha, beta, out_layout)
+    return library_runner(op, alpha, beta, out_layout)
 
 
 def prepare(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,

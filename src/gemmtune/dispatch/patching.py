@@ -15,7 +15,7 @@ alone, as are lazy layers that are not yet materialised.
 from __future__ import annotations
 
 import sys
-import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -26,7 +26,7 @@ from torch import nn
 from . import autocast as _ac
 from . import eager as api
 
-__all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport"]
+__all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library"]
 
 _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backends (None allowed)
 
@@ -36,9 +36,26 @@ _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backe
 # A library winner runs `F.linear` itself (what an unpatched layer runs: no Python between the layer
 # and cuBLAS), any other winner its dispatch callable on the 2-D view.
 _LINEAR: dict[tuple, Callable[..., torch.Tensor]] = {}
+# Where each entry came from: key -> (Selection, the winner's callable, the layer's `_Decided`, input key),
+# so that `set_library` can send a problem to `F.linear` and back (`gemmtune.warmup`'s in-model check).
+_ORIGIN: dict[tuple, tuple[Any, Callable[..., torch.Tensor], "_Decided", tuple]] = {}
 _is_compiling = torch.compiler.is_compiling
 _autocast_on = _ac.enabled
 _LIBRARY_UIDS = frozenset({"aten_mm", "aten_addmm", "aten_bias_addmm"})  # what F.linear runs
+_linear = F.linear
+
+
+class _Decided(set):
+    """One patched layer's inputs (shape, strides, dtype, device) whose problem runs `F.linear`.
+
+    The cheapest check on a layer's warm path: `F.linear` is right for any weight, so a library
+    decision needs no look at the weight (a generated winner is looked up by the full signature)."""
+
+    __hash__ = object.__hash__  # type: ignore[assignment]  # one per layer, in a WeakSet: identity, not contents
+    __eq__ = object.__eq__  # type: ignore[assignment]
+
+
+_DECIDED: "weakref.WeakSet[_Decided]" = weakref.WeakSet()
 
 
 def _signature(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backends: object) -> tuple:
@@ -47,39 +64,56 @@ def _signature(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, back
             None if bias is None else (bias.shape, bias.stride(), bias.dtype), backends)
 
 
-def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """nn.Linear.forward with its matmul run by gemmtune."""
-    w, bias = self.weight, self.bias
-    if api._RECORDER is None and not (_is_compiling() or _autocast_on()):  # recording: gemmtune.mm records
-        try:
-            fn = _LINEAR[_signature(x, w, bias, getattr(self, _FLAG))]
-        except (KeyError, TypeError, AttributeError):
-            pass
-        else:
-            return fn(x, w, bias)
-    return _linear_slow(self, x, w, bias)
+def _forward_of(layer: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """nn.Linear.forward of `layer` with its matmul run by gemmtune."""
+    decided = _Decided()
+    _DECIDED.add(decided)
+    # Read straight from the parameter dict: `layer.weight` goes through nn.Module.__getattr__, about
+    # half a microsecond each.  A weight kept anywhere else (a parametrisation, weight norm's hook)
+    # raises KeyError here and takes the general path, which reads `layer.weight`.
+    params: dict[str, Any] = layer._parameters  # type: ignore[assignment]
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if api._RECORDER is None and not (_is_compiling() or _autocast_on()):  # recording: gemmtune.mm records
+            try:
+                if (x.shape, x.stride(), x.dtype, x.device) in decided:
+                    return _linear(x, params["weight"], params["bias"])
+                w, bias = params["weight"], params["bias"]
+                fn = _LINEAR[_signature(x, w, bias, getattr(layer, _FLAG))]
+            except (KeyError, TypeError, AttributeError):
+                pass
+            else:
+                return fn(x, w, bias)
+        return _linear_slow(layer, decided, x)
+
+    forward.__gemmtune_decided__ = decided  # type: ignore[attr-defined]
+    return forward
 
 
-def _linear_slow(self: nn.Linear, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _linear_slow(layer: nn.Module, decided: _Decided, x: torch.Tensor) -> torch.Tensor:
     """The first call of a problem (tunes it through gemmtune.mm / addmm), then remembers the fast path."""
-    backends = getattr(self, _FLAG)
+    w: torch.Tensor = layer.weight  # type: ignore[assignment]
+    bias: torch.Tensor | None = layer.bias  # type: ignore[assignment]
+    backends = getattr(layer, _FLAG)
     x2 = x.unsqueeze(0) if x.dim() == 1 else x.reshape(-1, x.shape[-1])
     tensors = (x2, w.t()) if bias is None else (bias, x2, w.t())
     y = api.mm(*tensors, backends=backends) if bias is None else api.addmm(*tensors, backends=backends)
     out = y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
     if not (_is_compiling() or _autocast_on()):
-        _remember(x, w, bias, backends, api.dispatched("mm" if bias is None else "addmm", tensors, backends=backends))
+        found = api.dispatched("mm" if bias is None else "addmm", tensors, backends=backends)
+        _remember(x, w, bias, backends, found, decided)
     return out
 
 
 def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backends: object,
-              found: tuple[Any, Callable[..., torch.Tensor]] | None) -> None:
+              found: tuple[Any, Callable[..., torch.Tensor]] | None, decided: _Decided) -> None:
     if found is None or not isinstance(x, torch.Tensor) or x.dim() == 0:
         return
     sel, run = found
-    key = _signature(x, w, bias, backends)
+    key, coarse = _signature(x, w, bias, backends), (x.shape, x.stride(), x.dtype, x.device)
     if sel.winner.template_uid in _LIBRARY_UIDS:
-        _LINEAR[key] = F.linear
+        _LINEAR[key] = _linear
+        decided.add(coarse)
         return
     k, n = x.shape[-1], w.shape[0]
 
@@ -88,9 +122,34 @@ def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backe
         return y.reshape(*x.shape[:-1], n)
 
     _LINEAR[key] = kernel
+    _ORIGIN[key] = (sel, kernel, decided, coarse)
 
 
-api._CLEAR_HOOKS.append(_LINEAR.clear)
+def set_library(selection: Any, library: bool) -> int:
+    """Patched layers whose problem `selection` decided run `F.linear` (`library=True`) or the
+    selection's winner again (False); returns how many layer inputs were switched.
+
+    Example:
+        >>> set_library(object(), True)
+        0
+    """
+    switched = 0
+    for key, (sel, kernel, decided, coarse) in list(_ORIGIN.items()):
+        if sel is selection:
+            _LINEAR[key] = _linear if library else kernel
+            (decided.add if library else decided.discard)(coarse)
+            switched += 1
+    return switched
+
+
+def _clear() -> None:
+    _LINEAR.clear()
+    _ORIGIN.clear()
+    for decided in list(_DECIDED):
+        decided.clear()
+
+
+api._CLEAR_HOOKS.append(_clear)
 
 
 def _patchable(m: nn.Module) -> bool:
@@ -125,7 +184,7 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
     for m in module.modules():
         if _patchable(m) and id(m) not in inside_mha:  # MHA calls F.linear on its weights: never routed
             object.__setattr__(m, _FLAG, backends)
-            object.__setattr__(m, "forward", types.MethodType(_linear_forward, m))
+            object.__setattr__(m, "forward", _forward_of(m))
     if report:
         print(patch_report(module), file=sys.stderr)
     return module

@@ -6,19 +6,25 @@ its problem recorded), then tunes the distinct problems one after another with a
 returns a report.  Problems already in the store are read, not tuned, so a second run of the same
 program tunes nothing.  After `warmup` the model's eager calls, and `torch.compile` traces of it,
 find every problem decided.
+
+On a GPU, `warmup` then checks each generated pick in the model itself (`dispatch.in_model`): the
+forward is timed with the pick and with torch's own op for that problem, and the pick stays only
+where the forward runs faster with it.  Back-to-back timing hides a launch's host cost that a
+launch-bound eager forward pays in full.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
 import torch
 from torch import nn
 
 from . import compiled, eager
+from .in_model import InModel, Switch, check_in_model
 from .patching import patch, patched_modules
 
 __all__ = ["warmup", "WarmupReport", "WarmupRow"]
@@ -35,6 +41,12 @@ class WarmupRow:
     library_ms: float | None  # the best library kernel's time, where it was timed
     seconds: float  # tuning (or store look-up) wall time
     from_store: bool
+    in_model: InModel | None = None  # the in-model check's verdict (None: not checked)
+
+    @property
+    def runs(self) -> str:
+        """What the model runs for this problem: the winner, or torch's op where the check said so."""
+        return self.winner if self.in_model is None else self.in_model.runs
 
     @property
     def speedup(self) -> float | None:
@@ -51,6 +63,7 @@ class WarmupReport:
     rows: tuple[WarmupRow, ...]
     seconds: float
     forward_s: float
+    check_s: float = 0.0  # the in-model check's wall time
 
     @property
     def tuned(self) -> int:
@@ -62,19 +75,25 @@ class WarmupReport:
 
     def table(self) -> str:
         """The summary as plain text (one line per problem, then a total)."""
-        lines = [f"{'problem':<44} {'calls':>5} {'winner':<48} {'ms':>9} {'x library':>9} {'tune s':>7}"]
+        lines = [f"{'problem':<44} {'calls':>5} {'winner':<48} {'ms':>9} {'x library':>9} {'tune s':>7} "
+                 f"{'in model':>16}"]
         for r in self.rows:
             ms = f"{r.ms:.4f}" if r.ms is not None else "-"
             sp = f"{r.speedup:.3f}" if r.speedup is not None else "-"
             how = "store" if r.from_store else f"{r.seconds:.2f}"
-            lines.append(f"{r.problem:<44} {r.calls:>5} {r.winner:<48} {ms:>9} {sp:>9} {how:>7}")
+            check = "-" if r.in_model is None else f"{'kept' if r.in_model.kept else 'torch'} {r.in_model.ratio:.3f}"
+            lines.append(f"{r.problem:<44} {r.calls:>5} {r.winner:<48} {ms:>9} {sp:>9} {how:>7} {check:>16}")
         lines.append(f"{len(self.rows)} GEMM problems: {self.tuned} tuned, {self.from_store} from the store; "
-                     f"warm-up {self.seconds:.2f} s (forward {self.forward_s:.2f} s)")
+                     f"warm-up {self.seconds:.2f} s (forward {self.forward_s:.2f} s, in-model check "
+                     f"{self.check_s:.2f} s)")
+        lines.append("in model: forward time with torch's op over forward time with the pick (the pick "
+                     "stays above 1 + library_margin; 'torch': the model runs torch's op)")
         return "\n".join(lines)
 
 
 def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | None = None,
-           progress: bool | None = None, for_compile: bool = False, **example_kwargs: Any) -> WarmupReport:
+           progress: bool | None = None, for_compile: bool = False, in_model: bool | None = None,
+           **example_kwargs: Any) -> WarmupReport:
     """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
 
     `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are;
@@ -83,6 +102,11 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     `torch.compile` trace of the model will (traceable templates only), so the compile tunes nothing;
     the default decides them for eager calls.  `progress` shows a progress bar (default: when
     standard error is a terminal).  Returns a `WarmupReport`; print `report.table()` for the summary.
+
+    `in_model` checks each generated pick in the model (`dispatch.in_model`): about 30 more
+    forwards per such problem, under `torch.no_grad()`.  Default: on for eager CUDA models.  Turn it
+    off for a forward with side effects (a KV cache it appends to), or when the model will run
+    under a CUDA graph, where launch cost does not count and the tuned picks are the right ones.
 
     Example:
         >>> import torch, gemmtune
@@ -97,10 +121,39 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     with eager.recording() as seen, torch.no_grad():
         model(*example_inputs, **example_kwargs)
     forward_s = time.perf_counter() - started
-    rows = []
-    for problem, calls in _tune_all(seen, _show(progress), for_compile):
-        rows.append(_row(problem, calls))
-    return WarmupReport(tuple(rows), time.perf_counter() - started, forward_s)
+    rows = [_row(problem, calls) for problem, calls in _tune_all(seen, _show(progress), for_compile)]
+    checked = time.perf_counter()
+    if not for_compile and _wants_check(in_model, seen):
+        with torch.no_grad():
+            rows = _checked(rows, seen, lambda: model(*example_inputs, **example_kwargs))
+    done = time.perf_counter()
+    return WarmupReport(tuple(rows), done - started, forward_s, done - checked)
+
+
+def _wants_check(in_model: bool | None, seen: "dict[tuple, eager.Recorded]") -> bool:
+    if in_model is not None:
+        return in_model
+    return any(t.is_cuda for rec in seen.values() for t in rec.tensors)
+
+
+def _checked(rows: list[WarmupRow], seen: "dict[tuple, eager.Recorded]", forward: Any) -> list[WarmupRow]:
+    """`rows` with the in-model verdicts of the problems whose winner is a generated kernel (and whose
+    backends allow the library kernel: a caller who left it out gets no torch op)."""
+    from ..core.settings import Settings
+
+    switches, at = [], []
+    for i, (canon, rec) in enumerate(seen.items()):
+        sel = eager.selections().get(canon)
+        if sel is None or sel.winner.is_extern or (rec.backends is not None and "extern" not in rec.backends):
+            continue
+        switches.append(Switch(rec.op, canon, sel, rec.alpha, rec.beta, rec.out_layout))
+        at.append(i)
+    cuda = any(sw.selection.problem.device_type == "cuda" for sw in switches)
+    verdicts = check_in_model(forward, switches, margin=Settings().library_margin, cuda=cuda)
+    out = list(rows)
+    for i, verdict in zip(at, verdicts):
+        out[i] = replace(out[i], in_model=verdict)
+    return out
 
 
 def _show(progress: bool | None) -> bool:

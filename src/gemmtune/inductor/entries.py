@@ -66,9 +66,12 @@ class InductorPick:
     problem: str = ""  # KernelInputs.describe()
     ms: float | None = field(default=None, compare=False)
     inputs: KernelInputs | None = field(default=None, compare=False, repr=False)  # the problem, when known
+    # Handed to Inductor beside an exact library pick: the best measured Triton config that Inductor
+    # can build, so that it can weigh fusing the GEMM's epilogue (a library kernel fuses nothing).
+    companions: tuple[Mapping[str, Any], ...] = ()
 
     def json_entries(self) -> list[dict[str, Any]]:
-        return [dict(e) for e in self.entries]
+        return [dict(e) for e in (*self.entries, *self.companions)]
 
 
 def _aten(op: str) -> dict[str, Any]:
@@ -108,9 +111,26 @@ def _closest(ki: KernelInputs, pick: Choice, measured: Sequence[Measured], few: 
     return out
 
 
+FUSION_WITHIN = 1.3  # a fusion companion is at most this much slower than the library pick, unfused
+
+
+def _fusion_companion(ki: KernelInputs, pick_ms: float | None, measured: Sequence[Measured]) -> tuple:
+    """The best measured `triton_mm` config as an Inductor entry, where it is within `FUSION_WITHIN`
+    of the library pick's time (a GPU problem; else none)."""
+    if ki.device_type != "cuda" or pick_ms is None:
+        return ()
+    best = min((m for m in measured if m.template == "triton_mm" and m.ms is not None), key=lambda m: m.ms or 0.0,
+               default=None)
+    if best is None or (best.ms or 0.0) > pick_ms * FUSION_WITHIN:
+        return ()
+    t = inductor_templates()
+    return (_triton(ki, t.triton_bmm if ki.op == "bmm" else t.triton_mm, best.config, best.runtime),)
+
+
 def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (), few: int = 2,
-                keys: tuple[str, ...] = ()) -> InductorPick:
+                keys: tuple[str, ...] = (), fusion: bool = True) -> InductorPick:
     """The Inductor entries for `pick`, the winner of problem `ki` (`measured`: the other timings).
+    `fusion`: beside a library pick, offer its best Triton config as a companion (`InductorPick`).
 
     Example:
         >>> import torch
@@ -143,7 +163,9 @@ def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (
         entries, exact = [*first, *rest, _aten(ki.op)], False
     source = " ".join([uid, *(f"{k}={v}" for k, v in cfg.items()), *(f"{k}={v}" for k, v in rt.items())])
     ms = min((m.ms for m in measured if m.template == uid and dict(m.config) == cfg and m.ms is not None), default=None)
-    return InductorPick(ki.op, keys, tuple(entries), exact, source, ki.describe(), ms, ki)
+    library = exact and all(str(e["template_id"]).startswith("aten::") for e in entries)
+    companions = _fusion_companion(ki, ms, measured) if fusion and library else ()
+    return InductorPick(ki.op, keys, tuple(entries), exact, source, ki.describe(), ms, ki, companions)
 
 
 def mm_companion(ki: KernelInputs, pick: InductorPick, keys: tuple[str, ...]) -> InductorPick | None:
@@ -164,4 +186,5 @@ def mm_companion(ki: KernelInputs, pick: InductorPick, keys: tuple[str, ...]) ->
         new = {"template_id": aten["mm"]} if uid == aten["addmm"] else dict(e)
         if new not in entries:
             entries.append(new)
-    return InductorPick("mm", keys, tuple(entries), pick.exact, pick.source + " (as mm)", pick.problem, pick.ms, ki)
+    return InductorPick("mm", keys, tuple(entries), pick.exact, pick.source + " (as mm)", pick.problem, pick.ms, ki,
+                        pick.companions)

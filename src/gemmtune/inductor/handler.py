@@ -5,7 +5,9 @@
 process or loaded from a JSON table); a miss tunes the problem with `gemmtune.tune` on stand-in
 tensors of the kernel inputs' sizes, strides and dtypes (the store answers problems tuned before)
 and keeps the pick.  It then hands Inductor only the pick's entry: one choice, nothing benchmarked,
-and Inductor still generates its own shape-specialised code and fuses epilogues into it.
+and Inductor still generates its own shape-specialised code and fuses epilogues into it.  A library
+pick (which fuses nothing) comes with its fusion companion where one was measured close to it
+(`InductorPick.companions`): Inductor then times the two and weighs fusing the epilogue.
 
 One problem may be asked for in several calls (addmm: library kernels, then Triton templates): a
 known problem whose pick is not among a call's templates gets no choice from that call when another
@@ -54,14 +56,14 @@ def pick_of_entries(op: str, key: str, entries: list[Mapping[str, Any]]) -> Indu
 
 
 def make_handler(table: Mapping[str, list] | None = None, tune_on_miss: bool = True, settings: Any = None,
-                 templates: str = "inductor") -> Any:
+                 templates: str = "inductor", fusion: bool = True) -> Any:
     """A `GemmtuneChoices` (a subclass of the installed torch's LookupTableChoices)."""
     base = require()
 
     class GemmtuneChoices(_Mixin, base):  # type: ignore[misc, valid-type]
         pass
 
-    return GemmtuneChoices(table, tune_on_miss, settings, templates)
+    return GemmtuneChoices(table, tune_on_miss, settings, templates, fusion)
 
 
 def _autotuning() -> bool:
@@ -90,10 +92,11 @@ def _must_answer(pick: InductorPick, op_name: str) -> bool:
 class _Mixin:
     """The handler's behaviour; mixed with LookupTableChoices by `make_handler` (torch is optional)."""
 
-    def __init__(self, table: Mapping[str, list] | None, tune_on_miss: bool, settings: Any, templates: str):
+    def __init__(self, table: Mapping[str, list] | None, tune_on_miss: bool, settings: Any, templates: str,
+                 fusion: bool = True):
         super().__init__()
         self.picks: dict[str, InductorPick] = {}
-        self.tune_on_miss, self.settings, self.templates = tune_on_miss, settings, templates
+        self.tune_on_miss, self.settings, self.templates, self.fusion = tune_on_miss, settings, templates, fusion
         self.stats: Counter = Counter()
         self.built: list[tuple[str, str, dict]] = []  # (op, template uid, kwargs) handed to Inductor, in order
         self._static = json.dumps(table or {}, sort_keys=True, default=str)
@@ -114,7 +117,7 @@ class _Mixin:
         """Part of Inductor's FX-graph cache key (`config.inductor_choices_class`)."""
         from ..core.version import __version__
 
-        body = f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self._static}"
+        body = f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self.fusion} {self._static}"
         return hashlib.sha256(body.encode()).hexdigest()
 
     def add(self, pick: InductorPick) -> None:
@@ -174,7 +177,12 @@ class _Mixin:
                 continue
             out.setdefault(uid, []).append(_kwargs(entry))
             if pick.exact:
-                return out
+                break
+        for entry in pick.companions if self.fusion else ():  # Inductor weighs fusing the epilogue
+            uid = str(entry.get("template_id"))
+            if uid in offered and self._fresh(entry, uid, offered[uid], op_name, pick):
+                out.setdefault(uid, []).append(_kwargs(entry))
+                self.stats["companion"] += 1
         return out or self._stand_in(pick, offered, kernel_inputs, op_name)
 
     def _fresh(self, entry: Mapping[str, Any], uid: str, want: Any, op_name: str, pick: InductorPick) -> bool:

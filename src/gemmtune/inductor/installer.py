@@ -25,7 +25,8 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 
 
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
-            settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True) -> Any:
+            settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
+            fusion: bool = True) -> Any:
     """Make Inductor ask gemmtune for every mm / addmm / bmm it lowers; returns the handler.
 
     `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
@@ -36,7 +37,10 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     thread (`V.set_choices_handler`) and, with `all_threads` (the default), as
     `config.inductor_choices_class` (other threads; its `uuid()` keys Inductor's FX-graph cache, so a
     graph compiled without gemmtune is not reused).  `handler.stats` counts hits, misses, tunes and stale
-    entries; `uninstall()` restores what was there.  A program Dynamo compiled before `install()` keeps
+    entries; `uninstall()` restores what was there.  `fusion`: where gemmtune picks a library kernel,
+    also hand Inductor the best Triton config measured for the problem (within 1.3x of it), so that
+    Inductor weighs fusing the GEMM's pointwise epilogue as its own max-autotune does (it then
+    benchmarks those two choices); False: the pick alone, nothing benchmarked.  A program Dynamo compiled before `install()` keeps
     its choices, and a later `torch.compile` of an equal model in an equal mode may be served that
     program (`handler.stats` then stays empty): install first, or `torch._dynamo.reset()`.
 
@@ -57,7 +61,7 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     if templates not in ("inductor", "all"):
         raise ValueError(f"templates: expected 'inductor' or 'all', got {templates!r}")
     loaded = drop_stale(read_table(table)) if table is not None else None
-    handler = make_handler(loaded, tune_on_miss, settings, templates)
+    handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
     from torch._inductor import virtualized
 
     prior_thread = virtualized._choices._get_handler(False)
@@ -118,7 +122,8 @@ def uninstall() -> None:
 
 @contextlib.contextmanager
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
-              settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True) -> Iterator[Any]:
+              settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
+              fusion: bool = True) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
@@ -126,7 +131,7 @@ def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss
         >>> with gi.installed(tune_on_miss=False) as h:   # doctest: +SKIP
         ...     pass
     """
-    handler = install(table, tune_on_miss, settings, templates, all_threads)
+    handler = install(table, tune_on_miss, settings, templates, all_threads, fusion)
     try:
         yield handler
     finally:

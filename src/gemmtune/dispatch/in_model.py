@@ -1,0 +1,144 @@
+"""The in-model check: does a generated pick make the model's forward faster than torch's own op?
+
+A pick is timed back to back, where a kernel's host launch cost hides behind the kernel before it.
+An eager forward at small batch is launch-bound: the host, not the GPU, sets its pace, and a Triton
+launch costs a few microseconds more host time than a cuBLAS call.  On a Llama-shaped stack at 64
+tokens, picks that saved no GPU time in the model ran the forward 1.15x slower (docs/MODELS.md).
+
+`check_in_model` settles it where the user pays: for each problem whose pick is a generated kernel,
+the model's forward is timed with the pick and with torch's own op for that problem, interleaved in
+rounds (drift hits both alike), and the pick stays only if the forward runs faster with it by more
+than `margin`.  Problems are decided one after another, each with the earlier decisions in place.
+The switch touches only this process's dispatch (the eager dict and patched layers); the store
+keeps the tuned pick, so a CUDA graph or a compiled program is not affected.
+
+Example:
+    >>> InModel("mm(64x4096, 4096x4096)", "triton_mm", 0.97, False).runs
+    'torch (in-model check)'
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import eager, patching
+
+__all__ = ["InModel", "check_in_model", "Switch"]
+
+ROUNDS = 15
+BLOCK_S = 0.005  # each timed block runs about this long (whole forwards)
+MAX_ITERS = 50
+
+Measure = Callable[[Callable[[], Any], int], float]
+"""`measure(forward, iters) -> seconds` for `iters` forwards back to back."""
+
+
+@dataclass(frozen=True)
+class InModel:
+    """One problem's verdict: `ratio` is the forward's time with torch's op over its time with the
+    pick (median of the rounds; above 1: the pick makes the forward faster); `kept`: the pick runs."""
+
+    problem: str
+    winner: str
+    ratio: float
+    kept: bool
+
+    @property
+    def runs(self) -> str:
+        """What the model runs for this problem after the check."""
+        return self.winner if self.kept else "torch (in-model check)"
+
+
+class Switch:
+    """Sends one tuned problem to torch's own op and back: its eager dispatch entries (under every key
+    spelling) and the patched layers that remembered it.
+
+    Example:
+        >>> import torch
+        >>> a, b = torch.randn(4, 3), torch.randn(3, 2)
+        >>> sel = eager.prepare("mm", (a, b), 1.0, 1.0, ("extern",), None)
+        >>> canon = eager.canonical_key("mm", (a, b), 1.0, 1.0, ("extern",), None)
+        >>> sw = Switch("mm", canon, sel, 1.0, 1.0, None)
+        >>> sw.library(True); sw.library(False)
+    """
+
+    def __init__(self, op: str, canon: tuple, selection: Any, alpha: float, beta: float, out_layout: str | None):
+        self.op, self.canon, self.selection = op, canon, selection
+        self.pick = eager.runner_of(op, canon)
+        self.torch_op = eager.library_runner(op, alpha, beta, out_layout)
+        self.on_library = False
+        self._keys: list[tuple] = []
+
+    def library(self, on: bool) -> None:
+        if on == self.on_library or self.pick is None:
+            return
+        if on:  # this problem's entries only: torch's op is shared by every problem sent to it
+            self._keys = eager.replace_runner(self.op, self.pick, self.torch_op)
+        else:
+            eager.replace_runner(self.op, self.torch_op, self.pick, self._keys)
+        patching.set_library(self.selection, on)
+        self.on_library = on
+
+
+def block_seconds(forward: Callable[[], Any], iters: int, cuda: bool) -> float:
+    """Wall time of `iters` forwards back to back (CUDA: events around them, the queue drained first).
+
+    Example:
+        >>> block_seconds(lambda: None, 3, cuda=False) >= 0.0
+        True
+    """
+    if not cuda:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            forward()
+        return time.perf_counter() - t0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        forward()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
+def check_in_model(forward: Callable[[], Any], switches: Sequence[Switch], *, margin: float = 0.01,
+                   rounds: int = ROUNDS, measure: Measure | None = None, cuda: bool = False) -> list[InModel]:
+    """Time `forward` with each switch's pick and with torch's op; keep each pick only where the
+    forward is faster with it by more than `margin`.  Returns one verdict per switch, in order.
+
+    Example:
+        >>> check_in_model(lambda: None, [])
+        []
+    """
+    if not switches:
+        return []
+    timer: Measure = measure or (lambda fn, n: block_seconds(fn, n, cuda))
+    forward()  # first with the picks: patched layers remember the pick's kernel, not a switched entry
+    for on in (True, False):  # every path warm: bound launches, allocator, torch's kernels
+        for sw in switches:
+            sw.library(on)
+        forward()
+    forward()
+    one = max(timer(forward, 1), 1e-6)
+    iters = max(1, min(MAX_ITERS, math.ceil(BLOCK_S / one)))
+    verdicts = []
+    for sw in switches:
+        ratios = []
+        for r in range(rounds):
+            times = {}
+            for on in ((False, True) if r % 2 == 0 else (True, False)):
+                sw.library(on)
+                times[on] = timer(forward, iters)
+            ratios.append(times[True] / max(times[False], 1e-12))
+        ratio = statistics.median(ratios)
+        kept = ratio > 1.0 + margin
+        sw.library(not kept)
+        verdicts.append(InModel(sw.selection.problem.describe(), sw.selection.winner.name, ratio, kept))
+    return verdicts

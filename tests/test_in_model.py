@@ -1,0 +1,112 @@
+"""The in-model check: a generated pick stays only where the model's forward runs faster with it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import gemmtune
+from gemmtune import engine
+from gemmtune.dispatch import eager, in_model, patching
+
+pytestmark = pytest.mark.usefixtures("memory_store")
+
+
+class Net(nn.Module):
+    """A patched layer and a direct gemmtune.mm call: two problems, both reach the dispatch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(24, 16, bias=False)
+        self.w2 = nn.Parameter(torch.randn(16, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return gemmtune.mm(torch.relu(self.lin(x)), self.w2)
+
+
+def _numba_winners(monkeypatch) -> None:
+    """Tune every problem among numba kernels only, whatever backends the call allows."""
+    real = engine.tune
+    monkeypatch.setattr(eager, "_tune_fn", lambda: lambda op, *t, backends=None, **kw: real(
+        op, *t, backends=("numba",), **kw))
+
+
+def _reference(net: Net, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.relu(x @ net.lin.weight.t()) @ net.w2
+
+
+def test_warmup_sends_picks_that_slow_the_forward_to_torch(monkeypatch):
+    _numba_winners(monkeypatch)
+    net, x = Net(), torch.randn(6, 24)
+    report = gemmtune.warmup(net, x, progress=False, in_model=True)
+    assert [r.winner.startswith("numba") for r in report.rows] == [True, True]
+    # numba's call costs tens of microseconds where torch.mm on these sizes costs a few
+    assert all(r.in_model is not None and not r.in_model.kept for r in report.rows), report.table()
+    assert all(r.runs == "torch (in-model check)" for r in report.rows)
+    assert "in model" in report.table() and report.check_s > 0
+    linear_calls = []
+    monkeypatch.setattr(patching, "_linear", lambda *a: linear_calls.append(1) or torch.nn.functional.linear(*a))
+    mm_calls = []
+    eager.replace_runner("mm", torch.mm, lambda a, b: mm_calls.append(1) or torch.mm(a, b))
+    with torch.no_grad():
+        out = net(x)
+    torch.testing.assert_close(out, _reference(net, x))
+    assert linear_calls == [1] and mm_calls == [1]  # the layer and the direct call both run torch's op
+
+
+def test_no_check_on_cpu_by_default_nor_without_the_library_backend(monkeypatch):
+    _numba_winners(monkeypatch)
+    net, x = Net(), torch.randn(5, 24)
+    report = gemmtune.warmup(net, x, progress=False)
+    assert all(r.in_model is None for r in report.rows)
+    gemmtune.clear_dispatch_cache()
+    report = gemmtune.warmup(net, x, progress=False, backends=("numba",), in_model=True)
+    assert [r.in_model for r in report.rows if r.problem.startswith("mm(5x24")] == [None]
+
+
+def _switches(net: Net, x: torch.Tensor) -> list[in_model.Switch]:
+    with eager.recording() as seen, torch.no_grad():
+        net(x)
+    switches = []
+    for canon, rec in seen.items():
+        sel = eager.prepare(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
+        switches.append(in_model.Switch(rec.op, canon, sel, rec.alpha, rec.beta, rec.out_layout))
+    return switches
+
+
+def test_each_problem_is_decided_on_its_own_forward_time(monkeypatch):
+    """Recorded verdicts: the first pick saves 10% of the forward, the second costs 5%."""
+    _numba_winners(monkeypatch)
+    gemmtune.patch(net := Net())
+    x = torch.randn(7, 24)
+    switches = _switches(net, x)
+    assert len(switches) == 2
+
+    def measure(forward, iters):
+        forward()
+        first, second = (sw.on_library for sw in switches)
+        return iters * (1.0 + (0.1 if first else 0.0) - (0.05 if second else 0.0))
+
+    verdicts = in_model.check_in_model(lambda: net(x), switches, margin=0.01, measure=measure)
+    assert [v.kept for v in verdicts] == [True, False]
+    assert verdicts[0].ratio == pytest.approx(1.1) and verdicts[1].ratio == pytest.approx(0.95 / 1.0)
+    assert [sw.on_library for sw in switches] == [False, True]
+    (layer_fn,) = patching._LINEAR.values()  # the patched layer's problem kept its numba kernel
+    assert switches[0].pick in [c.cell_contents for c in layer_fn.__closure__ or ()]
+    assert eager.runner_of("mm", switches[1].canon) is torch.mm
+    with torch.no_grad():
+        torch.testing.assert_close(net(x), _reference(net, x), rtol=1e-4, atol=1e-4)
+    switches[1].library(False)  # and back: the pick runs again
+    assert eager.runner_of("mm", switches[1].canon) is switches[1].pick
+
+
+def test_a_tie_within_the_margin_goes_to_torch(monkeypatch):
+    _numba_winners(monkeypatch)
+    gemmtune.patch(net := Net())
+    x = torch.randn(3, 24)
+    switches = _switches(net, x)
+    verdicts = in_model.check_in_model(lambda: net(x), switches, margin=0.01,
+                                       measure=lambda fn, n: n * (1.005 if switches[0].on_library else 1.0))
+    assert not verdicts[0].kept and verdicts[0].ratio == pytest.approx(1.005)
