@@ -106,7 +106,7 @@ def test_a_tuned_triton_pick_exports_and_inductor_builds_it():
 def test_install_tunes_misses_then_a_warm_store_benchmarks_nothing(mode):
     args = operands()
     for round_ in range(2):  # cold store, then a fresh handler on the warm store
-        with gi.installed() as handler, gi.benchmark_probe() as probe:
+        with gi.installed(fusion=False) as handler, gi.benchmark_probe() as probe:
             f = torch.compile(two_gemms, mode=mode, fullgraph=True)
             out = f(*args).clone()  # CUDA graphs (max-autotune) reuse their output buffers
             _close(f(*args).clone(), two_gemms(*args))
@@ -117,12 +117,32 @@ def test_install_tunes_misses_then_a_warm_store_benchmarks_nothing(mode):
         assert len(handler.built) == 2
 
 
+@pytest.mark.parametrize("fusion", [True, False])
+def test_a_library_pick_with_its_fusion_companion_lets_inductor_weigh_the_epilogue(fusion):
+    from gemmtune.inductor.entries import Measured, entries_for
+
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    x, w = torch.randn(16, K, **bf), torch.randn(K, N, **bf) / 32
+    ki = KernelInputs.from_tensors("mm", x, w)
+    tile = Choice("triton_mm", TritonMMTemplate.src_hash, as_params(TILE), as_params({"swizzle": 8}))
+    measured = [Measured("aten_mm", {}, {}, 0.010), Measured("triton_mm", TILE, {"swizzle": 8}, 0.011)]
+    pick = entries_for(ki, Choice("aten_mm", None), measured, keys=gi.problem_keys(ki))
+    assert pick.companions and pick.companions[0]["BLOCK_M"] == tile.config_dict["BLOCK_M"]
+    with gi.installed(tune_on_miss=False, fusion=fusion) as handler, gi.benchmark_probe() as probe:
+        handler.add(pick)
+        out = torch.compile(lambda a, b: (a @ b).relu() * 2, mode="max-autotune-no-cudagraphs", fullgraph=True)(x, w)
+    _close(out, (x @ w).relu() * 2)
+    built = sorted(uid for _, uid, _ in handler.built)
+    assert built == (["aten::mm", "triton::mm"] if fusion else ["aten::mm"]), handler.built
+    assert probe.choices == (2 if fusion else 0), probe.names
+
+
 def test_linear_layers_addmm_and_bmm():
     lin = torch.nn.Sequential(torch.nn.Linear(K, N), torch.nn.GELU(), torch.nn.Linear(N, P)).cuda().bfloat16()
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     a, b = (torch.randn(8, 128, 64, device="cuda", dtype=torch.bfloat16),
             torch.randn(8, 64, 96, device="cuda", dtype=torch.bfloat16))
-    with gi.installed() as handler, gi.benchmark_probe() as probe, torch.no_grad():
+    with gi.installed(fusion=False) as handler, gi.benchmark_probe() as probe, torch.no_grad():
         out = torch.compile(lin, mode="max-autotune-no-cudagraphs", fullgraph=True)(x)
         out_b = torch.compile(torch.bmm, mode="max-autotune-no-cudagraphs", fullgraph=True)(a, b)
     _close(out, lin(x))

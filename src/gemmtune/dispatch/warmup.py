@@ -122,12 +122,13 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
         model(*example_inputs, **example_kwargs)
     forward_s = time.perf_counter() - started
     rows = [_row(problem, calls) for problem, calls in _tune_all(seen, _show(progress), for_compile)]
-    checked = time.perf_counter()
+    check_s = 0.0
     if not for_compile and _wants_check(in_model, seen):
+        t0 = time.perf_counter()
         with torch.no_grad():
             rows = _checked(rows, seen, lambda: model(*example_inputs, **example_kwargs))
-    done = time.perf_counter()
-    return WarmupReport(tuple(rows), done - started, forward_s, done - checked)
+        check_s = time.perf_counter() - t0
+    return WarmupReport(tuple(rows), time.perf_counter() - started, forward_s, check_s)
 
 
 def _wants_check(in_model: bool | None, seen: "dict[tuple, eager.Recorded]") -> bool:
