@@ -54,7 +54,7 @@ def own_frame(model: Any, variant: str) -> Callable[..., Any]:
 def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
     """A callable running one forward of `variant` on its own copy of `base` (compiled / warmed up)."""
     model = copy.deepcopy(base)
-    if variant in ("gemmtune_compile", "inductor", "inductor_default", "inductor_gemmtune", "inductor_gemmtune_alone"):
+    if variant in ("gemmtune_compile", "inductor", "inductor_default") or variant.startswith("inductor_gemmtune"):
         model = own_frame(gemmtune.patch(model) if variant == "gemmtune_compile" else model, variant)
     if variant in ("gemmtune", "gemmtune_unchecked"):
         # unchecked: the tuned picks, no in-model check.  Its backends are spelled out so that its
@@ -70,15 +70,17 @@ def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
         model = torch.compile(model, mode="max-autotune-no-cudagraphs")
     elif variant == "inductor_default":
         model = torch.compile(model)
-    elif variant not in ("eager", "inductor_gemmtune", "inductor_gemmtune_alone"):
+    elif variant != "eager" and not variant.startswith("inductor_gemmtune"):
         raise SystemExit(f"--variants: unknown variant {variant!r}")
     fn = lambda: models.output_of(model, inputs)  # noqa: E731
-    if variant in ("inductor_gemmtune", "inductor_gemmtune_alone"):  # Inductor builds gemmtune's picks
+    if variant.startswith("inductor_gemmtune"):  # Inductor builds gemmtune's picks
         import gemmtune.inductor as gi
 
-        # alone: each pick by itself (nothing benchmarked); default: a library pick with its fusion companion
+        # alone: each pick by itself (nothing benchmarked); default: a library pick with its fusion companion;
+        # 2: with its two best Triton configs
         model = torch.compile(model, mode="max-autotune-no-cudagraphs")
-        with gi.installed(fusion=variant == "inductor_gemmtune") as handler, gi.benchmark_probe() as counted:
+        companions = {"inductor_gemmtune": 1, "inductor_gemmtune_alone": 0, "inductor_gemmtune2": 2}[variant]
+        with gi.installed(fusion=companions) as handler, gi.benchmark_probe() as counted:
             fn()
         print(f"  {variant}: Inductor benchmarked {counted.choices} choices; {dict(handler.stats)}", file=sys.stderr)
         if not handler.stats["hit"] + handler.stats["miss"]:

@@ -124,7 +124,7 @@ def test_benchmark_probe_counts_what_inductor_times():
 def test_a_miss_tunes_with_gemmtune_then_the_warm_store_answers(monkeypatch):
     made = []
     real = tuning.pick_for_selection
-    monkeypatch.setattr(tuning, "pick_for_selection", lambda sel, few=2: made.append(sel) or real(sel, few))
+    monkeypatch.setattr(tuning, "pick_for_selection", lambda sel, few=2, fusion=1: made.append(sel) or real(sel, few, fusion))
     args = operands()
     for _ in range(2):  # cold store, then a fresh handler on the warm store
         with gi.installed() as handler, gi.benchmark_probe() as probe:
@@ -313,7 +313,10 @@ def test_a_library_pick_brings_its_best_triton_config_so_inductor_can_weigh_the_
     assert lib.json_entries() == [{"template_id": "aten::mm"}, companion]  # a written table offers both
     far = [near[0], Measured("triton_mm", TILE, {"swizzle": 4}, 0.014)]  # 1.4x the library: no companion
     assert gi.entries_for(cuda_problem(M=16), choice("aten_mm", {}, src_hash=None), far).companions == ()
-    assert gi.entries_for(cuda_problem(M=16), choice("aten_mm", {}, src_hash=None), near, fusion=False).companions == ()
+    assert gi.entries_for(cuda_problem(M=16), choice("aten_mm", {}, src_hash=None), near, fusion=0).companions == ()
+    two = gi.entries_for(cuda_problem(M=16), choice("aten_mm", {}, src_hash=None), near + [
+        Measured("triton_mm", dict(TILE, BLOCK_N=64), {"swizzle": 8}, 0.0125)], fusion=2).companions
+    assert [e["BLOCK_N"] for e in two] == [128, 64]  # the best two within 1.3x, fastest first
     triton = gi.entries_for(cuda_problem(M=16), choice("triton_mm", TILE, {"swizzle": 4}), near)
     assert triton.companions == ()  # a Triton pick fuses its epilogue itself
 

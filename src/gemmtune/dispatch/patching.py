@@ -36,9 +36,11 @@ _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backe
 # A library winner runs `F.linear` itself (what an unpatched layer runs: no Python between the layer
 # and cuBLAS), any other winner its dispatch callable on the 2-D view.
 _LINEAR: dict[tuple, Callable[..., torch.Tensor]] = {}
-# Where each entry came from: key -> (Selection, the winner's callable, the layer's `_Decided`, input key),
-# so that `set_library` can send a problem to `F.linear` and back (`gemmtune.warmup`'s in-model check).
-_ORIGIN: dict[tuple, tuple[Any, Callable[..., torch.Tensor], "_Decided", tuple]] = {}
+# A generated winner's entry: key -> (Selection, its callable), so that `set_library` can send a problem
+# to `F.linear` and back (`gemmtune.warmup`'s in-model check); and per key sent to F.linear, the layers'
+# `_Decided` sets that hold its input part.
+_ORIGIN: dict[tuple, tuple[Any, Callable[..., torch.Tensor]]] = {}
+_HOLDERS: dict[tuple, list["_Decided"]] = {}
 _is_compiling = torch.compiler.is_compiling
 _autocast_on = _ac.enabled
 _LIBRARY_UIDS = frozenset({"aten_mm", "aten_addmm", "aten_bias_addmm"})  # what F.linear runs
@@ -79,10 +81,13 @@ def _forward_of(layer: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
                 if (x.shape, x.stride(), x.dtype, x.device) in decided:
                     return _linear(x, params["weight"], params["bias"])
                 w, bias = params["weight"], params["bias"]
-                fn = _LINEAR[_signature(x, w, bias, getattr(layer, _FLAG))]
+                key = _signature(x, w, bias, getattr(layer, _FLAG))
+                fn = _LINEAR[key]
             except (KeyError, TypeError, AttributeError):
                 pass
             else:
+                if fn is _linear:  # decided by another layer of the same shapes: this one's from now on
+                    _hold(key, decided)
                 return fn(x, w, bias)
         return _linear_slow(layer, decided, x)
 
@@ -110,10 +115,10 @@ def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backe
     if found is None or not isinstance(x, torch.Tensor) or x.dim() == 0:
         return
     sel, run = found
-    key, coarse = _signature(x, w, bias, backends), (x.shape, x.stride(), x.dtype, x.device)
+    key = _signature(x, w, bias, backends)
     if sel.winner.template_uid in _LIBRARY_UIDS:
         _LINEAR[key] = _linear
-        decided.add(coarse)
+        _hold(key, decided)
         return
     k, n = x.shape[-1], w.shape[0]
 
@@ -122,22 +127,31 @@ def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backe
         return y.reshape(*x.shape[:-1], n)
 
     _LINEAR[key] = kernel
-    _ORIGIN[key] = (sel, kernel, decided, coarse)
+    _ORIGIN[key] = (sel, kernel)
+
+
+def _hold(key: tuple, decided: _Decided) -> None:
+    """`decided` (a layer's) sends the input part of `key` to F.linear; remembered per key."""
+    decided.add(key[:4])
+    holders = _HOLDERS.setdefault(key, [])
+    if not any(h is decided for h in holders):
+        holders.append(decided)
 
 
 def set_library(selection: Any, library: bool) -> int:
     """Patched layers whose problem `selection` decided run `F.linear` (`library=True`) or the
-    selection's winner again (False); returns how many layer inputs were switched.
+    selection's winner again (False); returns how many problem signatures were switched.
 
     Example:
         >>> set_library(object(), True)
         0
     """
     switched = 0
-    for key, (sel, kernel, decided, coarse) in list(_ORIGIN.items()):
+    for key, (sel, kernel) in list(_ORIGIN.items()):
         if sel is selection:
             _LINEAR[key] = _linear if library else kernel
-            (decided.add if library else decided.discard)(coarse)
+            for decided in _HOLDERS.get(key, []) if not library else ():
+                decided.discard(key[:4])
             switched += 1
     return switched
 
@@ -145,6 +159,7 @@ def set_library(selection: Any, library: bool) -> int:
 def _clear() -> None:
     _LINEAR.clear()
     _ORIGIN.clear()
+    _HOLDERS.clear()
     for decided in list(_DECIDED):
         decided.clear()
 

@@ -114,23 +114,26 @@ def _closest(ki: KernelInputs, pick: Choice, measured: Sequence[Measured], few: 
 FUSION_WITHIN = 1.3  # a fusion companion is at most this much slower than the library pick, unfused
 
 
-def _fusion_companion(ki: KernelInputs, pick_ms: float | None, measured: Sequence[Measured]) -> tuple:
-    """The best measured `triton_mm` config as an Inductor entry, where it is within `FUSION_WITHIN`
-    of the library pick's time (a GPU problem; else none)."""
-    if ki.device_type != "cuda" or pick_ms is None:
+def _fusion_companions(ki: KernelInputs, pick_ms: float | None, measured: Sequence[Measured], n: int) -> tuple:
+    """The `n` best measured `triton_mm` configs as Inductor entries, those within `FUSION_WITHIN` of
+    the library pick's time (a GPU problem; else none)."""
+    if ki.device_type != "cuda" or pick_ms is None or n < 1:
         return ()
-    best = min((m for m in measured if m.template == "triton_mm" and m.ms is not None), key=lambda m: m.ms or 0.0,
-               default=None)
-    if best is None or (best.ms or 0.0) > pick_ms * FUSION_WITHIN:
-        return ()
-    t = inductor_templates()
-    return (_triton(ki, t.triton_bmm if ki.op == "bmm" else t.triton_mm, best.config, best.runtime),)
+    uid = inductor_templates().triton_bmm if ki.op == "bmm" else inductor_templates().triton_mm
+    out: list[dict[str, Any]] = []
+    for m in sorted((m for m in measured if m.template == "triton_mm" and m.ms is not None), key=lambda m: m.ms or 0.0):
+        entry = _triton(ki, uid, m.config, m.runtime)
+        if (m.ms or 0.0) > pick_ms * FUSION_WITHIN or len(out) >= n:
+            break
+        if entry not in out:
+            out.append(entry)
+    return tuple(out)
 
 
 def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (), few: int = 2,
-                keys: tuple[str, ...] = (), fusion: bool = True) -> InductorPick:
+                keys: tuple[str, ...] = (), fusion: int = 1) -> InductorPick:
     """The Inductor entries for `pick`, the winner of problem `ki` (`measured`: the other timings).
-    `fusion`: beside a library pick, offer its best Triton config as a companion (`InductorPick`).
+    `fusion`: beside a library pick, offer its best `fusion` Triton configs as companions (`InductorPick`).
 
     Example:
         >>> import torch
@@ -164,7 +167,7 @@ def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (
     source = " ".join([uid, *(f"{k}={v}" for k, v in cfg.items()), *(f"{k}={v}" for k, v in rt.items())])
     ms = min((m.ms for m in measured if m.template == uid and dict(m.config) == cfg and m.ms is not None), default=None)
     library = exact and all(str(e["template_id"]).startswith("aten::") for e in entries)
-    companions = _fusion_companion(ki, ms, measured) if fusion and library else ()
+    companions = _fusion_companions(ki, ms, measured, int(fusion)) if library else ()
     return InductorPick(ki.op, keys, tuple(entries), exact, source, ki.describe(), ms, ki, companions)
 
 

@@ -56,7 +56,7 @@ def pick_of_entries(op: str, key: str, entries: list[Mapping[str, Any]]) -> Indu
 
 
 def make_handler(table: Mapping[str, list] | None = None, tune_on_miss: bool = True, settings: Any = None,
-                 templates: str = "inductor", fusion: bool = True) -> Any:
+                 templates: str = "inductor", fusion: int = 1) -> Any:
     """A `GemmtuneChoices` (a subclass of the installed torch's LookupTableChoices)."""
     base = require()
 
@@ -93,7 +93,7 @@ class _Mixin:
     """The handler's behaviour; mixed with LookupTableChoices by `make_handler` (torch is optional)."""
 
     def __init__(self, table: Mapping[str, list] | None, tune_on_miss: bool, settings: Any, templates: str,
-                 fusion: bool = True):
+                 fusion: int = 1):
         super().__init__()
         self.picks: dict[str, InductorPick] = {}
         self.tune_on_miss, self.settings, self.templates, self.fusion = tune_on_miss, settings, templates, fusion
@@ -117,7 +117,7 @@ class _Mixin:
         """Part of Inductor's FX-graph cache key (`config.inductor_choices_class`)."""
         from ..core.version import __version__
 
-        body = f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self.fusion} {self._static}"
+        body = f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {int(self.fusion)} {self._static}"
         return hashlib.sha256(body.encode()).hexdigest()
 
     def add(self, pick: InductorPick) -> None:
@@ -178,7 +178,7 @@ class _Mixin:
             out.setdefault(uid, []).append(_kwargs(entry))
             if pick.exact:
                 break
-        for entry in pick.companions if self.fusion else ():  # Inductor weighs fusing the epilogue
+        for entry in pick.companions[:int(self.fusion)]:  # Inductor weighs fusing the epilogue
             uid = str(entry.get("template_id"))
             if uid in offered and self._fresh(entry, uid, offered[uid], op_name, pick):
                 out.setdefault(uid, []).append(_kwargs(entry))
@@ -227,7 +227,7 @@ class _Mixin:
         from .tuning import tune_inductor_problem
 
         try:
-            tuned = tune_inductor_problem(kernel_inputs, op_name, self.settings, self.templates)
+            tuned = tune_inductor_problem(kernel_inputs, op_name, self.settings, self.templates, int(self.fusion))
         except Exception as exc:  # noqa: BLE001 - Inductor's own choices are a safe answer
             log.warning("gemmtune.inductor: tuning %s failed (%s: %s); Inductor chooses", op_name,
                         type(exc).__name__, exc)

@@ -26,7 +26,7 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-            fusion: bool = True) -> Any:
+            fusion: int = 1) -> Any:
     """Make Inductor ask gemmtune for every mm / addmm / bmm it lowers; returns the handler.
 
     `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
@@ -38,9 +38,9 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     `config.inductor_choices_class` (other threads; its `uuid()` keys Inductor's FX-graph cache, so a
     graph compiled without gemmtune is not reused).  `handler.stats` counts hits, misses, tunes and stale
     entries; `uninstall()` restores what was there.  `fusion`: where gemmtune picks a library kernel,
-    also hand Inductor the best Triton config measured for the problem (within 1.3x of it), so that
-    Inductor weighs fusing the GEMM's pointwise epilogue as its own max-autotune does (it then
-    benchmarks those two choices); False: the pick alone, nothing benchmarked.  A program Dynamo compiled before `install()` keeps
+    also hand Inductor the best `fusion` Triton configs measured for the problem (within 1.3x of it),
+    so that Inductor weighs fusing the GEMM's pointwise epilogue as its own max-autotune does (it then
+    benchmarks those few choices); 0 (or False): the pick alone, nothing benchmarked.  A program Dynamo compiled before `install()` keeps
     its choices, and a later `torch.compile` of an equal model in an equal mode may be served that
     program (`handler.stats` then stays empty): install first, or `torch._dynamo.reset()`.
 
@@ -123,7 +123,7 @@ def uninstall() -> None:
 @contextlib.contextmanager
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-              fusion: bool = True) -> Iterator[Any]:
+              fusion: int = 1) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:

@@ -38,7 +38,7 @@ def stand_in(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype,
     return base.as_strided(size, stride)
 
 
-def pick_for_selection(sel: Any, few: int = 2) -> InductorPick:
+def pick_for_selection(sel: Any, few: int = 2, fusion: int = 1) -> InductorPick:
     """The Inductor entries of a gemmtune Selection (from `gemmtune.tune`), under every key of its problem.
 
     Example:
@@ -51,7 +51,7 @@ def pick_for_selection(sel: Any, few: int = 2) -> InductorPick:
     ki: KernelInputs = sel.problem
     measured = [Measured(t.choice.template_uid, t.choice.config_dict, t.choice.runtime_dict, t.ms)
                 for t in sel.timings if t.status == "ok"]
-    return entries_for(ki, sel.winner, measured, few=few, keys=problem_keys(ki))
+    return entries_for(ki, sel.winner, measured, few=few, keys=problem_keys(ki), fusion=fusion)
 
 
 def inductor_pool(device_type: str, templates: str, settings: Settings) -> list:
@@ -64,7 +64,7 @@ def inductor_pool(device_type: str, templates: str, settings: Settings) -> list:
 
 
 def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings | None,
-                          templates: str = "inductor") -> tuple[InductorPick, bool] | None:
+                          templates: str = "inductor", fusion: int = 1) -> tuple[InductorPick, bool] | None:
     """Tune the problem behind Inductor's `kernel_inputs`: (its entries, whether the store answered);
     None when its sizes are not plain ints."""
     shapes, strides = kernel_inputs.shapes_hinted(), kernel_inputs.strides_hinted()
@@ -81,4 +81,4 @@ def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings |
         pool = inductor_pool(device.type, templates, settings)
         sel = tune(op_name, *tensors, settings=settings, templates=pool, store_tag="inductor",
                    alpha=float(scalars.get("alpha", 1.0)), beta=float(scalars.get("beta", 1.0)))
-    return pick_for_selection(sel), bool(sel.cache_hit)
+    return pick_for_selection(sel, fusion=fusion), bool(sel.cache_hit)
