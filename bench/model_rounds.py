@@ -76,10 +76,10 @@ def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
     if variant.startswith("inductor_gemmtune"):  # Inductor builds gemmtune's picks
         import gemmtune.inductor as gi
 
-        # alone: each pick by itself (nothing benchmarked); default: a library pick with its fusion companion;
-        # 2: with its two best Triton configs
+        # alone: each pick by itself (nothing benchmarked); default: a library pick with its two fusion companions;
+        # 1: with its best Triton config only
         model = torch.compile(model, mode="max-autotune-no-cudagraphs")
-        companions = {"inductor_gemmtune": 1, "inductor_gemmtune_alone": 0, "inductor_gemmtune2": 2}[variant]
+        companions = {"inductor_gemmtune": 2, "inductor_gemmtune_alone": 0, "inductor_gemmtune1": 1}[variant]
         with gi.installed(fusion=companions) as handler, gi.benchmark_probe() as counted:
             fn()
         print(f"  {variant}: Inductor benchmarked {counted.choices} choices; {dict(handler.stats)}", file=sys.stderr)

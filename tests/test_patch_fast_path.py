@@ -66,17 +66,45 @@ def test_generated_winner_runs_its_kernel_with_gradients(monkeypatch, bias):
     torch.testing.assert_close(patched.weight.grad, plain.weight.grad, rtol=1e-4, atol=1e-4)
 
 
-def test_a_new_stride_or_backend_is_a_new_problem(monkeypatch):
-    _, patched = _pair(False)
+def test_a_new_stride_of_a_library_shape_runs_f_linear_and_a_new_backend_is_a_new_problem(monkeypatch):
+    plain, patched = _pair(False)
     gemmtune.patch(patched, backends=("extern",))
     calls = _api_calls(monkeypatch)
     x = torch.randn(6, 12)
     patched(x)
-    patched(x.t().contiguous().t())  # same shape, column-major: not the remembered problem
-    assert len(calls) == 2 and len(patching._LINEAR) == 2
+    col = x.t().contiguous().t()  # same shape, column-major: F.linear serves any strides
+    torch.testing.assert_close(patched(col), plain(col))
+    assert len(calls) == 1
     gemmtune.patch(patched, backends=("numba",))
     patched(x)
-    assert len(calls) == 3
+    assert len(calls) == 2
+
+
+def test_a_dtype_or_device_move_forgets_the_decided_shapes(monkeypatch):
+    plain, patched = _pair(True)
+    gemmtune.patch(patched, backends=("extern",))
+    calls = _api_calls(monkeypatch)
+    x = torch.randn(3, 12)
+    patched(x)
+    patched.double()
+    plain.double()
+    torch.testing.assert_close(patched(x.double()), plain(x.double()))
+    assert len(calls) == 2  # the float64 problem was tuned, not served as the float32 one
+
+
+def test_a_deep_copy_runs_its_own_weights():
+    import copy
+
+    plain, patched = _pair(True, seed=4)
+    gemmtune.patch(patched, backends=("extern",))
+    x = torch.randn(5, 12)
+    patched(x)
+    twin = copy.deepcopy(patched)
+    with torch.no_grad():
+        twin.weight.mul_(3)
+    torch.testing.assert_close(twin(x), torch.nn.functional.linear(x, plain.weight * 3, plain.bias))
+    torch.testing.assert_close(patched(x), plain(x))
+    assert patching.patched_modules(twin) == [""]
 
 
 def test_warmup_recording_remembers_nothing_and_clear_forgets():

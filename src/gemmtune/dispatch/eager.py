@@ -1,15 +1,10 @@
 """The eager API: `gemmtune.mm`, `gemmtune.addmm`, `gemmtune.bmm`.
 
-The first call for a problem tunes it (`gemmtune.tune`); every later call looks
-the winner up in an in-process dict and runs it.  That warm path is kept lean:
-
-- the key is a plain tuple of the operands' shapes, strides and dtypes, mat1's
-  device, the addmm scalars, `backends` and `out_layout`; no KernelInputs, no
-  validation, no logging (a miss validates, then tunes);
-- one dict per op, so the op name is not part of the tuple;
-- the dict holds the callable to run: `torch.mm` / `torch.bmm` themselves when
-  the winner is the aten library kernel (autograd then is torch's own), else
-  the Selection's kernel behind a two-attribute check for autograd.
+The first call for a problem tunes it (`gemmtune.tune`); every later call looks the winner up in
+an in-process dict (one per op) and runs it.  That warm path is kept lean: the key is a plain tuple
+of the operands' shapes, strides and dtypes, mat1's device, the addmm scalars, `backends` and
+`out_layout` (no validation, no logging: a miss validates, then tunes); the dict holds `torch.mm` /
+`torch.bmm` themselves for an aten winner, else the Selection's kernel behind an autograd check.
 
 Calls that need a gradient through a generated kernel (numba, Triton, NumPy)
 run it inside a `torch.autograd.Function` (`gemmtune.dispatch.autograd`) whose
@@ -48,6 +43,7 @@ _BMM: dict[tuple, Callable[..., torch.Tensor]] = {}
 _TABLES = {"mm": _MM, "addmm": _ADDMM, "bmm": _BMM}
 _SELECTIONS: dict[tuple, Any] = {}  # canonical key -> Selection (for inspection)
 _CLEAR_HOOKS: list[Callable[[], None]] = []  # what clear_dispatch_cache() also clears (traced decisions)
+_RECORD_HOOKS: list[Callable[[bool], None]] = []  # told when recording() starts (True) and ends (False)
 _RECORDER: dict[tuple, "Recorded"] | None = None  # set by `recording()`: misses are recorded, not tuned
 
 _LOCK = threading.RLock()  # held on the miss path only
@@ -466,6 +462,8 @@ def recording() -> Iterator[dict[tuple, Recorded]]:
         for table in _TABLES.values():
             table.clear()
         _RECORDER = {}
+        for hook in _RECORD_HOOKS:
+            hook(True)
     try:
         yield _RECORDER
     finally:
@@ -473,6 +471,8 @@ def recording() -> Iterator[dict[tuple, Recorded]]:
             _RECORDER = None
             for op, table in _TABLES.items():
                 table.update(saved[op])
+            for hook in _RECORD_HOOKS:
+                hook(False)
 
 
 def _record(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,

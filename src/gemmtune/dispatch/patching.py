@@ -15,6 +15,7 @@ alone, as are lazy layers that are not yet materialised.
 from __future__ import annotations
 
 import sys
+import types
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -48,16 +49,29 @@ _linear = F.linear
 
 
 class _Decided(set):
-    """One patched layer's inputs (shape, strides, dtype, device) whose problem runs `F.linear`.
+    """One patched layer's input shapes whose problem runs `F.linear`: its warm path's only check.
 
-    The cheapest check on a layer's warm path: `F.linear` is right for any weight, so a library
-    decision needs no look at the weight (a generated winner is looked up by the full signature)."""
+    `F.linear` is right for any input and weight, so a library decision needs no look at strides,
+    dtypes or devices (a generated winner is looked up by the full signature).  What could make a
+    decided shape another problem empties the set: `module.to()`, `.half()`, `.cuda()` (through the
+    layer's `_apply`), `clear_dispatch_cache()`, and a warm-up's recording forward sets it aside.
+    A copy of a layer (`copy.deepcopy`) starts with an empty set of its own."""
 
     __hash__ = object.__hash__  # type: ignore[assignment]  # one per layer, in a WeakSet: identity, not contents
     __eq__ = object.__eq__  # type: ignore[assignment]
 
+    def __deepcopy__(self, memo: dict) -> "_Decided":
+        return _new_decided()
+
 
 _DECIDED: "weakref.WeakSet[_Decided]" = weakref.WeakSet()
+_DECIDED_ATTR = "_gemmtune_decided"
+
+
+def _new_decided() -> _Decided:
+    decided = _Decided()
+    _DECIDED.add(decided)
+    return decided
 
 
 def _signature(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backends: object) -> tuple:
@@ -66,36 +80,40 @@ def _signature(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, back
             None if bias is None else (bias.shape, bias.stride(), bias.dtype), backends)
 
 
-def _forward_of(layer: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """nn.Linear.forward of `layer` with its matmul run by gemmtune."""
-    decided = _Decided()
-    _DECIDED.add(decided)
-    # Read straight from the parameter dict: `layer.weight` goes through nn.Module.__getattr__, about
-    # half a microsecond each.  A weight kept anywhere else (a parametrisation, weight norm's hook)
-    # raises KeyError here and takes the general path, which reads `layer.weight`.
-    params: dict[str, Any] = layer._parameters  # type: ignore[assignment]
+def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """nn.Linear.forward with its matmul run by gemmtune.
 
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        if api._RECORDER is None and not (_is_compiling() or _autocast_on()):  # recording: gemmtune.mm records
-            try:
-                if (x.shape, x.stride(), x.dtype, x.device) in decided:
-                    return _linear(x, params["weight"], params["bias"])
+    The parameters are read from the layer's parameter dict: `self.weight` goes through
+    nn.Module.__getattr__, about half a microsecond each.  A weight kept anywhere else (a
+    parametrisation, weight norm's hook) raises KeyError here and takes the general path."""
+    if not _is_compiling():
+        try:
+            d = self.__dict__
+            if x.shape in d[_DECIDED_ATTR]:
+                params = d["_parameters"]
+                return _linear(x, params["weight"], params["bias"])
+            if api._RECORDER is None and not _autocast_on():  # recording: gemmtune.mm records
+                params = d["_parameters"]
                 w, bias = params["weight"], params["bias"]
-                key = _signature(x, w, bias, getattr(layer, _FLAG))
+                key = _signature(x, w, bias, d[_FLAG])
                 fn = _LINEAR[key]
-            except (KeyError, TypeError, AttributeError):
-                pass
-            else:
                 if fn is _linear:  # decided by another layer of the same shapes: this one's from now on
-                    _hold(key, decided)
+                    _hold(key, d[_DECIDED_ATTR])
                 return fn(x, w, bias)
-        return _linear_slow(layer, decided, x)
+        except (KeyError, TypeError, AttributeError):
+            pass
+    return _linear_slow(self, x)
 
-    forward.__gemmtune_decided__ = decided  # type: ignore[attr-defined]
-    return forward
+
+def _apply_clearing(self: nn.Module, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """nn.Module._apply (`.to()`, `.half()`, `.cuda()`, ...) that first forgets the layer's decided shapes."""
+    decided = self.__dict__.get(_DECIDED_ATTR)
+    if decided is not None:
+        decided.clear()
+    return type(self)._apply(self, fn, *args, **kwargs)
 
 
-def _linear_slow(layer: nn.Module, decided: _Decided, x: torch.Tensor) -> torch.Tensor:
+def _linear_slow(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The first call of a problem (tunes it through gemmtune.mm / addmm), then remembers the fast path."""
     w: torch.Tensor = layer.weight  # type: ignore[assignment]
     bias: torch.Tensor | None = layer.bias  # type: ignore[assignment]
@@ -106,19 +124,20 @@ def _linear_slow(layer: nn.Module, decided: _Decided, x: torch.Tensor) -> torch.
     out = y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
     if not (_is_compiling() or _autocast_on()):
         found = api.dispatched("mm" if bias is None else "addmm", tensors, backends=backends)
-        _remember(x, w, bias, backends, found, decided)
+        _remember(x, w, bias, backends, found, layer.__dict__.get(_DECIDED_ATTR))
     return out
 
 
 def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backends: object,
-              found: tuple[Any, Callable[..., torch.Tensor]] | None, decided: _Decided) -> None:
+              found: tuple[Any, Callable[..., torch.Tensor]] | None, decided: _Decided | None) -> None:
     if found is None or not isinstance(x, torch.Tensor) or x.dim() == 0:
         return
     sel, run = found
     key = _signature(x, w, bias, backends)
     if sel.winner.template_uid in _LIBRARY_UIDS:
         _LINEAR[key] = _linear
-        _hold(key, decided)
+        if decided is not None:
+            _hold(key, decided)
         return
     k, n = x.shape[-1], w.shape[0]
 
@@ -131,8 +150,8 @@ def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backe
 
 
 def _hold(key: tuple, decided: _Decided) -> None:
-    """`decided` (a layer's) sends the input part of `key` to F.linear; remembered per key."""
-    decided.add(key[:4])
+    """`decided` (a layer's) sends the input shape of `key` to F.linear; remembered per key."""
+    decided.add(key[0])
     holders = _HOLDERS.setdefault(key, [])
     if not any(h is decided for h in holders):
         holders.append(decided)
@@ -151,7 +170,7 @@ def set_library(selection: Any, library: bool) -> int:
         if sel is selection:
             _LINEAR[key] = _linear if library else kernel
             for decided in _HOLDERS.get(key, []) if not library else ():
-                decided.discard(key[:4])
+                decided.discard(key[0])
             switched += 1
     return switched
 
@@ -164,7 +183,23 @@ def _clear() -> None:
         decided.clear()
 
 
+_SET_ASIDE: list[tuple[_Decided, set]] = []
+
+
+def _recording(started: bool) -> None:
+    """A warm-up's recording forward must reach gemmtune.mm: the decided shapes are set aside for it."""
+    if started:
+        _SET_ASIDE[:] = [(d, set(d)) for d in list(_DECIDED)]
+        for d, _ in _SET_ASIDE:
+            d.clear()
+    else:
+        for d, shapes in _SET_ASIDE:
+            d.update(shapes)
+        _SET_ASIDE.clear()
+
+
 api._CLEAR_HOOKS.append(_clear)
+api._RECORD_HOOKS.append(_recording)
 
 
 def _patchable(m: nn.Module) -> bool:
@@ -199,7 +234,9 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
     for m in module.modules():
         if _patchable(m) and id(m) not in inside_mha:  # MHA calls F.linear on its weights: never routed
             object.__setattr__(m, _FLAG, backends)
-            object.__setattr__(m, "forward", _forward_of(m))
+            object.__setattr__(m, _DECIDED_ATTR, _new_decided())
+            object.__setattr__(m, "forward", types.MethodType(_linear_forward, m))
+            object.__setattr__(m, "_apply", types.MethodType(_apply_clearing, m))
     if report:
         print(patch_report(module), file=sys.stderr)
     return module
@@ -216,8 +253,8 @@ def unpatch(module: nn.Module) -> nn.Module:
     """
     for m in module.modules():
         if _FLAG in vars(m):
-            vars(m).pop(_FLAG, None)
-            vars(m).pop("forward", None)
+            for attr in (_FLAG, _DECIDED_ATTR, "forward", "_apply"):
+                vars(m).pop(attr, None)
     return module
 
 

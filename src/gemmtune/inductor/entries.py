@@ -131,7 +131,7 @@ def _fusion_companions(ki: KernelInputs, pick_ms: float | None, measured: Sequen
 
 
 def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (), few: int = 2,
-                keys: tuple[str, ...] = (), fusion: int = 1) -> InductorPick:
+                keys: tuple[str, ...] = (), fusion: int = 2) -> InductorPick:
     """The Inductor entries for `pick`, the winner of problem `ki` (`measured`: the other timings).
     `fusion`: beside a library pick, offer its best `fusion` Triton configs as companions (`InductorPick`).
 

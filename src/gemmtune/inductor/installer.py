@@ -26,7 +26,7 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-            fusion: int = 1) -> Any:
+            fusion: int = 2) -> Any:
     """Make Inductor ask gemmtune for every mm / addmm / bmm it lowers; returns the handler.
 
     `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
@@ -123,7 +123,7 @@ def uninstall() -> None:
 @contextlib.contextmanager
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-              fusion: int = 1) -> Iterator[Any]:
+              fusion: int = 2) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
