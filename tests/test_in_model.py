@@ -110,3 +110,21 @@ def test_a_tie_within_the_margin_goes_to_torch(monkeypatch):
     verdicts = in_model.check_in_model(lambda: net(x), switches, margin=0.01,
                                        measure=lambda fn, n: n * (1.005 if switches[0].on_library else 1.0))
     assert not verdicts[0].kept and verdicts[0].ratio == pytest.approx(1.005)
+
+
+def test_a_pick_faster_in_only_half_the_rounds_goes_to_torch(monkeypatch):
+    """Median 1.04, but the lower quartile below 1: not faster in three rounds out of four."""
+    _numba_winners(monkeypatch)
+    gemmtune.patch(net := Net())
+    x = torch.randn(3, 24)
+    switches = _switches(net, x)[:1]
+    calls = {"n": 0}
+
+    def measure(forward, iters):
+        calls["n"] += 1
+        if not switches[0].on_library:
+            return float(iters)
+        return iters * (1.10 if (calls["n"] // 2) % 2 else 0.98)  # alternate: 10% faster, 2% slower
+
+    (verdict,) = in_model.check_in_model(lambda: net(x), switches, margin=0.01, measure=measure)
+    assert verdict.ratio > 1.01 and verdict.q1 < 1.0 and not verdict.kept
