@@ -90,6 +90,21 @@ def test_budget_exhausted_and_single_finalist_skip_the_re_time():
     assert run_final({a: final[a]}) == (a, [])
 
 
+def test_a_final_of_library_kernels_only_is_not_re_timed_at_quick_effort():
+    blas = Choice("numpy_blas", None)
+    final = {LIB: (0.8, None, None), blas: (0.9, None, None), gen(64): (1.5, None, None)}  # re-timed
+    ranked = {LIB: 1.0, blas: 0.95, gen(64): 1.5}  # earlier; the generated kernel is third: no finalist
+    quick = FinalRule.of(Settings(effort="quick"))
+    assert not quick.library_final and quick.finalists == 2
+    pick, retimed = run_final(final, ranked, rule=quick)
+    assert pick == blas and retimed == []  # the earlier timings rank the two library kernels
+    pick, retimed = run_final(final, ranked, rule=FinalRule.of(Settings(finalists=2)))
+    assert pick == LIB and set(retimed) == {LIB, blas}  # the default re-times them
+    final[gen(64)] = (0.5, None, None)
+    pick, retimed = run_final(final, {**ranked, gen(64): 0.6}, rule=quick)
+    assert pick == gen(64) and gen(64) in retimed  # a generated kernel at stake: re-timed as always
+
+
 def test_stored_pick_stands_when_nothing_new_reached_the_final():
     a, b = gen(1), gen(2)
     records = {a: Timing(a, 1.0, "store"), b: Timing(b, 1.1, "store")}

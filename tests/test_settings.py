@@ -145,7 +145,8 @@ def test_accepted_values_and_normalisation():
 def test_effort_presets_are_typed_and_complete():
     assert tuple(EFFORTS) == EFFORT_NAMES and all(isinstance(e, Effort) for e in EFFORTS.values())
     assert EFFORTS["quick"].changes() == {"strategy": "model_pruned", "stage0_n": 8, "top_x": 2, "finalists": 2,
-                                          "gpu_rep_ms": 5.0, "cpu_rep_ms": 10.0, "finalist_rounds": 3, "cpu_configs": 2}
+                                          "gpu_rep_ms": 5.0, "cpu_rep_ms": 10.0, "finalist_rounds": 3, "cpu_configs": 2,
+                                          "library_final": False}
     with pytest.raises(SettingsError, match="effort bad: top_x: must be >= 1"):
         Effort("bad", "", top_x=0)
 
@@ -194,3 +195,11 @@ def test_settings_doc_holds_the_current_table():
         "  PYTHONPATH=src python -c 'from gemmtune.core.settings import settings_table; print(settings_table())'\n"
         "and paste it between the <!-- settings-table --> markers")
     assert gemmtune.Settings is Settings
+
+
+def test_an_effort_passed_to_the_constructor_brings_its_preset():
+    quick = Settings(effort="quick")
+    assert (quick.top_x, quick.finalists, quick.finalist_rounds, quick.library_final) == (2, 2, 3, False)
+    assert Settings(effort="quick", top_x=3).top_x == 3  # an explicit value beats the preset
+    assert Settings(effort="max").strategy == "exhaustive" and Settings().top_x == 4
+    assert Settings(effort="quick") == Settings().with_(effort="quick")

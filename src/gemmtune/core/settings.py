@@ -197,6 +197,8 @@ class Settings:
                                             1, optional=True))
     finalists: int = _f(3, _int("best choices re-timed interleaved before the pick (extern always added)", 1))
     finalist_rounds: int = _f(15, _int("interleaved rounds of the finalists' re-timing", 1))
+    library_final: bool = _f(True, _bool("re-time a final whose finalists are all library kernels (off: their "
+                                         "earlier timings rank them; no generated kernel is at stake)"))
     library_margin: float = _f(0.01, Spec(
         "float", "a generated kernel must beat the best library kernel by this fraction in the final",
         lo=0.0, hi=0.5, hi_open=True))
@@ -241,6 +243,11 @@ class Settings:
     def __post_init__(self) -> None:
         # Validation and normalisation (int -> float, "a,b" -> ("a", "b"), path -> str) share one
         # path with from_env, so an argument and a variable with the same value fail the same way.
+        # `Settings(effort="quick")` brings the preset: a field left at its default takes its value.
+        effort = _SPECS["effort"].validate("effort", self.effort)
+        for name, value in (EFFORTS[effort].changes().items() if effort in EFFORTS else ()):
+            if getattr(self, name) == _DEFAULTS[name]:
+                object.__setattr__(self, name, value)
         for name, spec in _SPECS.items():
             value = getattr(self, name)
             checked = spec.validate(name, value)
@@ -292,6 +299,7 @@ class Settings:
 
 _SPECS: Mapping[str, Spec] = MappingProxyType({f.name: f.metadata["spec"] for f in fields(Settings)})
 """Each Settings field's Spec, in field order."""
+_DEFAULTS: Mapping[str, Any] = MappingProxyType({f.name: f.default for f in fields(Settings)})
 
 
 def env_var(name: str) -> str:
@@ -330,6 +338,7 @@ class Effort:
     cpu_rep_ms: float | None = None
     finalist_rounds: int | None = None
     cpu_configs: int | None = None
+    library_final: bool | None = None
 
     def __post_init__(self) -> None:
         for name, value in self.changes().items():
@@ -344,7 +353,7 @@ class Effort:
 
         Example:
             >>> EFFORTS["max"].describe().split(", ")
-            ['strategy=exhaustive', 'stage0_n=20', 'top_x=4', 'finalists=6', 'config_space=max', 'gpu_rep_ms=20', 'cpu_rep_ms=50', 'finalist_rounds=15', 'cpu_configs=4']
+            ['strategy=exhaustive', 'stage0_n=20', 'top_x=4', 'finalists=6', 'config_space=max', 'gpu_rep_ms=20', 'cpu_rep_ms=50', 'finalist_rounds=15', 'cpu_configs=4', 'library_final=True']
         """
         defaults = {f.name: f.default for f in fields(Settings)}
         values = {**{f.name: defaults[f.name] for f in fields(self)[2:]}, **self.changes()}
@@ -353,7 +362,7 @@ class Effort:
 
 EFFORTS: Mapping[str, Effort] = MappingProxyType({e.name: e for e in (
     Effort("quick", "fewer binaries, finalists and timing", strategy="model_pruned", stage0_n=8, top_x=2,
-           finalists=2, gpu_rep_ms=5.0, cpu_rep_ms=10.0, finalist_rounds=3, cpu_configs=2),
+           finalists=2, gpu_rep_ms=5.0, cpu_rep_ms=10.0, finalist_rounds=3, cpu_configs=2, library_final=False),
     # default: the field defaults, chosen from the replays in docs/DATASET.md and the H200 runs.
     Effort("default", "the field defaults"),
     # Every choice of the "max" spaces (>= 100 configs per Triton template) is timed.

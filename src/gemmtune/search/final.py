@@ -54,13 +54,15 @@ class FinalRule:
     library_margin: float
     noise_limit: float = 0.25  # a final whose timings spread more than this is provisional
     launch_aware: bool = False  # a generated kernel's GPU saving must exceed the host launch time it adds
+    library_final: bool = True  # re-time a final of library kernels only (quick effort: no)
 
     @classmethod
     def of(cls, settings: Any) -> "FinalRule":
         """The rule of a `Settings` (or anything with its fields; `noise_limit` and
         `launch_aware_final` are optional)."""
         return cls(settings.finalists, settings.finalist_rounds, settings.library_margin,
-                   getattr(settings, "noise_limit", 0.25), getattr(settings, "launch_aware_final", False))
+                   getattr(settings, "noise_limit", 0.25), getattr(settings, "launch_aware_final", False),
+                   getattr(settings, "library_final", True))
 
     @classmethod
     def tune_default(cls) -> "FinalRule":
@@ -142,6 +144,8 @@ def final_decision(ranked: Sequence[Measured], records: Mapping[Choice, Timing],
         return Decision(finalists[0], provisional=_noise(records, finalists) > rule.noise_limit)
     if stored_pick in finalists and all(records[c].stage == "store" for c in finalists):
         return Decision(stored_pick)  # nothing new reached the final: the stored decision stands
+    if not rule.library_final and all(c.is_extern for c in finalists):  # no generated kernel at stake
+        return Decision(finalists[0], provisional=_noise(records, finalists) > rule.noise_limit)
     times = retime(finalists, rule.rounds)
     ranked_final = sorted(zip(times, range(len(finalists)), finalists))
     if best_extern is not None:
