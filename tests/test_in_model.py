@@ -128,3 +128,27 @@ def test_a_pick_faster_in_only_half_the_rounds_goes_to_torch(monkeypatch):
 
     (verdict,) = in_model.check_in_model(lambda: net(x), switches, margin=0.01, measure=measure)
     assert verdict.ratio > 1.01 and verdict.q1 < 1.0 and not verdict.kept
+
+
+def test_a_forward_that_fails_when_run_again_leaves_the_tuned_picks(monkeypatch, caplog):
+    """A stateful forward (here: it refuses a second call) must not break the warm-up."""
+    _numba_winners(monkeypatch)
+
+    class Once(Net):
+        calls = 0
+
+        def forward(self, x):
+            Once.calls += 1
+            if Once.calls == 2:  # the first forward after the recording one
+                raise RuntimeError("cache full")
+            return super().forward(x)
+
+    net, x = Once(), torch.randn(4, 24)
+    with caplog.at_level("WARNING", logger="gemmtune"):
+        report = gemmtune.warmup(net, x, progress=False, in_model=True)
+    assert all(r.in_model is None and r.runs.startswith("numba") for r in report.rows)
+    assert "in-model check skipped" in caplog.text
+    with torch.no_grad():
+        torch.testing.assert_close(net(x), _reference(net, x), rtol=1e-4, atol=1e-4)
+    (layer_fn,) = patching._LINEAR.values()
+    assert layer_fn is not torch.nn.functional.linear  # the layer runs its numba pick
