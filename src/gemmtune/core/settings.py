@@ -353,7 +353,7 @@ class Effort:
 
         Example:
             >>> EFFORTS["max"].describe().split(", ")
-            ['strategy=exhaustive', 'stage0_n=20', 'top_x=4', 'finalists=6', 'config_space=max', 'gpu_rep_ms=20', 'cpu_rep_ms=50', 'finalist_rounds=15', 'cpu_configs=4', 'library_final=True']
+            ['strategy=exhaustive', 'stage0_n=20', 'top_x=4', 'finalists=6', 'config_space=max', 'gpu_rep_ms=20', 'cpu_rep_ms=50', 'finalist_rounds=15', 'cpu_configs=4', 'library_final=true']
         """
         defaults = {f.name: f.default for f in fields(Settings)}
         values = {**{f.name: defaults[f.name] for f in fields(self)[2:]}, **self.changes()}
