@@ -7,6 +7,11 @@ output reshaped back, as `nn.Linear` does.  `unpatch(model)` restores them.
 Outputs, gradients and `torch.compile` keep working; each new input shape is
 tuned once on its first call.
 
+A warm call costs about what `nn.Linear.forward` costs: once an input shape is
+decided for the library kernel, the layer checks that shape and calls `F.linear`
+(the same call an unpatched layer makes); a generated winner is looked up by the
+full signature (shapes, strides, dtypes, device of input, weight and bias).
+
 Only layers whose class uses `nn.Linear.forward` unchanged are patched: a
 subclass with its own forward (LoRA adapters, quantised wrappers, ...) is left
 alone, as are lazy layers that are not yet materialised.
