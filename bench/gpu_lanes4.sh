@@ -23,9 +23,5 @@ lane_b() {
     tests/gpu/test_bound_launch_gpu.py tests/gpu/test_inductor_gpu.py tests/gpu/test_compiled_gpu.py \
     tests/gpu/test_api_gpu.py > "$out/tests.log" 2>&1
 }
-if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-  CUDA_VISIBLE_DEVICES=0 lane_a & CUDA_VISIBLE_DEVICES=1 lane_b; wait
-else
-  lane_a; lane_b
-fi
-tail -n 4 "$out"/*.log
+. "$(dirname "$0")/two_lanes.sh"
+run_lanes

@@ -20,9 +20,5 @@ lane_b() {
   timeout 260 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu.py tests/gpu/test_skinny_gpu.py \
     tests/gpu/test_autocast_gpu.py > "$out/core_tests.log" 2>&1
 }
-if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-  CUDA_VISIBLE_DEVICES=0 lane_a & CUDA_VISIBLE_DEVICES=1 lane_b; wait
-else
-  lane_a; lane_b
-fi
-tail -n 4 "$out"/*.log
+. "$(dirname "$0")/two_lanes.sh"
+run_lanes

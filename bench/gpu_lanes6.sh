@@ -22,9 +22,5 @@ lane_b() {
   timeout 200 python bench/model_rounds.py --m 64,1 --models llama \
     --variants eager,gemmtune,gemmtune_library --rounds 15 --out "$out/rounds_llama.json" > "$out/rounds_llama.log" 2>&1
 }
-if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-  CUDA_VISIBLE_DEVICES=0 lane_a & CUDA_VISIBLE_DEVICES=1 lane_b; wait
-else
-  lane_a; lane_b
-fi
-tail -n 4 "$out"/*.log
+. "$(dirname "$0")/two_lanes.sh"
+run_lanes
