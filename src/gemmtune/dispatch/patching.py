@@ -44,7 +44,7 @@ _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backe
 _LINEAR: dict[tuple, Callable[..., torch.Tensor]] = {}
 # A generated winner's entry: key -> (Selection, its callable), so that `set_library` can send a problem
 # to `F.linear` and back (`gemmtune.warmup`'s in-model check); and per key sent to F.linear, the layers'
-# `_Decided` sets that hold its input part.
+# `_Decided` sets that hold its input shape.
 _ORIGIN: dict[tuple, tuple[Any, Callable[..., torch.Tensor]]] = {}
 _HOLDERS: dict[tuple, list["_Decided"]] = {}
 _is_compiling = torch.compiler.is_compiling
@@ -92,21 +92,23 @@ def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     nn.Module.__getattr__, about half a microsecond each.  A weight kept anywhere else (a
     parametrisation, weight norm's hook) raises KeyError here and takes the general path."""
     if not _is_compiling():
-        try:
+        try:  # only the look-up may fail over to the general path; the call itself raises as it would
             d = self.__dict__
+            params = d["_parameters"]
+            w, bias = params["weight"], params["bias"]
             if x.shape in d[_DECIDED_ATTR]:
-                params = d["_parameters"]
-                return _linear(x, params["weight"], params["bias"])
-            if api._RECORDER is None and not _autocast_on():  # recording: gemmtune.mm records
-                params = d["_parameters"]
-                w, bias = params["weight"], params["bias"]
+                fn = _linear
+            elif api._RECORDER is None and not _autocast_on():  # recording: gemmtune.mm records
                 key = _signature(x, w, bias, d[_FLAG])
                 fn = _LINEAR[key]
                 if fn is _linear:  # decided by another layer of the same shapes: this one's from now on
                     _hold(key, d[_DECIDED_ATTR])
-                return fn(x, w, bias)
+            else:
+                fn = None
         except (KeyError, TypeError, AttributeError):
-            pass
+            fn = None
+        if fn is not None:
+            return fn(x, w, bias)
     return _linear_slow(self, x)
 
 
