@@ -203,3 +203,11 @@ def test_an_effort_passed_to_the_constructor_brings_its_preset():
     assert Settings(effort="quick", top_x=3).top_x == 3  # an explicit value beats the preset
     assert Settings(effort="max").strategy == "exhaustive" and Settings().top_x == 4
     assert Settings(effort="quick") == Settings().with_(effort="quick")
+
+
+def test_an_explicit_default_value_stands_under_a_preset_through_with_and_the_environment():
+    quick = Settings(effort="quick")
+    assert quick.with_(top_x=4).top_x == 4 and quick.with_(top_x=4).effort == "quick"
+    assert Settings.from_env({"GEMMTUNE_EFFORT": "quick", "GEMMTUNE_TOP_X": "4"}).top_x == 4
+    assert Settings.from_env({"GEMMTUNE_EFFORT": "quick"}).top_x == 2
+    assert Settings().with_(effort="max").effort == "max" and Settings().with_(effort="max").strategy == "exhaustive"

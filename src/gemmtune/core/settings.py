@@ -243,7 +243,8 @@ class Settings:
     def __post_init__(self) -> None:
         # Validation and normalisation (int -> float, "a,b" -> ("a", "b"), path -> str) share one
         # path with from_env, so an argument and a variable with the same value fail the same way.
-        # `Settings(effort="quick")` brings the preset: a field left at its default takes its value.
+        # `Settings(effort="quick")` brings the preset: a field left at its default takes its value
+        # (`with_` and `from_env` merge the preset themselves, and keep an explicit default value).
         effort = _SPECS["effort"].validate("effort", self.effort)
         for name, value in (EFFORTS[effort].changes().items() if effort in EFFORTS else ()):
             if getattr(self, name) == _DEFAULTS[name]:
@@ -262,7 +263,8 @@ class Settings:
             >>> Settings().with_(effort="quick", top_x=3).top_x, Settings().with_(effort="quick").top_x
             (3, 2)
         """
-        return replace(self, **merge_effort(changes))
+        merged = merge_effort(changes)
+        return _preset_merged(lambda e: replace(self, **{**merged, "effort": e}), merged.get("effort", self.effort))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
@@ -294,7 +296,16 @@ class Settings:
         defaults = {f.name: f.default for f in fields(cls)}
         _check_relations(lambda name: values.get(name, defaults[name]),
                          lambda name: labels[name] if name in labels and name not in explicit else name)
-        return cls(**values)
+        return _preset_merged(lambda e: cls(**{**values, "effort": e}), values.get("effort", "default"))
+
+
+def _preset_merged(make: Callable[[str], "Settings"], effort: str) -> "Settings":
+    """`make(effort)` for values that already hold their effort's preset (`merge_effort`): built under
+    the default effort, so that the constructor does not apply the preset again over an explicit
+    value that equals a field's default, then given its effort."""
+    settings = make("default")
+    object.__setattr__(settings, "effort", effort)
+    return settings
 
 
 _SPECS: Mapping[str, Spec] = MappingProxyType({f.name: f.metadata["spec"] for f in fields(Settings)})
