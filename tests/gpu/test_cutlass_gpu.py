@@ -15,6 +15,7 @@ import torch
 from gemmtune.bench.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.cutlass.hopper import CutlassHopperTemplate, dsl_importable
+from gpu_operands import operands
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 pytestmark = pytest.mark.skipif(not (HOPPER and dsl_importable()), reason="needs a Hopper GPU and nvidia-cutlass-dsl")
@@ -23,14 +24,6 @@ SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, stages=4, cluster_m=1, clust
          dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, stages=3, cluster_m=2, cluster_n=1),
          dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, stages=3, cluster_m=1, cluster_n=2),
          dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, stages=6, cluster_m=2, cluster_n=1)]
-
-
-def operands(op, M, K, N, dtype, b_layout, batch=1):
-    lead = (batch,) if op == "bmm" else ()
-    a = torch.randn(*lead, M, K, dtype=dtype, device="cuda")
-    b = (torch.randn(*lead, N, K, dtype=dtype, device="cuda").transpose(-1, -2) if b_layout == "k"
-         else torch.randn(*lead, K, N, dtype=dtype, device="cuda"))
-    return (torch.randn(N, dtype=dtype, device="cuda"), a, b) if op == "addmm" else (a, b)
 
 
 def check_all(op, tensors, alpha=1.0, space=SPACE):
@@ -54,18 +47,18 @@ def check_all(op, tensors, alpha=1.0, space=SPACE):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("b_layout", ["k", "n"])
+@pytest.mark.parametrize("b_layout", ["col", "row"])
 @pytest.mark.parametrize("M,K,N", [(333, 264, 520), (64, 64, 64), (1000, 1032, 776), (7, 512, 4104)])
 def test_mm_odd_sizes_every_swizzle_and_raster(dtype, b_layout, M, K, N):
     check_all("mm", operands("mm", M, K, N, dtype, b_layout))
 
 
-@pytest.mark.parametrize("b_layout", ["k", "n"])
+@pytest.mark.parametrize("b_layout", ["col", "row"])
 def test_addmm_bias_and_alpha(b_layout):
     check_all("addmm", operands("addmm", 333, 264, 520, torch.bfloat16, b_layout), alpha=0.5)
 
 
-@pytest.mark.parametrize("b_layout", ["k", "n"])
+@pytest.mark.parametrize("b_layout", ["col", "row"])
 def test_bmm(b_layout):
     check_all("bmm", operands("bmm", 200, 136, 264, torch.float16, b_layout, batch=3))
 
@@ -87,7 +80,7 @@ def test_runtime_swizzle_costs_little_vs_compile_time_constant():
     from gemmtune.templates.cutlass import hopper_kernel
 
     cfg = SPACE[0]
-    a, b = operands("mm", 4096, 4096, 4096, torch.bfloat16, "k")
+    a, b = operands("mm", 4096, 4096, 4096, torch.bfloat16, "col")
     ki = KernelInputs.from_tensors("mm", a, b)
     out = torch.empty(ki.out_size, dtype=ki.dtype, device="cuda")
     for swizzle, raster in [(1, 0), (8, 0), (8, 1)]:
@@ -105,12 +98,12 @@ def test_one_binary_serves_other_shapes_in_the_process():
     from gemmtune.templates.cutlass import hopper_kernel
 
     template = CutlassHopperTemplate(space=SPACE[:1], require_validation=False)
-    first = operands("mm", 333, 264, 520, torch.bfloat16, "k")
+    first = operands("mm", 333, 264, 520, torch.bfloat16, "col")
     ki1 = KernelInputs.from_tensors("mm", *first)
     c1 = template.configs(ki1)[0]
     template.compile(c1, ki1, first)
     compiled = len(hopper_kernel._COMPILED)
-    second = operands("mm", 1000, 1032, 776, torch.bfloat16, "k")
+    second = operands("mm", 1000, 1032, 776, torch.bfloat16, "col")
     ki2 = KernelInputs.from_tensors("mm", *second)
     c2 = next(c for c in template.configs(ki2) if c.config == c1.config)
     t0 = time.perf_counter()

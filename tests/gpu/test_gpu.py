@@ -10,21 +10,13 @@ from gemmtune.bench.timers import CudaTimer
 from gemmtune.templates.extern import AtenTemplate
 from gemmtune.templates.triton.base import SWIZZLES
 from gemmtune.templates.triton.mm import TritonMMTemplate
+from gpu_operands import operands
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 SPACE = [dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_stages=3, num_warps=4),
          dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=3, num_warps=8),
          dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_stages=4, num_warps=4)]
-
-
-def operands(op, M, K, N, dtype, b_layout, batch=1):
-    lead = (batch,) if op == "bmm" else ()
-    dev = "cuda"
-    a = torch.randn(*lead, M, K, dtype=dtype, device=dev)
-    b = (torch.randn(*lead, N, K, dtype=dtype, device=dev).transpose(-1, -2) if b_layout == "col"
-         else torch.randn(*lead, K, N, dtype=dtype, device=dev))
-    return (torch.randn(N, dtype=dtype, device=dev), a, b) if op == "addmm" else (a, b)
 
 
 def check_all(op, tensors, alpha=1.0, beta=1.0, space=SPACE):

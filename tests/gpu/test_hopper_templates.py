@@ -14,6 +14,7 @@ from gemmtune.bench.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.triton.splitk import TritonSplitKTemplate
 from gemmtune.templates.triton.tma import TritonTMAPersistentTemplate
+from gpu_operands import operands
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
@@ -26,14 +27,6 @@ SPLITK_SPACE = [dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, num_stages=
                 dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, SPLIT_K=8, num_stages=4, num_warps=4),
                 dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, SPLIT_K=2, num_stages=3, num_warps=8)]
 NEW = ("triton_splitk", "triton_tma_persistent")
-
-
-def operands(op, M, K, N, dtype, b_layout, batch=1):
-    lead = (batch,) if op == "bmm" else ()
-    a = torch.randn(*lead, M, K, dtype=dtype, device="cuda")
-    b = (torch.randn(*lead, N, K, dtype=dtype, device="cuda").transpose(-1, -2) if b_layout == "col"
-         else torch.randn(*lead, K, N, dtype=dtype, device="cuda"))
-    return (torch.randn(N, dtype=dtype, device="cuda"), a, b) if op == "addmm" else (a, b)
 
 
 def check_all(template, op, tensors, alpha=1.0, beta=1.0):

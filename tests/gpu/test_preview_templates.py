@@ -11,16 +11,9 @@ import gemmtune
 from gemmtune.bench.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.triton.gemv import TritonGemvTemplate
+from gpu_operands import operands
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-def operands(op, M, K, N, dtype, b_layout, batch=1):
-    lead = (batch,) if op == "bmm" else ()
-    a = torch.randn(*lead, M, K, dtype=dtype, device="cuda")
-    b = (torch.randn(*lead, N, K, dtype=dtype, device="cuda").transpose(-1, -2) if b_layout == "col"
-         else torch.randn(*lead, K, N, dtype=dtype, device="cuda"))
-    return (torch.randn(N, dtype=dtype, device="cuda"), a, b) if op == "addmm" else (a, b)
 
 
 def check_every_config(op, tensors, alpha=1.0, beta=1.0):

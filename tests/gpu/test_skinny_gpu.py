@@ -14,19 +14,12 @@ from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.triton.launch import FastLaunch
 from gemmtune.templates.triton.mm import TritonMMTemplate
 from gemmtune.templates.triton.skinny import TritonSkinnyTemplate
+from gpu_operands import operands
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 SPLITS = [dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=s, num_stages=4, num_warps=4) for s in (1, 3, 8)]
 SPLITS.append(dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, SPLIT_K=4, num_stages=3, num_warps=4))
-
-
-def operands(op, M, K, N, dtype, b_layout, batch=1):
-    lead = (batch,) if op == "bmm" else ()
-    a = torch.randn(*lead, M, K, dtype=dtype, device="cuda")
-    b = (torch.randn(*lead, N, K, dtype=dtype, device="cuda").transpose(-1, -2) if b_layout == "col"
-         else torch.randn(*lead, K, N, dtype=dtype, device="cuda"))
-    return (torch.randn(N, dtype=dtype, device="cuda"), a, b) if op == "addmm" else (a, b)
 
 
 def check_configs(op, tensors, template, alpha=1.0, beta=1.0, repeat=3):
