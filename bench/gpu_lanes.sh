@@ -24,9 +24,5 @@ lane_b() {
     timeout 330 python -m gemmtune sweep --suite bench/shapes.json --only "$CUTLASS_SHAPES" --backends extern,cutlass \
       --out "$out/cutlass_sweep.jsonl" ) > "$out/cutlass_sweep.log" 2>&1
 }
-if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-  CUDA_VISIBLE_DEVICES=0 lane_a & CUDA_VISIBLE_DEVICES=1 lane_b; wait
-else
-  lane_a; lane_b
-fi
-tail -n 4 "$out"/*.log
+. "$(dirname "$0")/two_lanes.sh"
+run_lanes 4

@@ -21,9 +21,5 @@ lane_b() {
     GEMMTUNE_BACKENDS=extern,triton,cutlass timeout 300 python bench/compare.py --no-inductor --only "$SHAPES" \
       --rounds 20 --out "$out/cmp_with.json" ) > "$out/cmp_with.log" 2>&1
 }
-if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-  CUDA_VISIBLE_DEVICES=0 lane_a & CUDA_VISIBLE_DEVICES=1 lane_b; wait
-else
-  lane_a; lane_b
-fi
-tail -n 12 "$out"/*.log
+. "$(dirname "$0")/two_lanes.sh"
+run_lanes 12
