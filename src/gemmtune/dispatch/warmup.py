@@ -89,8 +89,9 @@ class WarmupReport:
         lines.append(f"{len(self.rows)} GEMM problems: {self.tuned} tuned, {self.from_store} from the store; "
                      f"warm-up {self.seconds:.2f} s (forward {self.forward_s:.2f} s, in-model check "
                      f"{self.check_s:.2f} s)")
-        lines.append("in model: forward time with torch's op over forward time with the pick, lower quartile "
-                     "of the rounds (the pick stays above 1 + library_margin; 'torch': the model runs torch's op)")
+        if any(r.in_model is not None for r in self.rows):
+            lines.append("in model: forward time with torch's op over forward time with the pick, lower quartile "
+                         "of the rounds (the pick stays above 1 + library_margin; 'torch': the model runs torch's op)")
         return "\n".join(lines)
 
 
@@ -146,8 +147,9 @@ def _checked(rows: list[WarmupRow], seen: "dict[tuple, eager.Recorded]", forward
     from ..core.settings import Settings
 
     switches, at = [], []
+    selections = eager.selections()
     for i, (canon, rec) in enumerate(seen.items()):
-        sel = eager.selections().get(canon)
+        sel = selections.get(canon)
         if sel is None or sel.winner.is_extern or (rec.backends is not None and "extern" not in rec.backends):
             continue
         switches.append(Switch(rec.op, canon, sel, rec.alpha, rec.beta, rec.out_layout))
