@@ -9,7 +9,10 @@ tokens, picks that saved no GPU time in the model ran the forward 1.15x slower (
 the model's forward is timed with the pick and with torch's own op for that problem, interleaved in
 rounds (drift hits both alike), and the pick stays only if the forward runs faster with it by more
 than `margin` in three rounds out of four (the lower quartile of the per-round ratios): a launch-
-bound forward's time moves by a few percent between rounds, and a tie goes to torch's op.  Problems are decided one after another, each with the earlier decisions in place.
+bound forward's time moves by a few percent between rounds, and a tie goes to torch's op.  The picks
+are tested together first, then one by one (each with the earlier decisions in place), and a subset
+that survives is tested together again: one pick's effect can be smaller than the drift between
+timed blocks, and the model runs the picks together.
 The switch touches only this process's dispatch (the eager dict and patched layers); the store
 keeps the tuned pick, so a CUDA graph or a compiled program is not affected.
 
@@ -51,6 +54,7 @@ class InModel:
     ratio: float
     kept: bool
     q1: float = 0.0
+    together: bool = False  # decided with other picks: the forward with all of them against torch's op
 
     @property
     def runs(self) -> str:
@@ -113,9 +117,15 @@ def block_seconds(forward: Callable[[], Any], iters: int, cuda: bool) -> float:
 
 def check_in_model(forward: Callable[[], Any], switches: Sequence[Switch], *, margin: float = 0.01,
                    rounds: int = ROUNDS, measure: Measure | None = None, cuda: bool = False) -> list[InModel]:
-    """Time `forward` with each switch's pick and with torch's op; keep each pick only where the
-    forward is faster with it by more than `margin` in three rounds out of four.  Returns one
-    verdict per switch, in order.
+    """Time `forward` with the picks and with torch's op; keep a pick only where the forward is
+    faster with it by more than `margin` in three rounds out of four.  Returns one verdict per
+    switch, in order.
+
+    The picks are first tested together: if the forward is not faster with all of them, they all go
+    to torch's op.  Otherwise each is tested on its own (the others in place), and a subset that
+    survives is tested together once more against torch's op for all of it.  A few percent of
+    launch-bound forward time moves between timed blocks, more than one pick's own effect; the
+    tests together decide what the model will actually run.
 
     Example:
         >>> check_in_model(lambda: None, [])
@@ -132,18 +142,52 @@ def check_in_model(forward: Callable[[], Any], switches: Sequence[Switch], *, ma
     forward()
     one = max(timer(forward, 1), 1e-6)
     iters = max(1, min(MAX_ITERS, math.ceil(BLOCK_S / one)))
-    verdicts = []
-    for sw in switches:
-        ratios = []
-        for r in range(rounds):
-            times = {}
-            for on in ((False, True) if r % 2 == 0 else (True, False)):
-                sw.library(on)
-                times[on] = timer(forward, iters)
-            ratios.append(times[True] / max(times[False], 1e-12))
-        q1 = statistics.quantiles(ratios, n=4)[0] if len(ratios) > 1 else ratios[0]
-        kept = q1 > 1.0 + margin
-        sw.library(not kept)
-        verdicts.append(InModel(sw.selection.problem.describe(), sw.selection.winner.name,
-                                statistics.median(ratios), kept, q1))
+
+    def test(switch: Any) -> tuple[float, float, bool]:
+        return _test(forward, switch, timer, iters, rounds, margin)
+
+    together = test(_Together(switches))
+    if not together[2] or len(switches) == 1:
+        return [_verdict(sw, together, len(switches) > 1) for sw in switches]
+    verdicts = [_verdict(sw, test(sw)) for sw in switches]  # each leaves its switch as decided
+    kept = [sw for sw, v in zip(switches, verdicts) if v.kept]
+    if kept and len(kept) < len(switches):
+        subset = test(_Together(kept))
+        if not subset[2]:
+            verdicts = [_verdict(sw, subset, True) if v.kept else v for sw, v in zip(switches, verdicts)]
     return verdicts
+
+
+class _Together:
+    """Several switches flipped as one (the picks tested together)."""
+
+    def __init__(self, switches: Sequence[Switch]):
+        self.switches = list(switches)
+
+    def library(self, on: bool) -> None:
+        for sw in self.switches:
+            sw.library(on)
+
+
+def _test(forward: Callable[[], Any], switch: Any, timer: Measure, iters: int, rounds: int,
+          margin: float) -> tuple[float, float, bool]:
+    """(median ratio, lower quartile, kept) of torch's op over the pick(s) in interleaved rounds;
+    `switch` is left on the verdict's side."""
+    ratios = []
+    for r in range(rounds):
+        times = {}
+        for on in ((False, True) if r % 2 == 0 else (True, False)):
+            switch.library(on)
+            times[on] = timer(forward, iters)
+        ratios.append(times[True] / max(times[False], 1e-12))
+    q1 = statistics.quantiles(ratios, n=4)[0] if len(ratios) > 1 else ratios[0]
+    kept = q1 > 1.0 + margin
+    switch.library(not kept)
+    return statistics.median(ratios), q1, kept
+
+
+def _verdict(sw: Switch, result: tuple[float, float, bool], together: bool = False) -> InModel:
+    if together:
+        sw.library(not result[2])
+    ratio, q1, kept = result
+    return InModel(sw.selection.problem.describe(), sw.selection.winner.name, ratio, kept, q1, together)

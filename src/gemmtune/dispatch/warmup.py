@@ -84,14 +84,16 @@ class WarmupReport:
             ms = f"{r.ms:.4f}" if r.ms is not None else "-"
             sp = f"{r.speedup:.3f}" if r.speedup is not None else "-"
             how = "store" if r.from_store else f"{r.seconds:.2f}"
-            check = "-" if r.in_model is None else f"{'kept' if r.in_model.kept else 'torch'} {r.in_model.q1:.3f}"
+            check = "-" if r.in_model is None else (f"{'kept' if r.in_model.kept else 'torch'} {r.in_model.q1:.3f}"
+                                                    + (" all" if r.in_model.together else ""))
             lines.append(f"{r.problem:<44} {r.calls:>5} {r.winner:<48} {ms:>9} {sp:>9} {how:>7} {check:>16}")
         lines.append(f"{len(self.rows)} GEMM problems: {self.tuned} tuned, {self.from_store} from the store; "
                      f"warm-up {self.seconds:.2f} s (forward {self.forward_s:.2f} s, in-model check "
                      f"{self.check_s:.2f} s)")
         if any(r.in_model is not None for r in self.rows):
             lines.append("in model: forward time with torch's op over forward time with the pick, lower quartile "
-                         "of the rounds (the pick stays above 1 + library_margin; 'torch': the model runs torch's op)")
+                         "of the rounds (the pick stays above 1 + library_margin; 'torch': the model runs torch's op; 'all': "
+                         "decided for the picks together)")
         return "\n".join(lines)
 
 
