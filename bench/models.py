@@ -173,6 +173,42 @@ def first_call(fn: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float]:
     return out, time.perf_counter() - t0
 
 
+def selection_facts() -> list[dict[str, Any]]:
+    """Per problem this process tuned: where its tuning time went (compile, prescreen, final)."""
+    from gemmtune.dispatch import eager
+
+    return [{"problem": sel.problem.describe(), "winner": sel.winner.name, "tuning_s": sel.tuning_s,
+             "compile_s": sel.compile_s, "binaries": len(sel.binary_seconds or {}),
+             "binary_sum_s": sum((sel.binary_seconds or {}).values()), "prescreen_s": sel.prescreen_s,
+             "final_s": sel.benchmark_s, "runs": sel.benchmark_runs, "strategy": sel.strategy,
+             "from_store": bool(sel.cache_hit)} for sel in eager.selections().values()]
+
+
+class Stamped:
+    """gemmtune's INFO log lines, each stamped with seconds since the block began (`.lines`)."""
+
+    def __enter__(self) -> "Stamped":
+        import logging
+
+        self.lines: list[tuple[float, str]] = []
+        self.t0 = time.perf_counter()
+        outer = self
+
+        class Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                outer.lines.append((round(time.perf_counter() - outer.t0, 3), record.getMessage()[:200]))
+
+        self.handler, self.log = Handler(), logging.getLogger("gemmtune")
+        self.level = self.log.level
+        self.log.addHandler(self.handler)
+        self.log.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.log.removeHandler(self.handler)
+        self.log.setLevel(self.level)
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
 
@@ -218,9 +254,11 @@ def prepare(variant: str, model: nn.Module, inputs: tuple) -> tuple[Callable[[],
     if variant in ("gemmtune", "gemmtune_graph"):
         t0 = time.perf_counter()
         # Under a CUDA graph launch cost does not count: the tuned picks run there, unchecked in the model.
-        report = gemmtune.warmup(model, *inputs, progress=False, in_model=variant == "gemmtune")
+        with Stamped() as stamped:
+            report = gemmtune.warmup(model, *inputs, progress=False, in_model=variant == "gemmtune")
         _, fwd = first_call(plain)
         first = time.perf_counter() - t0
+        extra.update(facts=selection_facts(), timeline=stamped.lines, load=os.getloadavg())
         extra.update(problems=len(report.rows), warmup_s=report.seconds, tuned=report.tuned,
                      check_s=report.check_s, picks={r.problem: r.winner for r in report.rows},
                      runs={r.problem: r.runs for r in report.rows},
@@ -318,7 +356,10 @@ def main(argv: list[str] | None = None) -> int:
             for r in recs:
                 if "out" in r:
                     r["rel_err_vs_first"] = rel_err(r.pop("out"), ref)
-                print(json.dumps({k: v for k, v in r.items() if k != "picks"}), flush=True)
+                print(json.dumps({k: v for k, v in r.items() if k not in ("picks", "facts", "timeline")}), flush=True)
+                for f in r.get("facts", []):
+                    print(f"  {f['problem']}: {f['winner']} tune {f['tuning_s']:.2f} s (compile {f['compile_s']:.2f} s, "
+                          f"{f['binaries']} binaries, prescreen {f['prescreen_s']:.2f} s, final {f['final_s']:.2f} s)")
             rows += recs
             # written after every model and M, so a run cut short keeps what it measured
             Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

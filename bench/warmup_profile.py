@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -35,7 +34,6 @@ def child(m: int, model: str, isolation: str | None, inductor_first: bool = Fals
         os.environ["GEMMTUNE_ISOLATION"] = isolation
     sys.path.insert(0, str(HERE))
     import models  # noqa: E402  (fresh cache directories, then torch and gemmtune)
-    from gemmtune.dispatch import eager
 
     imported = time.perf_counter() - t_import
     net, inputs = models.build(model, m)
@@ -51,24 +49,11 @@ def child(m: int, model: str, isolation: str | None, inductor_first: bool = Fals
         inductor_s = time.perf_counter() - t1
         models.fresh_caches("after-inductor")
     torch.cuda.synchronize()
-    lines: list[tuple[float, str]] = []
     t0 = time.perf_counter()
-
-    class Stamp(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append((round(time.perf_counter() - t0, 3), record.getMessage()[:200]))
-
-    log = logging.getLogger("gemmtune")
-    log.addHandler(Stamp())
-    log.setLevel(logging.INFO)
-    report = models.gemmtune.warmup(net, *inputs, progress=False)
+    with models.Stamped() as stamped:
+        report = models.gemmtune.warmup(net, *inputs, progress=False)
     total = time.perf_counter() - t0
-    facts = []
-    for sel in eager.selections().values():
-        facts.append({"problem": sel.problem.describe(), "winner": sel.winner.name, "tuning_s": sel.tuning_s,
-                      "compile_s": sel.compile_s, "binaries": len(sel.binary_seconds or {}),
-                      "binary_sum_s": sum((sel.binary_seconds or {}).values()), "prescreen_s": sel.prescreen_s,
-                      "final_s": sel.benchmark_s, "runs": sel.benchmark_runs, "strategy": sel.strategy})
+    facts, lines = models.selection_facts(), stamped.lines
     return {"M": m, "model": model, "isolation": isolation or "auto", "import_s": imported, "warmup_s": total,
             "inductor_first_s": inductor_s, "ptxas": os.environ.get("TRITON_PTXAS_PATH"),
             "check_s": report.check_s, "rows": [(r.problem, r.winner, r.seconds) for r in report.rows],

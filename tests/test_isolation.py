@@ -108,3 +108,33 @@ def test_unpicklable_templates_fall_back_in_process_under_auto_but_not_when_aske
     sel = gemmtune.tune("mm", a, b, templates=templates, settings=ISOLATED.with_(isolation="auto"))
     assert sel.isolation == "off" and sel.winner_ms is not None
     torch.testing.assert_close(sel(a, b), a @ b)
+
+
+def test_a_worker_started_in_the_background_is_the_one_the_first_tune_takes():
+    from gemmtune.bench import isolation
+
+    isolation.shutdown_workers()
+    cancel = isolation.prestart("cpu", 60.0)
+    assert isolation.prestart("cpu", 60.0)() is None  # a second start while one is under way: nothing
+    starting = isolation._STARTING["cpu"]
+    templates = [AtenTemplate("mm"), ScriptedTemplate("good", n_configs=1)]
+    a, b = torch.randn(16, 8), torch.randn(8, 12)
+    sel = gemmtune.tune("mm", a, b, templates=templates, settings=ISOLATED)
+    assert sel.isolation == "subprocess" and "cpu" not in isolation._STARTING
+    (kept,) = isolation._POOL["cpu"]
+    assert kept is starting.result()  # the tune took the started worker, and it is kept after
+    cancel()  # taken: cancelling does not stop it
+    assert kept.alive
+    isolation.shutdown_workers()
+
+
+def test_a_background_start_nobody_took_is_stopped_by_cancel():
+    from gemmtune.bench import isolation
+
+    isolation.shutdown_workers()
+    cancel = isolation.prestart("cpu", 60.0)
+    starting = isolation._STARTING["cpu"]
+    cancel()
+    worker = starting.result(timeout=120)
+    worker.proc.wait(timeout=30)  # closed once its start finished
+    assert not worker.alive and "cpu" not in isolation._STARTING and not isolation._POOL.get("cpu")

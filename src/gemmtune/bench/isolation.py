@@ -30,7 +30,8 @@ import logging
 import pickle
 import threading
 import types
-from typing import Any, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -50,8 +51,11 @@ _POOL: dict[str, list[Worker]] = {}
 _POOL_LOCK = threading.Lock()
 
 
+_STARTING: dict[str, Future] = {}  # device -> a worker starting in the background (`prestart`)
+
+
 def _acquire(device: str, timeout_s: float) -> Worker:
-    """An idle live worker for `device`, or a new one."""
+    """An idle live worker for `device`, the one `prestart` is starting, or a new one."""
     with _POOL_LOCK:
         idle = _POOL.setdefault(device, [])
         while idle:
@@ -60,7 +64,53 @@ def _acquire(device: str, timeout_s: float) -> Worker:
                 worker.timeout_s = timeout_s
                 return worker
             worker.close(kill=True)
+        starting = _STARTING.pop(device, None)
+    if starting is not None:
+        try:
+            worker = starting.result()
+        except Exception as exc:  # noqa: BLE001 - the background start failed: start one here, which raises
+            log.info("gemmtune: a worker started in the background failed (%s); starting another", exc)
+        else:
+            if worker.alive:
+                worker.timeout_s = timeout_s
+                return worker
+            worker.close(kill=True)
     return Worker(device, timeout_s)
+
+
+def prestart(device: str, timeout_s: float) -> Callable[[], None]:
+    """Start `device`'s worker in a background thread, so that its start (a fresh interpreter
+    importing torch, a CUDA context: seconds) overlaps the caller's work before the first timing.
+    Returns `cancel`: it stops the worker if no tune took it (nothing was tuned after all).
+    Nothing happens where an idle worker or a start is already there.
+
+    Example:
+        >>> cancel = prestart("cuda:0", 60.0) if torch.cuda.is_available() else (lambda: None)
+        >>> cancel()
+    """
+    future: Future = Future()
+    with _POOL_LOCK:
+        if any(w.alive for w in _POOL.get(device, [])) or device in _STARTING:
+            return lambda: None
+        _STARTING[device] = future
+
+    def start() -> None:
+        try:
+            future.set_result(Worker(device, timeout_s))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for it
+            future.set_exception(exc)
+
+    threading.Thread(target=start, name="gemmtune-worker-start", daemon=True).start()
+
+    def cancel() -> None:
+        with _POOL_LOCK:
+            unused = _STARTING.get(device) is future
+            if unused:
+                del _STARTING[device]
+        if unused:
+            future.add_done_callback(lambda f: f.exception() is None and f.result().close())
+
+    return cancel
 
 
 def _release(worker: Worker) -> None:
@@ -92,8 +142,12 @@ def shutdown_workers() -> None:
     with _POOL_LOCK:
         workers = [w for idle in _POOL.values() for w in idle]
         _POOL.clear()
+        starting = list(_STARTING.values())
+        _STARTING.clear()
     for worker in workers:
         worker.close()
+    for future in starting:  # closed once started (at once where it already is)
+        future.add_done_callback(lambda f: f.exception() is None and f.result().close())
 
 
 atexit.register(shutdown_workers)

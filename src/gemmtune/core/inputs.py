@@ -49,10 +49,16 @@ class TensorMeta:
 
     @classmethod
     def of(cls, t: torch.Tensor) -> "TensorMeta":
-        return cls(tuple(t.shape), tuple(t.stride()), t.dtype, _device_str(t.device))
+        return cls(tuple(t.shape), tuple(t.stride()), t.dtype, device_str(t.device))
 
 
-def _device_str(device: torch.device) -> str:
+def device_str(device: torch.device) -> str:
+    """The device as gemmtune names it: "cuda:<index>" (the current device where torch gave none), or the type.
+
+    Example:
+        >>> device_str(torch.device("cpu"))
+        'cpu'
+    """
     if device.type == "cuda":
         return f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}"
     return device.type

@@ -124,10 +124,14 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     started = time.perf_counter()
     if not patched_modules(model) or backends is not None:
         patch(model, backends=backends)
-    with eager.recording() as seen, torch.no_grad():
-        model(*example_inputs, **example_kwargs)
-    forward_s = time.perf_counter() - started
-    rows = [_row(problem, calls) for problem, calls in _tune_all(seen, _show(progress), for_compile)]
+    cancel = _prestart_worker(model)  # its start overlaps the recording forward and the first compiles
+    try:
+        with eager.recording() as seen, torch.no_grad():
+            model(*example_inputs, **example_kwargs)
+        forward_s = time.perf_counter() - started
+        rows = [_row(problem, calls) for problem, calls in _tune_all(seen, _show(progress), for_compile)]
+    finally:
+        cancel()  # nothing tuned (all from the store): the worker is not kept
     check_s = 0.0
     if not for_compile and _wants_check(in_model, seen):
         t0 = time.perf_counter()
@@ -135,6 +139,20 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
             rows = _checked(rows, seen, lambda: model(*example_inputs, **example_kwargs))
         check_s = time.perf_counter() - t0
     return WarmupReport(tuple(rows), time.perf_counter() - started, forward_s, check_s)
+
+
+def _prestart_worker(model: nn.Module) -> Any:
+    """Start the isolation worker of the model's GPU in the background, where tuning there would
+    use one; returns the `cancel` of `isolation.prestart` (a no-op where nothing was started)."""
+    from ..bench import isolation
+    from ..core.inputs import device_str
+    from ..core.settings import Settings, isolation_for
+
+    tensor = next((t for t in (*model.parameters(), *model.buffers()) if t.is_cuda), None)
+    settings = Settings.from_env()
+    if tensor is None or isolation_for(settings.isolation, "cuda") != "subprocess":
+        return lambda: None
+    return isolation.prestart(device_str(tensor.device), settings.run_timeout_s)
 
 
 def _wants_check(in_model: bool | None, seen: "dict[tuple, eager.Recorded]") -> bool:
