@@ -45,7 +45,62 @@ def _worker_env(device: str) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
     env["GEMMTUNE_WORKER_PROCESS"] = "1"  # gemmtune/__init__ skips the public API's imports there
+    if device.startswith("cuda") and env.get("TRITON_PTXAS_PATH"):
+        _same_ptxas(env, torch.device(device).index or 0)
     return env
+
+
+def _same_ptxas(env: dict[str, str], index: int) -> None:
+    """Point the worker at the ptxas whose version the caller's Triton cache keys carry.
+
+    Triton keys its compile cache with the ptxas version, read once per process.  Inductor sets
+    TRITON_PTXAS_PATH (torch's own ptxas) when it first compiles, so in a program that ran
+    `torch.compile` the caller's keys may carry the version of Triton's bundled ptxas while a worker
+    started later would read torch's: every binary the caller built would miss the worker's cache
+    and be compiled again there, one by one (seen on the H200: a 4-problem warm-up took 24 s
+    instead of 8).
+    """
+    try:
+        from triton.backends.nvidia import compiler
+    except Exception:  # noqa: BLE001 - no NVIDIA Triton backend: nothing is keyed by ptxas
+        return
+    if not compiler.get_ptxas_version.cache_info().currsize:
+        return  # the caller has not keyed anything yet: it and the worker will read the same ptxas
+    major, minor = torch.cuda.get_device_capability(index)
+    if major >= 10:
+        return  # Triton reads TRITON_PTXAS_BLACKWELL_PATH there, which Inductor leaves alone
+    bundled = Path(compiler.__file__).parent / "bin" / "ptxas"
+    choice = ptxas_matching(compiler.get_ptxas_version(major * 10 + minor), env["TRITON_PTXAS_PATH"],
+                            str(bundled), _ptxas_version)
+    if choice is None:
+        env.pop("TRITON_PTXAS_PATH")
+    elif choice != env["TRITON_PTXAS_PATH"]:
+        env["TRITON_PTXAS_PATH"] = choice
+
+
+def ptxas_matching(keyed: str, configured: str, bundled: str, version_of: Any) -> str | None:
+    """The ptxas a worker should use so that its cache keys equal the caller's: `configured` (the
+    TRITON_PTXAS_PATH in effect) if its version is the one the caller's keys carry, else Triton's
+    `bundled` one (returned as None: leave TRITON_PTXAS_PATH unset) if that matches, else `configured`.
+
+    Example:
+        >>> versions = {"/torch/bin/ptxas": "13.0", "/triton/bin/ptxas": "12.9"}
+        >>> ptxas_matching("12.9", "/torch/bin/ptxas", "/triton/bin/ptxas", versions.get) is None
+        True
+        >>> ptxas_matching("13.0", "/torch/bin/ptxas", "/triton/bin/ptxas", versions.get)
+        '/torch/bin/ptxas'
+    """
+    if version_of(configured) == keyed:
+        return configured
+    return None if version_of(bundled) == keyed else configured
+
+
+def _ptxas_version(path: str) -> str | None:
+    """`ptxas --version`'s output, as Triton reads it for its keys (None: it does not run)."""
+    try:
+        return subprocess.check_output([path, "--version"], timeout=30).decode("utf-8")
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def _accept(listener: Listener, proc: subprocess.Popen, timeout_s: float) -> Connection:
