@@ -37,7 +37,8 @@ import models  # noqa: E402  (sets fresh cache directories before torch is impor
 torch, gemmtune = models.torch, models.gemmtune
 VARIANTS = ("eager", "gemmtune", "inductor", "inductor_default", "gemmtune_compile", "inductor_gemmtune")
 # also: "gemmtune_library" (warm-up with backends=("extern",): the patched layers' own host cost) and
-# "gemmtune_unchecked" (warm-up without its in-model check: the tuned picks as they are)
+# "gemmtune_unchecked" (warm-up without its in-model check: the tuned picks as they are) and
+# "gemmtune_release" (checked warm-up with release=True: library-only layers unpatched)
 
 
 def own_frame(model: Any, variant: str) -> Callable[..., Any]:
@@ -56,11 +57,14 @@ def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
     model = copy.deepcopy(base)
     if variant in ("gemmtune_compile", "inductor", "inductor_default") or variant.startswith("inductor_gemmtune"):
         model = own_frame(gemmtune.patch(model) if variant == "gemmtune_compile" else model, variant)
-    if variant in ("gemmtune", "gemmtune_unchecked"):
-        # unchecked: the tuned picks, no in-model check.  Its backends are spelled out so that its
+    if variant in ("gemmtune", "gemmtune_unchecked", "gemmtune_release"):
+        # unchecked: the tuned picks, no in-model check; release: layers whose problems all run
+        # torch's op get nn.Linear.forward back.  Their backends are spelled out so that their
         # dispatch entries are not the checked variant's (one dispatch dict per process).
-        report = gemmtune.warmup(model, *inputs, progress=False, in_model=variant == "gemmtune",
-                                 backends=None if variant == "gemmtune" else ("extern", "triton"))
+        spelled = {"gemmtune": None, "gemmtune_unchecked": ("extern", "triton"),
+                   "gemmtune_release": ("triton", "extern")}[variant]
+        report = gemmtune.warmup(model, *inputs, progress=False, in_model=variant != "gemmtune_unchecked",
+                                 backends=spelled, release=variant == "gemmtune_release")
         print(report.table(), file=sys.stderr)
     elif variant == "gemmtune_library":  # picks among library kernels only: the patch's own host cost
         gemmtune.warmup(model, *inputs, backends=("extern",), progress=False)

@@ -48,7 +48,16 @@ SCRATCH = Path(tempfile.mkdtemp(prefix="gemmtune-models-"))
 
 
 def fresh_caches(tag: str) -> None:
-    """New Triton, Inductor and gemmtune cache locations for the next variant (cold start)."""
+    """New Triton, Inductor and gemmtune cache locations for the next variant (cold start).
+
+    gemmtune's kept isolation worker is stopped too: it reads the Triton cache directory it started
+    with, and a later variant compiling into a new one would leave it compiling every binary again.
+    Still, binaries this process compiled before stay in Triton's in-memory cache and are not written
+    to the new directory: first-run times of a variant after another tuned in the same process are
+    pessimistic.  `bench/warmup_profile.py` times each first run in a fresh process."""
+    isolation = sys.modules.get("gemmtune.bench.isolation")  # not imported yet: no worker either
+    if isolation is not None:
+        isolation.shutdown_workers()
     for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "GEMMTUNE_CACHE_DIR"):
         d = SCRATCH / tag / var.lower()
         d.mkdir(parents=True, exist_ok=True)

@@ -76,3 +76,50 @@ def test_progress_bar_and_patched_model(monkeypatch, tmp_path):
     model = gemmtune.patch(_mlp(), backends=("extern",))
     report = gemmtune.warmup(model, torch.randn(3, 8), progress=True)
     assert len(report.rows) == 2 and all(r.winner for r in report.rows)
+
+
+class _Two(nn.Module):
+    """Three layers: `wide` (K = 24) and `narrow` (K = 8) are called, `spare` never is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.wide, self.narrow, self.spare = nn.Linear(24, 8, bias=False), nn.Linear(8, 4), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.narrow(torch.relu(self.wide(x)))
+
+
+def test_release_gives_library_layers_their_own_forward_and_keeps_generated_picks(monkeypatch, tmp_path):
+    """The K = 24 problem is tuned among numba kernels only (a generated pick), the others among
+    library kernels: only the library layer is released; outputs stay right; a new shape on the
+    released layer is no longer tuned, on the kept one it is."""
+    from gemmtune.dispatch import patching
+
+    monkeypatch.setenv("GEMMTUNE_STORE", str(tmp_path / "store.db"))
+    gemmtune.clear_dispatch_cache()
+    real = engine.tune
+
+    def tune(op, *t, backends=None, **kw):
+        return real(op, *t, backends=("numba",) if t[-2].shape[-1] == 24 else ("extern",), **kw)
+
+    monkeypatch.setattr(eager, "_tune_fn", lambda: tune)
+    model, x = _Two(), torch.randn(6, 24)
+    with torch.no_grad():
+        ref = model(x)
+    report = gemmtune.warmup(model, x, progress=False, release=True)
+    assert report.released == ("narrow",)
+    assert patching.patched_modules(model) == ["wide", "spare"]  # spare: never called, left as it was
+    assert "forward" not in vars(model.narrow) and "released 1 layers" in report.table()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref, rtol=1e-4, atol=1e-4)
+        tunes = gemmtune.dispatch_stats()["tunes"]
+        model(torch.randn(3, 24))  # new shape: `wide` tunes it, `narrow` (released) runs torch's op
+    assert gemmtune.dispatch_stats()["tunes"] == tunes + 1
+
+
+def test_release_is_for_eager_use():
+    import pytest
+
+    with pytest.raises(gemmtune.InputError, match="release=True applies to eager use"):
+        gemmtune.warmup(_Two(), torch.randn(2, 24), progress=False, release=True, for_compile=True)

@@ -32,7 +32,7 @@ from torch import nn
 from . import autocast as _ac
 from . import eager as api
 
-__all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library"]
+__all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library", "release_library_layers"]
 
 _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backends (None allowed)
 
@@ -263,6 +263,44 @@ def unpatch(module: nn.Module) -> nn.Module:
             for attr in (_FLAG, _DECIDED_ATTR, "forward", "_apply"):
                 vars(m).pop(attr, None)
     return module
+
+
+def release_library_layers(module: nn.Module, forward: Callable[[], Any]) -> list[str]:
+    """Unpatch the layers of `module` whose every problem runs torch's op (`F.linear`); their names.
+
+    `forward` runs once (under `torch.no_grad()`) to see which input each patched layer meets.  A
+    layer that met only problems decided for the library kernel gets `nn.Linear.forward` back: it
+    then costs exactly what an unpatched layer costs, and a new input shape there is no longer
+    tuned (torch's op computes it).  Layers with a generated pick, or not called by `forward`, stay
+    patched.
+
+    Example:
+        >>> import torch, gemmtune
+        >>> mlp = gemmtune.patch(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), backends=("extern",))
+        >>> x = torch.randn(3, 8)
+        >>> _ = mlp(x)
+        >>> release_library_layers(mlp, lambda: mlp(x)), patched_modules(mlp)
+        (['0'], [])
+    """
+    met: dict[str, set[tuple]] = {}
+    names = {id(m): name for name, m in module.named_modules() if _FLAG in vars(m)}
+
+    def seen(layer: nn.Module, args: tuple) -> None:
+        w: torch.Tensor = layer.weight  # type: ignore[assignment]
+        bias: torch.Tensor | None = layer.bias  # type: ignore[assignment]
+        met.setdefault(names[id(layer)], set()).add(_signature(args[0], w, bias, vars(layer)[_FLAG]))
+
+    handles = [m.register_forward_pre_hook(seen) for m in module.modules() if id(m) in names]
+    try:
+        with torch.no_grad():
+            forward()
+    finally:
+        for h in handles:
+            h.remove()
+    released = [name for name, keys in met.items() if all(_LINEAR.get(k) is _linear for k in keys)]
+    for name in released:
+        unpatch(module.get_submodule(name))
+    return released
 
 
 def patched_modules(module: nn.Module) -> list[str]:

@@ -26,7 +26,8 @@ from torch import nn
 
 from . import compiled, eager
 from .in_model import InModel, Switch, check_in_model
-from .patching import patch, patched_modules
+from ..core.errors import InputError
+from .patching import patch, patched_modules, release_library_layers
 
 __all__ = ["warmup", "WarmupReport", "WarmupRow"]
 
@@ -67,6 +68,7 @@ class WarmupReport:
     seconds: float
     forward_s: float
     check_s: float = 0.0  # the in-model check's wall time
+    released: tuple[str, ...] = ()  # layers given back nn.Linear.forward (`warmup(release=True)`)
 
     @property
     def tuned(self) -> int:
@@ -90,6 +92,9 @@ class WarmupReport:
         lines.append(f"{len(self.rows)} GEMM problems: {self.tuned} tuned, {self.from_store} from the store; "
                      f"warm-up {self.seconds:.2f} s (forward {self.forward_s:.2f} s, in-model check "
                      f"{self.check_s:.2f} s)")
+        if self.released:
+            lines.append(f"released {len(self.released)} layers to nn.Linear.forward (every problem they met "
+                         f"runs torch's op): {', '.join(self.released)}")
         if any(r.in_model is not None for r in self.rows):
             lines.append("in model: forward time with torch's op over forward time with the pick, lower quartile "
                          "of the rounds (the pick stays above 1 + library_margin; 'torch': the model runs torch's op; 'all': "
@@ -99,7 +104,7 @@ class WarmupReport:
 
 def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | None = None,
            progress: bool | None = None, for_compile: bool = False, in_model: bool | None = None,
-           **example_kwargs: Any) -> WarmupReport:
+           release: bool = False, **example_kwargs: Any) -> WarmupReport:
     """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
 
     `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are;
@@ -114,6 +119,11 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     off for a forward with side effects (a KV cache it appends to), or when the model will run
     under a CUDA graph, where launch cost does not count and the tuned picks are the right ones.
 
+    `release=True` then gives every patched layer whose problems all run torch's op its own
+    `nn.Linear.forward` back (`patching.release_library_layers`, one more forward): those layers
+    cost exactly what unpatched ones cost, and a new input shape there is no longer tuned.  For a
+    model served at the shapes it was warmed up with.  Eager use only.
+
     Example:
         >>> import torch, gemmtune
         >>> mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
@@ -121,6 +131,9 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
         >>> len(report.rows), report.rows[0].winner.startswith(("aten", "numpy"))
         (2, True)
     """
+    if release and for_compile:
+        raise InputError("warmup: release=True applies to eager use; a torch.compile trace of a released "
+                         "layer would not see gemmtune (pass for_compile=False, or release=False)")
     started = time.perf_counter()
     if not patched_modules(model) or backends is not None:
         patch(model, backends=backends)
@@ -138,7 +151,8 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
         with torch.no_grad():
             rows = _checked(rows, seen, lambda: model(*example_inputs, **example_kwargs))
         check_s = time.perf_counter() - t0
-    return WarmupReport(tuple(rows), time.perf_counter() - started, forward_s, check_s)
+    released = tuple(release_library_layers(model, lambda: model(*example_inputs, **example_kwargs))) if release else ()
+    return WarmupReport(tuple(rows), time.perf_counter() - started, forward_s, check_s, released)
 
 
 def _prestart_worker(model: nn.Module) -> Any:
