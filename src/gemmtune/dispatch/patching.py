@@ -288,7 +288,9 @@ def release_library_layers(module: nn.Module, forward: Callable[[], Any]) -> lis
     def seen(layer: nn.Module, args: tuple) -> None:
         w: torch.Tensor = layer.weight  # type: ignore[assignment]
         bias: torch.Tensor | None = layer.bias  # type: ignore[assignment]
-        met.setdefault(names[id(layer)], set()).add(_signature(args[0], w, bias, vars(layer)[_FLAG]))
+        x = args[0] if args else None  # called with a keyword input: not looked at, so not released
+        key = _signature(x, w, bias, vars(layer)[_FLAG]) if isinstance(x, torch.Tensor) else ("unseen",)
+        met.setdefault(names[id(layer)], set()).add(key)
 
     handles = [m.register_forward_pre_hook(seen) for m in module.modules() if id(m) in names]
     try:
