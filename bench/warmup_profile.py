@@ -5,11 +5,18 @@ user's first run pays): import time, then `gemmtune.warmup` of a bench/models.py
 log at INFO, each line stamped with seconds since the warm-up began, then per problem the
 Selection's facts (compile wall time, the sum of the binaries' compile times, prescreen and final
 time, benchmark runs, binaries built).  A case is `M` or `M:isolation` (isolation "off" or "subprocess"),
-with `+ptxas` appended to compile with torch's own ptxas (`TRITON_PTXAS_PATH`, as Inductor sets it once
-it has compiled anything in the process), and `+inductor` to compile the model with Inductor
-max-autotune first in the same process (what bench/models.py does before its gemmtune variant).
+with flags appended:
+- `+ptxas`: compile with torch's own ptxas (`TRITON_PTXAS_PATH`, as Inductor sets it once it has
+  compiled anything in the process);
+- `+inductor`: compile the model with Inductor max-autotune first in the same process, then new
+  caches: Inductor's compile-and-autotune and gemmtune's first run side by side in one process;
+- `+fed`: instead of `gemmtune.warmup`, Inductor max-autotune fed by gemmtune
+  (`gemmtune.inductor.installed()`): its compile, tuning and first forward;
+- `+warm`: reuse the gemmtune store of the case before with the same M (a second program start:
+  every other cache new).
 
     python bench/warmup_profile.py --cases 1,128,128:off,128+ptxas --out warmup_profile.json
+    python bench/warmup_profile.py --cases 16+inductor+fed,16+fed+warm --out fed_first_run.json
 
 Prints each case's timeline and a table; writes JSON.
 """
@@ -21,13 +28,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
 
-def child(m: int, model: str, isolation: str | None, inductor_first: bool = False) -> dict:
+def child(m: int, model: str, isolation: str | None, flags: set[str]) -> dict:
     """One case in this (fresh) process: the timeline and facts as a dict."""
     t_import = time.perf_counter()
     if isolation:
@@ -35,29 +43,48 @@ def child(m: int, model: str, isolation: str | None, inductor_first: bool = Fals
     sys.path.insert(0, str(HERE))
     import models  # noqa: E402  (fresh cache directories, then torch and gemmtune)
 
+    def caches(tag: str) -> None:
+        models.fresh_caches(tag)
+        if os.environ.get("PROFILE_STORE"):  # the store a `+warm` case shares with the case before it
+            os.environ["GEMMTUNE_STORE"] = os.environ["PROFILE_STORE"]
+
+    caches("case")
     imported = time.perf_counter() - t_import
     net, inputs = models.build(model, m)
     torch = models.torch
-    inductor_s = None
-    if inductor_first:
+    out: dict = {"M": m, "model": model, "isolation": isolation or "auto", "flags": sorted(flags), "import_s": imported}
+    if "inductor" in flags:
         import copy
 
         t1 = time.perf_counter()
         with torch.no_grad():
             torch.compile(copy.deepcopy(net), mode="max-autotune-no-cudagraphs")(*inputs)
         torch.cuda.synchronize()
-        inductor_s = time.perf_counter() - t1
-        models.fresh_caches("after-inductor")
+        out["inductor_first_s"] = time.perf_counter() - t1
+        torch._dynamo.reset()  # the next compile of an equal model must not reuse this program
+        caches("after-inductor")
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     with models.Stamped() as stamped:
-        report = models.gemmtune.warmup(net, *inputs, progress=False)
-    total = time.perf_counter() - t0
-    facts, lines = models.selection_facts(), stamped.lines
-    return {"M": m, "model": model, "isolation": isolation or "auto", "import_s": imported, "warmup_s": total,
-            "inductor_first_s": inductor_s, "ptxas": os.environ.get("TRITON_PTXAS_PATH"),
-            "check_s": report.check_s, "rows": [(r.problem, r.winner, r.seconds) for r in report.rows],
-            "facts": facts, "timeline": lines}
+        out.update(fed(torch, net, inputs) if "fed" in flags else warmed(models, net, inputs))
+    out.update(warmup_s=time.perf_counter() - t0, ptxas=os.environ.get("TRITON_PTXAS_PATH"),
+               facts=models.selection_facts(), timeline=stamped.lines)
+    return out
+
+
+def warmed(models, net, inputs) -> dict:  # type: ignore[no-untyped-def]
+    report = models.gemmtune.warmup(net, *inputs, progress=False)
+    return {"check_s": report.check_s, "rows": [(r.problem, r.winner, r.seconds) for r in report.rows]}
+
+
+def fed(torch, net, inputs) -> dict:  # type: ignore[no-untyped-def]
+    """Inductor max-autotune fed by gemmtune (`gemmtune.inductor.installed()`): compile and first forward."""
+    import gemmtune.inductor as gi
+
+    with gi.installed() as handler, gi.benchmark_probe() as counted, torch.no_grad():
+        torch.compile(net, mode="max-autotune-no-cudagraphs")(*inputs)
+        torch.cuda.synchronize()
+    return {"check_s": 0.0, "rows": [], "fed_stats": dict(handler.stats), "benchmarked": counted.choices}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,12 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         case, *flags = args.child.split("+")
         m, _, iso = case.partition(":")
-        print(json.dumps(child(int(m), args.model, iso or None, "inductor" in flags)))
+        print(json.dumps(child(int(m), args.model, iso or None, set(flags))))
         return 0
-    results = []
-    for case in args.cases.split(","):
+    results: list[dict] = []
+    stores: dict[str, str] = {}  # M -> the store of its last case (a `+warm` case reuses it)
+    scratch = Path(tempfile.mkdtemp(prefix="gemmtune-profile-"))
+    for i, case in enumerate(args.cases.split(",")):
         t0 = time.perf_counter()
         env = dict(os.environ)
+        m = case.split("+")[0].split(":")[0]
+        if "+warm" not in case or m not in stores:
+            stores[m] = str(scratch / f"store-{i}.db")
+        env["PROFILE_STORE"] = stores[m]
         if "+ptxas" in case:
             import torch  # only to find its directory
 
@@ -94,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         res = json.loads(proc.stdout.strip().splitlines()[-1])
         res["process_wall_s"] = wall
         results.append(res)
-        print(f"\n== case {case}: import {res['import_s']:.2f} s, warm-up {res['warmup_s']:.2f} s "
-              f"(check {res['check_s']:.2f} s), process {wall:.1f} s, Inductor first {res['inductor_first_s']}, "
-              f"ptxas {res['ptxas']}")
+        print(f"\n== case {case}: import {res['import_s']:.2f} s, gemmtune {res['warmup_s']:.2f} s "
+              f"(check {res['check_s']:.2f} s), process {wall:.1f} s, Inductor first {res.get('inductor_first_s')}, "
+              f"ptxas {res['ptxas']}" + (f", fed: {res['fed_stats']}, Inductor benchmarked {res['benchmarked']}"
+                                         if "fed_stats" in res else ""))
         for t, msg in res["timeline"]:
             print(f"  {t:8.3f}  {msg}")
         print("  | problem | winner | tune s | compile s | binaries | sum of binaries s | prescreen s | final s | runs |")
