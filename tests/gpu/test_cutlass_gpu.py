@@ -110,3 +110,46 @@ def test_one_binary_serves_other_shapes_in_the_process():
     launch = template.compile(c2, ki2, second)
     assert len(hopper_kernel._COMPILED) == compiled and time.perf_counter() - t0 < 0.2
     assert check(ki2, launch(second, **c2.runtime_dict), reference(ki2, second)) is None
+
+
+KEPT = """\
+import json, sys, time, torch
+sys.path.insert(0, {tests!r})
+from gemmtune.bench.correctness import check, reference
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.templates.cutlass.hopper import CutlassHopperTemplate
+from gpu_operands import operands
+template = CutlassHopperTemplate(space=[dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, stages=4, cluster_m=1, cluster_n=1)],
+                                 require_validation=False)
+tensors = operands("mm", 333, 264, 520, torch.bfloat16, "col")
+ki = KernelInputs.from_tensors("mm", *tensors)
+choices = template.configs(ki)
+t0 = time.perf_counter()
+launch = template.compile(choices[0], ki, tensors)
+seconds = time.perf_counter() - t0
+ref = reference(ki, tensors)
+bad = [c.key for c in choices if check(ki, launch(tensors, **c.runtime_dict), ref) is not None]
+print(json.dumps({{"compile_s": seconds, "bad": bad}}))
+"""
+
+
+def test_a_kernel_kept_on_disk_runs_right_in_a_later_process(tmp_path):
+    """The first process compiles and keeps the kernel (templates/cutlass/disk.py); the second loads it
+    (no compile) and it computes every swizzle and raster order right."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = KEPT.format(tests=str(Path(__file__).parent))
+    env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"\ncompile {runs[0]['compile_s']:.2f} s, then loaded from disk in {runs[1]['compile_s']:.3f} s")
+    assert runs[0]["bad"] == [] and runs[1]["bad"] == []
+    assert len(list((tmp_path / "cutedsl_kernels").iterdir())) == 1
+    assert runs[1]["compile_s"] < runs[0]["compile_s"] / 5

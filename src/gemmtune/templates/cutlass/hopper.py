@@ -199,7 +199,8 @@ def unavailable_reason() -> str | None:
 
 def ensure_cache_dir() -> None:
     """Point the DSL's cache directory at gemmtune's cache (unless CUTE_DSL_CACHE_DIR is set).  It holds
-    the DSL's own IR caches; compiled kernels are not reused from it across processes (4.8.1)."""
+    the DSL's own IR caches; compiled kernels are kept by `disk` instead (the DSL does not reuse them
+    from its cache across processes, 4.8.1)."""
     from ...core.settings import cache_dir
 
     os.environ.setdefault("CUTE_DSL_CACHE_DIR", str(cache_dir() / "cutedsl"))
@@ -248,7 +249,8 @@ class CutlassHopperTemplate(Template):
         return fit_configs([c for c in self.space if fits(c, limit)], ki.M, ki.N)
 
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
-        """Compile (or load from the DSL's disk cache) the binary of `choice` for `ki`'s layouts."""
+        """Compile the binary of `choice` for `ki`'s layouts, or load the one an earlier process kept on
+        disk (`disk`)."""
         ensure_cache_dir()
         from . import hopper_kernel
 
@@ -256,7 +258,7 @@ class CutlassHopperTemplate(Template):
         if b_major is None:
             raise ValueError(f"cutlass_hopper: {ki.describe()} has strides TMA cannot describe")
         has_bias = ki.op == "addmm" and ki.beta != 0.0
-        run = hopper_kernel.build(choice.config_dict, ki.dtype, b_major, has_bias, example, ki)
+        run = hopper_kernel.build(choice.config_dict, ki.dtype, b_major, has_bias, example, ki, src_hash=self.src_hash)
 
         def launch(tensors, out=None, swizzle=STAGE1_SWIZZLE, raster=STAGE1_RASTER):
             bias, a, b = split_operands(ki, tensors)

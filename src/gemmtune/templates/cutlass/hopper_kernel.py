@@ -15,6 +15,7 @@ accumulator from registers, predicated at the M and N edges (TMA fills out-of-bo
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Callable, Mapping
 
@@ -29,6 +30,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.cute.runtime import from_dlpack
 from cutlass.tensor_utils import LayoutEnum
 
+from . import disk
 from .order import tile_order
 
 WG_THREADS = 128
@@ -218,6 +220,14 @@ def _cute_tensor(t: torch.Tensor) -> cute.Tensor:
     return from_dlpack(t, assumed_align=16).mark_layout_dynamic(leading_dim=leading)
 
 
+def _arch(device: torch.device) -> str:
+    """The GPU architecture a kernel is compiled for: the device's, or CUTE_DSL_ARCH (a CPU-only compile)."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"sm_{major}{minor}a"
+    return os.environ.get("CUTE_DSL_ARCH", "unknown")
+
+
 def _views(a, b, out, bias):
     bias_view = bias.expand(out.shape) if bias is not None else out
     return (_cute_tensor(_as_mkl(a, False)), _cute_tensor(_as_mkl(b, True)), _cute_tensor(_as_mkl(out, False)),
@@ -225,10 +235,13 @@ def _views(a, b, out, bias):
 
 
 def build(cfg: Mapping[str, Any], dtype: torch.dtype, b_major: str, has_bias: bool,
-          example: Any, ki: Any, fixed_order: tuple[int, int] | None = None) -> Callable[..., None]:
+          example: Any, ki: Any, fixed_order: tuple[int, int] | None = None,
+          src_hash: str | None = None) -> Callable[..., None]:
     """Compile the kernel for `cfg` against the example operands; return
     `run(a, b, out, bias, swizzle, raster_index, alpha)` (runtime swizzle and raster).  `b_major`
-    ("k" or "n") is read from the operands' strides; it is taken for the caller's checks only."""
+    ("k" or "n") is read from the operands' strides; it is taken for the caller's checks only.
+    With the template's `src_hash`, a kernel another process compiled is loaded from disk, and one
+    compiled here is kept there (`disk`)."""
     gemm = HopperGemm(cfg, has_bias, fixed_order)
     a, b = example[-2], example[-1]
     out = torch.empty(ki.out_size, dtype=dtype, device=a.device)
@@ -242,8 +255,10 @@ def build(cfg: Mapping[str, Any], dtype: torch.dtype, b_major: str, has_bias: bo
     with _COMPILE_LOCK:
         compiled = _COMPILED.get(key)
         if compiled is None:
-            compiled = _COMPILED[key] = cute.compile(gemm, *_views(a, b, out, bias), Float32(1.0), Int32(8), Int32(0),
-                                                     Int32(max_clusters))
+            views = _views(a, b, out, bias)
+            compiled = _COMPILED[key] = disk.load_or_compile(
+                (*key[:5], max_clusters, key[7]), src_hash, _arch(a.device),
+                lambda: cute.compile(gemm, *views, Float32(1.0), Int32(8), Int32(0), Int32(max_clusters)))
 
     def run(a, b, out, bias, swizzle, raster, alpha):
         for t in (a, b, out):  # TMA operands and the 16-byte-assumed output; the bias is read element-wise
