@@ -124,3 +124,14 @@ def test_a_second_process_loads_the_kernel_the_first_compiled(root):
     first, second = runs
     assert second["function"].endswith(first["function"]) and second["kernels"] == first["kernels"]
     assert second["s"] < first["s"] / 5  # loaded, not compiled again
+
+
+def test_the_switch_reads_like_the_settings_booleans(monkeypatch):
+    from gemmtune.core.errors import SettingsError
+
+    for raw, on in (("", True), ("off", False), ("ON", True), ("0", False)):
+        monkeypatch.setenv("GEMMTUNE_CUTLASS_DISK", raw)
+        assert disk.enabled() is on
+    monkeypatch.setenv("GEMMTUNE_CUTLASS_DISK", "nope")
+    with pytest.raises(SettingsError, match="nope"):
+        disk.enabled()

@@ -32,8 +32,16 @@ PREFIX = "gemmtune_hopper"  # the exported function's symbol prefix (one functio
 
 
 def enabled() -> bool:
-    """Whether compiled kernels go to disk (`GEMMTUNE_CUTLASS_DISK`, default on)."""
-    return os.environ.get("GEMMTUNE_CUTLASS_DISK", "1") not in ("0", "off", "false", "no")
+    """Whether compiled kernels go to disk (`GEMMTUNE_CUTLASS_DISK`, a boolean read like the
+    settings' booleans; default on)."""
+    from ...core.errors import SettingsError
+    from ...core.spec import parse_bool
+
+    raw = os.environ.get("GEMMTUNE_CUTLASS_DISK", "").strip()
+    try:
+        return True if not raw else parse_bool(raw)
+    except ValueError as exc:
+        raise SettingsError(f"GEMMTUNE_CUTLASS_DISK: {exc}") from None
 
 
 def kernel_path(key: tuple, src_hash: str, arch: str, root: Path | None = None) -> Path:
