@@ -111,6 +111,7 @@ def test_release_gives_library_layers_their_own_forward_and_keeps_generated_pick
     assert report.released == ("narrow",)
     assert patching.patched_modules(model) == ["wide", "spare"]  # spare: never called, left as it was
     assert "forward" not in vars(model.narrow) and "released 1 layers" in report.table()
+    assert "released by gemmtune.warmup" in patching.patch_report(model).not_routed["narrow"]
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref, rtol=1e-4, atol=1e-4)
         tunes = gemmtune.dispatch_stats()["tunes"]
@@ -123,3 +124,15 @@ def test_release_is_for_eager_use():
 
     with pytest.raises(gemmtune.InputError, match="release=True applies to eager use"):
         gemmtune.warmup(_Two(), torch.randn(2, 24), progress=False, release=True, for_compile=True)
+
+
+def test_patching_a_released_layer_again_routes_it_through_gemmtune(monkeypatch, tmp_path):
+    from gemmtune.dispatch import patching
+
+    monkeypatch.setenv("GEMMTUNE_STORE", str(tmp_path / "store.db"))
+    gemmtune.clear_dispatch_cache()
+    model, x = _Two(), torch.randn(4, 24)
+    report = gemmtune.warmup(model, x, progress=False, release=True, backends=("extern",))
+    assert set(report.released) == {"wide", "narrow"}
+    gemmtune.patch(model)
+    assert patching.patch_report(model).routed == ["wide", "narrow", "spare"]

@@ -35,6 +35,7 @@ from . import eager as api
 __all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library", "release_library_layers"]
 
 _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backends (None allowed)
+_RELEASED = "_gemmtune_released"  # on a layer `release_library_layers` unpatched
 
 
 # Per patched problem, once decided: what the layer runs.  Key (`_signature`): the input's, weight's
@@ -240,6 +241,7 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
     inside_mha = {id(c) for m in module.modules() if isinstance(m, nn.MultiheadAttention) for c in m.modules()}
     for m in module.modules():
         if _patchable(m) and id(m) not in inside_mha:  # MHA calls F.linear on its weights: never routed
+            vars(m).pop(_RELEASED, None)
             object.__setattr__(m, _FLAG, backends)
             object.__setattr__(m, _DECIDED_ATTR, _new_decided())
             object.__setattr__(m, "forward", types.MethodType(_linear_forward, m))
@@ -301,7 +303,8 @@ def release_library_layers(module: nn.Module, forward: Callable[[], Any]) -> lis
             h.remove()
     released = [name for name, keys in met.items() if all(_LINEAR.get(k) is _linear for k in keys)]
     for name in released:
-        unpatch(module.get_submodule(name))
+        layer = unpatch(module.get_submodule(name))
+        object.__setattr__(layer, _RELEASED, True)  # patch_report says why; patch() takes it back
     return released
 
 
@@ -366,6 +369,8 @@ def patch_report(module: nn.Module) -> PatchReport:
             continue
         if _FLAG in vars(m):
             rep.routed.append(name)
+        elif vars(m).get(_RELEASED):
+            rep.not_routed[name] = "released by gemmtune.warmup(release=True): every problem it met runs torch's op"
         elif id(m) in inside_mha:
             rep.not_routed[name] = _MHA_WHY
         elif type(m).forward is not nn.Linear.forward:
