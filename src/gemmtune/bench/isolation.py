@@ -82,7 +82,9 @@ def prestart(device: str, timeout_s: float) -> Callable[[], None]:
     """Start `device`'s worker in a background thread, so that its start (a fresh interpreter
     importing torch, a CUDA context: seconds) overlaps the caller's work before the first timing.
     Returns `cancel`: it stops the worker if no tune took it (nothing was tuned after all).
-    Nothing happens where an idle worker or a start is already there.
+    Nothing happens where an idle worker or a start is already there.  A worker touches the GPU
+    only when a tune sends it a problem, so a cancelled start costs one interpreter's import, no
+    device memory.
 
     Example:
         >>> cancel = prestart("cuda:0", 60.0) if torch.cuda.is_available() else (lambda: None)
