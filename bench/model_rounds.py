@@ -125,7 +125,9 @@ def profile(fn: Callable[[], Any]) -> dict[str, float]:
 
 
 def run(name: str, m: int, variants: list[str], rounds: int, iters: int) -> list[dict[str, Any]]:
-    models.fresh_caches(f"rounds-{name}-m{m}")
+    # One set of cache directories for the whole process (set when `models` was imported): these rounds
+    # time steady states, and a Triton directory changed between Ms would make the isolation worker
+    # compile again what this process already holds in memory (docs/MODELS.md run G).
     torch._dynamo.reset()
     gemmtune.clear_dispatch_cache()
     base, inputs = models.build(name, m)
