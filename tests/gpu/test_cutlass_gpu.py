@@ -153,3 +153,26 @@ def test_a_kernel_kept_on_disk_runs_right_in_a_later_process(tmp_path):
     assert runs[0]["bad"] == [] and runs[1]["bad"] == []
     assert len(list((tmp_path / "cutedsl_kernels").iterdir())) == 1
     assert runs[1]["compile_s"] < runs[0]["compile_s"] / 5
+
+
+def test_a_whole_space_compiles_in_compile_processes_and_runs_right(tmp_path, monkeypatch):
+    """`precompile` of the template's whole space hands its binaries to compile processes
+    (templates/cutlass/parallel.py); each binary is then loaded from disk and computes right."""
+    from gemmtune.bench.compile import precompile
+    from gemmtune.templates.cutlass import parallel
+
+    monkeypatch.setenv("GEMMTUNE_CACHE_DIR", str(tmp_path))
+    template = CutlassHopperTemplate(require_validation=False)
+    tensors = operands("mm", 1000, 1032, 776, torch.bfloat16, "col")
+    ki = KernelInputs.from_tensors("mm", *tensors)
+    choices = template.configs(ki)
+    firsts = list({c.binary_key: c for c in choices}.values())
+    t0 = time.perf_counter()
+    result = precompile(choices, {template.uid: template}, ki, tensors, timeout_s=900)
+    seconds = time.perf_counter() - t0
+    kept = len(list((tmp_path / "cutedsl_kernels").iterdir()))
+    print(f"\n{len(firsts)} binaries in {seconds:.1f} s with {parallel.workers()} compile processes; {kept} kept on disk")
+    assert not result.failures and kept == len(firsts) >= parallel.MIN_BATCH
+    ref = reference(ki, tensors)
+    for c in firsts[:: max(1, len(firsts) // 6)]:
+        assert check(ki, result.launcher(c)(tensors, **c.runtime_dict), ref) is None, c.key

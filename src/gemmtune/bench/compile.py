@@ -12,7 +12,7 @@ import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -85,6 +85,19 @@ class Launchers:
         return launch
 
 
+def _prepare(choices: Iterable[Choice], templates: Mapping[str, Template], ki: KernelInputs,
+             example: Sequence[torch.Tensor]) -> None:
+    """Each template's `prepare_compiles` with its binaries; a failure there only costs the head start."""
+    by_template: dict[str, list[Choice]] = {}
+    for c in choices:
+        by_template.setdefault(c.template_uid, []).append(c)
+    for uid, mine in by_template.items():
+        try:
+            templates[uid].prepare_compiles(mine, ki, example)
+        except Exception as exc:  # noqa: BLE001 - compile() still builds each binary
+            log.info("gemmtune: %s: preparing %d compiles failed (%s: %s)", uid, len(mine), type(exc).__name__, exc)
+
+
 def precompile(choices: Sequence[Choice], templates: Mapping[str, Template], ki: KernelInputs,
                example: Sequence[torch.Tensor], *, timeout_s: float, workers: int = 0,
                on_done: Callable[[int, int], None] | None = None, deadline: float | None = None) -> CompileResult:
@@ -133,6 +146,7 @@ class CompileJob(CompileResult):
             self.binary_seconds[c.binary_key] = time.perf_counter() - t0
             return launcher
 
+        _prepare(self._unique.values(), templates, ki, example)
         for key, c in self._unique.items():
             self._keys[self._pool.submit(build, c)] = key
         self._pending = set(self._keys)

@@ -115,6 +115,11 @@ class Template(ABC):
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
         """Build the binary for `choice` (runtime params excluded) and return its launcher."""
 
+    def prepare_compiles(self, choices: Sequence[Choice], ki: KernelInputs, example: Sequence[torch.Tensor]) -> None:
+        """Called once before `compile` runs for each of `choices` (one binary each, in threads): a
+        template whose compiler works one at a time in a process may start them elsewhere.  Default:
+        nothing."""
+
     def trace(self, choice: Choice, ki: KernelInputs) -> Launcher:
         """A launcher for `choice` made only of torch ops and `torch.library.wrap_triton` kernels, so a
         `torch.compile` trace records the kernel itself (shapes as in `ki`; nothing compiles here).

@@ -248,6 +248,22 @@ class CutlassHopperTemplate(Template):
         limit = smem_limit(ki.device)
         return fit_configs([c for c in self.space if fits(c, limit)], ki.M, ki.N)
 
+    def prepare_compiles(self, choices: Sequence[Choice], ki: KernelInputs, example: Sequence[torch.Tensor]) -> None:
+        """Hand the binaries not yet built here or on disk to compile processes (`parallel`), when there
+        are enough of them to pay for the processes' start; `compile` then waits for each and loads it."""
+        ensure_cache_dir()
+        from . import disk, hopper_kernel, parallel
+
+        b_major = tma_layout(ki)
+        if b_major is None or self.src_hash is None or not disk.enabled():
+            return
+        has_bias = ki.op == "addmm" and ki.beta != 0.0
+        jobs = [job for c in choices
+                if (job := hopper_kernel.job_for(c.config_dict, ki.dtype, b_major, has_bias, example, ki,
+                                                 self.src_hash)) is not None]
+        if jobs:
+            parallel.start(jobs, env=hopper_kernel.compile_env(example[-2].device, jobs[0]["arch"]))
+
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
         """Compile the binary of `choice` for `ki`'s layouts, or load the one an earlier process kept on
         disk (`disk`)."""

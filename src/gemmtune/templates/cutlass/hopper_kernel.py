@@ -15,8 +15,10 @@ accumulator from registers, predicated at the M and N edges (TMA fills out-of-bo
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
@@ -30,10 +32,11 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.cute.runtime import from_dlpack
 from cutlass.tensor_utils import LayoutEnum
 
-from . import disk
+from . import disk, parallel
 from .order import tile_order
 
 WG_THREADS = 128
+log = logging.getLogger("gemmtune")
 _COMPILE_LOCK = threading.Lock()
 """The DSL's tracing is not thread-safe (4.8.1, checked on CPU: two compiles in two threads fail
 with "An MLIR function requires a Location"; one at a time in a worker thread works), and gemmtune
@@ -234,6 +237,18 @@ def _views(a, b, out, bias):
             from_dlpack(_as_mkl(bias_view, False)))
 
 
+def _plan(cfg: Mapping[str, Any], dtype: torch.dtype, b_major: str, has_bias: bool, device: torch.device,
+          out_shape: tuple, fixed_order: tuple[int, int] | None) -> tuple[tuple, tuple, int]:
+    """(this process's key, the disk key, the cluster bound) of a binary.  A, B and D have dynamic
+    layouts: one binary serves every shape of these layouts.  The bias view's layout is static
+    (broadcast strides): with a bias the output shape is in the keys."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    max_clusters = sms // (cfg["cluster_m"] * cfg["cluster_n"])
+    shape = tuple(out_shape) if has_bias else None
+    common = (tuple(sorted(cfg.items())), dtype, b_major, has_bias, fixed_order)
+    return (*common, device, max_clusters, shape), (*common, max_clusters, shape), max_clusters
+
+
 def build(cfg: Mapping[str, Any], dtype: torch.dtype, b_major: str, has_bias: bool,
           example: Any, ki: Any, fixed_order: tuple[int, int] | None = None,
           src_hash: str | None = None) -> Callable[..., None]:
@@ -241,23 +256,25 @@ def build(cfg: Mapping[str, Any], dtype: torch.dtype, b_major: str, has_bias: bo
     `run(a, b, out, bias, swizzle, raster_index, alpha)` (runtime swizzle and raster).  `b_major`
     ("k" or "n") is read from the operands' strides; it is taken for the caller's checks only.
     With the template's `src_hash`, a kernel another process compiled is loaded from disk, and one
-    compiled here is kept there (`disk`)."""
+    compiled here is kept there (`disk`); one a compile process has (`parallel`) is waited for."""
     gemm = HopperGemm(cfg, has_bias, fixed_order)
     a, b = example[-2], example[-1]
     out = torch.empty(ki.out_size, dtype=dtype, device=a.device)
     bias = example[0] if has_bias else None
-    sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 132
-    max_clusters = sms // (cfg["cluster_m"] * cfg["cluster_n"])
-    # A, B and D have dynamic layouts: one binary serves every shape of these layouts in this process.
-    # The bias view's layout is static (broadcast strides): with a bias the output shape is in the key.
-    key = (tuple(sorted(cfg.items())), dtype, b_major, has_bias, fixed_order, a.device, max_clusters,
-           tuple(out.shape) if has_bias else None)
+    key, disk_key, max_clusters = _plan(cfg, dtype, b_major, has_bias, a.device, tuple(ki.out_size), fixed_order)
+    with _COMPILE_LOCK:
+        compiled = _COMPILED.get(key)
+    if compiled is None and src_hash is not None:  # outside the lock: other binaries load meanwhile
+        path = disk.kernel_path(disk_key, src_hash, _arch(a.device))
+        why = parallel.wait(str(path))
+        if why not in (None, "not pending"):
+            log.info("gemmtune: cutlass_hopper: compile process: %s; compiling here", why)
     with _COMPILE_LOCK:
         compiled = _COMPILED.get(key)
         if compiled is None:
             views = _views(a, b, out, bias)
             compiled = _COMPILED[key] = disk.load_or_compile(
-                (*key[:5], max_clusters, key[7]), src_hash, _arch(a.device),
+                disk_key, src_hash, _arch(a.device),
                 lambda: cute.compile(gemm, *views, Float32(1.0), Int32(8), Int32(0), Int32(max_clusters)))
 
     def run(a, b, out, bias, swizzle, raster, alpha):
@@ -267,3 +284,41 @@ def build(cfg: Mapping[str, Any], dtype: torch.dtype, b_major: str, has_bias: bo
         compiled(*_views(a, b, out, bias), Float32(alpha), Int32(swizzle), Int32(raster), Int32(max_clusters))
 
     return run
+
+
+def job_for(cfg: Mapping[str, Any], dtype: torch.dtype, b_major: str, has_bias: bool, example: Any, ki: Any,
+            src_hash: str) -> dict | None:
+    """What a compile process needs to build this binary and keep it on disk (`parallel`); None when
+    this process or the disk already has it."""
+    a = example[-2]
+    key, disk_key, max_clusters = _plan(cfg, dtype, b_major, has_bias, a.device, tuple(ki.out_size), None)
+    path = disk.kernel_path(disk_key, src_hash, _arch(a.device))
+    with _COMPILE_LOCK:
+        if key in _COMPILED or path.is_file():
+            return None
+    return {"path": str(path), "cfg": dict(cfg), "dtype": str(dtype).removeprefix("torch."), "has_bias": has_bias,
+            "device": a.device.type, "arch": _arch(a.device), "max_clusters": max_clusters, "out": list(ki.out_size),
+            "operands": [[list(t.shape), list(t.stride())] for t in example]}
+
+
+def compile_env(device: torch.device, arch: str) -> dict[str, str]:
+    """A compile process's environment: the architecture to compile for, and the caller's GPU."""
+    env = {"CUTE_DSL_ARCH": arch} if arch != "unknown" else {}
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
+    return env
+
+
+def compile_job(job: Mapping[str, Any]) -> None:
+    """In a compile process: build `job`'s binary against operands of its shapes, strides and device
+    type (contents unset) and keep it on disk; raises if it could not be kept."""
+    device, dtype = torch.device(job["device"]), getattr(torch, job["dtype"])
+    tensors = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride in job["operands"]]
+    out = torch.empty(job["out"], dtype=dtype, device=device)
+    bias = tensors[0] if job["has_bias"] else None
+    compiled = cute.compile(HopperGemm(job["cfg"], job["has_bias"]), *_views(tensors[-2], tensors[-1], out, bias),
+                            Float32(1.0), Int32(8), Int32(0), Int32(job["max_clusters"]))
+    if not disk.save(compiled, Path(job["path"])):
+        raise RuntimeError("compiled, but it could not be kept on disk")
