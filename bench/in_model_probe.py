@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import models  # noqa: E402  (fresh cache directories before torch is imported)
+from model_rounds import time_round as time_block  # noqa: E402
 
 torch, gemmtune = models.torch, models.gemmtune
 
@@ -49,19 +50,6 @@ class All:
     def library(self, on: bool) -> None:
         for s in self.switches:
             s.library(on)
-
-
-def time_block(fn: Callable[[], Any], iters: int) -> tuple[float, float]:
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0 = time.perf_counter()
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    host = (time.perf_counter() - t0) * 1e3 / iters
-    end.synchronize()
-    return start.elapsed_time(end) / iters, host
 
 
 def main(argv: list[str] | None = None) -> int:
