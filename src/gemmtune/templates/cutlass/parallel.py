@@ -90,8 +90,11 @@ def _run(share: list[dict], env: dict[str, str] | None) -> None:
         proc.stdin.write(json.dumps({"path": sys.path, "jobs": share}))
         proc.stdin.close()
         for line in proc.stdout:
-            answer = json.loads(line)
-            future = futures.get(answer.get("path"))
+            try:
+                answer = json.loads(line)
+            except ValueError:  # something else printed to stdout (a library's notice): not an answer
+                continue
+            future = futures.get(answer.get("path")) if isinstance(answer, dict) else None
             if future is not None and not future.done():
                 future.set_result(answer.get("error"))
         code = proc.wait()
