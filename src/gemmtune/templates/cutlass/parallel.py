@@ -9,7 +9,8 @@ and keeps the result on disk (`disk`); the caller's `compile` of a binary waits 
 it (milliseconds).  A job that fails in a compile process is compiled in the caller as before, so the
 processes can only save time.  Fewer than `MIN_BATCH` pending binaries (or a machine with fewer than
 four cores) are compiled in the caller: a process's start, importing torch and the DSL, costs more
-than a few compiles (on the 2-core CPU machine, 8 configs: 3.85 s in the caller, 4.8 s in two processes).
+than a few compiles (bench/cutlass_disk_compile.py on the 2-core CPU machine: 8 configs 3.25 s in the
+caller, 4.84 s in two processes).
 
 Example:
     >>> chunks([{"path": str(i)} for i in range(5)], 2)
