@@ -33,7 +33,7 @@ ki, src = KernelInputs.from_tensors("mm", a, b), kernel_src_hash()
 t0 = time.perf_counter()
 if mode == "processes":
     jobs = [hopper_kernel.job_for(c, torch.bfloat16, "n", False, (a, b), ki, src) for c in configs]
-    parallel.start(jobs, env=hopper_kernel.compile_env(a.device, hopper_kernel._arch(a.device)),
+    parallel.start(jobs, env=hopper_kernel.compile_env(hopper_kernel._arch(a.device)),
                    processes=processes, min_batch=1)
 for c in configs:
     hopper_kernel.build(c, torch.bfloat16, "n", False, (a, b), ki, src_hash=src)

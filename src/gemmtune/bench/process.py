@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import socket
 import subprocess
 import sys
@@ -25,11 +24,11 @@ from typing import Any
 import torch
 import torch.multiprocessing  # noqa: F401 - registers torch's tensor reductions for the connection's pickler
 
+from ..core.children import child_env
 from .jobs import Job, Setup
 from .runners import RunFailed
 
 START_TIMEOUT_S = 120.0  # a fresh interpreter importing torch, on a loaded machine
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding the gemmtune package
 
 
 class WorkerLost(RunFailed):
@@ -38,15 +37,10 @@ class WorkerLost(RunFailed):
 
 def _worker_env(device: str) -> dict[str, str]:
     """The caller's environment, with the worker pinned to `device`'s GPU and gemmtune importable."""
-    env = dict(os.environ)
-    if device.startswith("cuda"):
-        index = torch.device(device).index or 0
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
-    env["GEMMTUNE_WORKER_PROCESS"] = "1"  # gemmtune/__init__ skips the public API's imports there
-    if device.startswith("cuda") and env.get("TRITON_PTXAS_PATH"):
-        _same_ptxas(env, torch.device(device).index or 0)
+    index = (torch.device(device).index or 0) if device.startswith("cuda") else None
+    env = child_env(index)
+    if index is not None and env.get("TRITON_PTXAS_PATH"):
+        _same_ptxas(env, index)
     return env
 
 

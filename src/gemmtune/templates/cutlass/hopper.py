@@ -261,8 +261,10 @@ class CutlassHopperTemplate(Template):
         jobs = [job for c in choices
                 if (job := hopper_kernel.job_for(c.config_dict, ki.dtype, b_major, has_bias, example, ki,
                                                  self.src_hash)) is not None]
+        device = example[-2].device
         if jobs:
-            parallel.start(jobs, env=hopper_kernel.compile_env(example[-2].device, jobs[0]["arch"]))
+            parallel.start(jobs, env=hopper_kernel.compile_env(jobs[0]["arch"]),
+                           cuda_index=(device.index or 0) if device.type == "cuda" else None)
 
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
         """Compile the binary of `choice` for `ki`'s layouts, or load the one an earlier process kept on

@@ -301,14 +301,9 @@ def job_for(cfg: Mapping[str, Any], dtype: torch.dtype, b_major: str, has_bias: 
             "operands": [[list(t.shape), list(t.stride())] for t in example]}
 
 
-def compile_env(device: torch.device, arch: str) -> dict[str, str]:
-    """A compile process's environment: the architecture to compile for, and the caller's GPU."""
-    env = {"CUTE_DSL_ARCH": arch} if arch != "unknown" else {}
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
-    return env
+def compile_env(arch: str) -> dict[str, str]:
+    """What a compile process adds to its environment: the architecture to compile for."""
+    return {"CUTE_DSL_ARCH": arch} if arch != "unknown" else {}
 
 
 def compile_job(job: Mapping[str, Any]) -> None:

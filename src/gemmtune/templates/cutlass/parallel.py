@@ -26,7 +26,8 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import Future
-from pathlib import Path
+
+from ...core.children import child_env
 
 log = logging.getLogger("gemmtune")
 MIN_BATCH = 16  # a process's start (torch and the DSL imported: seconds) must buy back more than it costs
@@ -46,10 +47,10 @@ def chunks(jobs: list[dict], n: int) -> list[list[dict]]:
 
 
 def start(jobs: list[dict], env: dict[str, str] | None = None, processes: int | None = None,
-          min_batch: int = MIN_BATCH) -> int:
-    """Compile `jobs` (from `hopper_kernel.job_for`) in compile processes; returns how many were
-    handed over (0: fewer than `min_batch` not already pending, or one process at most: the caller
-    compiles them)."""
+          min_batch: int = MIN_BATCH, cuda_index: int | None = None) -> int:
+    """Compile `jobs` (from `hopper_kernel.job_for`) in compile processes, with `env` added to theirs
+    and the caller's GPU `cuda_index` (None: none) as theirs; returns how many were handed over (0:
+    fewer than `min_batch` not already pending, or one process at most: the caller compiles them)."""
     processes = processes or workers()
     with _LOCK:
         fresh = [j for j in jobs if j["path"] not in _PENDING]
@@ -59,7 +60,8 @@ def start(jobs: list[dict], env: dict[str, str] | None = None, processes: int | 
         for share in shares:
             _PENDING.update({j["path"]: Future() for j in share})
     for share in shares:
-        threading.Thread(target=_run, args=(share, env), name="gemmtune-cutlass-compile", daemon=True).start()
+        threading.Thread(target=_run, args=(share, child_env(cuda_index, **(env or {}))),
+                         name="gemmtune-cutlass-compile", daemon=True).start()
     log.info("gemmtune: cutlass_hopper: %d binaries compile in %d processes", len(fresh), len(shares))
     return len(fresh)
 
@@ -77,16 +79,14 @@ def wait(path: str, timeout_s: float = WAIT_S) -> str | None:
         return f"no answer within {timeout_s:g} s"
 
 
-def _run(share: list[dict], env: dict[str, str] | None) -> None:
-    """One compile process for `share`; every job's future is resolved, whatever happens."""
+def _run(share: list[dict], env: dict[str, str]) -> None:
+    """One compile process for `share` (its environment `env`); every job's future is resolved,
+    whatever happens."""
     futures = {j["path"]: _PENDING[j["path"]] for j in share}
     code: object
-    root = str(Path(__file__).resolve().parents[3])  # the directory holding the gemmtune package
-    child_env = {**os.environ, **(env or {}), "GEMMTUNE_WORKER_PROCESS": "1",
-                 "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     try:
         proc = subprocess.Popen([sys.executable, "-m", "gemmtune.templates.cutlass.compile_process"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=child_env)
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         assert proc.stdin is not None and proc.stdout is not None  # both pipes were asked for
         proc.stdin.write(json.dumps({"path": sys.path, "jobs": share}))
         proc.stdin.close()
