@@ -62,3 +62,31 @@ class ScriptedTemplate(Template):
             return out
 
         return launch
+
+
+def patched_linear_under_autocast(lin, x, device: str, backends: tuple[str, ...]):
+    """(patched output, nn.Linear's output) of `lin(x)` under bf16 autocast on `device`; both bf16."""
+    import gemmtune
+
+    with torch.autocast(device, dtype=torch.bfloat16):
+        ref = lin(x)
+        gemmtune.patch(lin, backends=backends)
+        try:
+            got = lin(x)
+        finally:
+            gemmtune.unpatch(lin)
+    assert got.dtype == ref.dtype == torch.bfloat16
+    return got, ref
+
+
+def compiled_op_under_autocast(op: str, args, device: str, backends: tuple[str, ...], **compile_kw):
+    """(output, torch's output) of gemmtune's `op` compiled with fullgraph under bf16 autocast; both bf16."""
+    import gemmtune
+
+    fn = getattr(gemmtune, op)
+    compiled = torch.compile(lambda *t: fn(*t, backends=backends), fullgraph=True, **compile_kw)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        got = compiled(*args)
+        ref = getattr(torch, op)(*args)
+    assert got.dtype == ref.dtype == torch.bfloat16
+    return got, ref

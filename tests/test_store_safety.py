@@ -200,7 +200,7 @@ CORRUPTIONS = {
 
 
 # A file whose header is gone cannot be told from another app's file: it is left alone
-# (tests/test_reliability14_store.py); these keep gemmtune's marker in the header.
+# (tests/test_reliability_store.py); these keep gemmtune's marker in the header.
 UNRECOGNISABLE = ("garbage_file", "truncated_header", "garbage_header")
 
 

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import gemmtune
+from helpers import compiled_op_under_autocast, patched_linear_under_autocast
 
 
 pytestmark = pytest.mark.usefixtures("memory_store")
@@ -37,25 +38,11 @@ def test_cuda_autocast_result_dtype_and_tuned_problem(op, family, dtype):
 
 @pytest.mark.parametrize("op", ["mm", "addmm", "bmm"])
 def test_cuda_autocast_under_torch_compile_with_triton(op):
-    args = _operands(op)
-    fn = getattr(gemmtune, op)
-    compiled = torch.compile(lambda *t: fn(*t, backends=("triton",)), fullgraph=True)
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        got = compiled(*args)
-        ref = getattr(torch, op)(*args)
-    assert got.dtype == ref.dtype == torch.bfloat16
+    got, ref = compiled_op_under_autocast(op, _operands(op), "cuda", ("triton",))
     torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=5e-2)
 
 
 def test_cuda_autocast_patched_linear():
     lin = nn.Linear(128, 192).cuda()
-    x = torch.randn(4, 64, 128, device="cuda")
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        ref = lin(x)
-        gemmtune.patch(lin, backends=("triton",))
-        try:
-            got = lin(x)
-        finally:
-            gemmtune.unpatch(lin)
-    assert got.dtype == ref.dtype == torch.bfloat16
+    got, ref = patched_linear_under_autocast(lin, torch.randn(4, 64, 128, device="cuda"), "cuda", ("triton",))
     torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=5e-2)

@@ -9,6 +9,7 @@ from torch import nn
 import gemmtune
 from gemmtune.core.errors import NoCandidatesError
 from gemmtune.core.settings import FAMILIES
+from helpers import compiled_op_under_autocast, patched_linear_under_autocast
 
 CPU_FAMILIES = [f for f in FAMILIES if f != "triton"]
 
@@ -62,15 +63,7 @@ def test_autocast_leaves_float64_alone_as_torch_does():
 def test_patched_linear_under_autocast_matches_nn_linear(bias):
     torch.manual_seed(0)
     lin = nn.Linear(8, 6, bias=bias)
-    x = torch.randn(3, 5, 8)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        ref = lin(x)
-        gemmtune.patch(lin, backends=("extern",))
-        try:
-            got = lin(x)
-        finally:
-            gemmtune.unpatch(lin)
-    assert got.dtype == ref.dtype == torch.bfloat16
+    got, ref = patched_linear_under_autocast(lin, torch.randn(3, 5, 8), "cpu", ("extern",))
     torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)
     assert all("bfloat16" in p for p in gemmtune.dispatch_stats()["selections"])  # the cast problem was tuned
 
@@ -92,17 +85,7 @@ def test_autocast_gradients_flow_to_float32_leaves():
 
 @pytest.mark.parametrize("op", ["mm", "addmm", "bmm"])
 def test_autocast_under_torch_compile_matches_torch(op):
-    args = _operands(op)
-    fn = getattr(gemmtune, op)
-
-    @torch.compile(fullgraph=True, backend="eager")
-    def f(*t):
-        return fn(*t, backends=("extern",))
-
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        got = f(*args)
-        ref = getattr(torch, op)(*args)
-    assert got.dtype == ref.dtype == torch.bfloat16
+    got, ref = compiled_op_under_autocast(op, _operands(op), "cpu", ("extern",), backend="eager")
     torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)
 
 
