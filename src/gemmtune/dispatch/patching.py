@@ -281,8 +281,11 @@ def release_library_layers(module: nn.Module, forward: Callable[[], Any]) -> lis
         >>> mlp = gemmtune.patch(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), backends=("extern",))
         >>> x = torch.randn(3, 8)
         >>> _ = mlp(x)
-        >>> release_library_layers(mlp, lambda: mlp(x)), patched_modules(mlp)
-        (['0'], [])
+        >>> released = release_library_layers(mlp, lambda: mlp(x))
+        >>> released in (['0'], [])  # [] where NumPy's BLAS won on CPU: F.linear would not run that pick
+        True
+        >>> patched_modules(mlp) == ([] if released else ['0'])
+        True
     """
     met: dict[str, set[tuple]] = {}
     names = {id(m): name for name, m in module.named_modules() if _FLAG in vars(m)}
