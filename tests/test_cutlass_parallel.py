@@ -28,6 +28,14 @@ def test_too_few_jobs_start_no_process(tmp_path):
     assert parallel.wait(jobs[0]["path"]) == "not pending"
 
 
+def test_a_job_no_process_answers_in_time_is_given_back_to_the_caller(tmp_path, monkeypatch):
+    from concurrent.futures import Future
+
+    path = str(tmp_path / "silent.o")
+    monkeypatch.setitem(parallel._PENDING, path, Future())  # handed to a process that never answers
+    assert parallel.wait(path, timeout_s=0.05) == "no answer within 0.05 s"
+
+
 def test_every_job_of_a_failing_process_is_answered(tmp_path):
     """A compile process whose jobs fail (here: configs it cannot build) answers each with why; none hangs."""
     jobs = _jobs(tmp_path, 4)

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout  # not the built-in one before Python 3.11
 
 from ...core.children import child_env
 
@@ -75,7 +76,7 @@ def wait(path: str, timeout_s: float = WAIT_S) -> str | None:
         return "not pending"
     try:
         return future.result(timeout=timeout_s)
-    except TimeoutError:
+    except FutureTimeout:
         return f"no answer within {timeout_s:g} s"
 
 
