@@ -110,9 +110,14 @@ def prestart(device: str, timeout_s: float) -> Callable[[], None]:
             if unused:
                 del _STARTING[device]
         if unused:
-            future.add_done_callback(lambda f: f.exception() is None and f.result().close())
+            _close_when_started(future)
 
     return cancel
+
+
+def _close_when_started(future: Future) -> None:
+    """Stop the worker of a background start once it has started (at once where it already has)."""
+    future.add_done_callback(lambda f: f.exception() is None and f.result().close())
 
 
 def _release(worker: Worker) -> None:
@@ -148,8 +153,8 @@ def shutdown_workers() -> None:
         _STARTING.clear()
     for worker in workers:
         worker.close()
-    for future in starting:  # closed once started (at once where it already is)
-        future.add_done_callback(lambda f: f.exception() is None and f.result().close())
+    for future in starting:
+        _close_when_started(future)
 
 
 atexit.register(shutdown_workers)

@@ -111,6 +111,7 @@ def _closest(ki: KernelInputs, pick: Choice, measured: Sequence[Measured], few: 
     return out
 
 
+FUSION = 2  # fusion companions offered beside a library pick by default (docs/INDUCTOR.md)
 FUSION_WITHIN = 1.3  # a fusion companion is at most this much slower than the library pick, unfused
 
 
@@ -131,7 +132,7 @@ def _fusion_companions(ki: KernelInputs, pick_ms: float | None, measured: Sequen
 
 
 def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (), few: int = 2,
-                keys: tuple[str, ...] = (), fusion: int = 2) -> InductorPick:
+                keys: tuple[str, ...] = (), fusion: int = FUSION) -> InductorPick:
     """The Inductor entries for `pick`, the winner of problem `ki` (`measured`: the other timings).
     `fusion`: beside a library pick, offer its best `fusion` Triton configs as companions (`InductorPick`).
 

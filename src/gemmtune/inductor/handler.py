@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import torch
 
 from .compat import inductor_templates, require
-from .entries import InductorPick
+from .entries import FUSION, InductorPick
 
 log = logging.getLogger("gemmtune")
 
@@ -56,7 +56,7 @@ def pick_of_entries(op: str, key: str, entries: list[Mapping[str, Any]]) -> Indu
 
 
 def make_handler(table: Mapping[str, list] | None = None, tune_on_miss: bool = True, settings: Any = None,
-                 templates: str = "inductor", fusion: int = 2) -> Any:
+                 templates: str = "inductor", fusion: int = FUSION) -> Any:
     """A `GemmtuneChoices` (a subclass of the installed torch's LookupTableChoices)."""
     base = require()
 
@@ -93,7 +93,7 @@ class _Mixin:
     """The handler's behaviour; mixed with LookupTableChoices by `make_handler` (torch is optional)."""
 
     def __init__(self, table: Mapping[str, list] | None, tune_on_miss: bool, settings: Any, templates: str,
-                 fusion: int = 2):
+                 fusion: int = FUSION):
         super().__init__()
         self.picks: dict[str, InductorPick] = {}
         self.tune_on_miss, self.settings, self.templates, self.fusion = tune_on_miss, settings, templates, fusion

@@ -17,6 +17,7 @@ from typing import Any, Iterator, Mapping
 from ..core.settings import Settings
 from .compat import require
 from .export import drop_stale, read_table
+from .entries import FUSION
 from .handler import make_handler
 
 __all__ = ["install", "uninstall", "installed", "benchmark_probe", "BenchmarkProbe"]
@@ -26,7 +27,7 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-            fusion: int = 2) -> Any:
+            fusion: int = FUSION) -> Any:
     """Make Inductor ask gemmtune for every mm / addmm / bmm it lowers; returns the handler.
 
     `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
@@ -123,7 +124,7 @@ def uninstall() -> None:
 @contextlib.contextmanager
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-              fusion: int = 2) -> Iterator[Any]:
+              fusion: int = FUSION) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:

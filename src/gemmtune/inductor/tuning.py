@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ..core.inputs import KernelInputs
 from ..core.settings import Settings
 from ..templates import default_templates
-from .entries import InductorPick, Measured, entries_for
+from .entries import FUSION, InductorPick, Measured, entries_for
 from .keys import problem_keys
 
 __all__ = ["EXACT_TEMPLATES", "inductor_pool", "stand_in", "tune_inductor_problem", "pick_for_selection"]
@@ -38,7 +38,7 @@ def stand_in(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype,
     return base.as_strided(size, stride)
 
 
-def pick_for_selection(sel: Any, few: int = 2, fusion: int = 2) -> InductorPick:
+def pick_for_selection(sel: Any, few: int = 2, fusion: int = FUSION) -> InductorPick:
     """The Inductor entries of a gemmtune Selection (from `gemmtune.tune`), under every key of its problem.
 
     Example:
@@ -64,7 +64,7 @@ def inductor_pool(device_type: str, templates: str, settings: Settings) -> list:
 
 
 def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings | None,
-                          templates: str = "inductor", fusion: int = 2) -> tuple[InductorPick, bool] | None:
+                          templates: str = "inductor", fusion: int = FUSION) -> tuple[InductorPick, bool] | None:
     """Tune the problem behind Inductor's `kernel_inputs`: (its entries, whether the store answered);
     None when its sizes are not plain ints."""
     shapes, strides = kernel_inputs.shapes_hinted(), kernel_inputs.strides_hinted()
