@@ -41,15 +41,7 @@ VARIANTS = ("eager", "gemmtune", "inductor", "inductor_default", "gemmtune_compi
 # "gemmtune_release" (checked warm-up with release=True: library-only layers unpatched)
 
 
-def own_frame(model: Any, variant: str) -> Callable[..., Any]:
-    """`model` called through a function with its own code object.  Dynamo keeps compiled programs
-    per code object, and with nn.Module inlining a second `torch.compile` of an equal model in an
-    equal mode reuses the first one's program: a fed compile after a plain one then never reaches
-    gemmtune (seen on the H200: no pick was asked for).  Each compiled variant gets its own frame."""
-    namespace: dict[str, Any] = {}
-    exec(compile("def forward(*args):\n    return model(*args)\n", f"<model_rounds {variant}>", "exec"),
-         {"model": model}, namespace)
-    return namespace["forward"]
+own_frame = models.own_frame
 
 
 def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:

@@ -297,7 +297,7 @@ def test_a_pick_its_call_cannot_build_gets_a_stand_in():
     assert handler._choose(lib, [T("triton::mm", mm_template.src_hash)], None, "addmm") == {}  # built elsewhere
 
 
-def test_a_library_pick_brings_its_best_triton_config_so_inductor_can_weigh_the_fusion():
+def test_a_library_pick_brings_its_best_triton_configs_for_inductor_to_benchmark_under_max_autotune(monkeypatch):
     class T:
         def __init__(self, uid, src_hash=None):
             self.uid, self.src_hash = uid, src_hash
@@ -321,7 +321,10 @@ def test_a_library_pick_brings_its_best_triton_config_so_inductor_can_weigh_the_
     assert triton.companions == ()  # a Triton pick fuses its epilogue itself
 
     offered = [T("aten::mm"), T("triton::mm", mm_template.src_hash)]
-    handler = gi.install(tune_on_miss=False)
+    from torch._inductor import config
+
+    monkeypatch.setattr(config, "max_autotune", True)  # a max-autotune compile: the companions are benchmarked
+    handler = gi.install(tune_on_miss=False, fusion=2)
     kwargs = {k: v for k, v in companion.items() if k not in ("template_id", "template_hash")}
     assert handler._choose(lib, offered, None, "mm") == {"aten::mm": [{}], "triton::mm": [kwargs]}
     assert handler.stats["companion"] == 1

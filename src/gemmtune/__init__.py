@@ -23,6 +23,15 @@ if _os.environ.get("GEMMTUNE_WORKER_PROCESS") != "1":
     from .core.settings import FAMILIES, Settings
     from .engine import tune
     from .dispatch import WarmupReport, addmm, bmm, clear_dispatch_cache, dispatch_stats, mm, patch, unpatch, warmup
+    from .dispatch import route as _route
+
+    def _inductor_handler() -> bool:
+        """A gemmtune GEMM traced for Inductor: make sure Inductor builds gemmtune's picks."""
+        from .inductor.installer import ensure_installed
+
+        return ensure_installed()
+
+    _route.HOOKS.append(_inductor_handler)
 
 from .core.version import __version__
 

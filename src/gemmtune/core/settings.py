@@ -209,6 +209,10 @@ class Settings:
     compile_workers: int = _f(0, _int("compile processes; 0: one per CPU core (at most 32)", 0))
     overlap_compile: str = _f("auto", _choice(
         "time ready binaries while others compile; auto: on for isolated GPU tunes", ("auto", "on", "off")))
+    compile_path: str = _f("inductor", _choice(
+        "gemmtune.mm and patched layers under torch.compile: inductor: traced as the aten op, which Inductor "
+        "builds from gemmtune's pick (gemmtune.inductor); traced: the pick's own kernel emitted at trace time",
+        ("inductor", "traced")))
     check_correctness: bool = _f(True, _bool("compare each candidate's output with a reference before timing it"))
     isolation: str = _f("auto", _choice(
         "subprocess: checks and timings in a worker process; off: in-process; auto: subprocess on GPU",

@@ -37,8 +37,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ..core.settings import Settings, check_backends
 from ..core.validate import validate_operands
 from ..core.inputs import KernelInputs
-from ..templates import active_templates, default_templates
-from . import autocast, eager
+from ..templates import active_templates, default_templates, inductor_pool
+from . import autocast, eager, route
 from .autograd import addmm_grads, addmm_setup, mm_grads, mm_setup
 
 __all__ = ["traced_mm", "traced_bmm", "traced_addmm", "is_static"]
@@ -116,6 +116,8 @@ def _emit(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional
           out_layout: Optional[str]) -> torch.Tensor:
     if not is_static(tensors):
         return _opaque(op, tensors, alpha, beta, backends, out_layout)
+    if route.to_inductor(tensors, backends, out_layout):  # Inductor builds gemmtune's pick of the aten op
+        return torch.addmm(*tensors, beta=beta, alpha=alpha) if op == "addmm" else getattr(torch, op)(*tensors)
     decided = _decide(op, tensors, alpha, beta, backends, out_layout)
     if decided is None:  # an empty problem, or no traceable template for it: dispatch at run time
         return _opaque(op, tensors, alpha, beta, backends, out_layout)
@@ -170,3 +172,17 @@ eager._CLEAR_HOOKS.append(_TRACED.clear)
 traced_mm.register_autograd(_mm_backward, setup_context=mm_setup)
 traced_bmm.register_autograd(_mm_backward, setup_context=mm_setup)
 traced_addmm.register_autograd(_addmm_backward, setup_context=addmm_setup)
+
+
+def prepare_inductor(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
+                     out_layout: str | None) -> Any:
+    """Tune a problem for the Inductor path (`dispatch.route`) ahead of the compile: among the
+    templates Inductor builds exactly, stored under the key the installed handler reads
+    (`store_tag="inductor"`), so the compile finds it in the store.  None for an empty problem."""
+    if eager._is_empty(op, tensors):
+        return None
+    validate_operands(op, tensors, alpha, beta)
+    s = Settings.from_env()
+    with torch.no_grad(), autocast.disabled(tensors):
+        pool = inductor_pool(tensors[-1].device.type, s)
+        return eager._tune_fn()(op, *tensors, alpha=alpha, beta=beta, templates=pool, store_tag="inductor")

@@ -6,13 +6,12 @@ of the operands' shapes, strides and dtypes, mat1's device, the addmm scalars, `
 `out_layout` (no validation, no logging: a miss validates, then tunes); the dict holds `torch.mm` /
 `torch.bmm` themselves for an aten winner, else the Selection's kernel behind an autograd check.
 
-Calls that need a gradient through a generated kernel (numba, Triton, NumPy)
-run it inside a `torch.autograd.Function` (`gemmtune.dispatch.autograd`) whose
-backward computes the standard GEMM gradients with gemmtune again.  Under
-`torch.compile` the functions trace to `gemmtune.dispatch.compiled`'s ops.
-
-The first call of a problem holds one lock (tuning is never concurrent, so its
-timings are not disturbed by a second tuning thread); the warm path takes none.
+Calls that need a gradient through a generated kernel (numba, Triton, NumPy) run it inside a
+`torch.autograd.Function` (`gemmtune.dispatch.autograd`) whose backward computes the standard GEMM
+gradients with gemmtune again.  Under `torch.compile` the functions trace to the aten op, built by
+Inductor from gemmtune's pick (`dispatch.route`), or to `gemmtune.dispatch.compiled`'s ops.
+The first call of a problem holds one lock (tuning is never concurrent, so its timings are not
+disturbed by a second tuning thread); the warm path takes none.
 """
 
 from __future__ import annotations
@@ -86,9 +85,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | None
         a, b = _ac.cast((a, b))
     try:
         fn = _MM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
-    except KeyError:
-        fn = _miss("mm", (a, b), 1.0, 1.0, backends, out_layout)
-    except Exception:  # noqa: BLE001 - not tensors, no strides, unhashable backends: the miss path says why
+    except Exception:  # noqa: BLE001 - a miss; or not tensors, no strides, unhashable backends: it says why
         fn = _miss("mm", (a, b), 1.0, 1.0, backends, out_layout)
     else:
         next(_HITS)
@@ -115,9 +112,7 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | Non
         a, b = _ac.cast((a, b))
     try:
         fn = _BMM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
-    except KeyError:
-        fn = _miss("bmm", (a, b), 1.0, 1.0, backends, out_layout)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a miss; or not tensors, no strides, unhashable backends: it says why
         fn = _miss("bmm", (a, b), 1.0, 1.0, backends, out_layout)
     else:
         next(_HITS)
@@ -148,9 +143,7 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
     try:
         fn = _ADDMM[(bias.shape, bias.stride(), bias.dtype, a.shape, a.stride(), a.dtype, a.device,
                      b.shape, b.stride(), b.dtype, alpha, beta, backends, out_layout)]
-    except KeyError:
-        fn = _miss("addmm", (bias, a, b), alpha, beta, backends, out_layout)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a miss; or not tensors, no strides, unhashable backends: it says why
         fn = _miss("addmm", (bias, a, b), alpha, beta, backends, out_layout)
     else:
         next(_HITS)

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from . import compiled, eager
+from . import compiled, eager, route
 from .in_model import InModel, Switch, check_in_model
 from ..core.errors import InputError
 from .patching import patch, patched_modules, release_library_layers
@@ -109,9 +109,11 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
 
     `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are;
     calls of `gemmtune.mm` / `addmm` / `bmm` made by the model's own code are collected too.  The
-    forward runs once under `torch.no_grad()`.  `for_compile=True` decides the problems as a
-    `torch.compile` trace of the model will (traceable templates only), so the compile tunes nothing;
-    the default decides them for eager calls.  `progress` shows a progress bar (default: when
+    forward runs once under `torch.no_grad()`.  `for_compile=True` decides the problems for a later
+    `torch.compile` of the model, in any mode: tuned among the kernels Inductor builds and stored
+    where gemmtune's Inductor handler (installed by it, `gemmtune.inductor`) reads them, so the compile
+    tunes nothing and benchmarks nothing (`Settings.compile_path="traced"`: among the traceable
+    templates, emitted at trace time); the default decides them for eager calls.  `progress` shows a progress bar (default: when
     standard error is a terminal).  Returns a `WarmupReport`; print `report.table()` for the summary.
 
     `in_model` checks each generated pick in the model (`dispatch.in_model`): about 30 more
@@ -228,7 +230,10 @@ def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool, traced: bool) -> 
 
 def _tune_one(rec: "eager.Recorded", traced: bool) -> tuple[Any, float]:
     t0 = time.perf_counter()
-    prepare = compiled.prepare_traced if traced else eager.prepare
+    prepare = eager.prepare
+    if traced:  # as the compile will meet it: built by Inductor from the store (dispatch.route), or traced
+        inductor = route.to_inductor(rec.tensors, rec.backends, rec.out_layout)
+        prepare = compiled.prepare_inductor if inductor else compiled.prepare_traced
     sel = prepare(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
     return sel, time.perf_counter() - t0
 

@@ -31,7 +31,8 @@ from ..core.choices import Choice
 from ..core.inputs import KernelInputs
 from .compat import available, inductor_templates  # noqa: F401 - `available` is used by the doctest
 
-__all__ = ["Measured", "InductorPick", "entries_for", "mm_companion", "TILE_KEYS", "LIBRARY"]
+__all__ = ["Measured", "InductorPick", "entries_for", "mm_companion", "fuse_gain_ms", "companions_for", "TILE_KEYS",
+           "LIBRARY"]
 
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
 LIBRARY = {"aten_mm", "aten_addmm", "aten_bmm", "numpy_blas"}
@@ -69,6 +70,7 @@ class InductorPick:
     # Handed to Inductor beside an exact library pick: the best measured Triton config that Inductor
     # can build, so that it can weigh fusing the GEMM's epilogue (a library kernel fuses nothing).
     companions: tuple[Mapping[str, Any], ...] = ()
+    companion_ms: tuple[float, ...] = field(default=(), compare=False)  # each companion's time, unfused
 
     def json_entries(self) -> list[dict[str, Any]]:
         return [dict(e) for e in (*self.entries, *self.companions)]
@@ -111,30 +113,71 @@ def _closest(ki: KernelInputs, pick: Choice, measured: Sequence[Measured], few: 
     return out
 
 
-FUSION = 2  # fusion companions offered beside a library pick by default (docs/INDUCTOR.md)
+FUSION: int | str = "predict"  # how a library pick's epilogue fusion is decided by default (docs/INDUCTOR.md)
+COMPANIONS = 2  # fusion companions kept with a library pick when the fusion is predicted
 FUSION_WITHIN = 1.3  # a fusion companion is at most this much slower than the library pick, unfused
+EPILOGUE_LAUNCH_MS = 0.004  # what a separate epilogue kernel costs beyond its memory traffic (a launch)
+EPILOGUE_BYTES_PER_MS = 3.0e9  # the memory rate an epilogue kernel moves the GEMM's output at (3 TB/s)
 
 
-def _fusion_companions(ki: KernelInputs, pick_ms: float | None, measured: Sequence[Measured], n: int) -> tuple:
+def companions_for(fusion: int | str) -> int:
+    """How many fusion companions to keep with a library pick for a `fusion` setting."""
+    if fusion == "predict":
+        return COMPANIONS
+    if fusion is False:  # "no companions", as 0
+        return 0
+    if fusion is True or not isinstance(fusion, int) or fusion < 0:
+        raise ValueError(f"fusion: expected 'predict' or a count >= 0, got {fusion!r}")
+    return fusion
+
+
+def fuse_gain_ms(pick: "InductorPick") -> float | None:
+    """Predicted ms saved by building a library pick's best fusion companion instead, where the GEMM has
+    a pointwise epilogue: the separate epilogue kernel it saves (a launch, and writing then reading the
+    [M, N] output once more) less how much slower the companion ran unfused.  None: nothing to weigh.
+
+    Example:
+        >>> import torch
+        >>> from gemmtune.core.inputs import TensorMeta
+        >>> meta = lambda size, stride: TensorMeta(size, stride, torch.bfloat16, "cuda:0")
+        >>> ki = KernelInputs("mm", (meta((16, 4096), (4096, 1)), meta((4096, 4096), (1, 4096))))
+        >>> p = InductorPick("mm", (), ({"template_id": "aten::mm"},), True, "aten_mm", ms=0.010, inputs=ki,
+        ...                  companions=({"template_id": "triton::mm"},), companion_ms=(0.012,))
+        >>> round(fuse_gain_ms(p), 4)
+        0.0021
+    """
+    if not pick.companion_ms or pick.ms is None or pick.inputs is None:
+        return None
+    ki = pick.inputs
+    out_bytes = ki.M * ki.N * ki.batch * ki.dtype.itemsize
+    saved = EPILOGUE_LAUNCH_MS + 2 * out_bytes / EPILOGUE_BYTES_PER_MS
+    return saved - (pick.companion_ms[0] - pick.ms)
+
+
+def _fusion_companions(ki: KernelInputs, pick_ms: float | None, measured: Sequence[Measured],
+                       n: int) -> tuple[tuple, tuple]:
     """The `n` best measured `triton_mm` configs as Inductor entries, those within `FUSION_WITHIN` of
-    the library pick's time (a GPU problem; else none)."""
+    the library pick's time (a GPU problem; else none), and their times."""
     if ki.device_type != "cuda" or pick_ms is None or n < 1:
-        return ()
+        return (), ()
     uid = inductor_templates().triton_bmm if ki.op == "bmm" else inductor_templates().triton_mm
     out: list[dict[str, Any]] = []
+    ms: list[float] = []
     for m in sorted((m for m in measured if m.template == "triton_mm" and m.ms is not None), key=lambda m: m.ms or 0.0):
         entry = _triton(ki, uid, m.config, m.runtime)
         if (m.ms or 0.0) > pick_ms * FUSION_WITHIN or len(out) >= n:
             break
         if entry not in out:
             out.append(entry)
-    return tuple(out)
+            ms.append(float(m.ms or 0.0))
+    return tuple(out), tuple(ms)
 
 
 def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (), few: int = 2,
-                keys: tuple[str, ...] = (), fusion: int = FUSION) -> InductorPick:
+                keys: tuple[str, ...] = (), fusion: int | str = FUSION) -> InductorPick:
     """The Inductor entries for `pick`, the winner of problem `ki` (`measured`: the other timings).
-    `fusion`: beside a library pick, offer its best `fusion` Triton configs as companions (`InductorPick`).
+    `fusion`: beside a library pick, keep its best Triton configs as companions (`InductorPick`):
+    `companions_for(fusion)` of them ("predict": two, for the handler to choose from).
 
     Example:
         >>> import torch
@@ -168,8 +211,8 @@ def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (
     source = " ".join([uid, *(f"{k}={v}" for k, v in cfg.items()), *(f"{k}={v}" for k, v in rt.items())])
     ms = min((m.ms for m in measured if m.template == uid and dict(m.config) == cfg and m.ms is not None), default=None)
     library = exact and all(str(e["template_id"]).startswith("aten::") for e in entries)
-    companions = _fusion_companions(ki, ms, measured, int(fusion)) if library else ()
-    return InductorPick(ki.op, keys, tuple(entries), exact, source, ki.describe(), ms, ki, companions)
+    companions, companion_ms = _fusion_companions(ki, ms, measured, companions_for(fusion)) if library else ((), ())
+    return InductorPick(ki.op, keys, tuple(entries), exact, source, ki.describe(), ms, ki, companions, companion_ms)
 
 
 def mm_companion(ki: KernelInputs, pick: InductorPick, keys: tuple[str, ...]) -> InductorPick | None:
@@ -191,4 +234,4 @@ def mm_companion(ki: KernelInputs, pick: InductorPick, keys: tuple[str, ...]) ->
         if new not in entries:
             entries.append(new)
     return InductorPick("mm", keys, tuple(entries), pick.exact, pick.source + " (as mm)", pick.problem, pick.ms, ki,
-                        pick.companions)
+                        pick.companions, pick.companion_ms)

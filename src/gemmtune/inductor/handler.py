@@ -30,7 +30,8 @@ from typing import Any, Mapping
 import torch
 
 from .compat import inductor_templates, require
-from .entries import FUSION, InductorPick
+from .entries import FUSION, InductorPick, fuse_gain_ms
+from .window import has_epilogue, in_window
 
 log = logging.getLogger("gemmtune")
 
@@ -56,7 +57,7 @@ def pick_of_entries(op: str, key: str, entries: list[Mapping[str, Any]]) -> Indu
 
 
 def make_handler(table: Mapping[str, list] | None = None, tune_on_miss: bool = True, settings: Any = None,
-                 templates: str = "inductor", fusion: int = FUSION) -> Any:
+                 templates: str = "inductor", fusion: int | str = FUSION) -> Any:
     """A `GemmtuneChoices` (a subclass of the installed torch's LookupTableChoices)."""
     base = require()
 
@@ -67,10 +68,25 @@ def make_handler(table: Mapping[str, list] | None = None, tune_on_miss: bool = T
 
 
 def _autotuning() -> bool:
-    """Tune a miss only where Inductor itself would autotune GEMMs (max-autotune modes)."""
+    """Whether the compile autotunes GEMMs itself (a max-autotune mode), not through gemmtune's window."""
     from torch._inductor import config
 
-    return bool(config.max_autotune or config.max_autotune_gemm)
+    return bool(config.max_autotune or config.max_autotune_gemm) and not in_window()
+
+
+def is_gemmtune_handler(handler: Any) -> bool:
+    """Whether `handler` (Inductor's `V.choices`) is an installed gemmtune handler."""
+    return isinstance(handler, _Mixin)
+
+
+def _current_node() -> Any:
+    """The FX node Inductor is lowering (the GEMM), or None."""
+    from torch._inductor.virtualized import V
+
+    try:
+        return V.graph.current_node
+    except Exception:  # noqa: BLE001 - no graph being lowered (a direct call in a test)
+        return None
 
 
 def _must_answer(pick: InductorPick, op_name: str) -> bool:
@@ -93,7 +109,7 @@ class _Mixin:
     """The handler's behaviour; mixed with LookupTableChoices by `make_handler` (torch is optional)."""
 
     def __init__(self, table: Mapping[str, list] | None, tune_on_miss: bool, settings: Any, templates: str,
-                 fusion: int = FUSION):
+                 fusion: int | str = FUSION):
         super().__init__()
         self.picks: dict[str, InductorPick] = {}
         self.tune_on_miss, self.settings, self.templates, self.fusion = tune_on_miss, settings, templates, fusion
@@ -117,7 +133,7 @@ class _Mixin:
         """Part of Inductor's FX-graph cache key (`config.inductor_choices_class`)."""
         from ..core.version import __version__
 
-        body = f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {int(self.fusion)} {self._static}"
+        body = f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self.fusion} {self._static}"
         return hashlib.sha256(body.encode()).hexdigest()
 
     def add(self, pick: InductorPick) -> None:
@@ -132,20 +148,40 @@ class _Mixin:
                 template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
         key = self.make_lookup_key(kernel_inputs, op_name, include_device=False)  # type: ignore[attr-defined]
         pick = self.picks.get(key) if key else None
-        if pick is None and key and self.tune_on_miss and _autotuning():
+        if pick is None and key and self.tune_on_miss:
             pick = self._tune(kernel_inputs, op_name, key)
         if pick is None:
             self.stats["miss"] += 1
-            return self._fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)  # type: ignore[attr-defined]
+            return self._inductors_own(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
         chosen = self._choose(pick, templates, kernel_inputs, op_name)
         if not chosen and _must_answer(pick, op_name):  # e.g. mm with out_dtype: only aten::mm_dtype offered
             self.stats["fallback"] += 1
-            return self._fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)  # type: ignore[attr-defined]
+            return self._inductors_own(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
         self.stats["hit" if chosen else "empty"] += 1
         if not chosen:
             return []
         self.built += [(op_name, uid, dict(kw)) for uid, kws in chosen.items() for kw in kws]
         return self._create_lookup_choices(chosen, templates, kernel_inputs, op_name)
+
+    def _inductors_own(self, template_choices, kernel_inputs, templates, op_name, kwarg_overrides):
+        """What Inductor builds without a pick: its own list; inside the default-mode window, its
+        library kernels only (what a default compile builds: nothing benchmarked)."""
+        if in_window():
+            templates = [t for t in templates if str(t.uid).startswith("aten::")]
+            template_choices = {uid: g for uid, g in template_choices.items() if str(uid).startswith("aten::")}
+        return self._fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)  # type: ignore[attr-defined]
+
+    def _need_to_fix_layout(self, adjusted_choices: list, op_name: str) -> bool:
+        """Inside the default-mode window, default mode's rule: a library kernel alone keeps the output
+        layout flexible (for mm and addmm), a Triton template fixes it."""
+        if not in_window():
+            return super()._need_to_fix_layout(adjusted_choices, op_name)  # type: ignore[misc]
+        if any(not str(getattr(c.template, "uid", "")).startswith("aten::") for c in adjusted_choices):
+            return True
+        from torch._inductor import config
+
+        with config.patch(max_autotune_gemm=False):
+            return super()._need_to_fix_layout(adjusted_choices, op_name)  # type: ignore[misc]
 
     def _create_lookup_choices(self, lookup_results: dict, templates: list, kernel_inputs: Any, op_name: str) -> list:
         """One choice per entry: the template's first heuristic config (derived options such as ACC_TYPE,
@@ -167,23 +203,43 @@ class _Mixin:
         return out
 
     def _choose(self, pick: InductorPick, templates: list, kernel_inputs: Any, op_name: str) -> dict[str, list]:
-        """{uid: [config]} for this call: the pick's entry (all matching entries when not exact); when
-        none matches, a stand-in (`_stand_in`); or nothing, when the pick is built in another call."""
+        """{uid: [config]} for this call: the planned entry (all matching entries when not exact), then
+        any companions Inductor is to benchmark; when none matches, a stand-in (`_stand_in`); or
+        nothing, when the pick is built in another call."""
         offered = {t.uid: getattr(t, "src_hash", None) for t in templates}
+        primary, extra = self._planned(pick)
         out: dict[str, list] = {}
-        for entry in pick.entries:
+        for entry in primary:
             uid = str(entry.get("template_id"))
             if uid not in offered or not self._fresh(entry, uid, offered[uid], op_name, pick):
                 continue
             out.setdefault(uid, []).append(_kwargs(entry))
             if pick.exact:
                 break
-        for entry in pick.companions[:int(self.fusion)]:  # Inductor weighs fusing the epilogue
+        for entry in extra:  # Inductor weighs fusing the epilogue
             uid = str(entry.get("template_id"))
             if uid in offered and self._fresh(entry, uid, offered[uid], op_name, pick):
                 out.setdefault(uid, []).append(_kwargs(entry))
                 self.stats["companion"] += 1
-        return out or self._stand_in(pick, offered, kernel_inputs, op_name)
+        if out and pick.companions and not extra:
+            self.stats["fused" if primary is not pick.entries else "unfused"] += 1
+        return out or self._stand_in(pick, offered, kernel_inputs, op_name, primary)
+
+    def _planned(self, pick: InductorPick) -> tuple[tuple, tuple]:
+        """(entries to build, companions to benchmark beside them) for a pick.  A library pick with
+        fusion companions: predicted (`fusion="predict"`, and always in a compile that does not
+        autotune, which must benchmark nothing), its best companion alone where the GEMM being lowered
+        has an epilogue and fusing it is predicted to gain (`entries.fuse_gain_ms`), else the pick
+        alone; a number N in a max-autotune compile: the pick, and N companions to benchmark."""
+        if not pick.companions:
+            return pick.entries, ()
+        if self.fusion != "predict" and _autotuning():
+            return pick.entries, tuple(pick.companions[:int(self.fusion)])
+        first = pick.companions[0]
+        uid = str(first.get("template_id"))
+        fresh = first.get("template_hash") in (None, inductor_templates().hash_of(uid))
+        gain = fuse_gain_ms(pick) if fresh and has_epilogue(_current_node()) else None
+        return ((first,), ()) if gain is not None and gain > 0 else (pick.entries, ())
 
     def _fresh(self, entry: Mapping[str, Any], uid: str, want: Any, op_name: str, pick: InductorPick) -> bool:
         have = entry.get("template_hash")
@@ -193,28 +249,30 @@ class _Mixin:
             return False
         return True
 
-    def _stand_in(self, pick: InductorPick, offered: dict, kernel_inputs: Any, op_name: str) -> dict[str, list]:
-        """The pick cannot be built by this call's templates: its tile on Inductor's plain Triton template
-        (a TMA pick where TMA is not offered), else the op's library kernel, unless the pick is built in a
-        later call of the same op (addmm's Triton call)."""
+    def _stand_in(self, pick: InductorPick, offered: dict, kernel_inputs: Any, op_name: str,
+                  primary: tuple | None = None) -> dict[str, list]:
+        """The planned entries (`primary`, default the pick's) cannot be built by this call's templates:
+        their tile on Inductor's plain Triton template (a TMA pick where TMA is not offered), else the
+        op's library kernel, unless they are built in a later call of the same op (addmm's Triton call)."""
+        primary = pick.entries if primary is None else primary
         t = inductor_templates()
         plain = t.triton_bmm if op_name == "bmm" else t.triton_mm
-        tiles = [e for e in pick.entries if "BLOCK_M" in e and e.get("template_id") != plain]  # not a stale one
+        tiles = [e for e in primary if "BLOCK_M" in e and e.get("template_id") != plain]  # not a stale one
         if tiles and plain in offered:
             self.stats["tile_stand_in"] += 1
             entry = dict(tiles[0], template_id=plain, template_hash=offered[plain])
             return {plain: [_kwargs(entry)]}
         aten = t.aten.get(op_name)
-        if aten is not None and aten in offered and not self._elsewhere(pick, op_name, kernel_inputs):
+        if aten is not None and aten in offered and not self._elsewhere(primary, op_name, kernel_inputs):
             self.stats["library_stand_in"] += 1
             return {aten: [{}]}
         return {}
 
     @staticmethod
-    def _elsewhere(pick: InductorPick, op_name: str, kernel_inputs: Any) -> bool:
-        """addmm asks its Triton templates in a later call: a Triton pick is built there when Inductor
+    def _elsewhere(primary: tuple, op_name: str, kernel_inputs: Any) -> bool:
+        """addmm asks its Triton templates in a later call: a Triton entry is built there when Inductor
         offers Triton templates for this output (the test tuned_addmm makes)."""
-        if op_name != "addmm" or all(str(e.get("template_id", "")).startswith("aten::") for e in pick.entries):
+        if op_name != "addmm" or all(str(e.get("template_id", "")).startswith("aten::") for e in primary):
             return False
         try:
             from torch._inductor.utils import use_triton_template
@@ -227,7 +285,7 @@ class _Mixin:
         from .tuning import tune_inductor_problem
 
         try:
-            tuned = tune_inductor_problem(kernel_inputs, op_name, self.settings, self.templates, int(self.fusion))
+            tuned = tune_inductor_problem(kernel_inputs, op_name, self.settings, self.templates, self.fusion)
         except Exception as exc:  # noqa: BLE001 - Inductor's own choices are a safe answer
             log.warning("gemmtune.inductor: tuning %s failed (%s: %s); Inductor chooses", op_name,
                         type(exc).__name__, exc)

@@ -14,34 +14,43 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import logging
+
 from ..core.settings import Settings
 from .compat import require
 from .export import drop_stale, read_table
-from .entries import FUSION
-from .handler import make_handler
+from .entries import FUSION, companions_for
+from .handler import is_gemmtune_handler, make_handler
+from .window import open_window
 
-__all__ = ["install", "uninstall", "installed", "benchmark_probe", "BenchmarkProbe"]
+__all__ = ["install", "uninstall", "installed", "ensure_installed", "benchmark_probe", "BenchmarkProbe"]
 
+log = logging.getLogger("gemmtune")
 _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's handler) before each install
 
 
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-            fusion: int = FUSION) -> Any:
-    """Make Inductor ask gemmtune for every mm / addmm / bmm it lowers; returns the handler.
+            fusion: int | str = FUSION) -> Any:
+    """Make Inductor build gemmtune's pick for every mm / addmm / bmm it lowers; returns the handler.
 
     `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
     with a warning).  `tune_on_miss`: tune a problem the table lacks with `gemmtune.tune` (the store
     answers problems tuned before); False leaves misses to Inductor.  `templates`: "inductor" (tune
-    among the templates Inductor can build exactly) or "all".  Works with every `torch.compile` mode
-    that autotunes GEMMs ("max-autotune", "max-autotune-no-cudagraphs").  The handler is set for this
+    among the templates Inductor can build exactly) or "all".  Serves every `torch.compile` mode: in
+    the default mode (and "reduce-overhead") a GPU GEMM's lowering is offered Inductor's templates for
+    its own duration (`inductor.window`), so a Triton pick is built there too, with nothing
+    benchmarked and the rest of the compile at default cost; under "max-autotune" modes Inductor's
+    own GEMM benchmarking is replaced by the picks.  The handler is set for this
     thread (`V.set_choices_handler`) and, with `all_threads` (the default), as
     `config.inductor_choices_class` (other threads; its `uuid()` keys Inductor's FX-graph cache, so a
     graph compiled without gemmtune is not reused).  `handler.stats` counts hits, misses, tunes and stale
-    entries; `uninstall()` restores what was there.  `fusion`: where gemmtune picks a library kernel,
-    also hand Inductor the best `fusion` Triton configs measured for the problem (within 1.3x of it),
-    so that Inductor weighs fusing the GEMM's pointwise epilogue as its own max-autotune does (it then
-    benchmarks those few choices); 0 (or False): the pick alone, nothing benchmarked.  A program Dynamo compiled before `install()` keeps
+    entries; `uninstall()` restores what was there.  `fusion`: how a library pick meets the GEMM's
+    pointwise epilogue, which only a Triton template can fuse.  "predict" (the default): where the GEMM
+    has an epilogue and its best measured Triton config is predicted to win once the epilogue kernel it
+    saves is counted (`entries.fuse_gain_ms`), that config is built instead, else the pick; one choice
+    either way, nothing benchmarked.  A number N (max-autotune modes): the pick and its best N Triton
+    configs, which Inductor benchmarks with the epilogue fused; 0: the pick alone.  A program Dynamo compiled before `install()` keeps
     its choices, and a later `torch.compile` of an equal model in an equal mode may be served that
     program (`handler.stats` then stays empty): install first, or `torch._dynamo.reset()`.
 
@@ -50,7 +59,7 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     Example:
         >>> import torch, gemmtune.inductor as gi
         >>> handler = gi.install()                                          # doctest: +SKIP
-        >>> f = torch.compile(lambda a, b: a @ b, mode="max-autotune", fullgraph=True)
+        >>> f = torch.compile(lambda a, b: a @ b, fullgraph=True)          # any mode
         >>> y = f(torch.randn(64, 32), torch.randn(32, 16))                 # doctest: +SKIP
         >>> handler.stats["tuned"], gi.uninstall()                          # doctest: +SKIP
         (1, None)
@@ -62,7 +71,9 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     if templates not in ("inductor", "all"):
         raise ValueError(f"templates: expected 'inductor' or 'all', got {templates!r}")
     loaded = drop_stale(read_table(table)) if table is not None else None
+    companions_for(fusion)  # a bad value is a ValueError here, not at the first GEMM
     handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
+    open_window(is_gemmtune_handler)
     from torch._inductor import virtualized
 
     prior_thread = virtualized._choices._get_handler(False)
@@ -121,10 +132,39 @@ def uninstall() -> None:
     V.set_choices_handler(handler)
 
 
+def ensure_installed() -> bool:
+    """Install the handler with its defaults unless a gemmtune handler is installed already; False
+    when this torch has no lookup table (nothing installed).  Called when a `gemmtune.mm`, `addmm`,
+    `bmm` or patched layer is traced for Inductor, and by `warmup(..., for_compile=True)`.
+
+    Example:
+        >>> ensure_installed() in (True, False)   # doctest: +SKIP
+        True
+    """
+    from ..core.errors import InductorUnavailable
+
+    try:
+        require()
+    except InductorUnavailable:
+        return False
+    from torch._inductor import config
+    from torch._inductor.virtualized import V
+
+    factory = config.inductor_choices_class
+    if is_gemmtune_handler(V.choices) or isinstance(factory, HandlerFactory):
+        if not is_gemmtune_handler(V.choices):  # installed for all threads, not yet for this one
+            V.set_choices_handler(factory())
+        return True
+    install()
+    log.info("gemmtune.inductor: handler installed (a gemmtune GEMM was traced for Inductor): every mm / addmm "
+             "/ bmm compiled in this process from now on builds gemmtune's pick")
+    return True
+
+
 @contextlib.contextmanager
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-              fusion: int = FUSION) -> Iterator[Any]:
+              fusion: int | str = FUSION) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:

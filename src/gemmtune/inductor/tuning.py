@@ -17,13 +17,14 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..core.inputs import KernelInputs
 from ..core.settings import Settings
-from ..templates import default_templates
+from ..templates import INDUCTOR_TEMPLATES, default_templates
+from ..templates import inductor_pool as buildable_pool
 from .entries import FUSION, InductorPick, Measured, entries_for
 from .keys import problem_keys
 
 __all__ = ["EXACT_TEMPLATES", "inductor_pool", "stand_in", "tune_inductor_problem", "pick_for_selection"]
 
-EXACT_TEMPLATES = ("aten_mm", "aten_addmm", "aten_bmm", "triton_mm", "triton_tma_persistent")
+EXACT_TEMPLATES = INDUCTOR_TEMPLATES
 
 
 def stand_in(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, device: Any) -> torch.Tensor:
@@ -38,7 +39,7 @@ def stand_in(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype,
     return base.as_strided(size, stride)
 
 
-def pick_for_selection(sel: Any, few: int = 2, fusion: int = FUSION) -> InductorPick:
+def pick_for_selection(sel: Any, few: int = 2, fusion: int | str = FUSION) -> InductorPick:
     """The Inductor entries of a gemmtune Selection (from `gemmtune.tune`), under every key of its problem.
 
     Example:
@@ -56,15 +57,13 @@ def pick_for_selection(sel: Any, few: int = 2, fusion: int = FUSION) -> Inductor
 
 def inductor_pool(device_type: str, templates: str, settings: Settings) -> list:
     """The gemmtune templates that compete for an Inductor problem (`templates`: "inductor" or "all")."""
-    pool = default_templates(settings.hopper_templates, settings.config_space, settings.preview_templates)
     if templates == "all":
-        return pool
-    keep = EXACT_TEMPLATES if device_type == "cuda" else EXACT_TEMPLATES[:3]
-    return [t for t in pool if t.uid in keep]
+        return default_templates(settings.hopper_templates, settings.config_space, settings.preview_templates)
+    return buildable_pool(device_type, settings)
 
 
 def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings | None,
-                          templates: str = "inductor", fusion: int = FUSION) -> tuple[InductorPick, bool] | None:
+                          templates: str = "inductor", fusion: int | str = FUSION) -> tuple[InductorPick, bool] | None:
     """Tune the problem behind Inductor's `kernel_inputs`: (its entries, whether the store answered);
     None when its sizes are not plain ints."""
     shapes, strides = kernel_inputs.shapes_hinted(), kernel_inputs.strides_hinted()

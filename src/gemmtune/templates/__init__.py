@@ -11,6 +11,7 @@ Example:
 """
 
 from .base import Template
-from .registry import PREVIEW_TEMPLATES, active_templates, default_templates, skipped_note
+from .registry import INDUCTOR_TEMPLATES, PREVIEW_TEMPLATES, active_templates, default_templates, inductor_pool, skipped_note
 
-__all__ = ["Template", "PREVIEW_TEMPLATES", "default_templates", "active_templates", "skipped_note"]
+__all__ = ["Template", "INDUCTOR_TEMPLATES", "PREVIEW_TEMPLATES", "default_templates", "active_templates",
+           "inductor_pool", "skipped_note"]

@@ -7,7 +7,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..core.inputs import KernelInputs
 from .base import Template
@@ -96,3 +96,21 @@ def skipped_note(backends: Sequence[str] | None) -> str:
         return ""
     reasons = [(t.uid, t.unavailable()) for t in optional_templates() if t.family in backends]
     return "".join(f"; {uid}: {why}" for uid, why in reasons if why)
+
+
+INDUCTOR_TEMPLATES = ("aten_mm", "aten_addmm", "aten_bmm", "triton_mm", "triton_tma_persistent")
+"""The templates whose picks Inductor builds exactly (its aten kernels and Triton templates)."""
+
+
+def inductor_pool(device_type: str, settings: Any) -> list:
+    """The templates that compete for a problem Inductor will build (library kernels only off the GPU):
+    `settings` is a `Settings`.
+
+    Example:
+        >>> from gemmtune.core.settings import Settings
+        >>> [t.uid for t in inductor_pool("cpu", Settings())]
+        ['aten_mm', 'aten_addmm', 'aten_bmm']
+    """
+    keep = INDUCTOR_TEMPLATES if device_type == "cuda" else INDUCTOR_TEMPLATES[:3]
+    pool = default_templates(settings.hopper_templates, settings.config_space, settings.preview_templates)
+    return [t for t in pool if t.uid in keep]

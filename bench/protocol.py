@@ -1,0 +1,267 @@
+"""The model protocol: first calls in fresh processes with empty caches, steady state interleaved in one.
+
+`python bench/models.py` runs it (this module holds the variants and the two kinds of child process).
+A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
+
+1. **First calls**, each in a fresh Python process whose Triton, Inductor and gemmtune caches are new
+   directories (`first` variants below), or kept from an earlier process of the same group:
+   - `default`: `torch.compile(model)`;  `max_autotune`: mode "max-autotune-no-cudagraphs";
+   - `max_autotune_again`: a second program start of it, every cache kept;
+   - `gemmtune`: `gemmtune.inductor.install()` then `torch.compile(model)` (default mode): every GEMM
+     tuned by gemmtune (empty store) and built by Inductor from the pick;
+   - `gemmtune_store`: the same on a new machine that shares the store: new Inductor and Triton
+     caches, the store of `gemmtune` kept;  `gemmtune_again`: a second start, every cache kept;
+   - `gemmtune_warmup`: `gemmtune.warmup(model, x, for_compile=True)` then `torch.compile(model)`;
+   - `eager_warmup`: `gemmtune.warmup(model, x)` then an eager forward; `eager_warmup_store`: again
+     with its store (a warm-store warm-up);
+   - breakdown (with `--breakdown`): `default_cd` (default + coordinate-descent tuning) and
+     `autotune_gemm` (default + Inductor's GEMM autotuning, `max_autotune_gemm`).
+   Each records the seconds from `torch.compile` (or the warm-up) to the end of the first forward, the
+   choices Inductor benchmarked (`benchmark_probe`) and gemmtune's handler counts.
+2. **Steady state**, in one process: every variant compiled again from the caches of its first call,
+   then timed in `--rounds` shuffled rounds of `--iters` forwards (CUDA events); ratios are medians of
+   per-round ratios to `max_autotune`, so drift that hits a round hits every variant.  With `--train`
+   also one training step (forward, loss, backward) per call for `default`, `max_autotune` and
+   `gemmtune` (caches new for these: a training compile is not a first-call target).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+
+# variant -> (cache group, phase): a phase "new" gets new directories for the group; "store" new
+# Triton/Inductor directories beside the group's store; "keep" every directory of the group as left.
+FIRST = {
+    "default": ("default", "new"), "max_autotune": ("ma", "new"), "max_autotune_again": ("ma", "keep"),
+    "gemmtune": ("gt", "new"), "gemmtune_store": ("gt", "store"), "gemmtune_again": ("gt", "keep"),
+    "gemmtune_warmup": ("gw", "new"), "eager_warmup": ("ew", "new"), "eager_warmup_store": ("ew", "store"),
+    "default_cd": ("cd", "new"), "autotune_gemm": ("ag", "new"),
+}
+BREAKDOWN = ("default_cd", "autotune_gemm")
+FIRST_DEFAULT = ("default", "max_autotune", "max_autotune_again", "gemmtune", "gemmtune_store", "gemmtune_again",
+                 "gemmtune_warmup", "eager_warmup", "eager_warmup_store")
+STEADY = ("eager", "eager_warmup", "default", "max_autotune", "gemmtune", "gemmtune_warmup")
+STEADY_BREAKDOWN = ("default_cd", "autotune_gemm", "max_autotune_fed", "gemmtune_traced")
+TRAIN = ("default", "max_autotune", "gemmtune")
+
+
+def cache_env(root: Path, group: str, phase: str) -> dict[str, str]:
+    """The cache variables of a first-call process (see FIRST)."""
+    base = root / group
+    tag = {"new": "", "store": "_store", "keep": ""}[phase]
+    env = {}
+    for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "GEMMTUNE_CACHE_DIR"):
+        d = base / (var.lower() + (tag if var != "GEMMTUNE_CACHE_DIR" else ""))
+        d.mkdir(parents=True, exist_ok=True)
+        env[var] = str(d)
+    env["GEMMTUNE_STORE"] = str(base / "store.db")
+    return env
+
+
+def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtune: Any) -> tuple[Callable, dict]:
+    """The callable of one variant (compiled, warmed up) and what it reports; nothing run yet."""
+    import gemmtune.inductor as gi
+    from models import output_of, own_frame
+
+    facts: dict[str, Any] = {}
+    mode = {"max_autotune": "max-autotune-no-cudagraphs", "max_autotune_again": "max-autotune-no-cudagraphs",
+            "max_autotune_fed": "max-autotune-no-cudagraphs"}.get(variant)
+    if variant == "eager":
+        return (lambda: output_of(model, inputs)), facts
+    if variant.startswith("eager_warmup"):
+        report = gemmtune.warmup(model, *inputs, progress=False)
+        facts.update(tuned=report.tuned, problems=len(report.rows), warmup_s=report.seconds)
+        return (lambda: output_of(model, inputs)), facts
+    from torch._inductor import config as inductor_config
+
+    inductor_config.coordinate_descent_tuning = variant == "default_cd"
+    inductor_config.max_autotune_gemm = variant == "autotune_gemm"
+    if variant.startswith("gemmtune") or variant == "max_autotune_fed":
+        os.environ["GEMMTUNE_COMPILE_PATH"] = "traced" if variant == "gemmtune_traced" else "inductor"
+        if variant in ("gemmtune_warmup", "gemmtune_traced"):
+            report = gemmtune.warmup(model, *inputs, progress=False, for_compile=True)
+            facts.update(tuned=report.tuned, problems=len(report.rows))
+        else:
+            facts["handler"] = gi.install()
+    compiled = torch.compile(own_frame(model, variant), mode=mode)
+    return (lambda: output_of(compiled, inputs)), facts
+
+
+def first_child(model_name: str, m: int, variant: str) -> dict[str, Any]:
+    """One first call in this fresh process (the parent set the cache variables)."""
+    t_import = time.perf_counter()
+    sys.path.insert(0, str(HERE))
+    import torch
+    import gemmtune
+    import gemmtune.inductor as gi
+    from models import build
+
+    imported = time.perf_counter() - t_import
+    model, inputs = build(model_name, m)
+    _sync(torch)
+    with torch.no_grad(), gi.benchmark_probe() as probe:
+        t0 = time.perf_counter()
+        fn, facts = compiled_variant(variant, model, inputs, torch, gemmtune)
+        fn()
+        _sync(torch)
+        first = time.perf_counter() - t0
+    handler = facts.pop("handler", None)
+    if handler is None and gi.available():
+        from torch._inductor.virtualized import V
+
+        handler = V.choices if gi.installer.is_gemmtune_handler(V.choices) else None
+    out = {"model": model_name, "M": m, "variant": variant, "first_s": round(first, 3), "import_s": round(imported, 3),
+           "benchmarked": probe.choices, "autotuned": probe.autotuned, **facts}
+    if handler is not None:
+        out["handler"] = dict(handler.stats)
+    return out
+
+
+def _sync(torch: Any) -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def time_round(fn: Callable[[], Any], iters: int, torch: Any) -> float:
+    """ms per call over `iters` calls back to back (CUDA events; wall clock without a GPU)."""
+    if not torch.cuda.is_available():
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) * 1e3 / iters
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def _train_step(compiled: Callable[[], Any], model: Any) -> Callable[[], Any]:
+    def step() -> Any:
+        loss = compiled().float().pow(2).mean()
+        loss.backward()
+        for p in model.parameters():
+            p.grad = None
+        return loss
+
+    return step
+
+
+def steady_variants(model_name: str, m: int, variants: list[str], root: Path, train: bool,
+                    torch: Any, gemmtune: Any) -> dict[str, Callable[[], Any]]:
+    """Every variant of the steady-state process, each on its own copy of the model, compiled from the
+    caches its first call left (`root`), warmed up."""
+    from gemmtune import engine
+    from models import build
+
+    base, inputs = build(model_name, m)
+    fns: dict[str, Callable[[], Any]] = {}
+    plan = [(v, False) for v in variants] + [(v, True) for v in (TRAIN if train else ())]
+    for variant, training in plan:
+        group = FIRST.get(variant, (variant, "new"))[0]
+        os.environ.update(cache_env(root, group + ("_train" if training else ""), "keep"))
+        engine._STORES.clear()
+        model = copy.deepcopy(base).train(training)
+        with torch.no_grad() if not training else torch.enable_grad():
+            fn, _ = compiled_variant(variant, model, inputs, torch, gemmtune)
+            fn = _train_step(fn, model) if training else fn
+            for _ in range(3):
+                fn()
+        _sync(torch)
+        if variant.startswith("gemmtune") or variant == "max_autotune_fed":
+            import gemmtune.inductor as gi
+
+            while gi.installer._PRIOR:
+                gi.uninstall()
+        fns[variant + ("+train" if training else "")] = fn
+    return fns
+
+
+def steady_child(model_name: str, m: int, variants: list[str], root: Path, rounds: int, iters: int,
+                 train: bool) -> list[dict[str, Any]]:
+    """Interleaved rounds of every variant in this one process; per variant its median ms and the
+    median of per-round ratios to max_autotune (forward) or max_autotune+train (training step)."""
+    sys.path.insert(0, str(HERE))
+    import torch
+    import gemmtune
+    from models import build, output_of, rel_err
+
+    fns = steady_variants(model_name, m, variants, root, train, torch, gemmtune)
+    base, inputs = build(model_name, m)
+    with torch.no_grad():
+        ref = output_of(base, inputs)
+        errs = {v: rel_err(fn(), ref) for v, fn in fns.items() if not v.endswith("+train")}
+    times: dict[str, list[float]] = {v: [] for v in fns}
+    order = list(fns)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for v in order:
+            ctx = torch.enable_grad() if v.endswith("+train") else torch.no_grad()
+            with ctx:
+                times[v].append(time_round(fns[v], iters, torch))
+    rows = []
+    for v, ms in times.items():
+        ref_v = "max_autotune+train" if v.endswith("+train") else "max_autotune"
+        ratio = [a / b for a, b in zip(ms, times[ref_v])] if ref_v in times else [float("nan")]
+        rows.append({"model": model_name, "M": m, "variant": v, "ms": statistics.median(ms),
+                     "ratio_vs_max_autotune": statistics.median(ratio),
+                     "ratio_q1_q3": statistics.quantiles(ratio, n=4)[::2] if len(ratio) > 1 else ratio * 2,
+                     "rel_err": errs.get(v)})
+    return rows
+
+
+def spawn(args: list[str], env: dict[str, str], timeout: float) -> Any:
+    """Run `python bench/protocol.py ARGS` with `env` over this environment; its last stdout line, as JSON."""
+    full = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "GEMMTUNE_PROTOCOL_CHILD": "1"}
+    try:
+        done = subprocess.run([sys.executable, str(HERE / "protocol.py"), *args], env=full, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    sys.stderr.write(done.stderr[-3000:])
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(("{", "["))]
+    if done.returncode or not lines:
+        return {"error": f"rc {done.returncode}: {done.stderr.strip().splitlines()[-1:] or ''}"}
+    return json.loads(lines[-1])
+
+
+def run_case(case: str, first: list[str], steady: list[str], root: Path, opts: Any, write: Callable) -> dict:
+    """One case: its first calls (each in its own process), then its steady-state process."""
+    model_name, m = case.split(":")[0], int(case.split(":")[1])
+    out: dict[str, Any] = {"case": case, "first": [], "steady": []}
+    for variant in first:
+        group, phase = FIRST[variant]
+        rec = spawn(["first", model_name, str(m), variant], cache_env(root / case, group, phase), opts.first_timeout)
+        rec.setdefault("variant", variant)
+        out["first"].append(rec)
+        print(json.dumps(rec), flush=True)
+        write(out)
+    rows = spawn(["steady", model_name, str(m), ",".join(steady), str(root / case), str(opts.rounds),
+                  str(opts.iters), "1" if opts.train else "0"], {}, opts.steady_timeout)
+    out["steady"] = rows if isinstance(rows, list) else [rows]
+    write(out)
+    return out
+
+
+if __name__ == "__main__":
+    kind, model_arg, m_arg = sys.argv[1:4]
+    if kind == "first":
+        print(json.dumps(first_child(model_arg, int(m_arg), sys.argv[4]), default=str))
+    else:
+        variants_arg, root_arg, rounds_arg, iters_arg, train_arg = sys.argv[4:9]
+        print(json.dumps(steady_child(model_arg, int(m_arg), variants_arg.split(","), Path(root_arg),
+                                      int(rounds_arg), int(iters_arg), train_arg == "1"), default=str))

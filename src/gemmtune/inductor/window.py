@@ -1,0 +1,141 @@
+"""Default-mode compiles with gemmtune's GEMMs: a template window around Inductor's GEMM lowerings.
+
+A default `torch.compile` offers Inductor's GEMM lowerings (`tuned_mm`, `tuned_addmm`, `tuned_bmm`)
+only the library kernel, so a Triton pick could never be built there.  `open_window()` wraps those
+three lowerings: while the installed gemmtune handler is the active choices handler and the compile
+does not autotune GEMMs itself, each lowering runs with `config.max_autotune_gemm` switched on for
+its own duration.  Inductor then offers its templates, the handler answers with exactly one choice
+(the pick), and with one choice Inductor builds it without timing anything.  Everything else of the
+compile (pointwise kernels, coordinate descent, fusion) stays at default-mode cost.
+
+`has_epilogue(node)` says whether a GEMM's FX node feeds a pointwise op of its own size, the
+epilogue Inductor can fuse into a Triton template but not into a library call.
+
+Example:
+    >>> in_window()
+    False
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from typing import Any, Callable, Iterator
+
+import torch
+
+__all__ = ["open_window", "in_window", "window_applies", "has_epilogue", "gemm_node"]
+
+_STATE = threading.local()
+_VIEWS = {"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "squeeze", "unsqueeze", "alias",
+          "clone", "contiguous"}
+
+
+def in_window() -> bool:
+    """Whether this thread is inside a GEMM lowering opened by the window."""
+    return getattr(_STATE, "depth", 0) > 0
+
+
+def gemm_node() -> Any:
+    """The FX node of the GEMM being lowered in the window (None outside it)."""
+    return getattr(_STATE, "node", None) if in_window() else None
+
+
+def window_applies(args: tuple, is_ours: Callable[[Any], bool]) -> bool:
+    """Open the window for this lowering: the gemmtune handler is active, the compile does not
+    autotune GEMMs itself, and the GEMM runs on a CUDA device (elsewhere Inductor's templates are
+    not the ones gemmtune maps onto)."""
+    from torch._inductor import config
+    from torch._inductor.virtualized import V
+
+    if config.max_autotune or config.max_autotune_gemm:
+        return False
+    try:
+        if not is_ours(V.choices):
+            return False
+        device = args[-1].get_device()  # mat2 of mm/bmm/addmm: an Inductor IR node
+    except Exception:  # noqa: BLE001 - not the IR we know: leave the lowering as it is
+        return False
+    return getattr(device, "type", None) == "cuda"
+
+
+@contextlib.contextmanager
+def _opened(node: Any) -> Iterator[None]:
+    from torch._inductor import config
+
+    _STATE.depth, prior = getattr(_STATE, "depth", 0) + 1, getattr(_STATE, "node", None)
+    _STATE.node = node
+    try:
+        with config.patch(max_autotune_gemm=True):
+            yield
+    finally:
+        _STATE.depth -= 1
+        _STATE.node = prior
+
+
+def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def lowering(*args: Any, **kwargs: Any) -> Any:
+        if not window_applies(args, is_ours):
+            return fn(*args, **kwargs)
+        from torch._inductor.virtualized import V
+
+        with _opened(getattr(V.graph, "current_node", None)):
+            return fn(*args, **kwargs)
+
+    lowering.__gemmtune_window__ = fn  # type: ignore[attr-defined]
+    return lowering
+
+
+def open_window(is_ours: Callable[[Any], bool]) -> int:
+    """Wrap Inductor's mm / addmm / bmm lowerings once per process (a no-op where they are wrapped);
+    returns how many lowerings are wrapped.  `is_ours(handler)` says whether a choices handler is
+    gemmtune's: only then does the window open, so an uninstalled handler leaves Inductor as it was."""
+    from torch._inductor import lowering
+
+    aten = torch.ops.aten
+    wrapped = 0
+    for op in (aten.mm.default, aten.addmm.default, aten.bmm.default):
+        fn = lowering.lowerings.get(op)
+        if fn is None:
+            continue
+        if not hasattr(fn, "__gemmtune_window__"):
+            lowering.lowerings[op] = _wrap(fn, is_ours)
+        wrapped += 1
+    return wrapped
+
+
+def _numel(node: Any) -> int | None:
+    val = getattr(node, "meta", {}).get("val")
+    try:
+        return int(val.numel())
+    except Exception:  # noqa: BLE001 - no meta value (or a symbolic size): unknown
+        return None
+
+
+def has_epilogue(node: Any, depth: int = 3) -> bool:
+    """Whether the GEMM's FX `node` feeds, directly or through views of the same size, a pointwise op
+    whose output has its size (a residual add, a bias, an activation): an epilogue Inductor fuses
+    into a Triton template.  A split of the output (q/k/v, gate/up) is no such epilogue.
+
+    Example:
+        >>> has_epilogue(None)
+        False
+    """
+    size = _numel(node)
+    if node is None or size is None:
+        return False
+    frontier = list(node.users)
+    for _ in range(depth):
+        nxt = []
+        for user in frontier:
+            target = getattr(user, "target", None)
+            if _numel(user) != size or not isinstance(target, torch._ops.OpOverload):
+                continue
+            if torch.Tag.pointwise in target.tags:
+                return True
+            if target._opname in _VIEWS:
+                nxt.extend(user.users)
+        frontier = nxt
+    return False
