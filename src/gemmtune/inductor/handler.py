@@ -79,6 +79,30 @@ def is_gemmtune_handler(handler: Any) -> bool:
     return isinstance(handler, _Mixin)
 
 
+def _feedback(timings: Any, *rest: Any) -> None:
+    """Inductor's feedback saver: timings of one GEMM's benchmark go to the active gemmtune handler."""
+    from torch._inductor.virtualized import V
+
+    handler = V.choices
+    if not (is_gemmtune_handler(handler) and handler._pending):
+        return
+    try:
+        handler.on_timings(timings)
+    except Exception as exc:  # noqa: BLE001 - not kept: the compile goes on, the next one times again
+        log.warning("gemmtune.inductor: Inductor's timings not kept (%s: %s)", type(exc).__name__, exc)
+        handler.stats["record_failed"] += 1
+
+
+def _listen() -> None:
+    """Register `_feedback` with Inductor's algorithm selector (once per selector: it can be rebuilt)."""
+    from torch._inductor import select_algorithm
+
+    getter = getattr(select_algorithm, "get_algorithm_selector_cache", None)
+    cache = getter() if getter else getattr(select_algorithm, "_ALGORITHM_SELECTOR_CACHE", None)
+    if cache is None or _feedback not in getattr(cache, "feedback_saver_fns", []):
+        select_algorithm.add_feedback_saver(_feedback)
+
+
 def _current_node() -> Any:
     """The FX node Inductor is lowering (the GEMM), or None."""
     from torch._inductor.virtualized import V
@@ -114,6 +138,8 @@ class _Mixin:
         self.picks: dict[str, InductorPick] = {}
         self.tune_on_miss, self.settings, self.templates, self.fusion = tune_on_miss, settings, templates, fusion
         self.stats: Counter = Counter()
+        self.measure = "inductor"  # GPU: Inductor times its own kernels for a problem the store lacks
+        self._pending: list[tuple[str, Any, Any]] = []  # (key, problem, KernelTemplateChoice) awaiting timings
         self.built: list[tuple[str, str, dict]] = []  # (op, template uid, kwargs) handed to Inductor, in order
         self._static = json.dumps(table or {}, sort_keys=True, default=str)
         for key, entries in (table or {}).items():
@@ -148,6 +174,11 @@ class _Mixin:
                 template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
         key = self.make_lookup_key(kernel_inputs, op_name, include_device=False)  # type: ignore[attr-defined]
         pick = self.picks.get(key) if key else None
+        if pick is None and key and self._times_in_inductor(kernel_inputs):
+            pick = self._recall_timed(kernel_inputs, op_name, key)
+            if pick is None and self.tune_on_miss:  # Inductor times its own candidates, once (inductor/timed.py)
+                return self._time_in_inductor(template_choices, kernel_inputs, templates, op_name,
+                                              kwarg_overrides, key)
         if pick is None and key and self.tune_on_miss:
             pick = self._tune(kernel_inputs, op_name, key)
         if pick is None:
@@ -162,6 +193,76 @@ class _Mixin:
             return []
         self.built += [(op_name, uid, dict(kw)) for uid, kws in chosen.items() for kw in kws]
         return self._create_lookup_choices(chosen, templates, kernel_inputs, op_name)
+
+    def _times_in_inductor(self, kernel_inputs: Any) -> bool:
+        """A GPU problem of a compile that offers Inductor's templates (max-autotune, or the window),
+        with `measure="inductor"`: Inductor times its own kernels for it."""
+        if self.measure != "inductor" or not (in_window() or _autotuning()):
+            return False
+        try:
+            return kernel_inputs.device().type == "cuda"
+        except Exception:  # noqa: BLE001 - not Inductor's kernel inputs (a direct call in a test)
+            return False
+
+    def _recall_timed(self, kernel_inputs: Any, op_name: str, key: str) -> InductorPick | None:
+        from ..engine import shared_store
+        from ..core.settings import Settings
+        from . import timed
+        from .tuning import gemmtune_inputs
+
+        ki = gemmtune_inputs(kernel_inputs, op_name)
+        if ki is None:
+            return None
+        entry = timed.recall(ki, shared_store((self.settings or Settings.from_env()).store),
+                             inductor_templates().hash_of)
+        if entry is None:
+            return None
+        self.stats["store_hit"] += 1
+        pick = InductorPick(op_name, (key,), (entry,), True, "inductor-timed " + str(entry["template_id"]),
+                            ki.describe(), None, ki)
+        self.picks[key] = pick
+        return pick
+
+    def _time_in_inductor(self, template_choices, kernel_inputs, templates, op_name, kwarg_overrides, key):
+        """Inductor's own list for this call; each candidate is remembered, so that the timings its
+        benchmark reports (`on_timings`) are kept in the store under this problem."""
+        from .tuning import gemmtune_inputs
+
+        ktcs = list(self._fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides))  # type: ignore[attr-defined]
+        ki = gemmtune_inputs(kernel_inputs, op_name)
+        if ki is not None:
+            self._pending += [(key, ki, ktc) for ktc in ktcs]
+        self.stats["timed_in_inductor"] += 1
+        _listen()
+        return ktcs
+
+    def on_timings(self, timings: Mapping[Any, float]) -> None:
+        """Inductor benchmarked a GEMM's choices: keep the timings of those this handler handed it."""
+        from ..engine import shared_store
+        from ..core.settings import Settings
+        from . import timed
+
+        groups: dict[str, tuple[Any, list]] = {}
+        keep = []
+        for key, ki, ktc in self._pending:
+            choice = getattr(ktc, "_choice", None)
+            if choice is None or choice not in timings:
+                keep.append((key, ki, ktc))
+                continue
+            uid = str(ktc.template.uid)
+            entry = {"template_id": uid, **({} if uid.startswith("aten::") else
+                                            timed.plain_options(ktc.params.to_kwargs()))}
+            if getattr(ktc.template, "src_hash", None) is not None:
+                entry["template_hash"] = ktc.template.src_hash
+            groups.setdefault(key, (ki, []))[1].append((entry, float(timings[choice])))
+        self._pending = keep
+        store = shared_store((self.settings or Settings.from_env()).store)
+        timed_all = [t for _, (_, ts) in groups.items() for t in ts]  # addmm: both calls' choices, one winner
+        for key, (ki, _) in groups.items():
+            entry = timed.remember(ki, timed_all, store)
+            if entry is not None:
+                self.stats["recorded"] += 1
+                self.picks[key] = InductorPick(ki.op, (key,), (entry,), True, "inductor-timed", ki.describe(), None, ki)
 
     def _inductors_own(self, template_choices, kernel_inputs, templates, op_name, kwarg_overrides):
         """What Inductor builds without a pick: its own list; inside the default-mode window, its

@@ -62,6 +62,20 @@ def inductor_pool(device_type: str, templates: str, settings: Settings) -> list:
     return buildable_pool(device_type, settings)
 
 
+def gemmtune_inputs(kernel_inputs: Any, op_name: str) -> KernelInputs | None:
+    """Inductor's kernel inputs as gemmtune's problem description; None when a size is symbolic."""
+    from ..core.inputs import TensorMeta, device_str
+
+    shapes, strides = kernel_inputs.shapes_hinted(), kernel_inputs.strides_hinted()
+    if not all(isinstance(s, int) for dims in (*shapes, *strides) for s in dims):
+        return None
+    scalars = dict(getattr(kernel_inputs, "_scalars", {}) or {})
+    dev = device_str(kernel_inputs.device())
+    metas = tuple(TensorMeta(tuple(sz), tuple(st), dt, dev)
+                  for sz, st, dt in zip(shapes, strides, kernel_inputs.dtypes()))
+    return KernelInputs(op_name, metas, float(scalars.get("alpha", 1.0)), float(scalars.get("beta", 1.0)))
+
+
 def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings | None,
                           templates: str = "inductor", fusion: int | str = FUSION) -> tuple[InductorPick, bool] | None:
     """Tune the problem behind Inductor's `kernel_inputs`: (its entries, whether the store answered);

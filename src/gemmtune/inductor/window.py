@@ -5,7 +5,8 @@ only the library kernel, so a Triton pick could never be built there.  `open_win
 three lowerings: while the installed gemmtune handler is the active choices handler and the compile
 does not autotune GEMMs itself, each lowering runs with `config.max_autotune_gemm` switched on for
 its own duration.  Inductor then offers its templates, the handler answers with exactly one choice
-(the pick), and with one choice Inductor builds it without timing anything.  Everything else of the
+(the pick), and with one choice Inductor builds it without timing anything (a problem the store does
+not know yet is timed once, on Inductor's own kernels: `inductor.timed`).  Everything else of the
 compile (pointwise kernels, coordinate descent, fusion) stays at default-mode cost.
 
 `has_epilogue(node)` says whether a GEMM's FX node feeds a pointwise op of its own size, the
@@ -67,7 +68,9 @@ def _opened(node: Any) -> Iterator[None]:
     _STATE.depth, prior = getattr(_STATE, "depth", 0) + 1, getattr(_STATE, "node", None)
     _STATE.node = node
     try:
-        with config.patch(max_autotune_gemm=True):
+        # epilogue benchmarking off: a GEMM that Inductor times (a problem new to the store) is timed
+        # while it is lowered, and the timings reach the handler at once (inductor/timed.py)
+        with config.patch(max_autotune_gemm=True, benchmark_epilogue_fusion=False):
             yield
     finally:
         _STATE.depth -= 1
