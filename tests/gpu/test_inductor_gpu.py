@@ -106,7 +106,7 @@ def test_a_tuned_triton_pick_exports_and_inductor_builds_it():
 def test_install_tunes_misses_then_a_warm_store_benchmarks_nothing(mode):
     args = operands()
     for round_ in range(2):  # cold store, then a fresh handler on the warm store
-        with gi.installed(fusion=False) as handler, gi.benchmark_probe() as probe:
+        with gi.installed(fusion=False, measure="gemmtune") as handler, gi.benchmark_probe() as probe:
             f = torch.compile(two_gemms, mode=mode, fullgraph=True)
             out = f(*args).clone()  # CUDA graphs (max-autotune) reuse their output buffers
             _close(f(*args).clone(), two_gemms(*args))
@@ -142,7 +142,7 @@ def test_linear_layers_addmm_and_bmm():
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     a, b = (torch.randn(8, 128, 64, device="cuda", dtype=torch.bfloat16),
             torch.randn(8, 64, 96, device="cuda", dtype=torch.bfloat16))
-    with gi.installed(fusion=False) as handler, gi.benchmark_probe() as probe, torch.no_grad():
+    with gi.installed(fusion=False, measure="gemmtune") as handler, gi.benchmark_probe() as probe, torch.no_grad():
         out = torch.compile(lin, mode="max-autotune-no-cudagraphs", fullgraph=True)(x)
         out_b = torch.compile(torch.bmm, mode="max-autotune-no-cudagraphs", fullgraph=True)(a, b)
     _close(out, lin(x))
@@ -199,3 +199,34 @@ def test_fed_compile_is_not_served_from_a_plain_compile_in_the_fx_graph_cache(tm
             out = torch.compile(two_gemms, mode="max-autotune-no-cudagraphs", fullgraph=True)(x, w1, w2)
     _close(out, two_gemms(x, w1, w2))
     assert handler.stats["hit"] + handler.stats["miss"] >= 2, handler.stats  # consulted: not a cache replay
+
+
+@pytest.mark.parametrize("mode", [None, "max-autotune-no-cudagraphs"])
+def test_a_new_problem_is_timed_once_on_inductors_kernels_then_built_from_the_store(mode):
+    args = operands()
+    for round_ in range(2):  # cold store: Inductor times its candidates; then a fresh handler, warm store
+        torch._dynamo.reset()
+        with gi.installed(fusion=False) as handler, gi.benchmark_probe() as probe:
+            out = torch.compile(two_gemms, mode=mode, fullgraph=True)(*args)
+        _close(out, two_gemms(*args))
+        if round_ == 0:
+            assert handler.stats["timed_in_inductor"] >= 2 and handler.stats["recorded"] >= 2, handler.stats
+            assert probe.choices > 2, probe.names
+        else:
+            assert handler.stats["store_hit"] >= 2 and handler.stats["timed_in_inductor"] == 0, handler.stats
+            assert probe.choices == 0, probe.names
+
+
+def test_a_default_mode_compile_builds_a_triton_pick_and_benchmarks_nothing():
+    from gemmtune.inductor.entries import entries_for
+
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    x, w = torch.randn(64, K, **bf), torch.randn(K, N, **bf) / 32
+    ki = KernelInputs.from_tensors("mm", x, w)
+    tile = Choice("triton_mm", TritonMMTemplate.src_hash, as_params(TILE), as_params({"swizzle": 8}))
+    with gi.installed(tune_on_miss=False) as handler, gi.benchmark_probe() as probe:
+        handler.add(entries_for(ki, tile, keys=gi.problem_keys(ki)))
+        out = torch.compile(lambda a, b: (a @ b).relu(), fullgraph=True)(x, w)  # the default mode
+    _close(out, (x @ w).relu())
+    assert [uid for _, uid, _ in handler.built] == ["triton::mm"], handler.built
+    assert probe.choices == 0, probe.names

@@ -31,7 +31,7 @@ import torch
 
 from .compat import inductor_templates, require
 from .entries import FUSION, InductorPick, fuse_gain_ms
-from .window import has_epilogue, in_window
+from .window import has_epilogue, in_window, user_autotunes
 
 log = logging.getLogger("gemmtune")
 
@@ -68,10 +68,8 @@ def make_handler(table: Mapping[str, list] | None = None, tune_on_miss: bool = T
 
 
 def _autotuning() -> bool:
-    """Whether the compile autotunes GEMMs itself (a max-autotune mode), not through gemmtune's window."""
-    from torch._inductor import config
-
-    return bool(config.max_autotune or config.max_autotune_gemm) and not in_window()
+    """Whether the compile autotunes GEMMs itself (a max-autotune mode), not only through gemmtune's window."""
+    return user_autotunes()
 
 
 def is_gemmtune_handler(handler: Any) -> bool:
@@ -159,7 +157,8 @@ class _Mixin:
         """Part of Inductor's FX-graph cache key (`config.inductor_choices_class`)."""
         from ..core.version import __version__
 
-        body = f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self.fusion} {self._static}"
+        body = (f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self.fusion} {self.measure} "
+                f"{self._static}")
         return hashlib.sha256(body.encode()).hexdigest()
 
     def add(self, pick: InductorPick) -> None:
@@ -267,7 +266,7 @@ class _Mixin:
     def _inductors_own(self, template_choices, kernel_inputs, templates, op_name, kwarg_overrides):
         """What Inductor builds without a pick: its own list; inside the default-mode window, its
         library kernels only (what a default compile builds: nothing benchmarked)."""
-        if in_window():
+        if in_window() and not _autotuning():
             templates = [t for t in templates if str(t.uid).startswith("aten::")]
             template_choices = {uid: g for uid, g in template_choices.items() if str(uid).startswith("aten::")}
         return self._fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides)  # type: ignore[attr-defined]
@@ -275,7 +274,7 @@ class _Mixin:
     def _need_to_fix_layout(self, adjusted_choices: list, op_name: str) -> bool:
         """Inside the default-mode window, default mode's rule: a library kernel alone keeps the output
         layout flexible (for mm and addmm), a Triton template fixes it."""
-        if not in_window():
+        if not in_window() or _autotuning():
             return super()._need_to_fix_layout(adjusted_choices, op_name)  # type: ignore[misc]
         if any(not str(getattr(c.template, "uid", "")).startswith("aten::") for c in adjusted_choices):
             return True

@@ -31,7 +31,7 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-            fusion: int | str = FUSION) -> Any:
+            fusion: int | str = FUSION, measure: str = "inductor") -> Any:
     """Make Inductor build gemmtune's pick for every mm / addmm / bmm it lowers; returns the handler.
 
     `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
@@ -50,7 +50,10 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     has an epilogue and its best measured Triton config is predicted to win once the epilogue kernel it
     saves is counted (`entries.fuse_gain_ms`), that config is built instead, else the pick; one choice
     either way, nothing benchmarked.  A number N (max-autotune modes): the pick and its best N Triton
-    configs, which Inductor benchmarks with the epilogue fused; 0: the pick alone.  A program Dynamo compiled before `install()` keeps
+    configs, which Inductor benchmarks with the epilogue fused; 0: the pick alone.  `measure`: on a
+    GPU, "inductor" (the default) has Inductor time its own candidates for a problem the store does
+    not know, once, and keeps the timings in the store (`inductor.timed`); "gemmtune" tunes it with
+    gemmtune's own kernels instead (whose speed can differ from the Inductor kernel built from them).  A program Dynamo compiled before `install()` keeps
     its choices, and a later `torch.compile` of an equal model in an equal mode may be served that
     program (`handler.stats` then stays empty): install first, or `torch._dynamo.reset()`.
 
@@ -72,7 +75,10 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
         raise ValueError(f"templates: expected 'inductor' or 'all', got {templates!r}")
     loaded = drop_stale(read_table(table)) if table is not None else None
     companions_for(fusion)  # a bad value is a ValueError here, not at the first GEMM
+    if measure not in ("inductor", "gemmtune"):
+        raise ValueError(f"measure: expected 'inductor' or 'gemmtune', got {measure!r}")
     handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
+    handler.measure = measure
     open_window(is_gemmtune_handler)
     from torch._inductor import virtualized
 
@@ -164,7 +170,7 @@ def ensure_installed() -> bool:
 @contextlib.contextmanager
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-              fusion: int | str = FUSION) -> Iterator[Any]:
+              fusion: int | str = FUSION, measure: str = "inductor") -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
@@ -172,7 +178,7 @@ def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss
         >>> with gi.installed(tune_on_miss=False) as h:   # doctest: +SKIP
         ...     pass
     """
-    handler = install(table, tune_on_miss, settings, templates, all_threads, fusion)
+    handler = install(table, tune_on_miss, settings, templates, all_threads, fusion, measure)
     try:
         yield handler
     finally:

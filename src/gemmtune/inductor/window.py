@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-__all__ = ["open_window", "in_window", "window_applies", "has_epilogue", "gemm_node"]
+__all__ = ["open_window", "in_window", "user_autotunes", "window_applies", "has_epilogue", "gemm_node"]
 
 _STATE = threading.local()
 _VIEWS = {"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "squeeze", "unsqueeze", "alias",
@@ -43,15 +43,21 @@ def gemm_node() -> Any:
     return getattr(_STATE, "node", None) if in_window() else None
 
 
-def window_applies(args: tuple, is_ours: Callable[[Any], bool]) -> bool:
-    """Open the window for this lowering: the gemmtune handler is active, the compile does not
-    autotune GEMMs itself, and the GEMM runs on a CUDA device (elsewhere Inductor's templates are
-    not the ones gemmtune maps onto)."""
+def user_autotunes() -> bool:
+    """Whether the compile itself autotunes GEMMs (a max-autotune mode), inside the window or not."""
     from torch._inductor import config
+
+    if in_window():
+        return bool(getattr(_STATE, "autotunes", False))
+    return bool(config.max_autotune or config.max_autotune_gemm)
+
+
+def window_applies(args: tuple, is_ours: Callable[[Any], bool]) -> bool:
+    """Open the window for this lowering: the gemmtune handler is active and the GEMM runs on a CUDA
+    device (elsewhere Inductor's templates are not the ones gemmtune maps onto).  In a max-autotune
+    compile it only turns epilogue benchmarking off for the GEMM."""
     from torch._inductor.virtualized import V
 
-    if config.max_autotune or config.max_autotune_gemm:
-        return False
     try:
         if not is_ours(V.choices):
             return False
@@ -65,8 +71,10 @@ def window_applies(args: tuple, is_ours: Callable[[Any], bool]) -> bool:
 def _opened(node: Any) -> Iterator[None]:
     from torch._inductor import config
 
-    _STATE.depth, prior = getattr(_STATE, "depth", 0) + 1, getattr(_STATE, "node", None)
-    _STATE.node = node
+    autotunes = user_autotunes()
+    _STATE.depth, prior = getattr(_STATE, "depth", 0) + 1, (getattr(_STATE, "node", None),
+                                                            getattr(_STATE, "autotunes", False))
+    _STATE.node, _STATE.autotunes = node, autotunes
     try:
         # epilogue benchmarking off: a GEMM that Inductor times (a problem new to the store) is timed
         # while it is lowered, and the timings reach the handler at once (inductor/timed.py)
@@ -74,7 +82,7 @@ def _opened(node: Any) -> Iterator[None]:
             yield
     finally:
         _STATE.depth -= 1
-        _STATE.node = prior
+        _STATE.node, _STATE.autotunes = prior
 
 
 def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool]) -> Callable[..., Any]:
