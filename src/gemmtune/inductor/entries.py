@@ -124,9 +124,9 @@ def companions_for(fusion: int | str) -> int:
     """How many fusion companions to keep with a library pick for a `fusion` setting."""
     if fusion == "predict":
         return COMPANIONS
-    if fusion is False:  # "no companions", as 0
-        return 0
-    if fusion is True or not isinstance(fusion, int) or fusion < 0:
+    if isinstance(fusion, bool):  # False: no companions; True: one
+        return int(fusion)
+    if not isinstance(fusion, int) or fusion < 0:
         raise ValueError(f"fusion: expected 'predict' or a count >= 0, got {fusion!r}")
     return fusion
 

@@ -55,7 +55,7 @@ def user_autotunes() -> bool:
 def window_applies(args: tuple, is_ours: Callable[[Any], bool]) -> bool:
     """Open the window for this lowering: the gemmtune handler is active and the GEMM runs on a CUDA
     device (elsewhere Inductor's templates are not the ones gemmtune maps onto).  In a max-autotune
-    compile it only turns epilogue benchmarking off for the GEMM."""
+    compile it changes nothing but what `in_window()` says."""
     from torch._inductor.virtualized import V
 
     try:
@@ -78,7 +78,9 @@ def _opened(node: Any) -> Iterator[None]:
     try:
         # epilogue benchmarking off: a GEMM that Inductor times (a problem new to the store) is timed
         # while it is lowered, and the timings reach the handler at once (inductor/timed.py)
-        with config.patch(max_autotune_gemm=True, benchmark_epilogue_fusion=False):
+        patch = {"max_autotune_gemm": True} if autotunes else {"max_autotune_gemm": True,
+                                                               "benchmark_epilogue_fusion": False}
+        with config.patch(patch):
             yield
     finally:
         _STATE.depth -= 1
