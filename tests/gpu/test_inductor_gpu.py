@@ -198,7 +198,8 @@ def test_fed_compile_is_not_served_from_a_plain_compile_in_the_fx_graph_cache(tm
         with gi.installed() as handler:
             out = torch.compile(two_gemms, mode="max-autotune-no-cudagraphs", fullgraph=True)(x, w1, w2)
     _close(out, two_gemms(x, w1, w2))
-    assert handler.stats["hit"] + handler.stats["miss"] >= 2, handler.stats  # consulted: not a cache replay
+    asked = handler.stats["hit"] + handler.stats["miss"] + handler.stats["timed_in_inductor"]
+    assert asked >= 2, handler.stats  # consulted: not a cache replay
 
 
 @pytest.mark.parametrize("mode", [None])  # the default mode (max-autotune's epilogue benchmark defers the timings)
