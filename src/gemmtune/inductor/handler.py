@@ -81,7 +81,7 @@ def _feedback(timings: Any, *rest: Any) -> None:
     """Inductor's feedback saver: timings of one GEMM's benchmark go to the active gemmtune handler."""
     from torch._inductor.virtualized import V
 
-    handler = V.choices
+    handler: Any = V.choices
     if not (is_gemmtune_handler(handler) and handler._pending):
         return
     try:
@@ -258,10 +258,10 @@ class _Mixin:
         store = shared_store((self.settings or Settings.from_env()).store)
         timed_all = [t for _, (_, ts) in groups.items() for t in ts]  # addmm: both calls' choices, one winner
         for key, (ki, _) in groups.items():
-            entry = timed.remember(ki, timed_all, store)
-            if entry is not None:
+            kept = timed.remember(ki, timed_all, store)
+            if kept is not None:
                 self.stats["recorded"] += 1
-                self.picks[key] = InductorPick(ki.op, (key,), (entry,), True, "inductor-timed", ki.describe(), None, ki)
+                self.picks[key] = InductorPick(ki.op, (key,), (kept,), True, "inductor-timed", ki.describe(), None, ki)
 
     def _inductors_own(self, template_choices, kernel_inputs, templates, op_name, kwarg_overrides):
         """What Inductor builds without a pick: its own list; inside the default-mode window, its

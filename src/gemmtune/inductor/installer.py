@@ -156,7 +156,7 @@ def ensure_installed() -> bool:
     from torch._inductor import config
     from torch._inductor.virtualized import V
 
-    factory = config.inductor_choices_class
+    factory: Any = config.inductor_choices_class
     if is_gemmtune_handler(V.choices) or isinstance(factory, HandlerFactory):
         if not is_gemmtune_handler(V.choices):  # installed for all threads, not yet for this one
             V.set_choices_handler(factory())

@@ -120,7 +120,7 @@ def open_window(is_ours: Callable[[Any], bool]) -> int:
 
 
 def _numel(node: Any) -> int | None:
-    val = getattr(node, "meta", {}).get("val")
+    val: Any = getattr(node, "meta", {}).get("val")
     try:
         return int(val.numel())
     except Exception:  # noqa: BLE001 - no meta value (or a symbolic size): unknown
