@@ -44,9 +44,10 @@ class _Arg:
         return self.device
 
 
-def test_the_window_opens_for_gemmtunes_handler_on_a_gpu_gemm_only():
+def test_the_window_opens_for_gemmtunes_handler_on_a_gpu_gemm_only(monkeypatch):
     from torch._inductor import config
 
+    monkeypatch.setattr(window, "user_autotunes", lambda: False)  # a default-mode compile
     seen = []
     lowering = window._wrap(lambda *a: seen.append((config.max_autotune_gemm, config.benchmark_epilogue_fusion,
                                                      window.in_window())), lambda h: True)
