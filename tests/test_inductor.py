@@ -297,7 +297,7 @@ def test_a_pick_its_call_cannot_build_gets_a_stand_in():
     assert handler._choose(lib, [T("triton::mm", mm_template.src_hash)], None, "addmm") == {}  # built elsewhere
 
 
-def test_a_library_pick_brings_its_best_triton_configs_for_inductor_to_benchmark_under_max_autotune(monkeypatch):
+def test_a_library_pick_brings_its_best_triton_configs_for_inductor_to_benchmark_under_max_autotune():
     class T:
         def __init__(self, uid, src_hash=None):
             self.uid, self.src_hash = uid, src_hash
@@ -323,14 +323,15 @@ def test_a_library_pick_brings_its_best_triton_configs_for_inductor_to_benchmark
     offered = [T("aten::mm"), T("triton::mm", mm_template.src_hash)]
     from torch._inductor import config
 
-    monkeypatch.setattr(config, "max_autotune", True)  # a max-autotune compile: the companions are benchmarked
     handler = gi.install(tune_on_miss=False, fusion=2)
     kwargs = {k: v for k, v in companion.items() if k not in ("template_id", "template_hash")}
-    assert handler._choose(lib, offered, None, "mm") == {"aten::mm": [{}], "triton::mm": [kwargs]}
-    assert handler.stats["companion"] == 1
     add = gi.entries_for(cuda_problem("addmm", M=16), choice("aten_addmm", {}, src_hash=None),
                          [Measured("aten_addmm", {}, {}, 0.010), near[1]])
-    assert handler._choose(add, [T("triton::mm", mm_template.src_hash)], None, "addmm") == {"triton::mm": [kwargs]}
+    # (config.patch, not monkeypatch: undoing monkeypatch.setattr deletes an Inductor config attribute)
+    with config.patch(max_autotune=True):  # a max-autotune compile: the companions are benchmarked
+        assert handler._choose(lib, offered, None, "mm") == {"aten::mm": [{}], "triton::mm": [kwargs]}
+        assert handler.stats["companion"] == 1
+        assert handler._choose(add, [T("triton::mm", mm_template.src_hash)], None, "addmm") == {"triton::mm": [kwargs]}
     gi.uninstall()
     alone = gi.install(tune_on_miss=False, fusion=False)
     assert alone._choose(lib, offered, None, "mm") == {"aten::mm": [{}]}

@@ -44,10 +44,9 @@ class _Arg:
         return self.device
 
 
-def test_the_window_opens_for_gemmtunes_handler_on_a_gpu_gemm_only(monkeypatch):
+def test_the_window_opens_for_gemmtunes_handler_on_a_gpu_gemm_only():
     from torch._inductor import config
 
-    monkeypatch.setattr(window, "user_autotunes", lambda: False)  # a default-mode compile
     seen = []
     lowering = window._wrap(lambda *a: seen.append((config.max_autotune_gemm, config.benchmark_epilogue_fusion,
                                                      window.in_window())), lambda h: True)

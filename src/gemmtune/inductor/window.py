@@ -49,7 +49,7 @@ def user_autotunes() -> bool:
 
     if in_window():
         return bool(getattr(_STATE, "autotunes", False))
-    return bool(getattr(config, "max_autotune", False) or getattr(config, "max_autotune_gemm", False))
+    return bool(config.max_autotune or config.max_autotune_gemm)
 
 
 def window_applies(args: tuple, is_ours: Callable[[Any], bool]) -> bool:
