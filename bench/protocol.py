@@ -134,20 +134,16 @@ def _sync(torch: Any) -> None:
 
 
 def time_round(fn: Callable[[], Any], iters: int, torch: Any) -> float:
-    """ms per call over `iters` calls back to back (CUDA events; wall clock without a GPU)."""
-    if not torch.cuda.is_available():
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        return (time.perf_counter() - t0) * 1e3 / iters
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
+    """ms per call over `iters` calls back to back (CUDA events, bench/model_rounds.py; wall clock
+    without a GPU)."""
+    if torch.cuda.is_available():
+        import model_rounds
+
+        return model_rounds.time_round(fn, iters)[0]
+    t0 = time.perf_counter()
     for _ in range(iters):
         fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
+    return (time.perf_counter() - t0) * 1e3 / iters
 
 
 def _train_step(compiled: Callable[[], Any], model: Any) -> Callable[[], Any]:

@@ -77,30 +77,6 @@ def is_gemmtune_handler(handler: Any) -> bool:
     return isinstance(handler, _Mixin)
 
 
-def _feedback(timings: Any, *rest: Any) -> None:
-    """Inductor's feedback saver: timings of one GEMM's benchmark go to the active gemmtune handler."""
-    from torch._inductor.virtualized import V
-
-    handler: Any = V.choices
-    if not (is_gemmtune_handler(handler) and handler._pending):
-        return
-    try:
-        handler.on_timings(timings)
-    except Exception as exc:  # noqa: BLE001 - not kept: the compile goes on, the next one times again
-        log.warning("gemmtune.inductor: Inductor's timings not kept (%s: %s)", type(exc).__name__, exc)
-        handler.stats["record_failed"] += 1
-
-
-def _listen() -> None:
-    """Register `_feedback` with Inductor's algorithm selector (once per selector: it can be rebuilt)."""
-    from torch._inductor import select_algorithm
-
-    getter = getattr(select_algorithm, "get_algorithm_selector_cache", None)
-    cache = getter() if getter else getattr(select_algorithm, "_ALGORITHM_SELECTOR_CACHE", None)
-    if cache is None or _feedback not in getattr(cache, "feedback_saver_fns", []):
-        select_algorithm.add_feedback_saver(_feedback)
-
-
 def _current_node() -> Any:
     """The FX node Inductor is lowering (the GEMM), or None."""
     from torch._inductor.virtualized import V
@@ -193,6 +169,13 @@ class _Mixin:
         self.built += [(op_name, uid, dict(kw)) for uid, kws in chosen.items() for kw in kws]
         return self._create_lookup_choices(chosen, templates, kernel_inputs, op_name)
 
+    def _store(self) -> Any:
+        """The store of this handler's settings (where Inductor-timed picks are kept)."""
+        from ..core.settings import Settings
+        from ..engine import shared_store
+
+        return shared_store((self.settings or Settings.from_env()).store)
+
     def _times_in_inductor(self, kernel_inputs: Any) -> bool:
         """A GPU problem of a compile that offers Inductor's templates (max-autotune, or the window),
         with `measure="inductor"`: Inductor times its own kernels for it."""
@@ -204,16 +187,13 @@ class _Mixin:
             return False
 
     def _recall_timed(self, kernel_inputs: Any, op_name: str, key: str) -> InductorPick | None:
-        from ..engine import shared_store
-        from ..core.settings import Settings
         from . import timed
         from .tuning import gemmtune_inputs
 
         ki = gemmtune_inputs(kernel_inputs, op_name)
         if ki is None:
             return None
-        entry = timed.recall(ki, shared_store((self.settings or Settings.from_env()).store),
-                             inductor_templates().hash_of)
+        entry = timed.recall(ki, self._store(), inductor_templates().hash_of)
         if entry is None:
             return None
         self.stats["store_hit"] += 1
@@ -232,13 +212,13 @@ class _Mixin:
         if ki is not None:
             self._pending += [(key, ki, ktc) for ktc in ktcs]
         self.stats["timed_in_inductor"] += 1
-        _listen()
+        from .timed import listen
+
+        listen()
         return ktcs
 
     def on_timings(self, timings: Mapping[Any, float]) -> None:
         """Inductor benchmarked a GEMM's choices: keep the timings of those this handler handed it."""
-        from ..engine import shared_store
-        from ..core.settings import Settings
         from . import timed
 
         groups: dict[str, tuple[Any, list]] = {}
@@ -255,7 +235,7 @@ class _Mixin:
                 entry["template_hash"] = ktc.template.src_hash
             groups.setdefault(key, (ki, []))[1].append((entry, float(timings[choice])))
         self._pending = keep
-        store = shared_store((self.settings or Settings.from_env()).store)
+        store = self._store()
         timed_all = [t for _, (_, ts) in groups.items() for t in ts]  # addmm: both calls' choices, one winner
         for key, (ki, _) in groups.items():
             kept = timed.remember(ki, timed_all, store)

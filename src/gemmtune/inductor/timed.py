@@ -28,12 +28,15 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Callable, Sequence
 
 from ..core.inputs import KernelInputs
 from ..store.sqlite import Row, Store, canon, env_info, env_key
 
-__all__ = ["TAG", "problem_of", "remember", "recall", "plain_options"]
+__all__ = ["TAG", "problem_of", "remember", "recall", "plain_options", "listen"]
+
+log = logging.getLogger("gemmtune")
 
 TAG = "inductor-timed"
 PREFIX = "inductor:"
@@ -92,3 +95,28 @@ def recall(ki: KernelInputs, store: Store, current_hash: Callable[[str], Any], e
     if want is not None and entry.get("template_hash") not in (None, want):
         return None
     return entry
+
+
+def _feedback(timings: Any, *rest: Any) -> None:
+    """Inductor's feedback saver: the timings of one GEMM's benchmark go to the active gemmtune
+    handler (`V.choices`), when it handed Inductor those choices."""
+    from torch._inductor.virtualized import V
+
+    handler: Any = V.choices
+    if not getattr(handler, "_pending", None):
+        return
+    try:
+        handler.on_timings(timings)
+    except Exception as exc:  # noqa: BLE001 - not kept: the compile goes on, the next one times again
+        log.warning("gemmtune.inductor: Inductor's timings not kept (%s: %s)", type(exc).__name__, exc)
+        handler.stats["record_failed"] += 1
+
+
+def listen() -> None:
+    """Register `_feedback` with Inductor's algorithm selector (once per selector: it can be rebuilt)."""
+    from torch._inductor import select_algorithm
+
+    getter = getattr(select_algorithm, "get_algorithm_selector_cache", None)
+    cache = getter() if getter else getattr(select_algorithm, "_ALGORITHM_SELECTOR_CACHE", None)
+    if cache is None or _feedback not in getattr(cache, "feedback_saver_fns", []):
+        select_algorithm.add_feedback_saver(_feedback)

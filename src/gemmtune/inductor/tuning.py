@@ -80,18 +80,16 @@ def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings |
                           templates: str = "inductor", fusion: int | str = FUSION) -> tuple[InductorPick, bool] | None:
     """Tune the problem behind Inductor's `kernel_inputs`: (its entries, whether the store answered);
     None when its sizes are not plain ints."""
-    shapes, strides = kernel_inputs.shapes_hinted(), kernel_inputs.strides_hinted()
-    if not all(isinstance(s, int) for dims in (*shapes, *strides) for s in dims):
+    ki = gemmtune_inputs(kernel_inputs, op_name)
+    if ki is None:
         return None
     settings = settings or Settings.from_env()
-    scalars = dict(getattr(kernel_inputs, "_scalars", {}) or {})
     from ..engine import tune
 
     device = kernel_inputs.device()
     with _disable_current_modes(), torch.no_grad():
-        tensors = [stand_in(tuple(sz), tuple(st), dt, device)
-                   for sz, st, dt in zip(shapes, strides, kernel_inputs.dtypes())]
+        tensors = [stand_in(m.size, m.stride, m.dtype, device) for m in ki.operands]
         pool = inductor_pool(device.type, templates, settings)
         sel = tune(op_name, *tensors, settings=settings, templates=pool, store_tag="inductor",
-                   alpha=float(scalars.get("alpha", 1.0)), beta=float(scalars.get("beta", 1.0)))
+                   alpha=ki.alpha, beta=ki.beta)
     return pick_for_selection(sel, fusion=fusion), bool(sel.cache_hit)

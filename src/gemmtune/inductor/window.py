@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-__all__ = ["open_window", "in_window", "user_autotunes", "window_applies", "has_epilogue", "gemm_node"]
+__all__ = ["open_window", "in_window", "user_autotunes", "window_applies", "has_epilogue"]
 
 _STATE = threading.local()
 _VIEWS = {"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "squeeze", "unsqueeze", "alias",
@@ -36,11 +36,6 @@ _VIEWS = {"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "squee
 def in_window() -> bool:
     """Whether this thread is inside a GEMM lowering opened by the window."""
     return getattr(_STATE, "depth", 0) > 0
-
-
-def gemm_node() -> Any:
-    """The FX node of the GEMM being lowered in the window (None outside it)."""
-    return getattr(_STATE, "node", None) if in_window() else None
 
 
 def user_autotunes() -> bool:
@@ -68,13 +63,12 @@ def window_applies(args: tuple, is_ours: Callable[[Any], bool]) -> bool:
 
 
 @contextlib.contextmanager
-def _opened(node: Any) -> Iterator[None]:
+def _opened() -> Iterator[None]:
     from torch._inductor import config
 
     autotunes = user_autotunes()
-    _STATE.depth, prior = getattr(_STATE, "depth", 0) + 1, (getattr(_STATE, "node", None),
-                                                            getattr(_STATE, "autotunes", False))
-    _STATE.node, _STATE.autotunes = node, autotunes
+    _STATE.depth, prior = getattr(_STATE, "depth", 0) + 1, getattr(_STATE, "autotunes", False)
+    _STATE.autotunes = autotunes
     try:
         # epilogue benchmarking off: a GEMM that Inductor times (a problem new to the store) is timed
         # while it is lowered, and the timings reach the handler at once (inductor/timed.py)
@@ -84,7 +78,7 @@ def _opened(node: Any) -> Iterator[None]:
             yield
     finally:
         _STATE.depth -= 1
-        _STATE.node, _STATE.autotunes = prior
+        _STATE.autotunes = prior
 
 
 def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool]) -> Callable[..., Any]:
@@ -92,9 +86,7 @@ def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool]) -> Callable[..
     def lowering(*args: Any, **kwargs: Any) -> Any:
         if not window_applies(args, is_ours):
             return fn(*args, **kwargs)
-        from torch._inductor.virtualized import V
-
-        with _opened(getattr(V.graph, "current_node", None)):
+        with _opened():
             return fn(*args, **kwargs)
 
     lowering.__gemmtune_window__ = fn  # type: ignore[attr-defined]
