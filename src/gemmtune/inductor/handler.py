@@ -31,6 +31,7 @@ import torch
 
 from .compat import inductor_templates, require
 from .entries import FUSION, InductorPick, fuse_gain_ms
+from .shortlist import SHORTLIST, shortlist_choices
 from .window import has_epilogue, in_window, user_autotunes
 
 log = logging.getLogger("gemmtune")
@@ -113,6 +114,7 @@ class _Mixin:
         self.tune_on_miss, self.settings, self.templates, self.fusion = tune_on_miss, settings, templates, fusion
         self.stats: Counter = Counter()
         self.measure = "inductor"  # GPU: Inductor times its own kernels for a problem the store lacks
+        self.shortlist: int | None = SHORTLIST  # ... its `shortlist` best-modelled configs per template
         self._pending: list[tuple[str, Any, Any]] = []  # (key, problem, KernelTemplateChoice) awaiting timings
         self.built: list[tuple[str, str, dict]] = []  # (op, template uid, kwargs) handed to Inductor, in order
         self._static = json.dumps(table or {}, sort_keys=True, default=str)
@@ -134,7 +136,7 @@ class _Mixin:
         from ..core.version import __version__
 
         body = (f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self.fusion} {self.measure} "
-                f"{self._static}")
+                f"{self.shortlist} {self._static}")
         return hashlib.sha256(body.encode()).hexdigest()
 
     def add(self, pick: InductorPick) -> None:
@@ -209,6 +211,9 @@ class _Mixin:
 
         ktcs = list(self._fallback(template_choices, kernel_inputs, templates, op_name, kwarg_overrides))  # type: ignore[attr-defined]
         ki = gemmtune_inputs(kernel_inputs, op_name)
+        kept = shortlist_choices(ktcs, ki, self.shortlist, kernel_inputs.device())
+        self.stats["shortlisted_out"] += len(ktcs) - len(kept)
+        ktcs = kept
         if ki is not None:
             self._pending += [(key, ki, ktc) for ktc in ktcs]
         self.stats["timed_in_inductor"] += 1

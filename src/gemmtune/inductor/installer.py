@@ -21,6 +21,7 @@ from .compat import require
 from .export import drop_stale, read_table
 from .entries import FUSION, companions_for
 from .handler import is_gemmtune_handler, make_handler
+from .shortlist import SHORTLIST
 from .window import open_window
 
 __all__ = ["install", "uninstall", "installed", "ensure_installed", "benchmark_probe", "BenchmarkProbe"]
@@ -31,7 +32,7 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-            fusion: int | str = FUSION, measure: str = "inductor") -> Any:
+            fusion: int | str = FUSION, measure: str = "inductor", shortlist: int | None = SHORTLIST) -> Any:
     """Make Inductor build gemmtune's pick for every mm / addmm / bmm it lowers; returns the handler.
 
     `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
@@ -53,7 +54,10 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     configs, which Inductor benchmarks with the epilogue fused; 0: the pick alone.  `measure`: on a
     GPU, "inductor" (the default) has Inductor time its own candidates for a problem the store does
     not know, once, and keeps the timings in the store (`inductor.timed`); "gemmtune" tunes it with
-    gemmtune's own kernels instead (whose speed can differ from the Inductor kernel built from them).  A program Dynamo compiled before `install()` keeps
+    gemmtune's own kernels instead (whose speed can differ from the Inductor kernel built from them).
+    `shortlist`: with `measure="inductor"`, how many of each template's configs (ranked by gemmtune's
+    cost model, `inductor.shortlist`) Inductor compiles and times for such a problem; None: all.
+    A program Dynamo compiled before `install()` keeps
     its choices, and a later `torch.compile` of an equal model in an equal mode may be served that
     program (`handler.stats` then stays empty): install first, or `torch._dynamo.reset()`.
 
@@ -78,7 +82,9 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     if measure not in ("inductor", "gemmtune"):
         raise ValueError(f"measure: expected 'inductor' or 'gemmtune', got {measure!r}")
     handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
-    handler.measure = measure
+    if shortlist is not None and (isinstance(shortlist, bool) or not isinstance(shortlist, int) or shortlist < 1):
+        raise ValueError(f"shortlist: expected an int >= 1 or None, got {shortlist!r}")
+    handler.measure, handler.shortlist = measure, shortlist
     open_window(is_gemmtune_handler)
     from torch._inductor import virtualized
 
@@ -170,7 +176,8 @@ def ensure_installed() -> bool:
 @contextlib.contextmanager
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-              fusion: int | str = FUSION, measure: str = "inductor") -> Iterator[Any]:
+              fusion: int | str = FUSION, measure: str = "inductor",
+              shortlist: int | None = SHORTLIST) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
@@ -178,7 +185,7 @@ def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss
         >>> with gi.installed(tune_on_miss=False) as h:   # doctest: +SKIP
         ...     pass
     """
-    handler = install(table, tune_on_miss, settings, templates, all_threads, fusion, measure)
+    handler = install(table, tune_on_miss, settings, templates, all_threads, fusion, measure, shortlist)
     try:
         yield handler
     finally:
