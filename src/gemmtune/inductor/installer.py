@@ -75,15 +75,9 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     from torch._inductor import config
     from torch._inductor.virtualized import V
 
-    if templates not in ("inductor", "all"):
-        raise ValueError(f"templates: expected 'inductor' or 'all', got {templates!r}")
+    _check_options(templates, fusion, measure, shortlist)
     loaded = drop_stale(read_table(table)) if table is not None else None
-    companions_for(fusion)  # a bad value is a ValueError here, not at the first GEMM
-    if measure not in ("inductor", "gemmtune"):
-        raise ValueError(f"measure: expected 'inductor' or 'gemmtune', got {measure!r}")
     handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
-    if shortlist is not None and (isinstance(shortlist, bool) or not isinstance(shortlist, int) or shortlist < 1):
-        raise ValueError(f"shortlist: expected an int >= 1 or None, got {shortlist!r}")
     handler.measure, handler.shortlist = measure, shortlist
     open_window(is_gemmtune_handler)
     from torch._inductor import virtualized
@@ -94,6 +88,17 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
         config.inductor_choices_class = HandlerFactory(handler)
     V.set_choices_handler(handler)
     return handler
+
+
+def _check_options(templates: str, fusion: int | str, measure: str, shortlist: int | None) -> None:
+    """`install`'s options, each refused with a ValueError naming it before anything is installed."""
+    if templates not in ("inductor", "all"):
+        raise ValueError(f"templates: expected 'inductor' or 'all', got {templates!r}")
+    companions_for(fusion)  # a bad value is a ValueError here, not at the first GEMM
+    if measure not in ("inductor", "gemmtune"):
+        raise ValueError(f"measure: expected 'inductor' or 'gemmtune', got {measure!r}")
+    if shortlist is not None and (isinstance(shortlist, bool) or not isinstance(shortlist, int) or shortlist < 1):
+        raise ValueError(f"shortlist: expected an int >= 1 or None, got {shortlist!r}")
 
 
 class HandlerFactory:
