@@ -20,7 +20,6 @@ warn; neither raises.  docs/RELIABILITY.md lists the cases and their tests.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -28,12 +27,15 @@ import sqlite3
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .marker import APPLICATION_ID, EXPORT_FORMAT, SCHEMA, SCHEMA_VERSION, not_ours as _not_ours
+from .keys import Row, Stored, canon, env_info, env_key
+from .marker import APPLICATION_ID, SCHEMA, SCHEMA_VERSION, not_ours as _not_ours
 from .recovery import _busy, _check_integrity, _close, _copy_into, _inode, _salvage, _unwritable
+from .views import StoreViews
+
+__all__ = ["Row", "Store", "Stored", "canon", "env_info", "env_key", "open_store", "default_cache_dir"]
 
 log = logging.getLogger("gemmtune")
 
@@ -44,57 +46,7 @@ def default_cache_dir() -> Path:
     return cache_dir()
 
 
-def canon(params: Any) -> str:
-    """Canonical JSON of a config or runtime-params mapping (sorted keys)."""
-    return json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
-
-
-@dataclass(frozen=True)
-class Row:
-    template: str
-    src_hash: str | None
-    config: str
-    runtime: str
-    ms: float | None
-    status: str
-    stage: str | None = None
-
-    @property
-    def choice_key(self) -> tuple[str, str, str]:
-        return (self.template, self.config, self.runtime)
-
-
-@dataclass(frozen=True)
-class Stored:
-    rows: tuple[Row, ...]
-    pick: Row | None
-    provisional: str | None = None  # the run that decided the pick under heavy noise: a later run re-checks it
-
-
-def env_info(device: str) -> dict[str, Any]:
-    """What a timing depends on besides the problem: device and versions (`store/env.py` lists them).
-
-    Example:
-        >>> info = env_info("cpu")
-        >>> info["cpu_model"] == info["device"], "numba" in info, "triton" in info
-        (True, True, False)
-    """
-    from .env import device_env
-
-    return device_env(device)
-
-
-def env_key(info: dict[str, Any]) -> str:
-    """The store key of an env_info: a hash of all of it.
-
-    Example:
-        >>> env_key({"device": "a"}) != env_key({"device": "b"}), len(env_key({}))
-        (True, 16)
-    """
-    return hashlib.sha256(canon(info).encode()).hexdigest()[:16]
-
-
-class Store:
+class Store(StoreViews):
     """SQLite store.  `Store(":memory:")` keeps everything in this process only.
 
     Example:
@@ -318,17 +270,6 @@ class Store:
                      runtime_params=json.loads(r[4]), ms=r[5], env=r[6], env_info=json.loads(r[7] or "{}"),
                      timings=r[8]) for r in self._db.execute(q)]
 
-    def show(self, needle: str) -> list[dict[str, Any]]:
-        out = []
-        for p in self.problems():
-            if needle in p["problem"] or needle in (p["describe"] or ""):
-                rows = self.load(p["env"], p["problem"]).rows
-                p["choices"] = [dict(template=r.template, src_hash=r.src_hash, config=json.loads(r.config),
-                                     runtime_params=json.loads(r.runtime), ms=r.ms, status=r.status)
-                                for r in sorted(rows, key=lambda r: (r.ms is None, r.ms or 0))]
-                out.append(p)
-        return out
-
     def clear(self) -> int:
         return self._guarded(self._clear)
 
@@ -340,38 +281,6 @@ class Store:
             db.execute("DELETE FROM provisional_picks")
             db.execute("DELETE FROM envs")
         return n
-
-    def export(self) -> dict[str, Any]:
-        """Every pick and timing as JSON-ready data (loads back with `import_` or as a lookup table)."""
-        entries = []
-        for p in self.problems():
-            rows = self.load(p["env"], p["problem"]).rows
-            pick = self.load(p["env"], p["problem"]).pick
-            if pick is None:  # listed problems have a pick; a concurrent clear may remove it
-                continue
-            entries.append({
-                "problem": p["problem"], "describe": p["describe"], "env": p["env_info"],
-                "pick": {"template": pick.template, "src_hash": pick.src_hash, "config": json.loads(pick.config),
-                         "runtime_params": json.loads(pick.runtime), "ms": pick.ms, "strategy": pick.stage},
-                "timings": [{"template": r.template, "src_hash": r.src_hash, "config": json.loads(r.config),
-                             "runtime_params": json.loads(r.runtime), "ms": r.ms, "status": r.status,
-                             "stage": r.stage} for r in rows],
-            })
-        return {"format": EXPORT_FORMAT, "entries": entries}
-
-    def import_(self, data: dict[str, Any]) -> int:
-        from .schema import check_export
-
-        check_export(data, "import", need_env=True)  # every entry checked before anything is written
-        for e in data["entries"]:
-            info = e["env"]
-            rows = [Row(t["template"], t["src_hash"], canon(t["config"]), canon(t["runtime_params"]), t["ms"],
-                        t["status"], t.get("stage")) for t in e["timings"]]
-            p = e["pick"]
-            pick = Row(p["template"], p["src_hash"], canon(p["config"]), canon(p["runtime_params"]), p["ms"], "ok",
-                       p.get("strategy"))
-            self.save(env_key(info), info, e["problem"], e.get("describe", ""), rows, pick, replace_pick=True)
-        return len(data["entries"])
 
     def close(self) -> None:
         self._db.close()

@@ -1,0 +1,58 @@
+"""The store's keys and rows, shared by every store (`store.sqlite`, `store.redis`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+def canon(params: Any) -> str:
+    """Canonical JSON of a config or runtime-params mapping (sorted keys)."""
+    return json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Row:
+    template: str
+    src_hash: str | None
+    config: str
+    runtime: str
+    ms: float | None
+    status: str
+    stage: str | None = None
+
+    @property
+    def choice_key(self) -> tuple[str, str, str]:
+        return (self.template, self.config, self.runtime)
+
+
+@dataclass(frozen=True)
+class Stored:
+    rows: tuple[Row, ...]
+    pick: Row | None
+    provisional: str | None = None  # the run that decided the pick under heavy noise: a later run re-checks it
+
+
+def env_info(device: str) -> dict[str, Any]:
+    """What a timing depends on besides the problem: device and versions (`store/env.py` lists them).
+
+    Example:
+        >>> info = env_info("cpu")
+        >>> info["cpu_model"] == info["device"], "numba" in info, "triton" in info
+        (True, True, False)
+    """
+    from .env import device_env
+
+    return device_env(device)
+
+
+def env_key(info: dict[str, Any]) -> str:
+    """The store key of an env_info: a hash of all of it.
+
+    Example:
+        >>> env_key({"device": "a"}) != env_key({"device": "b"}), len(env_key({}))
+        (True, 16)
+    """
+    return hashlib.sha256(canon(info).encode()).hexdigest()[:16]
