@@ -21,6 +21,7 @@ from .core.inputs import KernelInputs
 from .core.layout import FixedLayout, empty_output
 from .store.lookup import LookupTable
 from .core.settings import CPU_CANNOT_WIN, Settings, isolation_for
+from .store.checked import first_use_fault
 from .store.sqlite import Row, Store, canon, env_info, env_key, open_store
 from .search import STRATEGIES, ProblemDims, StrategyOptions, for_device
 from .search.final import Decision, FinalRule, final_decision
@@ -67,7 +68,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
                               settings.config_space, settings.preview_templates)
     choices = _choices(ki, active, op, finalize, settings)
     layout = _check_out_layout(ki, choices, out_layout)
-    ctx = _Context(ki, tensors, settings, {t.uid: t for t in active}, listener or _quiet, out_layout,
+    ctx = _Context(ki, tensors, settings, {t.uid: t for t in active}, listener or (lambda event, **info: None),
+                   out_layout,
                    store if store is not None else shared_store(settings.store), store_tag)
     memory = ctx.recall(choices)
     ctx.emit("choices", total=len(choices), binaries=len({c.binary_key for c in choices}))
@@ -97,10 +99,6 @@ def _log_pick(ki: KernelInputs, winner: Choice, bench: Bench) -> None:
     t = bench.records.get(winner)
     deciding = f"{t.ms:.4f} ms, stage {t.stage}" if t is not None and t.ms is not None else "none"
     log.info("gemmtune: %s: picked %s (deciding time: %s)", ki.describe(), winner.key, deciding)
-
-
-def _quiet(event: str, **info: Any) -> None:
-    """The listener of a tune given none."""
 
 
 def _problem(op: str, tensors: Sequence[Any], device: str | torch.device | None, alpha: float, beta: float,
@@ -276,15 +274,11 @@ def _check_out_layout(ki: KernelInputs, choices: Sequence[Choice], out_layout: s
     return layout
 
 
-def _element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _strategy(ki: KernelInputs, templates: Sequence[Template], settings: Settings) -> tuple[str, StrategyOptions]:
     """The registered strategy that runs here (see `for_device`) and its options for this problem."""
     cpu = ki.device_type == "cpu"  # on CPU: fewer numba tiles, and stage 2 only for binaries that can still win
     options = StrategyOptions(top_x=settings.top_x, stage1=_stage1(templates, settings), stage0_n=settings.stage0_n,
-                              problem=ProblemDims(ki.M, ki.N, ki.K, ki.batch, _element_size(ki.dtype)),
+                              problem=ProblemDims(ki.M, ki.N, ki.K, ki.batch, ki.dtype.itemsize),
                               budget_runs=settings.budget_runs, device_type=ki.device_type, stage2_within=CPU_CANNOT_WIN
                               if cpu else None, configs_per_template=settings.cpu_configs if cpu else None)
     return for_device(settings.strategy, ki.device_type), options
@@ -457,6 +451,11 @@ class _Context:
             self.ensure_compiled(winner)  # compiled now: an unusable pick is found before the Selection
         except NoCandidatesError as exc:
             log.warning("gemmtune: stored pick unusable, tuning again: %s", exc)
+            return None
+        run = lambda: _kernel(self.ki, winner, self.launchers(winner), self.out_layout)(*self.tensors)  # noqa: E731
+        why = first_use_fault(self.store, self.env, self.problem, _row(winner, None, "ok", None), run, self.ki, self.tensors)
+        if why is not None:  # a shared store's pick that computes something else: dropped, tuned again
+            memory.known[winner], memory.pick = Timing(winner, None, "check", "wrong_result", why), None
             return None
         self.emit("compile", done=1, total=1)
         log.info("gemmtune: %s: cache hit: %s from the store, nothing timed", self.ki.describe(), winner.key)

@@ -258,6 +258,16 @@ class Store(StoreViews):
             _mark_provisional(db, env, problem, provisional, written=replace_pick or db.total_changes > before)
         return self._load(env, problem).pick or pick
 
+    def forget(self, env: str, problem: str, row: Row) -> None:
+        """Drop a problem's pick and the timing row of the choice it names (a pick found wrong)."""
+        def run() -> None:
+            with self._tx() as db:
+                for table in ("picks", "provisional_picks"):
+                    db.execute(f"DELETE FROM {table} WHERE env=? AND problem=?", (env, problem))
+                db.execute("DELETE FROM timings WHERE env=? AND problem=? AND template=? AND config=? AND runtime=?",
+                           (env, problem, *row.choice_key))
+        self._guarded(run)
+
     # -- management (the `gemmtune cache` commands) -------------------------------------
     def problems(self) -> list[dict[str, Any]]:
         return self._guarded(self._problems)
@@ -296,8 +306,13 @@ def _mark_provisional(db: sqlite3.Connection, env: str, problem: str, run: str |
 
 # -- helpers of the fall-backs ----------------------------------------------------------------
 
-def open_store(location: str | None) -> Store:
-    """`None`/"default": the SQLite file in the cache dir; "memory": this process only; else a path."""
+def open_store(location: str | None) -> Any:
+    """`None`/"default": the SQLite file in the cache dir; "memory": this process only; a
+    `redis://` or `rediss://` URL: that server (`store.redis_store`); else a SQLite path."""
+    from .redis_store import RedisStore, is_redis_url
+
+    if is_redis_url(location):
+        return RedisStore(str(location))
     if location in (None, "", "default"):
         return Store(default_cache_dir() / "store.sqlite")
     if location == "memory":
