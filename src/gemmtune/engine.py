@@ -15,12 +15,13 @@ from .templates import heuristics
 from .bench.bench import Bench, Listener
 from .bench.factory import runner_for
 from .core.choices import Choice, Selection, Timing
-from .bench.compile import CompileJob, CompileResult, Launchers
+from .bench.compile import CompileJob, CompileResult, Launchers, overlap_for
 from .core.errors import InputError, LayoutError, NoCandidatesError
 from .core.inputs import KernelInputs
 from .core.layout import FixedLayout, empty_output
 from .store.lookup import LookupTable
 from .core.settings import CPU_CANNOT_WIN, Settings, isolation_for
+from .store import distributed
 from .store.checked import first_use_fault
 from .store.sqlite import Row, Store, canon, env_info, env_key, open_store
 from .search import STRATEGIES, ProblemDims, StrategyOptions, for_device
@@ -71,6 +72,17 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     ctx = _Context(ki, tensors, settings, {t.uid: t for t in active}, listener or (lambda event, **info: None),
                    out_layout,
                    store if store is not None else shared_store(settings.store), store_tag)
+    job = distributed.current(settings.distributed, settings.distributed_timeout_s)
+    if job is not None:  # a torch.distributed job: tuned once, on the problem's owner, and shared
+        return job.share(ctx.store, (ctx.env, ctx.info, ctx.problem, ki.describe()),
+                         lambda: _tune_here(ctx, choices, active, layout, started))
+    return _tune_here(ctx, choices, active, layout, started)
+
+
+def _tune_here(ctx: "_Context", choices: list[Choice], active: Sequence[Template], layout: Any,
+               started: float) -> Selection:
+    """The tune of one problem in this process: the store's answer, or a search."""
+    ki, settings = ctx.ki, ctx.settings
     memory = ctx.recall(choices)
     ctx.emit("choices", total=len(choices), binaries=len({c.binary_key for c in choices}))
     if memory.full_hit(choices, exhaustive=settings.strategy == "exhaustive"):
@@ -141,22 +153,6 @@ def _facts(outcome: "_Outcome", strategy: str, compiled: CompileResult, memory: 
         binary_seconds=dict(compiled.binary_seconds), isolation=bench.isolation, overlapped=outcome.overlapped,
         noisy=outcome.decision.noisy, provisional=outcome.decision.provisional,
         budget_exhausted=bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in compiled.failures.values()))
-
-
-def overlap_for(mode: str, isolation: str, device_type: str) -> bool:
-    """Whether stage 1 starts timing binaries while others still compile.
-
-    "auto" overlaps only where the timing runs in an isolated worker on a GPU: there the compile
-    threads share neither the timing process's interpreter nor the device clock it reads.  On CPU
-    (or in-process) the compile threads would compete with the timed kernels for the same cores.
-
-    Example:
-        >>> overlap_for("auto", "subprocess", "cuda"), overlap_for("auto", "off", "cuda"), overlap_for("on", "off", "cpu")
-        (True, False, True)
-    """
-    if mode == "auto":
-        return isolation == "subprocess" and device_type == "cuda"
-    return mode == "on"
 
 
 @dataclass(frozen=True)

@@ -238,9 +238,13 @@ class Settings:
     max_reps: int = _f(50, _int("GPU: timed runs per choice at most (>= min_reps)", 1))
     report_rows: int = _f(20, _int("rows of the AUTOTUNE table the CLI prints", 0))
     verbose: bool = _f(False, _bool("not read by the tuner today (the CLI's -v turns on INFO logging)"))
-    store: str | None = _f(None, Spec("text", "where picks are kept: a SQLite path, memory or off; "
-                                      "none: store.sqlite in the cache dir", optional=True,
-                                      range_note="a path, memory or off"))
+    store: str | None = _f(None, Spec("text", "where picks are kept: a SQLite path, memory, off, or a "
+                                      "redis:// / rediss:// URL (docs/SCALE.md); none: store.sqlite in the cache dir",
+                                      optional=True, range_note="a path, memory, off or a redis URL"))
+    distributed: str = _f("auto", _choice(
+        "torch.distributed job: auto: each new problem tuned once in the job and shared with every rank; "
+        "off: every rank tunes alone", ("auto", "off")))
+    distributed_timeout_s: float = _f(600.0, _pos("a shared tune's exchange between ranks waits this long at most"))
     lookup_table: str | None = _f(None, Spec("text", "JSON table (or `gemmtune cache export` file) of pinned choices",
                                              optional=True))
 

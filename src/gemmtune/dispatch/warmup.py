@@ -15,6 +15,7 @@ launch-bound eager forward pays in full.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -27,6 +28,8 @@ from torch import nn
 from . import compiled, eager, route
 from .in_model import InModel, Switch, check_in_model
 from ..core.errors import InputError
+from ..core.settings import Settings
+from ..store import distributed
 from .patching import patch, patched_modules, release_library_layers
 
 __all__ = ["warmup", "WarmupReport", "WarmupRow"]
@@ -117,9 +120,11 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     standard error is a terminal).  Returns a `WarmupReport`; print `report.table()` for the summary.
 
     `in_model` checks each generated pick in the model (`dispatch.in_model`): about 30 more
-    forwards per such problem, under `torch.no_grad()`.  Default: on for eager CUDA models.  Turn it
-    off for a forward with side effects (a KV cache it appends to), or when the model will run
-    under a CUDA graph, where launch cost does not count and the tuned picks are the right ones.
+    forwards per such problem, under `torch.no_grad()`.  Default: on for eager CUDA models (off in a
+    torch.distributed job, where it would decide per rank).  Turn it off for a forward with side
+    effects (a KV cache it appends to), or when the model will run under a CUDA graph, where launch
+    cost does not count and the tuned picks are the right ones.  In a torch.distributed job the
+    problems are dealt across the ranks, tuned at once and shared (`store.distributed`).
 
     `release=True` then gives every patched layer whose problems all run torch's op its own
     `nn.Linear.forward` back (`patching.release_library_layers`, one more forward): those layers
@@ -174,7 +179,8 @@ def _prestart_worker(model: nn.Module) -> Any:
 def _wants_check(in_model: bool | None, seen: "dict[tuple, eager.Recorded]") -> bool:
     if in_model is not None:
         return in_model
-    return any(t.is_cuda for rec in seen.values() for t in rec.tensors)
+    # In a torch.distributed job the check would decide per rank, and ranks could run different kernels.
+    return _job() is None and any(t.is_cuda for rec in seen.values() for t in rec.tensors)
 
 
 def _checked(rows: list[WarmupRow], seen: "dict[tuple, eager.Recorded]", forward: Any) -> list[WarmupRow]:
@@ -210,8 +216,27 @@ def _show(progress: bool | None) -> bool:
 
 
 def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool, traced: bool) -> Iterator[tuple[Any, int]]:
-    """Tune (or read from the store) each recorded problem; yield (timed outcome, calls)."""
+    """Tune (or read from the store) each recorded problem; yield (timed outcome, calls).  In a
+    torch.distributed job the problems are dealt first: each rank tunes its share, and the rows are
+    exchanged (`store.distributed`), so the loop below finds every problem in the store."""
     items = list(seen.values())
+    job = _job()
+    if job is not None:
+        from ..engine import shared_store
+
+        with job.dealing(shared_store(Settings.from_env().store)):
+            for rec in items[job.rank::job.world]:
+                _tune_one(rec, traced)
+    with distributed.alone() if job is not None else contextlib.nullcontext():
+        yield from _tune_each(items, show, traced)
+
+
+def _job() -> Any:
+    settings = Settings.from_env()
+    return distributed.current(settings.distributed, settings.distributed_timeout_s)
+
+
+def _tune_each(items: "list[eager.Recorded]", show: bool, traced: bool) -> Iterator[tuple[Any, int]]:
     if not show:
         for rec in items:
             yield _tune_one(rec, traced), rec.calls

@@ -1,0 +1,183 @@
+"""One tune per problem across the ranks of a torch.distributed job.
+
+When a process group is initialised with more than one rank (or one is given with `use_group`),
+and `Settings.distributed` is "auto" (the default), every new problem is tuned once in the job:
+
+- **In SPMD order** (eager calls, `gemmtune.tune`, the Inductor handler's tunes): the problem's
+  owner (a hash of its store key, modulo the world size) tunes it; the others wait.  The owner then
+  broadcasts the problem's stored rows and pick; every rank writes them into its own store, and
+  builds its Selection from them as a store hit.  So every rank runs the same kernel.
+- **Dealt** (`gemmtune.warmup`): inside `job.dealing()`, each rank tunes only its share of the
+  problems, all at once; leaving the block all-gathers every rank's rows, so afterwards every rank's
+  store answers every problem.
+
+The exchange runs on a gloo group of its own (CPU objects, whatever the job's backend), with a
+timeout (`Settings.distributed_timeout_s`).  A rank that dies or times out, or an owner whose tune
+fails, gives `DistributedTuneError` naming the problem and the rank on every rank: never a hang.
+`Settings(distributed="off")` tunes on every rank as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import threading
+from typing import Any, Callable, Iterator, TypeVar
+
+from ..core.errors import GemmtuneError
+from .keys import Row, Stored
+
+T = TypeVar("T")
+_STATE = threading.local()
+_GROUPS: dict[tuple, Any] = {}
+_GIVEN: list[Any] = []
+
+
+class DistributedTuneError(GemmtuneError, RuntimeError):
+    """A tune shared across ranks failed: a rank died or timed out, or the owner's tune raised."""
+
+
+@contextlib.contextmanager
+def use_group(group: Any) -> Iterator[None]:
+    """Share tunes over `group` (a `torch.distributed` process group) inside the block.
+
+    Example:
+        >>> with use_group(None):   # None: the default group, when one is initialised
+        ...     pass
+    """
+    _GIVEN.append(group)
+    try:
+        yield
+    finally:
+        _GIVEN.pop()
+
+
+def owner_of(problem: str, world: int) -> int:
+    """The rank that tunes `problem` (the same on every rank, in every process).
+
+    Example:
+        >>> owner_of("mm(8x4, 4x2)/float32", 4) == owner_of("mm(8x4, 4x2)/float32", 4) < 4
+        True
+    """
+    return int(hashlib.sha256(problem.encode()).hexdigest()[:8], 16) % world
+
+
+class Job:
+    """This rank's view of the job: `share` for one problem in SPMD order, `dealing` for a batch."""
+
+    def __init__(self, group: Any, timeout_s: float):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        key = (id(group), timeout_s)
+        if key not in _GROUPS:  # collective: every rank creates it at its first shared tune
+            ranks = None if group is None else dist.get_process_group_ranks(group)
+            try:
+                _GROUPS[key] = dist.new_group(ranks, backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+            except RuntimeError as exc:  # DistStoreError (a rank that never came) is one
+                raise DistributedTuneError(f"rank {self.rank}: the ranks did not all join gemmtune's exchange group "
+                                           f"within {timeout_s:g} s (a rank died?): {exc}") from exc
+        self.group = _GROUPS[key]
+        self.timeout_s = timeout_s
+
+    def _global(self, rank: int) -> int:
+        return self.dist.get_global_rank(self.group, rank)
+
+    def share(self, store: Any, where: tuple[str, dict, str, str], tune_here: Callable[[], T]) -> T:
+        """The owner tunes (`tune_here`) and sends the stored rows; the others take them, then tune
+        (a store hit).  `where`: (env key, env info, problem key, description).  While dealing: tune
+        here and note the problem for the exchange."""
+        env, info, problem, describe = where
+        dealt = getattr(_STATE, "dealt", None)
+        if dealt is not None:
+            out = tune_here()
+            dealt.append((store, where))
+            return out
+        owner = owner_of(problem, self.world)
+        if self.rank == owner:
+            try:
+                out = tune_here()
+            except BaseException as exc:
+                self._exchange([("error", f"{type(exc).__name__}: {exc}")], owner, problem)
+                raise
+            self._exchange([("rows", _rows_of(store.load(env, problem)))], owner, problem)
+            return out
+        [(kind, payload)] = self._exchange([None], owner, problem)
+        if kind == "error":
+            raise DistributedTuneError(f"{problem}: rank {owner} (its owner) failed to tune it: {payload}")
+        _write(store, where, payload)
+        return _alone(tune_here)
+
+    def _exchange(self, obj: list, owner: int, problem: str) -> list:
+        try:
+            self.dist.broadcast_object_list(obj, src=self._global(owner), group=self.group)
+        except RuntimeError as exc:
+            raise DistributedTuneError(f"{problem}: sharing the tune of rank {owner} failed on rank {self.rank} "
+                                       f"(a rank died, or one did not answer within {self.timeout_s:g} s): {exc}") from exc
+        return obj
+
+    @contextlib.contextmanager
+    def dealing(self, store: Any) -> Iterator[None]:
+        """Tune this rank's share of a batch; on leaving, `store` gets every other rank's rows."""
+        dealt: list[tuple[Any, tuple[str, dict, str, str]]] = []
+        _STATE.dealt = dealt
+        try:
+            yield
+        finally:
+            _STATE.dealt = None
+        mine = [(where, _rows_of(s.load(where[0], where[2]))) for s, where in dealt]
+        everyone: list = [None] * self.world
+        try:
+            self.dist.all_gather_object(everyone, mine, group=self.group)
+        except RuntimeError as exc:
+            raise DistributedTuneError(f"exchanging {len(mine)} dealt tunes failed on rank {self.rank} (a rank "
+                                       f"died, or one did not answer within {self.timeout_s:g} s): {exc}") from exc
+        for rank, theirs in enumerate(everyone):
+            for where, payload in theirs if rank != self.rank else ():
+                _write(store, where, payload)
+
+
+def current(mode: str, timeout_s: float) -> Job | None:
+    """The job this tune is shared in; None when sharing is off, no group is initialised, a single
+    rank runs, or this thread is already inside a shared tune."""
+    if mode == "off" or getattr(_STATE, "inside", False):
+        return None
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    group = _GIVEN[-1] if _GIVEN else None
+    if dist.get_world_size(group) < 2:
+        return None
+    return Job(group, timeout_s)
+
+
+@contextlib.contextmanager
+def alone() -> Iterator[None]:
+    """Tunes inside the block are not shared (after a dealt batch: every rank's store answers)."""
+    before = getattr(_STATE, "inside", False)
+    _STATE.inside = True
+    try:
+        yield
+    finally:
+        _STATE.inside = before
+
+
+def _alone(fn: Callable[[], T]) -> T:
+    with alone():
+        return fn()
+
+
+def _rows_of(stored: Stored) -> tuple[list[tuple], tuple | None]:
+    return [tuple(vars(r).values()) for r in stored.rows], tuple(vars(stored.pick).values()) if stored.pick else None
+
+
+def _write(store: Any, where: tuple[str, dict, str, str], payload: tuple[list[tuple], tuple | None]) -> None:
+    env, info, problem, describe = where
+    rows, pick = payload
+    if pick is not None:
+        store.save(env, info, problem, describe, [Row(*r) for r in rows], Row(*pick), replace_pick=True)

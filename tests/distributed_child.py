@@ -1,0 +1,64 @@
+"""One rank of the distributed tests (tests/test_distributed.py): run under torchrun, or started
+by hand with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT.  Prints one JSON line."""
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import gemmtune
+
+SHAPES = [(8 + 8 * i, 16 + 4 * (i % 3), 8 + 4 * (i % 4)) for i in range(8)]
+
+
+def spmd() -> dict:
+    out = {}
+    for m, k, n in SHAPES:
+        torch.manual_seed(m * 31 + k)
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        sel = gemmtune.tune("mm", a, b, backends=("extern",))
+        assert torch.allclose(sel(a, b), a @ b, atol=1e-4)
+        out[f"{m}x{k}x{n}"] = [sel.winner.key, bool(sel.cache_hit)]
+    return out
+
+
+def dealt() -> dict:
+    layers = [torch.nn.Linear(k, n, bias=False) for _, k, n in SHAPES]
+    torch.manual_seed(0)
+
+    class Many(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(layers)
+
+        def forward(self, xs):
+            return [layer(x) for layer, x in zip(self.layers, xs)]
+
+    model = Many()
+    xs = [torch.randn(m, k) for m, k, _ in SHAPES]
+    report = gemmtune.warmup(model, xs, backends=("extern",), progress=False)
+    with torch.no_grad():
+        for layer, x, y in zip(layers, xs, model(xs)):
+            assert torch.allclose(y, x @ layer.weight.t(), atol=1e-4)
+    return {r.problem: [r.winner, bool(r.from_store)] for r in report.rows}
+
+
+def dies() -> dict:
+    if dist.get_rank() == 2:
+        os._exit(3)  # a rank that dies before the job's first shared tune
+    try:
+        spmd()
+    except gemmtune.GemmtuneError as exc:
+        return {"error": type(exc).__name__, "message": str(exc)[:300]}
+    return {"error": None}
+
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo")
+    result = {"spmd": spmd, "dealt": dealt, "dies": dies}[sys.argv[1]]()
+    print(json.dumps({"rank": dist.get_rank(), "result": result}), flush=True)
+    if sys.argv[1] != "dies":
+        dist.barrier()
+    dist.destroy_process_group() if sys.argv[1] != "dies" else os._exit(0)

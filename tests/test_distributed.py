@@ -1,0 +1,88 @@
+"""A torch.distributed job tunes each problem once and every rank runs the same pick: 4 ranks with
+gloo on CPU, under torchrun (store/distributed.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from redis_server import free_port
+
+CHILD = Path(__file__).with_name("distributed_child.py")
+RANKS = 4
+
+
+def _env(tmp_path: Path, **extra: str) -> dict:
+    env = {**os.environ, "GEMMTUNE_STORE": "memory", "GEMMTUNE_CACHE_DIR": str(tmp_path / "cache"),
+           "GEMMTUNE_NOISE_LIMIT": "1e9", "OMP_NUM_THREADS": "1", **extra}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1] / "src"), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _results(stdout: str) -> dict[int, dict]:
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"rank"')]
+    return {r["rank"]: r["result"] for r in lines}
+
+
+def _torchrun(mode: str, tmp_path: Path) -> dict[int, dict]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={RANKS}",
+           str(CHILD), mode]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = _results(done.stdout)
+    assert sorted(results) == list(range(RANKS)), done.stdout[-2000:]
+    return results
+
+
+def _agree_and_tuned_once(results: dict[int, dict]) -> None:
+    problems = results[0].keys()
+    assert all(r.keys() == problems for r in results.values())
+    for p in problems:
+        assert len({r[p][0] for r in results.values()}) == 1, p  # the same pick on every rank
+        assert sum(not r[p][1] for r in results.values()) == 1, p  # tuned on one rank; a store hit on the others
+
+
+def test_spmd_tunes_each_problem_once_in_the_job(tmp_path):
+    results = _torchrun("spmd", tmp_path)
+    assert len(results[0]) == 8
+    _agree_and_tuned_once(results)
+
+
+def test_warmup_deals_the_problems_across_the_ranks(tmp_path):
+    results = _torchrun("dealt", tmp_path)
+    assert len(results[0]) == 8
+    _agree_and_tuned_once(results)
+    assert all(sum(not v[1] for v in r.values()) == 2 for r in results.values())  # 8 problems, 2 per rank
+
+
+def test_a_rank_that_dies_gives_every_other_rank_a_clear_error(tmp_path):
+    """Started by hand, not by torchrun (whose agent would kill the other ranks itself)."""
+    env = _env(tmp_path, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(RANKS),
+               GEMMTUNE_DISTRIBUTED_TIMEOUT_S="30")
+    procs = [subprocess.Popen([sys.executable, str(CHILD), "dies"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(RANKS)]
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]  # a hang fails here
+    finally:
+        for p in procs:
+            p.kill()
+    results = _results("".join(o for o, _ in outs))
+    assert sorted(results) == [0, 1, 3]
+    for rank, r in results.items():
+        assert r["error"] == "DistributedTuneError", (rank, r)
+        assert "rank" in r["message"] and "died" in r["message"]
+
+
+@pytest.mark.parametrize("mode", ["off"])
+def test_distributed_off_tunes_on_every_rank(tmp_path, mode):
+    env = _env(tmp_path, GEMMTUNE_DISTRIBUTED=mode)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(CHILD), "spmd"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = _results(done.stdout)
+    assert all(not hit for r in results.values() for _, hit in r.values())  # every rank tuned every problem
