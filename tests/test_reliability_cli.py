@@ -43,6 +43,66 @@ def test_sigint_exits_130_within_2s_with_one_line_and_a_sound_store(tmp_path, de
         db.execute("SELECT count(*) FROM picks").fetchone()
 
 
+HANG_IN_REFERENCE = """
+import ctypes, sys
+import gemmtune.bench.correctness as correctness
+from gemmtune.cli import main
+
+def hang(ki, tensors):
+    # a C call that no signal ends (a normal mutex locked twice by one thread), where a float64
+    # reference or a library GEMM of a large problem spends its seconds
+    print("in the reference", flush=True)
+    libc, mutex = ctypes.CDLL(None), ctypes.create_string_buffer(64)
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)
+
+correctness.reference = hang
+sys.argv = ["gemmtune", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+def test_sigint_exits_at_once_while_a_c_call_runs(tmp_path):
+    """A signal handler runs between bytecodes: Ctrl-C during one long C call (the float64 reference of a
+    big shape: 21 s) waited for it.  The command runs in a worker thread; the main thread exits."""
+    proc = subprocess.Popen([sys.executable, "-c", HANG_IN_REFERENCE, "tune", "--shape", "64x64x64", "--device",
+                             "cpu", "--backends", "extern", "--store", "off", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert proc.stdout.readline() == "in the reference\n"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines() == ["interrupted; nothing was stored for the current problem"]
+    assert took < 5.0  # a slice of the main thread's wait (0.1 s), plus a loaded machine's scheduling
+
+
+def test_sigint_exits_at_once_during_a_large_problem(tmp_path):
+    """End to end: Ctrl-C while a float64 6144^3 problem is checked and timed (one aten run is a single
+    C call of 11 s on the 2-core CPU machine)."""
+    proc = subprocess.Popen([sys.executable, "-m", "gemmtune", "tune", "--shape", "6144x6144x6144", "--dtype", "float64", "--device", "cpu",
+                             "--backends", "extern", "--store", "off", "--no-progress", "-v"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        for line in proc.stderr:
+            if "searching with" in line:  # compiled: the reference, the checks and the timings follow
+                break
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "interrupted; nothing was stored for the current problem"
+    assert took < 5.0
+
+
 def _suite(tmp_path: Path) -> str:
     shapes = [{"name": f"s{i}", "M": 64 + 8 * i, "K": 64, "N": 64 + 16 * i, "dtype": "float32"} for i in range(40)]
     path = tmp_path / "suite.json"

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 from rich.console import Console
@@ -275,17 +275,12 @@ INTERRUPTED = "interrupted; nothing was stored for the current problem"
 
 
 def _on_sigint(signum: int, frame: object) -> None:
-    """Ctrl-C: one line, the store closed (an open transaction rolls back, so it stays consistent), exit 130
-    at once: compile threads and worker processes cannot be joined promptly, so `os._exit` skips them."""
+    """Ctrl-C: one line, exit 130 at once: compile threads and worker processes cannot be joined promptly,
+    so `os._exit` skips them.  The store is left as a `kill -9` leaves it: SQLite drops a transaction
+    that was not committed when the file is next opened (closing it here, from the main thread, while
+    the command's thread is inside SQLite, could crash the process)."""
     import os
 
-    try:
-        from .engine import _STORES  # noqa: PLC0415 - the stores this process opened
-
-        for store in list(_STORES.values()):
-            store.close()
-    except Exception:  # noqa: BLE001 - exiting anyway
-        pass
     try:
         sys.stdout.flush()
         sys.stderr.write(INTERRUPTED + "\n")
@@ -311,7 +306,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     if argv is None:  # the `gemmtune` program itself (not a call from Python): Ctrl-C exits at once
         install_sigint_handler()
-    argv = list(sys.argv[1:] if argv is None else argv)
+        return abandonable(lambda: run(sys.argv[1:]))
+    return run(argv)
+
+
+def abandonable(command: Callable[[], int]) -> int:
+    """`command()` run in a worker thread while the main thread waits, so that Ctrl-C exits at once.
+
+    Python runs a signal handler in the main thread only, between two bytecodes: a main thread inside
+    one long C call (a float64 reference or a library GEMM of a large problem: 20 s on CPU) would
+    run it only when that call returns.  Here the main thread only waits, in slices of 0.1 s, and runs
+    `_on_sigint` within one slice, whichever thread the signal reached.
+
+    Example:
+        >>> abandonable(lambda: 3)
+        3
+    """
+    import threading
+
+    result: list[int] = []
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(command())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=work, name="gemmtune-command", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def run(argv: Sequence[str]) -> int:
+    """`main` for the arguments `argv` (no program name), in the calling thread."""
+    argv = list(argv)
     configure_consoles()
     if argv[:1] == ["simulate"]:
         from .offline.simulate import simulate_main
