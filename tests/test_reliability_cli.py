@@ -197,3 +197,56 @@ def test_a_config_the_template_cannot_build_is_a_load_time_warning():
     assert len(table.unknown) == 1
     with pytest.warns(RuntimeWarning, match="no runtime parameter 'bogus'"):
         LookupTable.load({"p": [{"template": "aten_mm", "runtime_params": {"bogus": 1}}]})
+
+
+_OK = {"M": 4, "K": 4, "N": 4}
+BAD_SUITES = {
+    "list_of_numbers": [1, 2],
+    "bool_dimension": [{"M": True, "K": 4, "N": 4}],
+    "float_dimension": [{**_OK, "M": 4.0}],
+    "string_dimension": [{**_OK, "K": "64"}],
+    "negative_dimension": [{**_OK, "N": -1}],
+    "missing_dimension": [{"M": 4, "K": 4}],
+    "null_shape": [None],
+    "shape_is_a_list": {"shapes": [[4, 4, 4]]},
+    "shapes_is_a_string": {"shapes": "square"},
+    "no_shapes": {"description": "nothing"},
+    "empty_list": [],
+    "json_string": "square-1024",
+    "json_number": 3,
+    "unknown_op": [{**_OK, "op": "conv"}],
+    "op_not_a_string": [{**_OK, "op": 1}],
+    "dtype_not_a_string": [{**_OK, "dtype": 5}],
+    "unsupported_dtype": [{**_OK, "dtype": "int8"}],
+    "unknown_b_layout": [{**_OK, "b_layout": "diag"}],
+    "zero_batch": [{**_OK, "op": "bmm", "batch": 0}],
+    "bool_batch": [{**_OK, "op": "bmm", "batch": False}],
+    "name_not_a_string": [{**_OK, "name": ["x"]}],
+    "misspelt_key": [{**_OK, "dtyp": "float64"}],
+}
+
+
+@pytest.mark.parametrize("command", ["tune", "sweep"])
+@pytest.mark.parametrize("case", sorted(BAD_SUITES))
+def test_a_malformed_suite_is_one_line_and_exit_2(tmp_path, capsys, case, command):
+    from gemmtune.cli import main
+
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(BAD_SUITES[case]))
+    extra = ["--out", str(tmp_path / "d.jsonl")] if command == "sweep" else ["--store", "off"]
+    assert main([command, "--suite", str(path), "--device", "cpu", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gemmtune: error: --suite: ") and str(path) in err[0], err
+    assert "internal error" not in err[0]
+
+
+@pytest.mark.parametrize("content", [b"{", b"\xff\xfe\x00garbage", None])
+def test_an_unreadable_suite_file_is_one_line_and_exit_2(tmp_path, capsys, content):
+    from gemmtune.cli import main
+
+    path = tmp_path / "suite.json"
+    if content is not None:  # None: no such file
+        path.write_bytes(content)
+    assert main(["tune", "--suite", str(path), "--device", "cpu", "--store", "off"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gemmtune: error: --suite: cannot read"), err
