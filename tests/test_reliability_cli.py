@@ -250,3 +250,52 @@ def test_an_unreadable_suite_file_is_one_line_and_exit_2(tmp_path, capsys, conte
     assert main(["tune", "--suite", str(path), "--device", "cpu", "--store", "off"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gemmtune: error: --suite: cannot read"), err
+
+
+def _export_file(tmp_path: Path) -> Path:
+    """A valid `gemmtune cache export` file of one pick."""
+    from gemmtune.store.sqlite import Store
+
+    path = tmp_path / "picks.json"
+    env = {"device": "cpu", "torch": "x"}
+    pick = {"template": "aten_mm", "src_hash": None, "config": {}, "runtime_params": {}, "ms": 1.0}
+    path.write_text(json.dumps({"format": "gemmtune-store/1", "entries": [
+        {"problem": "mm(8x4, 4x2)/float32/0123456789abcdef", "env": env, "pick": pick,
+         "timings": [{**pick, "status": "ok"}]}]}))
+    return path
+
+
+@pytest.mark.parametrize("action", ["import", "clear"])
+@pytest.mark.parametrize("kind", ["foreign_database", "unusable_directory"])
+def test_a_cache_change_that_cannot_persist_exits_2_not_into_memory(tmp_path, capsys, kind, action):
+    from gemmtune.cli import main
+
+    picks = _export_file(tmp_path)
+    if kind == "foreign_database":
+        target = tmp_path / "app.db"
+        db = sqlite3.connect(target)
+        db.execute("CREATE TABLE users(name TEXT)")
+        db.commit()
+        db.close()
+        before = hashlib.sha256(target.read_bytes()).hexdigest()
+    else:
+        target = picks / "store.db"  # its directory is a file
+    capsys.readouterr()
+    assert main(["cache", "--store", str(target), action, *([str(picks)] if action == "import" else [])]) == 2
+    out, err = capsys.readouterr()
+    assert ":memory:" not in out + err and "imported" not in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"gemmtune: error: cache {action}: nothing was changed: "), lines
+    if kind == "foreign_database":
+        assert "is not a gemmtune store" in lines[0]
+        assert hashlib.sha256(target.read_bytes()).hexdigest() == before
+
+
+def test_a_cache_import_into_a_new_store_persists(tmp_path, capsys):
+    from gemmtune.cli import main
+    from gemmtune.store.sqlite import Store
+
+    picks = _export_file(tmp_path)
+    assert main(["cache", "--store", str(tmp_path / "new.db"), "import", str(picks)]) == 0
+    assert "imported 1 picks into" in capsys.readouterr().out
+    assert len(Store(tmp_path / "new.db").problems()) == 1

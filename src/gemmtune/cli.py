@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
+import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
@@ -150,7 +152,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    store = shared_store(Settings.from_env(store=args.store).store)
+    location = Settings.from_env(store=args.store).store
+    if args.action in ("import", "clear"):  # an effect that must last: never on a fall-back in memory
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            store = shared_store(location)
+        if store.path == ":memory:" and store.origin != ":memory:":
+            why = store.warnings[-1] if store.warnings else "it could not be opened"
+            raise InputError(f"cache {args.action}: nothing was changed: {re.split('; (?:left it untouched and )?keeping', why)[0]}")
+    else:
+        store = shared_store(location)
     if args.action == "ls":
         table = Table(title=f"gemmtune store {store.path}")
         for col in ("problem", "device", "pick", "ms", "timings"):
