@@ -254,7 +254,6 @@ def test_an_unreadable_suite_file_is_one_line_and_exit_2(tmp_path, capsys, conte
 
 def _export_file(tmp_path: Path) -> Path:
     """A valid `gemmtune cache export` file of one pick."""
-    from gemmtune.store.sqlite import Store
 
     path = tmp_path / "picks.json"
     env = {"device": "cpu", "torch": "x"}
