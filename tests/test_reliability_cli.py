@@ -193,10 +193,13 @@ def test_ctrl_c_while_waiting_for_compiles_cancels_the_queued_ones():
 
 def test_a_config_the_template_cannot_build_is_a_load_time_warning():
     with pytest.warns(RuntimeWarning, match="library kernel has no config"):
-        table = LookupTable.load({"p": [{"template": "aten_mm", "config": {"BLOCK_M": 64}}]})
+        table = LookupTable.load({KEY: [{"template": "aten_mm", "config": {"BLOCK_M": 64}}]})
     assert len(table.unknown) == 1
     with pytest.warns(RuntimeWarning, match="no runtime parameter 'bogus'"):
-        LookupTable.load({"p": [{"template": "aten_mm", "runtime_params": {"bogus": 1}}]})
+        LookupTable.load({KEY: [{"template": "aten_mm", "runtime_params": {"bogus": 1}}]})
+
+
+KEY = "mm(8x4, 4x2)/float32/0123456789abcdef"
 
 
 _OK = {"M": 4, "K": 4, "N": 4}

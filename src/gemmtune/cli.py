@@ -194,11 +194,12 @@ def import_file(store, path: str) -> int:
     a malformed one is a LookupTableError naming the file and the entry (exit 2, one line)."""
     from .core.errors import LookupTableError
     from .store.lookup import read_json
-    from .store.schema import check_export
+    from .store.schema import check_export, unknown_templates
 
     name = f"cache import {path}"
     data = read_json(path, name)
     check_export(data, name, need_env=True)
+    unknown_templates({e["problem"]: [e["pick"]] for e in data["entries"]}, name, strict=True)  # nothing unusable
     try:
         return store.import_(data)
     except (KeyError, TypeError) as exc:  # a value the checks let through that the store cannot hold
