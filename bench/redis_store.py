@@ -66,7 +66,7 @@ def fleet(url: str, procs: int, shapes: list, env: dict, kill: RedisServer | Non
 def lookups(url: str, n: int = 200) -> dict:
     """Cold lookups (`load` of a problem this process has not read) and warm ones (read before)."""
     from gemmtune.store.keys import Row
-    from gemmtune.store.sqlite import open_store
+    from gemmtune.store.locations import open_store
 
     store = open_store(url)
     pick = Row("aten_mm", None, "{}", "{}", 1.0, "ok", "final")
@@ -144,7 +144,7 @@ def main() -> None:
         res["fleet"] = fleet(srv.url(prefix="fleet"), args.procs, shapes, env)
         res["fleet_again"] = fleet(srv.url(prefix="fleet"), min(args.procs, 8), shapes, env)
         res["fleet_killed"] = fleet(srv.url(prefix="killed", timeout="0.2"), min(args.procs, 16), shapes, env, kill=srv)
-        from gemmtune.store.sqlite import open_store
+        from gemmtune.store.locations import open_store
 
         res["picks_stored"] = {k: len(open_store(srv.url(prefix=k)).problems()) for k in ("fleet", "killed")}
     finally:

@@ -67,7 +67,9 @@ def test_unavailable_cuda_is_one_line_exit_2(device, capsys):
                                      ["tune", "--shape", "100000x100000x100000", "--op", "addmm"],
                                      ["tune", "--op", "bmm", "--batch", "1000", "--shape", "10000x10000x10000"]])
 def test_too_large_is_refused_before_allocating(command, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "available_bytes", lambda device: 8 << 30)  # 8 GiB free, whatever this machine has
+    from gemmtune.offline import checks
+
+    monkeypatch.setattr(checks, "available_bytes", lambda device: 8 << 30)  # 8 GiB free, whatever this machine has
     monkeypatch.setattr(ProblemSpec, "tensors", lambda *a, **k: pytest.fail("allocated before checking"))
     assert main([*command, "--no-progress", "--device", "cpu", "--store", "off"]) == 2
     assert_one_line_error(capsys.readouterr().err, "--shape", "too large to tune on cpu", "8.0 GiB is free")

@@ -19,7 +19,7 @@ import torch
 numba = pytest.importorskip("numba")
 
 from gemmtune.core.inputs import KernelInputs  # noqa: E402
-from gemmtune.templates import cpu_numba  # noqa: E402
+from gemmtune.templates import cpu_numba, numba_load  # noqa: E402
 from gemmtune.templates.cpu_numba import GROUPS, NumbaMMTemplate  # noqa: E402
 
 SMALL = NumbaMMTemplate(space=[(8, 64, 8)])
@@ -135,7 +135,7 @@ def test_rendered_kernel_file_has_literal_tiles_and_is_not_rewritten():
     assert text == cpu_numba.render(cfg)
     assert "BLOCK_M = 8\n" in text and "BLOCK_N = 64\n" in text and "BLOCK_K = 8\n" in text
     before = path.stat().st_mtime_ns
-    cpu_numba._write_atomic(path, text)  # same text: left alone, so Numba's cache stays valid
+    numba_load.write_atomic(path, text)  # same text: left alone, so Numba's cache stays valid
     assert path.stat().st_mtime_ns == before
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
 
@@ -295,3 +295,40 @@ def test_a_new_process_loads_the_compiled_kernel_from_disk():
     assert proc.returncode == 0, proc.stderr
     hits, misses = map(int, proc.stdout.split()[-2:])
     assert hits >= 1 and misses == 0
+
+
+def test_a_truncated_numba_cache_file_is_rebuilt_not_a_dropped_config(tmp_path):
+    """A `.nbc` file cut short (a full disk, a killed process) made every later process fail that
+    config with "UnpicklingError"; it is compiled again and the cache file written anew."""
+    code = textwrap.dedent("""
+        import torch
+        from gemmtune.core.inputs import KernelInputs
+        from gemmtune.templates.cpu_numba import NumbaMMTemplate
+        t = NumbaMMTemplate(space=[(8, 64, 8)])
+        a, b = torch.randn(37, 29), torch.randn(29, 53)
+        ki = KernelInputs.from_tensors("mm", a, b)
+        c = t.configs(ki)[0]
+        out = t.compile(c, ki, (a, b))((a, b), group=1)
+        assert torch.allclose(out, a @ b, atol=1e-4)
+        st = t.kernel(c).stats
+        print(sum(st.cache_hits.values()), sum(st.cache_misses.values()))
+    """)
+    src = str(Path(cpu_numba.__file__).resolve().parents[2])
+    env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+
+    def run() -> tuple[int, int]:
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        hits, misses = map(int, proc.stdout.split()[-2:])
+        return hits, misses
+
+    run()  # compiles and writes the cache files
+    cached = sorted((tmp_path / "numba" / "__pycache__").glob("*.nbc"))
+    assert cached
+    sizes = {p: p.stat().st_size for p in cached}
+    for p in cached:
+        p.write_bytes(p.read_bytes()[: sizes[p] // 3])
+    run()  # loads the damaged files, then compiles again
+    assert all(p.stat().st_size > sizes[p] // 3 for p in cached)  # written anew, whole
+    assert run() == (1, 0)  # the rewritten files load: no compile

@@ -397,3 +397,19 @@ def test_cli_from_a_suite_file(tmp_path, capsys):
     table = gi.read_table(path)
     assert {k.rsplit("+", 1)[-1] for k in table} == {"addmm", "mm"}
     assert main(["inductor-table", "--out", str(path), "--suite", str(tmp_path / "none.json")]) == 2
+
+
+def test_a_cpu_max_autotune_compile_hands_inductor_the_pick_alone_for_bmm():
+    """Inductor adds its C++ micro-GEMM to a CPU bmm (and to a mm of frozen weights) itself, past the choices
+    handler: under an installed handler it was benchmarked against the pick.  It is not offered now."""
+    from torch._dynamo.utils import counters
+    from torch._inductor import config
+
+    a, b = torch.randn(4, 32, 48), torch.randn(4, 48, 16)
+    handler = gi.install(settings=gemmtune.Settings(store="memory", backends=("extern",)), fusion=0)
+    counters["inductor"].clear()
+    with config.patch(max_autotune=True):
+        out = torch.compile(lambda x, y: torch.bmm(x, y) * 2)(a, b)
+    torch.testing.assert_close(out, torch.bmm(a, b) * 2)
+    assert handler.stats["tuned"] + handler.stats["store_hit"] >= 1  # gemmtune picked
+    assert counters["inductor"]["select_algorithm_autotune"] == 0  # and Inductor benchmarked nothing

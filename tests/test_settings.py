@@ -136,7 +136,7 @@ def test_accepted_values_and_normalisation():
     assert (s.top_x, s.store, s.cpu_rep_ms) == (4, "off", 5.0)  # an empty variable counts as unset
     a = Settings(cpu_rep_ms=5, backends="numba", stage1_runtime={"swizzle": 4}, lookup_table=Path("t.json"))
     assert (a.cpu_rep_ms, a.backends, a.stage1_runtime, a.lookup_table) == (5.0, ("numba",), (("swizzle", 4),), "t.json")
-    assert parse_runtime("swizzle=8,waves=2") == (("swizzle", 8), ("waves", 2))
+    assert parse_runtime("swizzle=8,group=2") == (("group", 2), ("swizzle", 8))
     assert check_backends(("extern",)) == ("extern",) and check_backends(None) is None
 
 
@@ -211,3 +211,130 @@ def test_an_explicit_default_value_stands_under_a_preset_through_with_and_the_en
     assert Settings.from_env({"GEMMTUNE_EFFORT": "quick", "GEMMTUNE_TOP_X": "4"}).top_x == 4
     assert Settings.from_env({"GEMMTUNE_EFFORT": "quick"}).top_x == 2
     assert Settings().with_(effort="max").effort == "max" and Settings().with_(effort="max").strategy == "exhaustive"
+
+
+# -- settings that used to do nothing, silently ----------------------------------------------------------------
+
+@pytest.mark.parametrize("var,closest", [("GEMMTUNE_EFORT", "GEMMTUNE_EFFORT"),
+                                         ("GEMMTUNE_CHECK_CORECTNESS", "GEMMTUNE_CHECK_CORRECTNESS"),
+                                         ("GEMMTUNE_CACHEDIR", "GEMMTUNE_CACHE_DIR"),
+                                         ("GEMMTUNE_TOPX", "GEMMTUNE_TOP_X")])
+def test_a_misspelt_variable_warns_once_naming_the_closest_setting(var, closest):
+    from gemmtune.core import environment
+    from gemmtune.core.errors import SettingsWarning
+
+    environment._WARNED.discard(var)
+    with pytest.warns(SettingsWarning, match=f"{var} is not a gemmtune setting and is ignored; did you mean {closest}"):
+        Settings.from_env({var: "quick"})
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Settings.from_env({var: "quick"})  # once per variable
+
+
+def test_variables_gemmtune_reads_do_not_warn(tmp_path):
+    import warnings
+
+    from gemmtune.core.settings import KNOWN_VARIABLES
+
+    env = {var: "" for var in KNOWN_VARIABLES}
+    env.update({"GEMMTUNE_PROTOCOL_CHILD": "1", "GEMMTUNE_WORKER_PROCESS": "1", "GEMMTUNE_CUTLASS_DISK": "0",
+                "GEMMTUNE_CACHE_DIR": str(tmp_path), "GEMMTUNE_COMPILE_PATH": "traced", "PATH": "/bin"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Settings.from_env(env).compile_path == "traced"
+    for var in ("GEMMTUNE_CACHE_DIR", "GEMMTUNE_CUTLASS_DISK", "GEMMTUNE_PROTOCOL_CHILD", "GEMMTUNE_WORKER_PROCESS"):
+        assert var in KNOWN_VARIABLES
+
+
+def test_every_gemmtune_variable_the_project_names_is_known():
+    """Each `GEMMTUNE_X` the source, docs, tests and bench scripts name is one gemmtune reads (no warning)."""
+    import re
+
+    from gemmtune.core.settings import KNOWN_VARIABLES
+
+    root = DOC.parents[1]
+    named = set()
+    for path in [*root.glob("src/**/*.py"), *root.glob("docs/*.md"), *root.glob("bench/*.py"), root / "README.md"]:
+        named |= set(re.findall(r"GEMMTUNE_[A-Z0-9_]*[A-Z0-9]", path.read_text()))
+    not_read = {"GEMMTUNE_EXPERIMENTAL_TEMPLATES",  # docs/PERFORMANCE.md: a command of an earlier run
+                "GEMMTUNE_EFORT", "GEMMTUNE_CHECK_CORECTNESS"}  # docs: examples of misspelt variables
+    assert named - KNOWN_VARIABLES - not_read == set()
+
+
+def test_a_redis_url_is_a_store_location():
+    assert Settings(store="redis://db:6379/0?prefix=a").store == "redis://db:6379/0?prefix=a"
+    assert Settings.from_env({"GEMMTUNE_STORE": " REDISS://db/1 "}).store == "REDISS://db/1"
+
+
+@pytest.mark.parametrize("raw,value", [("OFF", "off"), ("Off", "off"), ("MEMORY", "memory"), ("Memory", "memory"),
+                                       (":memory:", "memory"), ("Default", None), ("picks.sqlite", "picks.sqlite")])
+def test_store_keywords_are_read_in_any_case(raw, value, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert Settings.from_env({"GEMMTUNE_STORE": raw}).store == value
+    assert Settings(store=raw).store == value
+    assert list(tmp_path.iterdir()) == []  # reading a setting creates nothing
+
+
+@pytest.mark.parametrize("raw,problem", [("none", "'none' is ambiguous"), ("None", "'none' is ambiguous"),
+                                         ("s3://bucket/picks", "unsupported store scheme 's3://'"),
+                                         ("sqlite:///tmp/x.db", "unsupported store scheme 'sqlite://'"),
+                                         ("https://example.org/s", "unsupported store scheme 'https://'")])
+def test_store_values_that_are_neither_keywords_nor_paths_are_refused(raw, problem):
+    """Not a keyword, a path or a Redis URL (redis://, rediss://: tests/test_store_redis.py)."""
+    assert problem in env_error("GEMMTUNE_STORE", raw)
+    with pytest.raises(SettingsError, match=f"^store: .*{problem}"):
+        Settings(store=raw)
+
+
+def test_a_blank_or_directory_store_is_refused(tmp_path):
+    assert "is a directory" in env_error("GEMMTUNE_STORE", str(tmp_path))
+    for blank in ("   ", "\t"):
+        with pytest.raises(SettingsError, match="^store: .*blank"):
+            Settings(store=blank)
+
+
+def test_a_blank_cache_dir_is_refused(monkeypatch, tmp_path):
+    from gemmtune.core.settings import cache_dir
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SettingsError, match="^GEMMTUNE_CACHE_DIR: expected a directory, got the blank"):
+        Settings.from_env({"GEMMTUNE_CACHE_DIR": "   "})
+    monkeypatch.setenv("GEMMTUNE_CACHE_DIR", " ")
+    with pytest.raises(SettingsError, match="^GEMMTUNE_CACHE_DIR: "):
+        cache_dir()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("raw", ["ture", "2", "enabled"])
+def test_cutlass_disk_is_strict_on_every_device(raw):
+    with pytest.raises(SettingsError, match=f"^GEMMTUNE_CUTLASS_DISK: expected a boolean .*{raw!r}"):
+        Settings.from_env({"GEMMTUNE_CUTLASS_DISK": raw})
+
+
+@pytest.mark.parametrize("raw", ["swizle=8", "waves=2", "group=4,stages=3"])
+def test_stage1_runtime_names_must_exist(raw):
+    msg = env_error("GEMMTUNE_STAGE1_RUNTIME", raw)
+    assert "unknown runtime parameter" in msg and "group, raster, swizzle" in msg
+    with pytest.raises(SettingsError, match="^stage1_runtime: unknown runtime parameter"):
+        Settings(stage1_runtime=raw)
+    assert "did you mean 'swizzle'" in env_error("GEMMTUNE_STAGE1_RUNTIME", "swizle=8")
+
+
+def test_runtime_param_names_are_the_templates():
+    from gemmtune.core.environment import RUNTIME_PARAM_NAMES
+    from gemmtune.templates import default_templates
+    from gemmtune.templates.cutlass.hopper import CutlassHopperTemplate
+
+    templates = [*default_templates(hopper=True, preview=True), CutlassHopperTemplate()]
+    assert set(RUNTIME_PARAM_NAMES) == {k for t in templates for k in t.runtime_space}
+
+
+def test_a_relation_error_names_the_variable_that_was_set():
+    msg = env_error("GEMMTUNE_MIN_REPS", "100")
+    assert msg == "GEMMTUNE_MIN_REPS (min_reps): must be <= max_reps (50), got 100"
+    with pytest.raises(SettingsError, match=r"^min_reps: must be <= max_reps \(50\), got 100$"):
+        Settings(min_reps=100)
+    with pytest.raises(SettingsError, match=r"^GEMMTUNE_MAX_REPS \(max_reps\): must be >= min_reps \(9\), got 8$"):
+        Settings.from_env({"GEMMTUNE_MIN_REPS": "9", "GEMMTUNE_MAX_REPS": "8"})

@@ -16,7 +16,8 @@ from gemmtune.core.errors import SettingsError
 from gemmtune.core.settings import Settings
 from gemmtune.store import redis_store
 from gemmtune.store.keys import Row, canon, env_key
-from gemmtune.store.sqlite import Store, open_store
+from gemmtune.store.locations import open_store
+from gemmtune.store.sqlite import Store
 
 from redis_server import RedisServer, require_redis
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
+import warnings
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 from rich.console import Console
@@ -15,22 +17,17 @@ from rich.table import Table
 from rich.text import Text
 
 from .core.errors import GemmtuneError, InputError
-from .core.inputs import parse_dtype
-from .core.validate import ProblemTooLargeError, available_bytes, tuning_bytes
 from .core.version import __version__
 from .report import autotune_table, run_info, selection_dict, write_json
 from .core.settings import EFFORTS, Settings, effort_help
 from .search import STRATEGIES
+from .offline.checks import check_device, check_fits, default_device
 from .offline.suite import ProblemSpec, load_suite
 from .engine import shared_store, tune
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 PIPED_WIDTH = 10_000  # columns of output that is not a terminal: nothing cut or wrapped
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,7 +147,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    store = shared_store(Settings.from_env(store=args.store).store)
+    location = Settings.from_env(store=args.store).store
+    if args.action in ("import", "clear"):  # an effect that must last: never on a fall-back in memory
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            store = shared_store(location)
+        if store.path == ":memory:" and store.origin != ":memory:":
+            why = store.warnings[-1] if store.warnings else "it could not be opened"
+            raise InputError(f"cache {args.action}: nothing was changed: {re.split('; (?:left it untouched and )?keeping', why)[0]}")
+    else:
+        store = shared_store(location)
     if args.action == "ls":
         table = Table(title=f"gemmtune store {store.path}")
         for col in ("problem", "device", "pick", "ms", "timings"):
@@ -183,11 +189,12 @@ def import_file(store, path: str) -> int:
     a malformed one is a LookupTableError naming the file and the entry (exit 2, one line)."""
     from .core.errors import LookupTableError
     from .store.lookup import read_json
-    from .store.schema import check_export
+    from .store.schema import check_export, unknown_templates
 
     name = f"cache import {path}"
     data = read_json(path, name)
     check_export(data, name, need_env=True)
+    unknown_templates({e["problem"]: [e["pick"]] for e in data["entries"]}, name, strict=True)  # nothing unusable
     try:
         return store.import_(data)
     except (KeyError, TypeError) as exc:  # a value the checks let through that the store cannot hold
@@ -275,17 +282,12 @@ INTERRUPTED = "interrupted; nothing was stored for the current problem"
 
 
 def _on_sigint(signum: int, frame: object) -> None:
-    """Ctrl-C: one line, the store closed (an open transaction rolls back, so it stays consistent), exit 130
-    at once: compile threads and worker processes cannot be joined promptly, so `os._exit` skips them."""
+    """Ctrl-C: one line, exit 130 at once: compile threads and worker processes cannot be joined promptly,
+    so `os._exit` skips them.  The store is left as a `kill -9` leaves it: SQLite drops a transaction
+    that was not committed when the file is next opened (closing it here, from the main thread, while
+    the command's thread is inside SQLite, could crash the process)."""
     import os
 
-    try:
-        from .engine import _STORES  # noqa: PLC0415 - the stores this process opened
-
-        for store in list(_STORES.values()):
-            store.close()
-    except Exception:  # noqa: BLE001 - exiting anyway
-        pass
     try:
         sys.stdout.flush()
         sys.stderr.write(INTERRUPTED + "\n")
@@ -311,7 +313,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     if argv is None:  # the `gemmtune` program itself (not a call from Python): Ctrl-C exits at once
         install_sigint_handler()
-    argv = list(sys.argv[1:] if argv is None else argv)
+        return abandonable(lambda: run(sys.argv[1:]))
+    return run(argv)
+
+
+def abandonable(command: Callable[[], int]) -> int:
+    """`command()` run in a worker thread while the main thread waits, so that Ctrl-C exits at once.
+
+    Python runs a signal handler in the main thread only, between two bytecodes: a main thread inside
+    one long C call (a float64 reference or a library GEMM of a large problem: 20 s on CPU) would
+    run it only when that call returns.  Here the main thread only waits, in slices of 0.1 s, and runs
+    `_on_sigint` within one slice, whichever thread the signal reached.
+
+    Example:
+        >>> abandonable(lambda: 3)
+        3
+    """
+    import threading
+
+    result: list[int] = []
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(command())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=work, name="gemmtune-command", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def run(argv: Sequence[str]) -> int:
+    """`main` for the arguments `argv` (no program name), in the calling thread."""
+    argv = list(argv)
     configure_consoles()
     if argv[:1] == ["simulate"]:
         from .offline.simulate import simulate_main
@@ -400,63 +440,6 @@ def join_negative_values(argv: list[str]) -> list[str]:
             joined.append(argv[i])
             i += 1
     return joined
-
-
-# -- checks before anything is allocated ------------------------------------------------------------
-
-def check_device(text: str | None) -> str:
-    """The device to tune on, checked: cpu, or cuda / cuda:N where CUDA is available.  Raises InputError.
-
-    Example:
-        >>> check_device("cpu")
-        'cpu'
-        >>> check_device("tpu")
-        Traceback (most recent call last):
-        ...
-        gemmtune.core.errors.InputError: argument --device: unknown device 'tpu'; expected cpu or cuda (cuda:N)
-    """
-    if text is None:
-        return default_device()
-    try:
-        dev = torch.device(text)
-    except (RuntimeError, ValueError, TypeError):
-        hint = f" (did you mean {text.lower()!r}?)" if text.lower() != text else ""
-        raise InputError(f"argument --device: unknown device {text!r}; expected cpu or cuda (cuda:N){hint}") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise InputError(f"argument --device: gemmtune tunes on cpu or cuda, not {dev.type!r}")
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            why = ("this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible")
-            raise InputError(f"argument --device: {text!r} is not available ({why}); use --device cpu")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(f"argument --device: {text!r} does not exist ({torch.cuda.device_count()} CUDA devices)")
-    return str(dev)
-
-
-def check_fits(spec: ProblemSpec, device: str, arg: str) -> None:
-    """Raise ProblemTooLargeError, before allocating, when tuning `spec` cannot fit in `device`'s free memory.
-
-    Example:
-        >>> check_fits(ProblemSpec(64, 64, 64), "cpu", "--shape")
-    """
-    dtype = parse_dtype(spec.dtype)
-    lead = (spec.batch,) if spec.op == "bmm" else ()
-    ops = [torch.empty(*lead, spec.M, spec.K, dtype=dtype, device="meta"),
-           torch.empty(*lead, spec.K, spec.N, dtype=dtype, device="meta")]
-    if spec.op == "addmm":
-        ops.insert(0, torch.empty(spec.N, dtype=dtype, device="meta"))
-    need = tuning_bytes(spec.op, ops)
-    places = [(torch.device(device), need)]
-    if places[0][0].type != "cpu":  # the operands are made on the host first, in float32
-        places.append((torch.device("cpu"), 4 * max(t.numel() for t in ops)))
-    for dev, bytes_needed in places:
-        have = available_bytes(dev)
-        if have is not None and bytes_needed > have:
-            name = f" ({spec.name})" if spec.name else ""
-            raise ProblemTooLargeError(
-                f"{arg}{name}: {spec.describe()} is too large to tune on {dev.type}: it needs at least "
-                f"{bytes_needed / 2**30:,.1f} GiB (output, its float64 reference and float64 operand copies) "
-                f"but {have / 2**30:,.1f} GiB is free")
 
 
 if __name__ == "__main__":

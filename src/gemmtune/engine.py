@@ -23,7 +23,8 @@ from .store.lookup import LookupTable
 from .core.settings import CPU_CANNOT_WIN, Settings, isolation_for
 from .store import distributed
 from .store.checked import first_use_fault
-from .store.sqlite import Row, Store, canon, env_info, env_key, open_store
+from .store.locations import open_store
+from .store.sqlite import Row, Store, canon, env_info, env_key
 from .search import STRATEGIES, ProblemDims, StrategyOptions, for_device
 from .search.final import Decision, FinalRule, final_decision
 from .templates import active_templates, skipped_note

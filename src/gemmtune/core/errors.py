@@ -46,3 +46,8 @@ class LookupTableError(InputError):
 class InductorUnavailable(GemmtuneError, RuntimeError):
     """The installed torch has no Inductor lookup table (`torch._inductor.lookup_table`, in torch builds
     from late 2025 on): `gemmtune.inductor` cannot feed Inductor.  The message names the torch version."""
+
+
+class SettingsWarning(UserWarning):
+    """A `GEMMTUNE_*` environment variable that gemmtune does not read (a misspelt setting): the
+    message names it and the closest real setting.  Given once per variable per process."""

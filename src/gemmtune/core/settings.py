@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from .environment import (OTHER_VARIABLES, cache_dir, check_other_variables, check_runtime, check_store,
+                          parse_runtime, runtime_pairs, warn_unknown)
 from .errors import BackendError, SettingsError
-from .spec import Spec, parse_int
+from .spec import Spec
 
 FAMILIES = ("extern", "triton", "numba", "cutlass")
 """Backend family names accepted by `backends=`:
@@ -43,19 +44,6 @@ do_bench does): L2 is then full of dirty lines, and the timed kernel pays for wr
 DRAM as it evicts them, about L2-size of write traffic, which a memory-bound kernel (decode-time
 GEMV/GEMM) feels as 30-50% extra time.  "read" sums the buffer instead: L2 holds clean lines of
 data no kernel uses, the state a kernel meets after reading a large weight.  See docs/PERFORMANCE.md."""
-
-
-def cache_dir() -> Path:
-    """`$GEMMTUNE_CACHE_DIR`, else `$XDG_CACHE_HOME/gemmtune`, else `~/.cache/gemmtune`.
-
-    Example:
-        >>> isinstance(cache_dir(), Path)
-        True
-    """
-    env = os.environ.get("GEMMTUNE_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gemmtune"
 
 
 def _families(backends: Any) -> tuple[str, ...]:
@@ -92,54 +80,6 @@ def isolation_for(mode: str, device_type: str) -> str:
     if mode == "auto":
         return "subprocess" if device_type == "cuda" else "off"
     return mode
-
-
-def parse_runtime(text: str, name: str = "stage1_runtime") -> tuple[tuple[str, Any], ...]:
-    """'swizzle=8' -> (('swizzle', 8),); a SettingsError naming `name` for anything else.
-
-    Example:
-        >>> parse_runtime("swizzle=8, waves=2")
-        (('swizzle', 8), ('waves', 2))
-    """
-    try:
-        return _runtime_pairs(text)
-    except ValueError as exc:
-        raise SettingsError(f"{name}: {exc}") from None
-
-
-def _runtime_pairs(text: str) -> tuple[tuple[str, int], ...]:
-    out = []
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        if "=" not in part:
-            raise ValueError(f"expected NAME=VALUE[,NAME=VALUE...], got {part.strip()!r}")
-        key, value = (s.strip() for s in part.split("=", 1))
-        try:
-            out.append((key, parse_int(value)))
-        except ValueError as exc:
-            raise ValueError(f"{key}: {exc}") from None
-    return _check_runtime(out)
-
-
-def _check_runtime(value: Any) -> tuple[tuple[str, int], ...]:
-    """A mapping, pairs or "NAME=VALUE,..." text as sorted (name, int) pairs; ValueError(problem)."""
-    if isinstance(value, str):
-        return _runtime_pairs(value)
-    pairs = list(value.items()) if isinstance(value, Mapping) else value
-    try:
-        pairs = [(k, v) for k, v in pairs]
-    except (TypeError, ValueError):
-        raise ValueError(f"expected NAME=VALUE pairs or a mapping, got {value!r}") from None
-    for k, v in pairs:
-        if not isinstance(k, str) or not k.isidentifier():
-            raise ValueError(f"expected a parameter name, got {k!r}")
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"{k}: expected an integer, got {v!r}")
-    names = [k for k, _ in pairs]
-    if not pairs or len(set(names)) < len(names):
-        raise ValueError(f"expected distinct NAME=VALUE pairs, got {value!r}")
-    return tuple(sorted(pairs))
 
 
 def _f(default: Any, spec: Spec) -> Any:
@@ -185,8 +125,8 @@ class Settings:
     top_x: int = _f(4, _int("prescreen: configs kept after stage 1 (evidence in docs/DATASET.md)", 1))
     stage1_runtime: tuple[tuple[str, Any], ...] | None = _f(None, Spec(
         "text", "prescreen's stage-1 runtime values, e.g. swizzle=8; none: each template's data-chosen default",
-        optional=True, parser=_runtime_pairs, checker=_check_runtime, type_text="NAME=INT,...",
-        range_note="integers"))
+        optional=True, parser=runtime_pairs, checker=check_runtime, type_text="NAME=INT,...",
+        range_note="integers; names: group, raster, swizzle"))
     effort: str = _f("default", _choice("preset applied under explicit settings (see the efforts below)",
                                         EFFORT_NAMES))
     budget_s: float | None = _f(None, _pos("wall-clock cap on one tune: stop, return the best so far, say so",
@@ -238,9 +178,11 @@ class Settings:
     max_reps: int = _f(50, _int("GPU: timed runs per choice at most (>= min_reps)", 1))
     report_rows: int = _f(20, _int("rows of the AUTOTUNE table the CLI prints", 0))
     verbose: bool = _f(False, _bool("not read by the tuner today (the CLI's -v turns on INFO logging)"))
-    store: str | None = _f(None, Spec("text", "where picks are kept: a SQLite path, memory, off, or a "
-                                      "redis:// / rediss:// URL (docs/SCALE.md); none: store.sqlite in the cache dir",
-                                      optional=True, range_note="a path, memory, off or a redis URL"))
+    store: str | None = _f(None, Spec("text", "where picks are kept: a SQLite file path, memory (this process "
+                                      "only), off (nothing kept), or a redis:// / rediss:// URL (docs/SCALE.md); "
+                                      "none or default: store.sqlite in the cache dir",
+                                      optional=True, checker=check_store,
+                                      range_note="a file path, memory, off, default (any case) or a redis URL"))
     distributed: str = _f("auto", _choice(
         "torch.distributed job: auto: each new problem tuned once in the job and shared with every rank; "
         "off: every rank tunes alone", ("auto", "off")))
@@ -262,7 +204,8 @@ class Settings:
             checked = spec.validate(name, value)
             if checked is not value:
                 object.__setattr__(self, name, checked)
-        _check_relations(lambda name: getattr(self, name), lambda name: name)
+        _check_relations(lambda name: getattr(self, name), lambda name: name,
+                         lambda name: getattr(self, name) != _DEFAULTS[name])
 
     def with_(self, **changes: Any) -> "Settings":
         """A copy with `changes` applied and validated (an `effort` brings its preset under `changes`).
@@ -285,6 +228,8 @@ class Settings:
             3
         """
         env = os.environ if env is None else env
+        check_other_variables(env)
+        warn_unknown(env, KNOWN_VARIABLES)
         values: dict[str, Any] = {}
         labels: dict[str, str] = {}
         for name, spec in _SPECS.items():
@@ -303,7 +248,8 @@ class Settings:
         values = merge_effort(values, lambda name: labels.get(name, name) if name not in explicit else name)
         defaults = {f.name: f.default for f in fields(cls)}
         _check_relations(lambda name: values.get(name, defaults[name]),
-                         lambda name: labels[name] if name in labels and name not in explicit else name)
+                         lambda name: labels[name] if name in labels and name not in explicit else name,
+                         lambda name: name in values)
         return _preset_merged(lambda e: cls(**{**values, "effort": e}), values.get("effort", "default"))
 
 
@@ -321,6 +267,10 @@ _SPECS: Mapping[str, Spec] = MappingProxyType({f.name: f.metadata["spec"] for f 
 _DEFAULTS: Mapping[str, Any] = MappingProxyType({f.name: f.default for f in fields(Settings)})
 
 
+KNOWN_VARIABLES = frozenset(["GEMMTUNE_" + name.upper() for name in _SPECS] + list(OTHER_VARIABLES))
+"""Every `GEMMTUNE_*` variable gemmtune reads; any other is warned about (`SettingsWarning`)."""
+
+
 def env_var(name: str) -> str:
     """The environment variable of a Settings field.
 
@@ -331,10 +281,14 @@ def env_var(name: str) -> str:
     return "GEMMTUNE_" + name.upper()
 
 
-def _check_relations(get: Callable[[str], Any], label: Callable[[str], str]) -> None:
-    """Checks across fields (one field's spec cannot see another's value)."""
-    if get("max_reps") < get("min_reps"):
-        raise SettingsError(f"{label('max_reps')}: must be >= min_reps ({get('min_reps')}), got {get('max_reps')}")
+def _check_relations(get: Callable[[str], Any], label: Callable[[str], str], given: Callable[[str], bool]) -> None:
+    """Checks across fields (one field's spec cannot see another's value); the error names the field
+    that was set (`given`), max_reps when both were."""
+    low, high = get("min_reps"), get("max_reps")
+    if high < low and given("min_reps") and not given("max_reps"):
+        raise SettingsError(f"{label('min_reps')}: must be <= max_reps ({high}), got {low}")
+    if high < low:
+        raise SettingsError(f"{label('max_reps')}: must be >= min_reps ({low}), got {high}")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import itertools
 import json
 import logging
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -201,9 +202,9 @@ def tuned_picks(problems: Iterable[tuple[str, Sequence[Any]]], settings: Any = N
 
 def read_table(source: str | Path | Mapping[str, Any]) -> dict[str, list]:
     """A table from a JSON file or a dict (`{key: [entries]}`), checked: LookupTableError when malformed."""
-    name = f"inductor table {source}" if not isinstance(source, Mapping) else "inductor table"
+    name = f"inductor table {source}" if isinstance(source, (str, Path)) else "inductor table"
     data: Any = source
-    if not isinstance(source, Mapping):
+    if isinstance(source, (str, Path)):
         try:
             data = json.loads(Path(source).read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -226,11 +227,19 @@ def drop_stale(table: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, li
         >>> gi.drop_stale(stale) if gi.available() else {}   # doctest: +SKIP
         {}
     """
+    table = read_table(table)  # LookupTableError for anything but {key: [entries with a template_id]}
     hashes = inductor_templates().hashes
     out: dict[str, list] = {}
     for key, entries in table.items():
         kept = []
+        if not entries:
+            warnings.warn(f"gemmtune: inductor table key {key!r} has no entries; it pins nothing", RuntimeWarning,
+                          stacklevel=2)
         for e in entries:
+            if e["template_id"] not in hashes:
+                warnings.warn(f"gemmtune: inductor table key {key!r}: template_id {e['template_id']!r} is not one of "
+                              f"this torch's GEMM templates ({', '.join(sorted(map(str, hashes)))}); Inductor "
+                              "will never match it", RuntimeWarning, stacklevel=2)
             want, have = hashes.get(e.get("template_id")), e.get("template_hash")
             if want is not None and have is not None and want != have:
                 warn_stale(str(e.get("template_id")), have, want, key.rsplit("+", 1)[-1])

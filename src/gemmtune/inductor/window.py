@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-__all__ = ["open_window", "in_window", "user_autotunes", "window_applies", "has_epilogue"]
+__all__ = ["open_window", "in_window", "user_autotunes", "window_applies", "cpu_pick_alone", "has_epilogue"]
 
 _STATE = threading.local()
 _VIEWS = {"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "squeeze", "unsqueeze", "alias",
@@ -81,11 +81,35 @@ def _opened() -> Iterator[None]:
         _STATE.autotunes = prior
 
 
+def cpu_pick_alone(args: tuple, is_ours: Callable[[Any], bool]) -> str | None:
+    """In a max-autotune compile of a CPU GEMM under gemmtune's handler: the GEMM backends without
+    Inductor's C++ micro-GEMM (else None).  Inductor adds that template to a CPU bmm (and to a mm of
+    frozen weights) itself, past the choices handler, so it would be benchmarked against the pick;
+    without it the handler's one choice is built as it is, with nothing timed."""
+    from torch._inductor import config
+    from torch._inductor.virtualized import V
+
+    try:
+        if not user_autotunes() or not is_ours(V.choices) or getattr(args[-1].get_device(), "type", None) != "cpu":
+            return None
+    except Exception:  # noqa: BLE001 - not the IR we know: leave the lowering as it is
+        return None
+    backends = [b.strip() for b in str(config.max_autotune_gemm_backends).split(",") if b.strip()]
+    kept = [b for b in backends if b.upper() != "CPP"]
+    return ",".join(kept or ["ATEN"]) if len(kept) < len(backends) else None
+
+
 def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def lowering(*args: Any, **kwargs: Any) -> Any:
         if not window_applies(args, is_ours):
-            return fn(*args, **kwargs)
+            backends = cpu_pick_alone(args, is_ours)
+            if backends is None:
+                return fn(*args, **kwargs)
+            from torch._inductor import config
+
+            with config.patch(max_autotune_gemm_backends=backends):
+                return fn(*args, **kwargs)
         with _opened():
             return fn(*args, **kwargs)
 

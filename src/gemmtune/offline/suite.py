@@ -37,8 +37,10 @@ class ProblemSpec:
             raise InputError(f"b_layout: expected 'row' or 'col', got {self.b_layout!r}")
         for dim in ("M", "K", "N", "batch"):
             v = getattr(self, dim)
-            if not isinstance(v, int) or v < 1:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(f"shape: {dim} must be a positive integer, got {v!r}")
+        if not isinstance(self.dtype, str) or not isinstance(self.name, str):
+            raise InputError(f"dtype and name: expected strings, got {self.dtype!r} and {self.name!r}")
         parse_dtype(self.dtype)
 
     @classmethod
@@ -69,21 +71,52 @@ class ProblemSpec:
         return (a, b)
 
 
+SHAPE_KEYS = ("name", "op", "M", "K", "N", "batch", "dtype", "b_layout")
+"""The keys of one shape in a suite file; M, K and N are required."""
+
+
 def load_suite(path: str | Path, dtype: str | None = None) -> list[ProblemSpec]:
-    """Read a suite file (the format of bench/shapes.json)."""
+    """Read a suite file (the format of bench/shapes.json): `{"shapes": [shape, ...]}` or a list of
+    shapes, each an object of `SHAPE_KEYS`.  Anything else is an InputError naming the file and the shape.
+
+    Example:
+        >>> import json, tempfile
+        >>> f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+        >>> _ = f.write(json.dumps([{"M": 8, "K": 4, "N": 16, "op": "addmm"}])); f.close()
+        >>> load_suite(f.name)[0].describe()
+        'addmm 8x4x16 float32 B=row'
+    """
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"--suite: cannot read {path}: {exc}") from exc
     shapes = data.get("shapes") if isinstance(data, dict) else data
     if not isinstance(shapes, list) or not shapes:
-        raise InputError(f"--suite: {path} has no 'shapes' list")
-    specs = []
-    for i, s in enumerate(shapes):
-        try:
-            specs.append(ProblemSpec(M=s["M"], K=s["K"], N=s["N"], op=s.get("op", "mm"), batch=s.get("batch", 1),
-                                     dtype=dtype or s.get("dtype", "float32"), b_layout=s.get("b_layout", "row"),
-                                     name=s.get("name", f"shape-{i}")))
-        except KeyError as exc:
-            raise InputError(f"--suite: shape #{i} in {path} lacks {exc}") from exc
-    return specs
+        raise InputError(f"--suite: {path} has no 'shapes' list (expected a non-empty list of shape objects)")
+    return [_shape(s, i, path, dtype) for i, s in enumerate(shapes)]
+
+
+def _shape(s: object, i: int, path: str | Path, dtype: str | None) -> ProblemSpec:
+    """Shape #`i` of a suite file as a ProblemSpec; InputError naming the file, the shape and the problem."""
+    where = f"--suite: shape #{i} in {path}"
+    if not isinstance(s, dict):
+        raise InputError(f"{where}: expected an object with M, K and N, got {type(s).__name__} {s!r}")
+    unknown = sorted(str(k) for k in s if k not in SHAPE_KEYS)
+    if unknown:
+        raise InputError(f"{where}: unknown key {', '.join(map(repr, unknown))}; known keys: {', '.join(SHAPE_KEYS)}")
+    missing = [k for k in ("M", "K", "N") if k not in s]
+    if missing:
+        raise InputError(f"{where} lacks {', '.join(map(repr, missing))}")
+    for key in ("M", "K", "N", "batch"):
+        v = s.get(key, 1)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"{where}: {key} must be a positive integer, got {v!r}")
+    for key in ("name", "op", "dtype", "b_layout"):
+        if key in s and not isinstance(s[key], str):
+            raise InputError(f"{where}: {key} must be a string, got {s[key]!r}")
+    try:
+        return ProblemSpec(M=s["M"], K=s["K"], N=s["N"], op=s.get("op", "mm"), batch=s.get("batch", 1),
+                           dtype=dtype or s.get("dtype", "float32"), b_layout=s.get("b_layout", "row"),
+                           name=s.get("name", f"shape-{i}"))
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None

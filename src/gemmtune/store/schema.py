@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any, Mapping
 
@@ -89,37 +90,68 @@ def check_export(data: Any, source: str, need_env: bool) -> None:
                 raise LookupTableError(f"{where} timing {j}: 'status' must be a string")
 
 
-def unknown_templates(table: Mapping[str, list], source: str) -> list[str]:
-    """Warn about pins that can never match a candidate; returns the warnings.
+PROBLEM_KEY = re.compile(r"(mm|addmm|bmm)\(((\d+(x\d+)*|scalar)(, (\d+(x\d+)*|scalar))*)\)/\w+/[0-9a-f]{16}")
+"""The form of `KernelInputs.problem_key` (as `gemmtune cache ls` prints it): op(sizes)/dtype/digest."""
 
-    A template gemmtune does not ship (once per template), and a config or runtime value its template
-    cannot build: a config on a library kernel (they have one empty config), a runtime parameter the
-    template does not have or a value outside its runtime space.
+
+def unknown_templates(table: Mapping[str, list], source: str, strict: bool = False) -> list[str]:
+    """Warn about entries and pins that can never match a candidate; returns the warnings (`strict`:
+    raise the first as a LookupTableError instead, as `gemmtune cache import` does).
+
+    A key that is not a problem key, a key with no pins, a template gemmtune does not ship (once per
+    template), a template of another op, and a config or runtime value its template cannot build: a
+    config on a library kernel (they have one empty config), a config value that is not a number, a
+    numba_mm config that is not one of the problem's candidates, a runtime parameter the template does
+    not have or a value outside its runtime space.
     """
     from ..templates import default_templates
+    from ..templates.registry import optional_templates
 
-    templates = {t.uid: t for t in default_templates(hopper=True, preview=True)}
+    shipped = [*default_templates(hopper=True, preview=True), *optional_templates()]  # usable here or not
+    templates = {t.uid: t for t in shipped}
     out = []
+    for problem, pins in table.items():
+        base = problem.split("|out=")[0]
+        if not PROBLEM_KEY.fullmatch(base):
+            out.append(f"{source}: key {problem!r} is not a problem key (op(sizes)/dtype/digest, as "
+                       "`gemmtune cache ls` prints it)")
+        elif not pins:
+            out.append(f"{source}: key {problem!r} has no pins")
     for name in sorted({p["template"] for pins in table.values() for p in pins} - set(templates)):
         problems = [k for k, pins in table.items() if any(p["template"] == name for p in pins)]
         out.append(f"{source}: pin of {problems[0]!r}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1
                    else "") + f" names unknown template {name!r} (known: {', '.join(sorted(templates))})")
     for problem, pins in table.items():
         for pin in pins:
-            why = _unbuildable(templates.get(pin["template"]), pin)
+            why = _unbuildable(templates.get(pin["template"]), pin, problem.split("|out=")[0])
             if why:
                 out.append(f"{source}: pin of {problem!r} ({pin['template']}): {why}")
+    if strict and out:
+        raise LookupTableError(f"{out[0]}; it would never match a candidate")
     for msg in out:
         warnings.warn(f"gemmtune: {msg}; it will never match a candidate", RuntimeWarning, stacklevel=3)
     return out
 
 
-def _unbuildable(template: Any, pin: Mapping[str, Any]) -> str | None:
-    """Why `template` cannot build `pin`'s config and runtime params (None: it may; unknown templates: None)."""
+def _unbuildable(template: Any, pin: Mapping[str, Any], problem: str) -> str | None:
+    """Why `template` cannot build `pin`'s config and runtime params for `problem` (None: it may;
+    unknown templates: None)."""
     if template is None:
         return None
+    match = PROBLEM_KEY.fullmatch(problem)
+    op = getattr(template, "op", None)
+    if match and op is not None and match.group(1) != op:
+        return f"a template of {op}, not of {match.group(1)}"
     if template.is_extern and pin.get("config"):
         return f"a library kernel has no config, got {dict(pin['config'])}"
+    config = dict(pin.get("config") or {})
+    odd = {k: v for k, v in config.items() if isinstance(v, bool) or not isinstance(v, int)}
+    if odd:
+        return f"config values must be integers, got {odd}"
+    if match and template.uid == "numba_mm" and config:
+        fitted = _numba_candidates(template, match)
+        if fitted is not None and config not in fitted:
+            return f"config {config} is not one of its candidates for this problem ({fitted})"
     for key, value in dict(pin.get("runtime_params") or {}).items():
         space = template.runtime_space.get(key)
         if space is None:
@@ -127,3 +159,15 @@ def _unbuildable(template: Any, pin: Mapping[str, Any]) -> str | None:
         if value not in space:
             return f"runtime parameter {key}={value!r} is outside {list(space)}"
     return None
+
+
+def _numba_candidates(template: Any, match: re.Match) -> list[dict] | None:
+    """numba_mm's configs for the problem of a key (its tiles depend on M, N and K only)."""
+    sizes = [[int(d) for d in part.split("x")] for part in match.group(2).split(", ") if part != "scalar"]
+    mats = sizes[-2:]
+    if len(mats) != 2 or len(mats[0]) < 2 or len(mats[1]) < 2:
+        return None
+    (m, k), n = mats[0][-2:], mats[1][-1]
+    from ..templates.cpu_numba import fit_configs
+
+    return fit_configs(m, n, k, template.space)

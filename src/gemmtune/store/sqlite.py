@@ -35,7 +35,7 @@ from .marker import APPLICATION_ID, SCHEMA, SCHEMA_VERSION, not_ours as _not_our
 from .recovery import _busy, _check_integrity, _close, _copy_into, _inode, _salvage, _unwritable
 from .views import StoreViews
 
-__all__ = ["Row", "Store", "Stored", "canon", "env_info", "env_key", "open_store", "default_cache_dir"]
+__all__ = ["Row", "Store", "Stored", "canon", "env_info", "env_key", "default_cache_dir"]
 
 log = logging.getLogger("gemmtune")
 
@@ -302,19 +302,3 @@ def _mark_provisional(db: sqlite3.Connection, env: str, problem: str, run: str |
         db.execute("DELETE FROM provisional_picks WHERE env=? AND problem=?", (env, problem))
         if run is not None:
             db.execute("INSERT INTO provisional_picks VALUES (?, ?, ?)", (env, problem, run))
-
-
-# -- helpers of the fall-backs ----------------------------------------------------------------
-
-def open_store(location: str | None) -> Any:
-    """`None`/"default": the SQLite file in the cache dir; "memory": this process only; a
-    `redis://` or `rediss://` URL: that server (`store.redis_store`); else a SQLite path."""
-    from .redis_store import RedisStore, is_redis_url
-
-    if is_redis_url(location):
-        return RedisStore(str(location))
-    if location in (None, "", "default"):
-        return Store(default_cache_dir() / "store.sqlite")
-    if location == "memory":
-        return Store(":memory:")
-    return Store(location)

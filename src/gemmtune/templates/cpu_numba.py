@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
-import sys
-import tempfile
 import threading
 from pathlib import Path
 from string import Template as _SourceTemplate
@@ -40,6 +37,7 @@ import torch
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs
 from .base import Launcher, Template, pow2_at_least, source_hash, split_operands, unique_configs
+from .numba_load import forget, load_module
 
 GROUPS = (1, 4, 16)
 DEFAULT_GROUP = 4
@@ -184,11 +182,6 @@ def cache_dir() -> Path:
     return root() / "numba"
 
 
-def _fallback_dir() -> Path:
-    user = os.getuid() if hasattr(os, "getuid") else os.getpid()
-    return Path(tempfile.gettempdir()) / f"gemmtune-{user}" / "numba"
-
-
 def render(cfg: Mapping[str, int]) -> str:
     """The kernel source for one compile-time config (tile sizes as literals)."""
     return _SourceTemplate(KERNEL_SOURCE).substitute(
@@ -209,63 +202,20 @@ def fit_configs(M: int, N: int, K: int,
                           for tile in space)
 
 
-# -- loading the rendered kernels ----------------------------------------------
-
-_MODULES: dict[tuple[str, int, int, int], ModuleType] = {}
-_LOAD_LOCK = threading.RLock()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` unless it already holds it (tmp file + os.replace).
-
-    An unchanged file keeps its mtime, which Numba's on-disk cache is keyed on.
-    """
-    try:
-        if path.read_text() == text:
-            return
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+# -- loading the rendered kernels (numba_load.py) ------------------------------
 
 
 def kernel_module(cfg: Mapping[str, int]) -> ModuleType:
     """The imported kernel module for `cfg` (rendered and imported once per process)."""
     bm, bn, bk = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
-    key = (NumbaMMTemplate.src_hash, bm, bn, bk)
-    with _LOAD_LOCK:
-        mod = _MODULES.get(key)
-        if mod is not None:
-            return mod
-        stem = f"mm_{NumbaMMTemplate.src_hash[:16]}_bm{bm}_bn{bn}_bk{bk}"
-        text = render(cfg)
-        path = cache_dir() / f"{stem}.py"
-        try:
-            _write_atomic(path, text)
-        except OSError:  # cache directory not writable: fall back to a per-user temporary one
-            path = _fallback_dir() / path.name
-            _write_atomic(path, text)
-        name = f"gemmtune_numba_kernel_{stem}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None  # a .py file always has a source loader
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        try:
-            spec.loader.exec_module(mod)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
-        _MODULES[key] = mod
-        return mod
+    stem = f"mm_{NumbaMMTemplate.src_hash[:16]}_bm{bm}_bn{bn}_bk{bk}"
+    return load_module(stem, lambda: render(cfg), cache_dir())
+
+
+def _rebuilt(cfg: Mapping[str, int], exc: BaseException):
+    """The kernel of `cfg` compiled afresh after its first run failed with `exc` (`numba_load.forget`)."""
+    forget(kernel_module(cfg), exc)
+    return kernel_module(cfg).gemm
 
 
 _OPT_LOCK = threading.Lock()
@@ -362,8 +312,13 @@ class NumbaMMTemplate(Template):
         # this dtype: every argument's type is independent of the shapes and
         # strides, so a 1x1x1 run resolves the signature every launch uses.
         one = torch.ones(1, 1, dtype=dtype)
-        with _full_optimization():
-            _call(gemm, None, one, one, torch.empty(1, 1, dtype=dtype), 1, 1, 1, 1, 1.0, 0.0, DEFAULT_GROUP)
+        try:
+            with _full_optimization():
+                _call(gemm, None, one, one, torch.empty(1, 1, dtype=dtype), 1, 1, 1, 1, 1.0, 0.0, DEFAULT_GROUP)
+        except Exception as exc:  # noqa: BLE001 - a damaged cache file: rebuilt once, a real failure raises again
+            gemm = _rebuilt(choice.config_dict, exc)
+            with _full_optimization():
+                _call(gemm, None, one, one, torch.empty(1, 1, dtype=dtype), 1, 1, 1, 1, 1.0, 0.0, DEFAULT_GROUP)
         return launch
 
 

@@ -1,0 +1,108 @@
+"""Rendered `numba_mm` kernel files: written to the cache directory, imported once per process, and
+forgotten (with Numba's cache files of them) when those cache files are damaged.
+
+Numba stores the machine code of a ``cache=True`` function next to its ``.py`` file, in
+``__pycache__/<stem>.<function>-<line>.py<ver>.nbi`` (an index) and ``.nbc`` (the code), and reads
+them back without checking them: a file cut short by a full disk or a killed process raises
+``UnpicklingError`` or ``EOFError`` in every later process.  `forget` removes a kernel's files and
+its module, so that importing it again makes Numba compile it and write new ones.
+
+Example:
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> mod = load_module("demo_stem", lambda: "X = 1\\n", root)
+    >>> mod.X, load_module("demo_stem", lambda: "X = 2\\n", root) is mod
+    (1, True)
+    >>> forget(mod, ValueError("demo")); load_module("demo_stem", lambda: "X = 2\\n", root).X
+    2
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+log = logging.getLogger("gemmtune")
+_MODULES: dict[str, ModuleType] = {}
+_LOAD_LOCK = threading.RLock()
+
+
+def _fallback_dir() -> Path:
+    user = os.getuid() if hasattr(os, "getuid") else os.getpid()
+    return Path(tempfile.gettempdir()) / f"gemmtune-{user}" / "numba"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` unless it already holds it (tmp file + os.replace).
+
+    An unchanged file keeps its mtime, which Numba's on-disk cache is keyed on.
+    """
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def load_module(stem: str, render: Callable[[], str], root: Path) -> ModuleType:
+    """The module `<root>/<stem>.py` holding `render()`, written and imported once per process (a root
+    that is not writable falls back to a per-user temporary directory)."""
+    with _LOAD_LOCK:
+        mod = _MODULES.get(stem)
+        if mod is not None:
+            return mod
+        text = render()
+        path = root / f"{stem}.py"
+        try:
+            write_atomic(path, text)
+        except OSError:  # cache directory not writable: fall back to a per-user temporary one
+            path = _fallback_dir() / path.name
+            write_atomic(path, text)
+        name = f"gemmtune_numba_kernel_{stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None  # a .py file always has a source loader
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        _MODULES[stem] = mod
+        return mod
+
+
+def forget(mod: ModuleType, exc: BaseException) -> None:
+    """Remove `mod` (its first run failed with `exc`) and Numba's cache files of it: the next
+    `load_module` imports it again and Numba compiles it afresh.  A failure that was not the cache's
+    raises again on that retry."""
+    path = Path(mod.__file__ or "")
+    log.info("gemmtune: numba_mm: the cached kernel %s did not load (%s: %s); compiling it again",
+             path.stem, type(exc).__name__, exc)
+    with _LOAD_LOCK:
+        for stale in (path.parent / "__pycache__").glob(f"{path.stem}.*"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        for stem, loaded in list(_MODULES.items()):
+            if loaded is mod:
+                del _MODULES[stem]
+        sys.modules.pop(mod.__name__, None)
