@@ -63,7 +63,7 @@ def test_warmup_deals_the_problems_across_the_ranks(tmp_path):
 def test_a_rank_that_dies_gives_every_other_rank_a_clear_error(tmp_path):
     """Started by hand, not by torchrun (whose agent would kill the other ranks itself)."""
     env = _env(tmp_path, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(RANKS),
-               GEMMTUNE_DISTRIBUTED_TIMEOUT_S="30")
+               GEMMTUNE_DISTRIBUTED_TIMEOUT_S="10")
     procs = [subprocess.Popen([sys.executable, str(CHILD), "dies"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(RANKS)]
     try:

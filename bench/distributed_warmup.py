@@ -1,0 +1,76 @@
+"""A model's warm-up in a torch.distributed job (gloo, CPU): one rank alone against W ranks, where
+`gemmtune.warmup` deals the problems across the ranks (store/distributed.py).
+
+Each run is a fresh `torchrun` job with its own empty caches; the time is the slowest rank's
+`warmup` call.  Prints a table and writes JSON.
+
+    python bench/distributed_warmup.py --ranks 1,4 --out bench/results/distributed_warmup.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHILD = r"""
+import json, time, torch, torch.distributed as dist, gemmtune
+dist.init_process_group("gloo")
+shapes = [(32, 64 * (1 + i % 4), 32 * (1 + i // 4)) for i in range(8)]
+layers = torch.nn.ModuleList(torch.nn.Linear(k, n, bias=False) for _, k, n in shapes)
+class Many(torch.nn.Module):
+    def __init__(self):
+        super().__init__(); self.layers = layers
+    def forward(self, xs):
+        return [l(x) for l, x in zip(self.layers, xs)]
+model, xs = Many(), [torch.randn(m, k) for m, k, _ in shapes]
+dist.barrier()
+t = time.perf_counter()
+report = gemmtune.warmup(model, xs, progress=False)
+seconds = time.perf_counter() - t
+print(json.dumps({"rank": dist.get_rank(), "seconds": seconds, "tuned": report.tuned,
+                  "winners": [r.winner for r in report.rows]}), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def run(ranks: int) -> dict:
+    root = Path(tempfile.mkdtemp())
+    (root / "child.py").write_text(CHILD)
+    env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(root / "cache"), "GEMMTUNE_STORE": "memory",
+           "OMP_NUM_THREADS": "1", "GEMMTUNE_NOISE_LIMIT": "1e9"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
+           str(root / "child.py")]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"rank"')]
+    if done.returncode != 0 or len(rows) != ranks:
+        raise SystemExit(f"ranks={ranks}: rc {done.returncode}: {done.stderr[-2000:]}")
+    return dict(ranks=ranks, warmup_s=max(r["seconds"] for r in rows), job_s=time.perf_counter() - started,
+                tuned=[r["tuned"] for r in rows], same_picks=len({tuple(r["winners"]) for r in rows}) == 1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", default="1,4")
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+    res = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "cpus": os.cpu_count(),
+           "runs": [run(int(r)) for r in args.ranks.split(",")]}
+    base = res["runs"][0]["warmup_s"]
+    print("| ranks | warm-up s (slowest rank) | x one rank | problems tuned per rank | same picks on every rank |")
+    print("|---|---|---|---|---|")
+    for r in res["runs"]:
+        print(f"| {r['ranks']} | {r['warmup_s']:.2f} | {r['warmup_s'] / base:.2f} | {r['tuned']} | {r['same_picks']} |")
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
