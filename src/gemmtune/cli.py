@@ -57,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--backends", default=None, help="comma-separated families: extern,triton,numba")
     t.add_argument("--json", dest="json_path", default=None, help="write the Selection(s) as JSON here")
     t.add_argument("--rows", type=int, default=None, help="rows of the AUTOTUNE table (default 20)")
-    t.add_argument("--store", default=None, help="where picks are kept: a SQLite path, 'memory' or 'off' "
-                   "(default: store.sqlite in $GEMMTUNE_CACHE_DIR or ~/.cache/gemmtune)")
+    t.add_argument("--store", default=None, help="where picks are kept: a SQLite path, 'memory', 'off' or "
+                   "redis://HOST:PORT/DB (default: store.sqlite in $GEMMTUNE_CACHE_DIR or ~/.cache/gemmtune)")
     t.add_argument("--lookup-table", default=None, help="JSON table of pinned choices (e.g. a `cache export` file)")
     t.add_argument("--isolation", choices=("auto", "off", "subprocess"), default=None,
                    help="subprocess: checks and timings run in a worker process that may crash or hang safely")
@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cache", help="inspect and ship the store of picks")
     c.add_argument("action", choices=("ls", "show", "clear", "export", "import"))
     c.add_argument("arg", nargs="?", help="show: text in the problem key; export/import: JSON file")
-    c.add_argument("--store", default=None, help="store location (default: the cache dir's store.sqlite)")
+    c.add_argument("--store", default=None, help="store location: a SQLite path or redis://HOST:PORT/DB (default: the cache dir's "
+                   "store.sqlite)")
     add_inductor_parser(sub)
     return p
 
