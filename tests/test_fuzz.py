@@ -44,7 +44,7 @@ COMMON = dict(derandomize=True, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                      HealthCheck.data_too_large])
 STATS = {"problems": 0, "candidates": 0, "wrong": 0, "special": 0}
-pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # NaN data in NumPy
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # NaN/Inf data: no NumPy warning may reach the user
 
 
 @dataclass(frozen=True)

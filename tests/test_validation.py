@@ -27,7 +27,7 @@ from gemmtune.core.validate import ProblemTooLargeError, available_bytes, tuning
 DOC = Path(__file__).resolve().parents[1] / "docs" / "RELIABILITY.md"
 FAST = gemmtune.Settings(store="off", cpu_rep_ms=1, finalist_rounds=1)
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),  # nested/quantized prototype warnings
-              pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]  # NaN data in NumPy
+              pytest.mark.filterwarnings("error::RuntimeWarning")]  # NaN/Inf data: no NumPy warning may reach the user
 
 
 @pytest.fixture(autouse=True)
@@ -95,6 +95,16 @@ def _nan_inf():
     a, b = T(12, 9), T(9, 11)
     a[1, 2], a[3, :], b[4, 5], b[:, 7] = float("nan"), float("inf"), float("-inf"), float("nan")
     return (a, b), {}
+
+
+def _nan_inf_operands_alpha_zero():
+    (a, b), _ = _nan_inf()
+    return (T(11), a, b), {"alpha": 0.0, "beta": 0.5}
+
+
+def _nan_everywhere_alpha_beta_zero():
+    (a, b), _ = _nan_inf()
+    return (torch.full((12, 11), float("nan")), a, b), {"alpha": 0, "beta": 0}
 
 
 def _overlapping():
@@ -231,6 +241,12 @@ CASES = [
     Case("nan_inf_data", "mm", _nan_inf, CORRECT, CORRECT),
     Case("nan_bias_with_beta_zero", "addmm",
          lambda: ((torch.full((6,), float("nan")), T(9, 7), T(7, 6)), {"beta": 0.0}), CORRECT, CORRECT),
+    Case("nan_inf_operands_with_alpha_zero", "addmm", _nan_inf_operands_alpha_zero, CORRECT, CORRECT),
+    Case("nan_everywhere_alpha_beta_zero", "addmm", _nan_everywhere_alpha_beta_zero, CORRECT, CORRECT),
+    Case("mm_alpha_not_one", "mm", lambda: ((T(4, 3), T(3, 5)), {"alpha": 2.0}),
+         Err(InputError, r"mm: alpha and beta belong to addmm only \(got alpha=2.0, beta=1.0\)"), None),
+    Case("bmm_beta_not_one", "bmm", lambda: ((T(2, 4, 3), T(2, 3, 5)), {"beta": 0.5}),
+         Err(InputError, r"bmm: alpha and beta belong to addmm only \(got alpha=1.0, beta=0.5\)"), None),
     Case("bias_0d", "addmm", lambda: ((torch.tensor(0.75), T(9, 7), T(7, 6)), {}), CORRECT, CORRECT),
     Case("bias_column", "addmm", lambda: ((T(9, 1), T(9, 7), T(7, 6)), {"alpha": -1.5}), CORRECT, CORRECT),
     Case("alpha_numpy_scalar", "addmm", lambda: ((T(6), T(9, 7), T(7, 6)), {"alpha": np.float32(0.5), "beta": 2}),

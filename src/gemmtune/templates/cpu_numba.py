@@ -39,7 +39,7 @@ import torch
 
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs
-from .base import Launcher, Template, pow2_at_least, source_hash, split_operands, unique_configs
+from .base import Launcher, Template, bias_only, pow2_at_least, source_hash, split_operands, unique_configs
 
 GROUPS = (1, 4, 16)
 DEFAULT_GROUP = 4
@@ -355,6 +355,8 @@ class NumbaMMTemplate(Template):
             bias, a, b = split_operands(ki, tensors)
             if out is None:
                 out = torch.empty(ki.out_size, dtype=dtype)
+            if alpha == 0.0:  # torch.addmm's semantics: A @ B is not computed (its NaN/Inf do not propagate)
+                return bias_only(out, bias if has_bias else None, beta)
             _call(gemm, bias if has_bias else None, a, b, out, batch, M, N, K, alpha, beta, group)
             return out
 
