@@ -364,6 +364,30 @@ def test_bad_input_after_a_tuned_problem_is_still_validated():
         gemmtune.mm(a.to_sparse(), b, backends=("extern",))
 
 
+@pytest.mark.parametrize("backends", [("extern",), ("numba",)])
+def test_the_warm_path_refuses_what_the_cold_path_refuses(backends):
+    """After a warm-up (the problem is in the dispatch dict) the same refusals as on a first call."""
+    bias, a, b, x, y = T(5), T(4, 3), T(3, 5), T(2, 4, 3), T(2, 3, 5)
+    gemmtune.addmm(bias, a, b, backends=backends)
+    gemmtune.mm(a, b, backends=backends)
+    gemmtune.bmm(x, y, backends=backends)
+    for kw, needle in (({"alpha": True}, "alpha must be a finite real number, got bool True"),
+                       ({"alpha": 1 + 0j}, r"alpha must be a finite real number, got complex \(1\+0j\)"),
+                       ({"beta": True}, "beta must be a finite real number, got bool True"),
+                       ({"beta": 1 + 0j}, "beta must be a finite real number, got complex")):
+        with pytest.raises(InputError, match=needle):
+            gemmtune.addmm(bias, a, b, backends=backends, **kw)
+    with pytest.raises(InputError, match=r"mm: tensors are on different devices \['cpu', 'meta'\]"):
+        gemmtune.mm(a, b.to("meta"), backends=backends)
+    with pytest.raises(InputError, match="mm: mat1 is on the meta device"):
+        gemmtune.mm(a.to("meta"), b.to("meta"), backends=backends)
+    with pytest.raises(InputError, match=r"bmm: tensors are on different devices \['cpu', 'meta'\]"):
+        gemmtune.bmm(x, y.to("meta"), backends=backends)
+    with pytest.raises(InputError, match=r"addmm: tensors are on different devices \['cpu', 'meta'\]"):
+        gemmtune.addmm(bias.to("meta"), a, b, backends=backends)
+    _same(gemmtune.addmm(bias, a, b, alpha=1, beta=1.0, backends=backends), torch.addmm(bias, a, b))
+
+
 def test_beyond_memory_is_checked_against_the_free_memory(monkeypatch):
     """A problem that fits in RAM by size but not in what is free: typed error before allocating."""
     import gemmtune.core.validate as v

@@ -2,8 +2,8 @@
 
 The first call for a problem tunes it (`gemmtune.tune`); every later call looks the winner up in
 an in-process dict (one per op) and runs it.  That warm path is kept lean: the key is a plain tuple
-of the operands' shapes, strides and dtypes, mat1's device, the addmm scalars, `backends` and
-`out_layout` (no validation, no logging: a miss validates, then tunes); the dict holds `torch.mm` /
+of the operands' shapes, strides, dtypes and devices, the addmm scalars and their types, `backends`
+and `out_layout` (no validation, no logging: a miss validates, then tunes); the dict holds `torch.mm` /
 `torch.bmm` themselves for an aten winner, else the Selection's kernel behind an autograd check.
 
 Calls that need a gradient through a generated kernel (numba, Triton, NumPy) run it inside a
@@ -84,7 +84,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | None
     if _autocast_on():  # one C call; casts only under torch.autocast (gemmtune.dispatch.autocast)
         a, b = _ac.cast((a, b))
     try:
-        fn = _MM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
+        fn = _MM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device, backends,
+                   out_layout)]
     except Exception:  # noqa: BLE001 - a miss; or not tensors, no strides, unhashable backends: it says why
         fn = _miss("mm", (a, b), 1.0, 1.0, backends, out_layout)
     else:
@@ -111,7 +112,8 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | Non
     if _autocast_on():  # one C call; casts only under torch.autocast (gemmtune.dispatch.autocast)
         a, b = _ac.cast((a, b))
     try:
-        fn = _BMM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
+        fn = _BMM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device, backends,
+                   out_layout)]
     except Exception:  # noqa: BLE001 - a miss; or not tensors, no strides, unhashable backends: it says why
         fn = _miss("bmm", (a, b), 1.0, 1.0, backends, out_layout)
     else:
@@ -141,8 +143,9 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
     if _autocast_on():
         bias, a, b = _ac.cast((bias, a, b))
     try:
-        fn = _ADDMM[(bias.shape, bias.stride(), bias.dtype, a.shape, a.stride(), a.dtype, a.device,
-                     b.shape, b.stride(), b.dtype, alpha, beta, backends, out_layout)]
+        fn = _ADDMM[(bias.shape, bias.stride(), bias.dtype, bias.device, a.shape, a.stride(), a.dtype, a.device,
+                     b.shape, b.stride(), b.dtype, b.device, alpha, alpha.__class__, beta, beta.__class__, backends,
+                     out_layout)]
     except Exception:  # noqa: BLE001 - a miss; or not tensors, no strides, unhashable backends: it says why
         fn = _miss("addmm", (bias, a, b), alpha, beta, backends, out_layout)
     else:
@@ -262,17 +265,16 @@ def replace_runner(op: str, old: Callable, new: Callable, keys: Sequence[tuple] 
 def _key(op: str, tensors: Sequence[torch.Tensor], alpha: Any, beta: Any, backends: Any, out_layout: Any) -> tuple:
     """The warm path's key, built the slow way: it must equal the inline tuples of mm/addmm/bmm.
 
-    Shape, strides and dtype of every operand, and the device of mat1 only:
-    one attribute read less per operand on the warm path.  The price: once a
-    problem is in the dict, a call with the same metadata but mat2 (or bias) on
-    another device is not validated again and fails with torch's own
-    device-mismatch error instead of `InputError`.
+    Shape, strides, dtype and device of every operand, and addmm's scalars with their types (True and
+    1+0j equal 1.0 in a dict, but the cold path refuses them): whatever the cold path validates either
+    is in the key or misses the dict (not tensors, no strides), so the warm path refuses what it refuses.
     """
     a, b = tensors[-2], tensors[-1]
-    mats = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype)
+    mats = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device)
     if op == "addmm":
         bias = tensors[0]
-        return (bias.shape, bias.stride(), bias.dtype) + mats + (alpha, beta, backends, out_layout)
+        return ((bias.shape, bias.stride(), bias.dtype, bias.device) + mats
+                + (alpha, alpha.__class__, beta, beta.__class__, backends, out_layout))
     return mats + (backends, out_layout)
 
 
