@@ -388,6 +388,34 @@ def test_the_warm_path_refuses_what_the_cold_path_refuses(backends):
     _same(gemmtune.addmm(bias, a, b, alpha=1, beta=1.0, backends=backends), torch.addmm(bias, a, b))
 
 
+@pytest.mark.parametrize("backends", [("extern",), ("numba",)])
+def test_a_selection_refuses_operands_of_another_problem(backends):
+    a, b = T(64, 48), T(48, 80)
+    sel = gemmtune.tune("mm", a, b, backends=backends, settings=FAST)
+    foreign = [((T(8, 48), b), "tuned for mat1 of shape (64, 48), strides (48, 1), torch.float32 on cpu; got shape (8, 48)"),
+               ((T(2, 2), T(2, 2)), "got shape (2, 2)"),
+               ((a.double(), b.double()), "torch.float64 on cpu: tune that problem"),
+               ((a, T(80, 48).t()), "tuned for mat2 of shape (48, 80), strides (80, 1), torch.float32 on cpu; got shape "
+                                    "(48, 80), strides (1, 48)"),
+               ((a, b.to("meta")), "torch.float32 on meta"),
+               ((a,), "takes 2 operands, got 1"),
+               ((a, b.numpy()), "mat2 must be a torch.Tensor, got ndarray"),
+               ((a, _neg_view(48, 80)), "mat2 is a lazy negation view")]
+    for args, needle in foreign:
+        with pytest.raises(InputError, match=re.escape(needle)):
+            sel(*args)
+    _same(sel(a, b), torch.mm(a, b))
+    bias, x, y = T(80), T(2, 64, 48), T(2, 48, 80)
+    sel = gemmtune.tune("addmm", bias, a, b, backends=backends, settings=FAST)
+    with pytest.raises(InputError, match=re.escape("tuned for input of shape (80,)")):
+        sel(T(64, 80), a, b)
+    _same(sel(bias, a, b), torch.addmm(bias, a, b))
+    sel = gemmtune.tune("bmm", x, y, backends=backends, settings=FAST)
+    with pytest.raises(InputError, match=re.escape("tuned for batch1 of shape (2, 64, 48)")):
+        sel(T(3, 64, 48), T(3, 48, 80))
+    _same(sel(x, y), torch.bmm(x, y))
+
+
 def test_beyond_memory_is_checked_against_the_free_memory(monkeypatch):
     """A problem that fits in RAM by size but not in what is free: typed error before allocating."""
     import gemmtune.core.validate as v

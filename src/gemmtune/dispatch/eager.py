@@ -27,7 +27,7 @@ import torch
 
 from .. import engine
 from ..core.errors import InputError, NoCandidatesError
-from . import autocast as _ac
+from ..core import autocast as _ac
 from .autograd import TunedAddmm, TunedMM
 from .binding import bound_on_first_call
 
