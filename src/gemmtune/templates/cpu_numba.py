@@ -39,6 +39,7 @@ import torch
 
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs
+from .numba_fork import fork_safe
 from .base import Launcher, Template, bias_only, pow2_at_least, source_hash, split_operands, unique_configs
 
 GROUPS = (1, 4, 16)
@@ -307,6 +308,15 @@ def _full_optimization():
             codegen._loopvect, codegen._opt_level = old
 
 
+def _after_fork_in_child() -> None:
+    global _LOAD_LOCK, _OPT_LOCK
+    _LOAD_LOCK, _OPT_LOCK = threading.RLock(), threading.Lock()  # a thread of the parent may have held them
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 # -- the launcher -----------------------------------------------------------------
 
 
@@ -373,6 +383,7 @@ def _call(gemm, bias: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, out
           batch: int, M: int, N: int, K: int, alpha: float, beta: float, group: int) -> None:
     """Run the compiled kernel on torch tensors (any non-negative strides); bias=None means no bias."""
     dtype = out.dtype
+    gemm = fork_safe(gemm)
     fa, sa = _flat(a, dtype)
     fb, sb = _flat(b, dtype)
     fc, sc = _flat(out, dtype)
