@@ -154,7 +154,7 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
     return fn(bias, a, b)
 
 
-_OPS = {"mm": mm, "addmm": addmm, "bmm": bmm}  # what the autograd Functions dispatch to again
+_OPS: dict[str, Callable[..., torch.Tensor]] = {"mm": mm, "addmm": addmm, "bmm": bmm}  # the Functions call them again
 
 
 def clear_dispatch_cache() -> None:

@@ -13,6 +13,7 @@ supported.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Any
@@ -40,11 +41,10 @@ def gnu_openmp_started() -> bool:
     except ValueError:  # no parallel kernel has run yet: a child starts its own threads
         return False
     try:
-        from numba.np.ufunc import omppool
-
-        return getattr(omppool, "openmp_vendor", "GNU") == "GNU"
+        omppool = importlib.import_module("numba.np.ufunc.omppool")
     except ImportError:
         return True
+    return getattr(omppool, "openmp_vendor", "GNU") == "GNU"
 
 
 def in_gnu_openmp_fork_child() -> bool:
