@@ -31,7 +31,7 @@ out = {}
 for m, k, n in shapes:
     torch.manual_seed(m * 7 + k)
     a, b = torch.randn(m, k), torch.randn(k, n)
-    sel = gemmtune.tune("mm", a, b, backends=("extern",), settings=Settings(store=url))
+    sel = gemmtune.tune("mm", a, b, backends=("extern",), settings=Settings.from_env(store=url))
     ok = torch.allclose(sel(a, b), a @ b, atol=1e-3, rtol=1e-3)
     out[f"{m}x{k}x{n}"] = [sel.winner.key, bool(sel.cache_hit), bool(ok)]
 print(json.dumps(out))

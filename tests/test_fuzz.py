@@ -1,7 +1,9 @@
 """Hypothesis fuzzing of shapes, strides, dtypes and scalars: every candidate against a float64 reference.
 
 Deterministic (`derandomize=True`: the examples are a function of the test
-source), small sizes (each dimension 1..40, batch 1..3), 15-20 s in all (150 + 50 examples).
+source), small sizes (each dimension 1..40, batch 1..3), about 40 s in all on the 2-core CPU machine.
+NaN or +-Inf sit in one element of A, B or the bias, with every alpha and beta (0 included: torch.addmm
+then computes no product, or reads no bias), and no NumPy warning may escape.
 
 - `test_every_candidate_is_correct`: every choice of every CPU template (aten,
   NumPy BLAS, numba) and, through Triton's interpreter, of the Triton template
@@ -10,14 +12,22 @@ source), small sizes (each dimension 1..40, batch 1..3), 15-20 s in all (150 + 5
   has them (some examples carry a NaN or Inf in an operand: data, not errors).
 - `test_tune_and_eager_agree_with_the_reference`: the same problems through
   `gemmtune.tune(..., backends=...)` (store off) and the eager ops; the gate
-  must reject no candidate, and the results must match.
+  must reject no candidate, and the results must match the reference and torch's own op.
+- `test_a_fork_child_agrees_with_torch`: problems run in the parent (numba's parallel kernels start),
+  then again with new ones in a fork child, which must exit 0 (every result torch's).
+- `test_torch_func_agrees_with_torch`: `torch.func.vmap` over stacked problems and `grad` of a sum,
+  against torch's op under the same transforms (aten or numba winners).
+- `test_a_selection_given_another_problem_refuses_or_agrees`: a Selection tuned for one drawn problem
+  called on another's operands: InputError, or torch's result when the problem is the same.
 
 0 wrong results is the pass condition.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -44,7 +54,10 @@ COMMON = dict(derandomize=True, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                      HealthCheck.data_too_large])
 STATS = {"problems": 0, "candidates": 0, "wrong": 0, "special": 0}
-pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # NaN data in NumPy
+# NaN/Inf data: no NumPy warning may reach the user; Triton's interpreter (a test-only CPU stand-in for
+# the GPU, built on NumPy) warns as it computes, and is exempt.
+pytestmark = [pytest.mark.filterwarnings("error::RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")]
 
 
 @dataclass(frozen=True)
@@ -60,17 +73,28 @@ class Problem:
     bias: str
     alpha: float
     beta: float
-    special: str | None  # "nan" / "inf" / "-inf" in one element of A, or None
+    special: str | None  # "nan" / "inf" / "-inf" in one element of `special_in`, or None
     seed: int
+    special_in: str = "a"  # "a", "b" or "bias"
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         g = torch.Generator().manual_seed(self.seed)
         lead = (self.batch,) if self.op == "bmm" else ()
-        a = _operand(lead, self.M, self.K, self.a_layout, self.dtype, g, self.special)
-        b = _operand(lead, self.K, self.N, self.b_layout, self.dtype, g, None)
+        a = _operand(lead, self.M, self.K, self.a_layout, self.dtype, g, self.special if self.special_in == "a" else None)
+        b = _operand(lead, self.K, self.N, self.b_layout, self.dtype, g, self.special if self.special_in == "b" else None)
         if self.op != "addmm":
             return a, b
-        return _bias(self.bias, self.M, self.N, self.dtype, g), a, b
+        bias = _bias(self.bias, self.M, self.N, self.dtype, g)
+        if self.special is not None and self.special_in == "bias":
+            bias = bias.clone()
+            bias.view(-1)[int(torch.randint(bias.numel(), (1,), generator=g))] = float(self.special)
+        return bias, a, b
+
+    def torch_result(self, tensors: tuple) -> torch.Tensor:
+        """What torch computes for this problem."""
+        if self.op == "addmm":
+            return torch.addmm(*tensors, alpha=self.alpha, beta=self.beta)
+        return getattr(torch, self.op)(*tensors)
 
 
 def _randn(shape, dtype, g):
@@ -118,15 +142,14 @@ def problems(draw, dtypes):
     op = draw(st.sampled_from(("mm", "addmm", "bmm")))
     dim = st.integers(1, 40)
     alpha = draw(st.sampled_from(SCALARS)) if op == "addmm" else 1.0
-    special = draw(st.sampled_from((None,) * 6 + ("nan", "inf", "-inf")))
-    if op == "addmm" and alpha == 0.0:
-        special = None  # alpha=0 would turn an Inf product into NaN in the reference only (BLAS skips it)
+    special = draw(st.sampled_from((None,) * 6 + ("nan", "inf", "-inf")))  # with every alpha and beta, 0 included
     return Problem(
         op=op, M=draw(dim), K=draw(dim), N=draw(dim), batch=draw(st.integers(1, 3)) if op == "bmm" else 1,
         dtype=draw(st.sampled_from(dtypes)), a_layout=draw(st.sampled_from(LAYOUTS)),
         b_layout=draw(st.sampled_from(LAYOUTS)), bias=draw(st.sampled_from(BIAS)),
         alpha=alpha, beta=draw(st.sampled_from(SCALARS)) if op == "addmm" else 1.0,
-        special=special, seed=draw(st.integers(0, 2**31 - 1)))
+        special=special, seed=draw(st.integers(0, 2**31 - 1)),
+        special_in=draw(st.sampled_from(("a", "b", "bias") if op == "addmm" else ("a", "b"))))
 
 
 def assert_correct(ki: KernelInputs, out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
@@ -142,6 +165,21 @@ def assert_correct(ki: KernelInputs, out: torch.Tensor, ref: torch.Tensor, what:
     if problem is not None:
         STATS["wrong"] += 1
     assert problem is None, f"{what}: {problem} on {ki.describe()} {ki.to_dict()}"
+
+
+TORCH_TOL = {torch.float16: 2e-2, torch.float32: 1e-4, torch.float64: 1e-9}
+
+
+def assert_like_torch(p: Problem, out: torch.Tensor, tensors: tuple, what: str) -> None:
+    """`out` is torch's result for `p`: dtype, NaN and +-Inf positions, values within the dtype's tolerance."""
+    want = p.torch_result(tensors)
+    try:
+        assert out.dtype == want.dtype, (out.dtype, want.dtype)
+        torch.testing.assert_close(out.double(), want.double(), equal_nan=True, rtol=TORCH_TOL[p.dtype],
+                                   atol=TORCH_TOL[p.dtype])
+    except AssertionError:
+        STATS["wrong"] += 1
+        raise AssertionError(f"{what}: differs from torch on {p}")
 
 
 def _templates(ki: KernelInputs, triton: bool):
@@ -223,6 +261,96 @@ def test_tune_and_eager_agree_with_the_reference(p):
     assert_correct(ki, sel(*tensors), ref, f"tune winner {sel.winner.name}")
     eager = getattr(gemmtune, p.op)(*tensors, backends=backends, **kw)
     assert_correct(ki, eager, ref, "eager")
+    assert_like_torch(p, eager, tensors, "eager")  # torch's own semantics: NaN and Inf where torch has them
     torch.testing.assert_close(getattr(gemmtune, p.op)(*tensors, backends=backends, **kw), eager,
                                equal_nan=True)  # warm path: the same kernel, the same result
 
+
+
+# -- the same problems in a fork child, under torch.func, and given to a Selection of another problem ----------
+
+def _eager(p: Problem, *tensors: torch.Tensor, backends=("extern", "numba")) -> torch.Tensor:
+    kw = {"alpha": p.alpha, "beta": p.beta} if p.op == "addmm" else {}
+    return getattr(gemmtune, p.op)(*tensors, backends=backends, **kw)
+
+
+@settings(max_examples=2, **COMMON)
+@given(ps=st.lists(problems(CPU_DTYPES), min_size=6, max_size=6))
+def test_a_fork_child_agrees_with_torch(ps):
+    """Every problem once in the parent (numba's parallel kernels run), then all again, and new ones, in a
+    fork child: its exit code says how many results differed from torch (killed: a negative code)."""
+    for p in ps[:3]:
+        assert_like_torch(p, _eager(p, *p.tensors()), p.tensors(), "parent")
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        wrong = 99
+        try:
+            torch.set_num_threads(1)  # torch's own OpenMP pool does not survive fork (DataLoader workers do this)
+            wrong = 0
+            for p in ps:
+                try:
+                    assert_like_torch(p, _eager(p, *p.tensors()), p.tensors(), "fork child")
+                except AssertionError:
+                    wrong += 1
+        finally:
+            os._exit(wrong)
+    code = _wait_child(pid, 180.0)
+    assert code == 0, f"fork child: exit code {code} on {ps}"
+    STATS["fork_problems"] = STATS.get("fork_problems", 0) + len(ps)
+
+
+def _wait_child(pid: int, timeout_s: float) -> int:
+    """A child's exit code (a signal as its negative number); killed (-9) if still running at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@settings(max_examples=25, **COMMON)
+@given(p=problems(CPU_DTYPES), numba=st.booleans())
+def test_torch_func_agrees_with_torch(p, numba):
+    """vmap over 2 stacked copies of the problem (every operand batched), and grad of a sum, against
+    torch's own op under the same transforms (NaN/Inf data included)."""
+    from torch.func import grad, vmap
+
+    backends = ("numba",) if numba else ("extern",)
+    tensors = p.tensors()
+    torch_op = lambda *t: p.torch_result(t)  # noqa: E731
+    ours = lambda *t: _eager(p, *t, backends=backends)  # noqa: E731
+    stacked = tuple(torch.stack([t, t.flip(0) if t.dim() else t]) for t in tensors)
+    got = vmap(ours)(*stacked)
+    want = torch.stack([torch_op(*(t[i] for t in stacked)) for i in range(2)])
+    STATS["func_checks"] = STATS.get("func_checks", 0) + 2
+    tol = TORCH_TOL[p.dtype]
+    torch.testing.assert_close(got.double(), want.double(), equal_nan=True, rtol=tol, atol=tol)
+    if p.special is None:  # gradients of NaN data are NaN on both sides: the values say nothing more
+        argnums = tuple(range(len(tensors)))
+        g_ours = grad(lambda *t: ours(*t).sum(), argnums=argnums)(*tensors)
+        g_torch = grad(lambda *t: torch_op(*t).sum(), argnums=argnums)(*tensors)
+        for x, y in zip(g_ours, g_torch):
+            torch.testing.assert_close(x.double(), y.double(), rtol=tol * 10, atol=tol * 10)
+
+
+def _meta(tensors: tuple) -> tuple:
+    return tuple((tuple(t.shape), t.stride(), t.dtype) for t in tensors)
+
+
+@settings(max_examples=25, **COMMON)
+@given(p=problems(CPU_DTYPES), q=problems(CPU_DTYPES))
+def test_a_selection_given_another_problem_refuses_or_agrees(p, q):
+    """A Selection tuned for `p` called on `q`'s operands: InputError unless `q` is the same problem
+    (op, shapes, strides, dtypes), then torch's result for `q`'s scalars as `p` had them."""
+    sel = gemmtune.tune(p.op, *p.tensors(), backends=("extern", "numba"), settings=FAST,
+                        **({"alpha": p.alpha, "beta": p.beta} if p.op == "addmm" else {}))
+    other = q.tensors()
+    STATS["foreign_calls"] = STATS.get("foreign_calls", 0) + 1
+    if q.op == p.op and _meta(other) == _meta(p.tensors()):
+        assert_like_torch(dataclasses.replace(q, alpha=p.alpha, beta=p.beta), sel(*other), other, "same problem")
+        return
+    with pytest.raises(gemmtune.InputError, match="this Selection"):
+        sel(*other)

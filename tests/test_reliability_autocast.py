@@ -98,3 +98,28 @@ def test_autocast_under_torch_compile_with_an_opaque_numba_only_op_never_returns
 
     with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(Exception, match="bfloat16"):
         f(a, b)
+
+
+@pytest.mark.parametrize("op", ["mm", "addmm", "bmm"])
+def test_tune_under_autocast_tunes_the_cast_problem_and_its_selection_gives_torchs_dtype(op):
+    args = _operands(op)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = getattr(torch, op)(*args)
+        sel = gemmtune.tune(op, *args)  # default CPU backends: aten, NumPy and numba
+        assert sel.problem.dtype == torch.bfloat16  # every candidate was timed in torch's dtype
+        assert {t.choice.template_uid for t in sel.timings} == {f"aten_{op}"}  # numba/NumPy have no bf16
+        got = sel(*args)
+        with pytest.raises(NoCandidatesError, match="bfloat16"):
+            gemmtune.tune(op, *args, backends=("numba",))
+    assert got.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("family", ["extern", "numba"])
+def test_a_float32_selection_under_autocast_is_refused_not_float32(family):
+    a, b = _operands("mm")
+    sel = gemmtune.tune("mm", a, b, backends=(family,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.raises(gemmtune.InputError, match="tuned for torch.float32, but under torch.autocast"):
+            sel(a, b)
+    torch.testing.assert_close(sel(a, b), a @ b)  # outside autocast: the float32 problem it was tuned for

@@ -235,7 +235,7 @@ out = {}
 for m, k, n in shapes:
     torch.manual_seed(m)
     a, b = torch.randn(m, k), torch.randn(k, n)
-    sel = gemmtune.tune("mm", a, b, backends=("extern",), settings=Settings(store=url))
+    sel = gemmtune.tune("mm", a, b, backends=("extern",), settings=Settings.from_env(store=url))
     assert torch.allclose(sel(a, b), a @ b, atol=1e-4)
     out[f"{m}x{k}x{n}"] = [sel.winner.key, bool(sel.cache_hit)]
 print(json.dumps(out))

@@ -128,3 +128,12 @@ def test_tune_end_to_end_through_the_interpreter():
     templated = [t for t in sel.timings if not t.choice.is_extern]
     assert len(templated) == len(SMALL) and all(t.status == "ok" for t in templated)
     torch.testing.assert_close(sel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@needs_interp
+def test_addmm_alpha_zero_drops_nan_and_inf_of_the_operands():
+    bias, a, b = operands("addmm", 3, 40, 12, torch.float32, "row")
+    a[1, 4], b[5, 6] = float("nan"), float("-inf")  # torch.addmm(alpha=0) does not compute A @ B
+    ki, choices = run_all("addmm", (bias, a, b), alpha=0.0, beta=2.0)
+    out = TritonGemvTemplate(space=SMALL).compile(choices[0], ki, (bias, a, b))((bias, a, b))
+    torch.testing.assert_close(out, torch.addmm(bias, a, b, alpha=0.0, beta=2.0))

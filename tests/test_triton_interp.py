@@ -97,3 +97,12 @@ def test_tune_end_to_end_through_the_interpreter():
 def test_fp64_is_not_offered_to_the_triton_template():
     t = TritonMMTemplate(space=SMALL)
     assert not t.supports(KernelInputs.from_tensors("mm", torch.ones(4, 4, dtype=torch.float64), torch.ones(4, 4, dtype=torch.float64)))
+
+
+@pytest.mark.parametrize("beta", [0.5, 0.0])
+def test_addmm_alpha_zero_drops_nan_and_inf_of_the_operands(beta):
+    bias, a, b = operands("addmm", 20, 24, 18, torch.float32, "row")
+    a[3, 4], b[5, 6] = float("nan"), float("inf")  # torch.addmm(alpha=0) does not compute A @ B
+    ki, choices = run_all("addmm", (bias, a, b), alpha=0.0, beta=beta)
+    out = TritonMMTemplate(space=SMALL).compile(choices[0], ki, (bias, a, b))((bias, a, b), **choices[0].runtime_dict)
+    torch.testing.assert_close(out, torch.addmm(bias, a, b, alpha=0.0, beta=beta))

@@ -27,7 +27,7 @@ from gemmtune.core.validate import ProblemTooLargeError, available_bytes, tuning
 DOC = Path(__file__).resolve().parents[1] / "docs" / "RELIABILITY.md"
 FAST = gemmtune.Settings(store="off", cpu_rep_ms=1, finalist_rounds=1)
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),  # nested/quantized prototype warnings
-              pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]  # NaN data in NumPy
+              pytest.mark.filterwarnings("error::RuntimeWarning")]  # NaN/Inf data: no NumPy warning may reach the user
 
 
 @pytest.fixture(autouse=True)
@@ -95,6 +95,16 @@ def _nan_inf():
     a, b = T(12, 9), T(9, 11)
     a[1, 2], a[3, :], b[4, 5], b[:, 7] = float("nan"), float("inf"), float("-inf"), float("nan")
     return (a, b), {}
+
+
+def _nan_inf_operands_alpha_zero():
+    (a, b), _ = _nan_inf()
+    return (T(11), a, b), {"alpha": 0.0, "beta": 0.5}
+
+
+def _nan_everywhere_alpha_beta_zero():
+    (a, b), _ = _nan_inf()
+    return (torch.full((12, 11), float("nan")), a, b), {"alpha": 0, "beta": 0}
 
 
 def _overlapping():
@@ -231,6 +241,12 @@ CASES = [
     Case("nan_inf_data", "mm", _nan_inf, CORRECT, CORRECT),
     Case("nan_bias_with_beta_zero", "addmm",
          lambda: ((torch.full((6,), float("nan")), T(9, 7), T(7, 6)), {"beta": 0.0}), CORRECT, CORRECT),
+    Case("nan_inf_operands_with_alpha_zero", "addmm", _nan_inf_operands_alpha_zero, CORRECT, CORRECT),
+    Case("nan_everywhere_alpha_beta_zero", "addmm", _nan_everywhere_alpha_beta_zero, CORRECT, CORRECT),
+    Case("mm_alpha_not_one", "mm", lambda: ((T(4, 3), T(3, 5)), {"alpha": 2.0}),
+         Err(InputError, r"mm: alpha and beta belong to addmm only \(got alpha=2.0, beta=1.0\)"), None),
+    Case("bmm_beta_not_one", "bmm", lambda: ((T(2, 4, 3), T(2, 3, 5)), {"beta": 0.5}),
+         Err(InputError, r"bmm: alpha and beta belong to addmm only \(got alpha=1.0, beta=0.5\)"), None),
     Case("bias_0d", "addmm", lambda: ((torch.tensor(0.75), T(9, 7), T(7, 6)), {}), CORRECT, CORRECT),
     Case("bias_column", "addmm", lambda: ((T(9, 1), T(9, 7), T(7, 6)), {"alpha": -1.5}), CORRECT, CORRECT),
     Case("alpha_numpy_scalar", "addmm", lambda: ((T(6), T(9, 7), T(7, 6)), {"alpha": np.float32(0.5), "beta": 2}),
@@ -346,6 +362,58 @@ def test_bad_input_after_a_tuned_problem_is_still_validated():
         gemmtune.mm(a, b.numpy(), backends=("extern",))
     with pytest.raises(InputError, match="mat1 must be a dense strided tensor"):
         gemmtune.mm(a.to_sparse(), b, backends=("extern",))
+
+
+@pytest.mark.parametrize("backends", [("extern",), ("numba",)])
+def test_the_warm_path_refuses_what_the_cold_path_refuses(backends):
+    """After a warm-up (the problem is in the dispatch dict) the same refusals as on a first call."""
+    bias, a, b, x, y = T(5), T(4, 3), T(3, 5), T(2, 4, 3), T(2, 3, 5)
+    gemmtune.addmm(bias, a, b, backends=backends)
+    gemmtune.mm(a, b, backends=backends)
+    gemmtune.bmm(x, y, backends=backends)
+    for kw, needle in (({"alpha": True}, "alpha must be a finite real number, got bool True"),
+                       ({"alpha": 1 + 0j}, r"alpha must be a finite real number, got complex \(1\+0j\)"),
+                       ({"beta": True}, "beta must be a finite real number, got bool True"),
+                       ({"beta": 1 + 0j}, "beta must be a finite real number, got complex")):
+        with pytest.raises(InputError, match=needle):
+            gemmtune.addmm(bias, a, b, backends=backends, **kw)
+    with pytest.raises(InputError, match=r"mm: tensors are on different devices \['cpu', 'meta'\]"):
+        gemmtune.mm(a, b.to("meta"), backends=backends)
+    with pytest.raises(InputError, match="mm: mat1 is on the meta device"):
+        gemmtune.mm(a.to("meta"), b.to("meta"), backends=backends)
+    with pytest.raises(InputError, match=r"bmm: tensors are on different devices \['cpu', 'meta'\]"):
+        gemmtune.bmm(x, y.to("meta"), backends=backends)
+    with pytest.raises(InputError, match=r"addmm: tensors are on different devices \['cpu', 'meta'\]"):
+        gemmtune.addmm(bias.to("meta"), a, b, backends=backends)
+    _same(gemmtune.addmm(bias, a, b, alpha=1, beta=1.0, backends=backends), torch.addmm(bias, a, b))
+
+
+@pytest.mark.parametrize("backends", [("extern",), ("numba",)])
+def test_a_selection_refuses_operands_of_another_problem(backends):
+    a, b = T(64, 48), T(48, 80)
+    sel = gemmtune.tune("mm", a, b, backends=backends, settings=FAST)
+    foreign = [((T(8, 48), b), "tuned for mat1 of shape (64, 48), strides (48, 1), torch.float32 on cpu; got shape (8, 48)"),
+               ((T(2, 2), T(2, 2)), "got shape (2, 2)"),
+               ((a.double(), b.double()), "torch.float64 on cpu: tune that problem"),
+               ((a, T(80, 48).t()), "tuned for mat2 of shape (48, 80), strides (80, 1), torch.float32 on cpu; got shape "
+                                    "(48, 80), strides (1, 48)"),
+               ((a, b.to("meta")), "torch.float32 on meta"),
+               ((a,), "takes 2 operands, got 1"),
+               ((a, b.numpy()), "mat2 must be a torch.Tensor, got ndarray"),
+               ((a, _neg_view(48, 80)), "mat2 is a lazy negation view")]
+    for args, needle in foreign:
+        with pytest.raises(InputError, match=re.escape(needle)):
+            sel(*args)
+    _same(sel(a, b), torch.mm(a, b))
+    bias, x, y = T(80), T(2, 64, 48), T(2, 48, 80)
+    sel = gemmtune.tune("addmm", bias, a, b, backends=backends, settings=FAST)
+    with pytest.raises(InputError, match=re.escape("tuned for input of shape (80,)")):
+        sel(T(64, 80), a, b)
+    _same(sel(bias, a, b), torch.addmm(bias, a, b))
+    sel = gemmtune.tune("bmm", x, y, backends=backends, settings=FAST)
+    with pytest.raises(InputError, match=re.escape("tuned for batch1 of shape (2, 64, 48)")):
+        sel(T(3, 64, 48), T(3, 48, 80))
+    _same(sel(x, y), torch.bmm(x, y))
 
 
 def test_beyond_memory_is_checked_against_the_free_memory(monkeypatch):

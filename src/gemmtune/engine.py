@@ -14,10 +14,11 @@ import torch
 from .templates import heuristics
 from .bench.bench import Bench, Listener
 from .bench.factory import runner_for
+from .core import autocast
 from .core.choices import Choice, Selection, Timing
 from .bench.compile import CompileJob, CompileResult, Launchers, overlap_for
 from .core.errors import InputError, LayoutError, NoCandidatesError
-from .core.inputs import KernelInputs
+from .core.inputs import KernelInputs, place_operands
 from .core.layout import FixedLayout, empty_output
 from .store.lookup import LookupTable
 from .core.settings import CPU_CANNOT_WIN, Settings, isolation_for
@@ -37,6 +38,7 @@ RUN_ID = f"{os.getpid()}-{RUN_STARTED:.0f}"  # this process: a provisional pick 
 _STORES: dict[str, Store] = {}
 
 
+@autocast.tunes_cast_problem
 def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = None,
          backends: Sequence[str] | None = None, strategy: str | None = None,
          settings: Settings | None = None, alpha: float = 1.0, beta: float = 1.0,
@@ -54,6 +56,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     the pick are kept in the persistent store (`settings.store`), so a second
     tune of the same problem is a cache hit.  `store_tag` keeps a pick made for another purpose
     apart in the store (e.g. "traced": chosen among the templates a `torch.compile` trace can emit).
+    Under `torch.autocast` the operands are cast as torch would cast them for the op, and that problem
+    is tuned (its Selection then accepts the same autocast call).
 
     Example:
         >>> import torch, gemmtune
@@ -119,7 +123,7 @@ def _problem(op: str, tensors: Sequence[Any], device: str | torch.device | None,
     """The validated problem and its operands (moved to `device`, detached)."""
     if out_layout not in OUT_LAYOUTS:
         raise InputError(f"out_layout: expected None, 'row' or 'col', got {out_layout!r}")
-    placed = _place(tensors, device)
+    placed = place_operands(tensors, device)
     ki = KernelInputs.from_tensors(op, *placed, alpha=alpha, beta=beta)
     _require_work(ki)
     return ki, placed
@@ -238,20 +242,6 @@ def fit_budget(settings: Settings) -> Settings:
     if settings.budget_s is None or settings.cpu_rep_ms <= settings.budget_s * 20.0:
         return settings
     return settings.with_(cpu_rep_ms=settings.budget_s * 20.0)
-
-
-def _place(tensors: Sequence[Any], device: str | torch.device | None) -> tuple:
-    # Candidates run on data, not on the autograd graph (NumPy and out= refuse grad-tracking tensors).
-    detach = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in tensors)
-    if device is None:
-        return detach
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise InputError(f"device: {device!r} is not a device ({exc})") from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"device: {device!r} requested but CUDA is not available here")
-    return tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in detach)
 
 
 def _require_work(ki: KernelInputs) -> None:

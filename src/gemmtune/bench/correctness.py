@@ -29,19 +29,28 @@ def tolerance(ki: KernelInputs) -> float:
 
 
 def reference(ki: KernelInputs, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The op computed in float64 on the inputs' device.
+    """The op computed in float64 on the inputs' device, with torch.addmm's semantics for the scalars:
+    alpha == 0 does not compute A @ B (NaN and Inf in A or B do not reach the output), beta == 0
+    ignores the bias (NaN and Inf in it neither).
 
     Example:
         >>> a, b = torch.randn(3, 2), torch.randn(2, 4)
         >>> reference(KernelInputs.from_tensors("mm", a, b), (a, b)).dtype
         torch.float64
+        >>> a[0, 0] = float("nan")
+        >>> bias = torch.ones(4)
+        >>> reference(KernelInputs.from_tensors("addmm", bias, a, b, alpha=0.0), (bias, a, b)).isnan().any().item()
+        False
     """
     bias, a, b = split_operands(ki, tensors)
-    out = torch.matmul(a.double(), b.double())
-    if bias is not None:
-        out = ki.alpha * out
-        if ki.beta != 0.0:
-            out = out + ki.beta * bias.double()
+    if bias is None:
+        return torch.matmul(a.double(), b.double())
+    if ki.alpha != 0.0:
+        out = ki.alpha * torch.matmul(a.double(), b.double())
+    else:
+        out = torch.zeros(ki.out_size, dtype=torch.float64, device=a.device)
+    if ki.beta != 0.0:
+        out = out + ki.beta * bias.double()
     return out
 
 
@@ -60,6 +69,13 @@ def check(ki: KernelInputs, out: torch.Tensor, ref: torch.Tensor) -> str | None:
     bad = torch.isnan(o) & ~torch.isnan(ref)
     if bool(bad.any()):
         return f"{int(bad.sum())} elements NaN or unwritten"
+    # NaN and Inf in the operands are data: the output has them exactly where the reference has them.
+    lost = torch.isnan(ref) & ~torch.isnan(o)
+    if bool(lost.any()):
+        return f"{int(lost.sum())} elements not NaN where the reference is NaN"
+    inf = torch.isinf(ref)
+    if bool(inf.any()) and not bool((o[inf] == ref[inf]).all()):
+        return "elements that are infinite in the reference differ from it"
     # Overflow of the output dtype is data: where the reference rounded to that dtype is
     # infinite the candidate must give the same infinity; elsewhere it is compared in float64.
     rounded = ref.to(out.dtype).double() if out.dtype != torch.float64 else ref

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Callable, Mapping
 
+import torch
+
+from . import autocast
+from .errors import InputError
 from .layout import FixedLayout, FlexibleLayout
 
 Params = tuple[tuple[str, Any], ...]
@@ -140,6 +145,80 @@ class Selection:
         return len(self.timings)
 
     def __call__(self, *tensors: Any) -> Any:
+        """Run the winner on operands of the problem it was tuned for (shapes, strides, dtypes, device).
+
+        Operands of another problem raise InputError (the winner's kernel was built for this one: it
+        would compute garbage of the wrong size); under `torch.autocast` the operands are first cast
+        as torch would cast them, so the result has torch's dtype or the call is refused.
+
+        Example:
+            >>> import torch, gemmtune
+            >>> a, b = torch.randn(8, 4), torch.randn(4, 6)
+            >>> sel = gemmtune.tune("mm", a, b, backends=("extern",))
+            >>> torch.allclose(sel(a, b), a @ b)
+            True
+            >>> sel(torch.randn(2, 4), b)
+            Traceback (most recent call last):
+            ...
+            gemmtune.core.errors.InputError: mm(8x4, 4x6): this Selection was tuned for mat1 of shape (8, 4), strides (4, 1), torch.float32 on cpu; got shape (2, 4), strides (4, 1), torch.float32 on cpu: tune that problem (gemmtune.tune), or call gemmtune.mm, which tunes each problem it meets
+        """
         if self.kernel is None:
             raise RuntimeError("this Selection has no kernel attached")
+        if autocast.enabled() and autocast.active_for(tensors):
+            cast = autocast.cast(tensors)
+            if _operand_key(cast) != self._expected_key:
+                raise InputError(self._mismatch(cast, torch.get_autocast_dtype(tensors[-2].device.type)))
+            with autocast.disabled(cast):
+                return self.kernel(*cast)
+        if _operand_key(tensors) != self._expected_key:
+            raise InputError(self._mismatch(tensors, None))
         return self.kernel(*tensors)
+
+    @cached_property
+    def _expected(self) -> tuple[tuple[str, tuple, tuple, Any, torch.device], ...]:
+        """(argument name, shape, strides, dtype, device) of each operand of the tuned problem."""
+        names = {"mm": ("mat1", "mat2"), "bmm": ("batch1", "batch2"), "addmm": ("input", "mat1", "mat2")}
+        return tuple((name, tuple(m.size), tuple(m.stride), m.dtype, torch.device(m.device))
+                     for name, m in zip(names[self.problem.op], self.problem.operands))
+
+    @cached_property
+    def _expected_key(self) -> tuple:
+        """What `_operand_key` gives for operands of the tuned problem."""
+        return tuple(x for _, size, stride, dtype, device in self._expected
+                     for x in (torch.Size(size), stride, dtype, device, False))
+
+    def _mismatch(self, tensors: tuple, autocast_dtype: torch.dtype | None) -> str:
+        """Why `tensors` are not operands of this Selection's problem."""
+        head = f"{self.problem.describe()}: this Selection"
+        fix = f"tune that problem (gemmtune.tune), or call gemmtune.{self.problem.op}, which tunes each problem it meets"
+        if len(tensors) != len(self._expected):
+            return f"{head} takes {len(self._expected)} operands, got {len(tensors)}"
+        for t, (name, size, stride, dtype, device) in zip(tensors, self._expected):
+            if not isinstance(t, torch.Tensor):
+                return f"{head}: {name} must be a torch.Tensor, got {type(t).__name__}"
+            if autocast_dtype is not None and t.dtype != dtype:
+                return (f"{head} was tuned for {dtype}, but under torch.autocast the operands are cast to "
+                        f"{autocast_dtype} as torch would cast them: tune under the same autocast, or call "
+                        f"it outside autocast")
+            if t.is_neg():
+                return f"{head}: {name} is a lazy negation view (negative bit set); call .resolve_neg() first"
+            if (t.shape, t.stride(), t.dtype, t.device) != (size, stride, dtype, device):
+                return (f"{head} was tuned for {name} of shape {size}, strides {stride}, {dtype} on {device}; got "
+                        f"shape {tuple(t.shape)}, strides {t.stride()}, {t.dtype} on {t.device}: {fix}")
+        return f"{head}: the operands do not match the tuned problem"
+
+
+def _operand_key(tensors: tuple) -> tuple | None:
+    """Shape, strides, dtype, device and negative bit of each operand, in one flat tuple (None: not
+    tensors, or not 2 or 3 of them).  Built inline: this is `Selection.__call__`'s per-call check."""
+    try:
+        if len(tensors) == 2:
+            a, b = tensors
+            return (a.shape, a.stride(), a.dtype, a.device, a.is_neg(), b.shape, b.stride(), b.dtype, b.device, b.is_neg())
+        if len(tensors) == 3:
+            c, a, b = tensors
+            return (c.shape, c.stride(), c.dtype, c.device, c.is_neg(), a.shape, a.stride(), a.dtype, a.device,
+                    a.is_neg(), b.shape, b.stride(), b.dtype, b.device, b.is_neg())
+    except (AttributeError, TypeError, RuntimeError):  # not tensors, or tensors without strides (sparse)
+        pass
+    return None

@@ -170,3 +170,23 @@ class KernelInputs:
         """Stable text key: equal for problems a tuning result can be shared between."""
         body = json.dumps({**self.to_dict(), "device": self.device_type}, sort_keys=True, separators=(",", ":"))
         return f"{self.describe()}/{dtype_name(self.dtype)}/" + hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def place_operands(tensors: Any, device: str | torch.device | None) -> tuple:
+    """The operands detached (candidates run on data, not on the autograd graph: NumPy and `out=` refuse
+    grad-tracking tensors) and moved to `device` when one is given.
+
+    Example:
+        >>> [t.requires_grad for t in place_operands((torch.ones(2, requires_grad=True),), None)]
+        [False]
+    """
+    detach = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in tensors)
+    if device is None:
+        return detach
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InputError(f"device: {device!r} is not a device ({exc})") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device: {device!r} requested but CUDA is not available here")
+    return tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in detach)

@@ -67,6 +67,9 @@ def validate_operands(op: str, tensors: Sequence[Any], alpha: Any = 1.0, beta: A
         _check_tensor(op, name, t)
     _check_scalar(op, "alpha", alpha)
     _check_scalar(op, "beta", beta)
+    if op != "addmm" and (float(alpha) != 1.0 or float(beta) != 1.0):
+        raise InputError(f"{op}: alpha and beta belong to addmm only (got alpha={alpha!r}, beta={beta!r}); "
+                         f"scale the result, or use addmm")
     for name, t, rank in zip(names, tensors, _RANKS[op]):
         if rank is not None and t.dim() != rank:
             hint = " (a 4-D activation must be reshaped to 2-D first)" if op == "mm" and t.dim() == 4 else ""

@@ -2,8 +2,8 @@
 
 The first call for a problem tunes it (`gemmtune.tune`); every later call looks the winner up in
 an in-process dict (one per op) and runs it.  That warm path is kept lean: the key is a plain tuple
-of the operands' shapes, strides and dtypes, mat1's device, the addmm scalars, `backends` and
-`out_layout` (no validation, no logging: a miss validates, then tunes); the dict holds `torch.mm` /
+of the operands' shapes, strides, dtypes and devices, the addmm scalars and their types, `backends`
+and `out_layout` (no validation, no logging: a miss validates, then tunes); the dict holds `torch.mm` /
 `torch.bmm` themselves for an aten winner, else the Selection's kernel behind an autograd check.
 
 Calls that need a gradient through a generated kernel (numba, Triton, NumPy) run it inside a
@@ -27,8 +27,8 @@ import torch
 
 from .. import engine
 from ..core.errors import InputError, NoCandidatesError
-from . import autocast as _ac
-from .autograd import TunedAddmm, TunedMM
+from ..core import autocast as _ac
+from .autograd import TunedAddmm, TunedMM, gemms_for, redispatch, transform_runner
 from .binding import bound_on_first_call
 
 __all__ = ["mm", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "dispatched"]
@@ -56,6 +56,7 @@ _grad_enabled = torch.is_grad_enabled
 _torch_mm = torch.mm
 _torch_bmm = torch.bmm
 _autocast_on = _ac.enabled
+_func_active = torch._C._are_functorch_transforms_active  # torch.func.grad / vmap / jacrev ... around the call
 
 
 # -- the public functions ------------------------------------------------------------------------
@@ -84,7 +85,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | None
     if _autocast_on():  # one C call; casts only under torch.autocast (gemmtune.dispatch.autocast)
         a, b = _ac.cast((a, b))
     try:
-        fn = _MM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
+        fn = _MM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device, backends,
+                   out_layout)]
     except Exception:  # noqa: BLE001 - a miss; or not tensors, no strides, unhashable backends: it says why
         fn = _miss("mm", (a, b), 1.0, 1.0, backends, out_layout)
     else:
@@ -111,7 +113,8 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | Non
     if _autocast_on():  # one C call; casts only under torch.autocast (gemmtune.dispatch.autocast)
         a, b = _ac.cast((a, b))
     try:
-        fn = _BMM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, backends, out_layout)]
+        fn = _BMM[(a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device, backends,
+                   out_layout)]
     except Exception:  # noqa: BLE001 - a miss; or not tensors, no strides, unhashable backends: it says why
         fn = _miss("bmm", (a, b), 1.0, 1.0, backends, out_layout)
     else:
@@ -141,13 +144,17 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
     if _autocast_on():
         bias, a, b = _ac.cast((bias, a, b))
     try:
-        fn = _ADDMM[(bias.shape, bias.stride(), bias.dtype, a.shape, a.stride(), a.dtype, a.device,
-                     b.shape, b.stride(), b.dtype, alpha, beta, backends, out_layout)]
+        fn = _ADDMM[(bias.shape, bias.stride(), bias.dtype, bias.device, a.shape, a.stride(), a.dtype, a.device,
+                     b.shape, b.stride(), b.dtype, b.device, alpha, alpha.__class__, beta, beta.__class__, backends,
+                     out_layout)]
     except Exception:  # noqa: BLE001 - a miss; or not tensors, no strides, unhashable backends: it says why
         fn = _miss("addmm", (bias, a, b), alpha, beta, backends, out_layout)
     else:
         next(_HITS)
     return fn(bias, a, b)
+
+
+_OPS: dict[str, Callable[..., torch.Tensor]] = {"mm": mm, "addmm": addmm, "bmm": bmm}  # the Functions call them again
 
 
 def clear_dispatch_cache() -> None:
@@ -260,19 +267,15 @@ def replace_runner(op: str, old: Callable, new: Callable, keys: Sequence[tuple] 
 # -- the miss path -------------------------------------------------------------------------------
 
 def _key(op: str, tensors: Sequence[torch.Tensor], alpha: Any, beta: Any, backends: Any, out_layout: Any) -> tuple:
-    """The warm path's key, built the slow way: it must equal the inline tuples of mm/addmm/bmm.
-
-    Shape, strides and dtype of every operand, and the device of mat1 only:
-    one attribute read less per operand on the warm path.  The price: once a
-    problem is in the dict, a call with the same metadata but mat2 (or bias) on
-    another device is not validated again and fails with torch's own
-    device-mismatch error instead of `InputError`.
-    """
+    """The warm path's key, built the slow way: it must equal the inline tuples of mm/addmm/bmm.  Shape,
+    strides, dtype and device of every operand, addmm's scalars with their types (True and 1+0j equal 1.0
+    in a dict, but the cold path refuses them): the warm path refuses what the cold path refuses."""
     a, b = tensors[-2], tensors[-1]
-    mats = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype)
+    mats = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device)
     if op == "addmm":
         bias = tensors[0]
-        return (bias.shape, bias.stride(), bias.dtype) + mats + (alpha, beta, backends, out_layout)
+        return ((bias.shape, bias.stride(), bias.dtype, bias.device) + mats
+                + (alpha, alpha.__class__, beta, beta.__class__, backends, out_layout))
     return mats + (backends, out_layout)
 
 
@@ -283,6 +286,8 @@ def _miss(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
     from ..core.settings import check_backends
     from ..core.validate import check_backends_arg, validate_operands
 
+    if _func_active():  # nothing is tuned on wrapped operands: the plain problem is, one level down
+        return transform_runner(_OPS, op, alpha, beta, backends, out_layout)
     table = _TABLES[op]
     with _LOCK:
         try:
@@ -345,24 +350,27 @@ def _runner(op: str, sel: Any, alpha: float, beta: float, backends: tuple[str, .
         if op == "bmm" and uid == "aten_bmm":
             return _torch_bmm
     cell = bound_on_first_call(sel.kernel)  # cell[0]: the kernel, bound to this problem once called
+    gemms = gemms_for(_OPS, op, backends)
+    again = redispatch(_OPS, op, alpha, beta, backends, out_layout)  # under torch.func: one level down
     if op == "addmm":
-        grad_mm = functools.partial(mm, backends=backends)
-
         def run_addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            if _func_active():
+                return TunedAddmm.apply(bias, a, b, again, gemms, alpha, beta)
             if a.is_neg() or b.is_neg() or bias.is_neg():  # lazy negation views: kernels read raw memory
                 bias, a, b = bias.resolve_neg(), a.resolve_neg(), b.resolve_neg()
             if (a.requires_grad or b.requires_grad or bias.requires_grad) and _grad_enabled():
-                return TunedAddmm.apply(bias, a, b, cell[0], grad_mm, alpha, beta)
+                return TunedAddmm.apply(bias, a, b, cell[0], gemms, alpha, beta)
             return cell[0](bias, a, b)
 
         return run_addmm
-    grad_fn = functools.partial(mm if op == "mm" else bmm, backends=backends)
 
     def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if _func_active():
+            return TunedMM.apply(a, b, again, gemms)
         if a.is_neg() or b.is_neg():  # lazy negation views (x.conj().imag): kernels read raw memory
             a, b = a.resolve_neg(), b.resolve_neg()
         if (a.requires_grad or b.requires_grad) and _grad_enabled():
-            return TunedMM.apply(a, b, cell[0], grad_fn)
+            return TunedMM.apply(a, b, cell[0], gemms)
         return cell[0](a, b)
 
     return run
@@ -397,7 +405,6 @@ def library_runner(op: str, alpha: float, beta: float, out_layout: str | None) -
     if out_layout != "col":
         return fn
     return lambda *t: to_col(fn(*t))
-
 
 
 # -- helpers shared with gemmtune.dispatch.library ---------------------------------------------------------------

@@ -142,3 +142,17 @@ def split_operands(ki: KernelInputs, tensors: Sequence[torch.Tensor]):
     if ki.op == "addmm":
         return tensors[0], tensors[1], tensors[2]
     return None, tensors[0], tensors[1]
+
+
+def bias_only(out: torch.Tensor, bias: torch.Tensor | None, beta: float) -> torch.Tensor:
+    """`out` set to addmm's result when alpha == 0: `beta * bias`, or zeros where there is no bias
+    (beta == 0).  torch.addmm does not compute A @ B then, so NaN and Inf in A or B do not reach the
+    output; a kernel that multiplied its product by 0 would turn them into NaN.
+
+    Example:
+        >>> bias_only(torch.empty(2, 3), torch.ones(3), 2.0).tolist(), bias_only(torch.empty(1, 2), None, 0.0).tolist()
+        ([[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]], [[0.0, 0.0]])
+    """
+    if bias is None:
+        return out.zero_()
+    return out.copy_(bias.expand_as(out)).mul_(beta)

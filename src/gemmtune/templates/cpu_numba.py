@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import threading
 from pathlib import Path
 from string import Template as _SourceTemplate
@@ -36,7 +37,8 @@ import torch
 
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs
-from .base import Launcher, Template, pow2_at_least, source_hash, split_operands, unique_configs
+from .base import Launcher, Template, bias_only, pow2_at_least, source_hash, split_operands, unique_configs
+from .numba_fork import fork_safe
 from .numba_load import forget, load_module
 
 GROUPS = (1, 4, 16)
@@ -257,6 +259,15 @@ def _full_optimization():
             codegen._loopvect, codegen._opt_level = old
 
 
+def _after_fork_in_child() -> None:
+    global _OPT_LOCK
+    _OPT_LOCK = threading.Lock()  # a thread of the parent may have held it (numba_load renews its own)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 # -- the launcher -----------------------------------------------------------------
 
 
@@ -305,6 +316,8 @@ class NumbaMMTemplate(Template):
             bias, a, b = split_operands(ki, tensors)
             if out is None:
                 out = torch.empty(ki.out_size, dtype=dtype)
+            if alpha == 0.0:  # torch.addmm's semantics: A @ B is not computed (its NaN/Inf do not propagate)
+                return bias_only(out, bias if has_bias else None, beta)
             _call(gemm, bias if has_bias else None, a, b, out, batch, M, N, K, alpha, beta, group)
             return out
 
@@ -326,6 +339,7 @@ def _call(gemm, bias: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, out
           batch: int, M: int, N: int, K: int, alpha: float, beta: float, group: int) -> None:
     """Run the compiled kernel on torch tensors (any non-negative strides); bias=None means no bias."""
     dtype = out.dtype
+    gemm = fork_safe(gemm)
     fa, sa = _flat(a, dtype)
     fb, sb = _flat(b, dtype)
     fc, sc = _flat(out, dtype)

@@ -12,7 +12,7 @@ import torch
 
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs
-from .base import Launcher, Template, split_operands
+from .base import Launcher, Template, bias_only, split_operands
 
 
 class AtenTemplate(Template):
@@ -86,13 +86,18 @@ class NumpyTemplate(Template):
             bias, a, b = split_operands(ki, tensors)
             if out is None:
                 out = torch.empty(ki.out_size, dtype=ki.dtype)
+            if alpha == 0.0:  # torch.addmm's semantics: A @ B is not computed (its NaN/Inf do not propagate)
+                return bias_only(out, bias if beta != 0.0 else None, beta)
             o = out.detach().numpy()
-            np.matmul(a.detach().numpy(), b.detach().numpy(), out=o)
-            if bias is not None:
-                if alpha != 1.0:
-                    o *= alpha
-                if beta != 0.0:
-                    o += beta * bias.detach().numpy()
+            # NaN and Inf are data: torch.mm computes them without a word, so NumPy's "invalid value"
+            # and "overflow" warnings are silenced for this call (errstate is scoped to it and this thread).
+            with np.errstate(invalid="ignore", over="ignore"):
+                np.matmul(a.detach().numpy(), b.detach().numpy(), out=o)
+                if bias is not None:
+                    if alpha != 1.0:
+                        o *= alpha
+                    if beta != 0.0:
+                        o += beta * bias.detach().numpy()
             return out
 
         return launch

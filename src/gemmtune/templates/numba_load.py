@@ -35,6 +35,15 @@ _MODULES: dict[str, ModuleType] = {}
 _LOAD_LOCK = threading.RLock()
 
 
+def _after_fork_in_child() -> None:
+    global _LOAD_LOCK
+    _LOAD_LOCK = threading.RLock()  # a thread of the parent may have held it: a fork child starts free
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _fallback_dir() -> Path:
     user = os.getuid() if hasattr(os, "getuid") else os.getpid()
     return Path(tempfile.gettempdir()) / f"gemmtune-{user}" / "numba"

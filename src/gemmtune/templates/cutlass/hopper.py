@@ -240,7 +240,8 @@ class CutlassHopperTemplate(Template):
 
     def supports(self, ki: KernelInputs) -> bool:
         return (ki.device_type == "cuda" and ki.op in OPS and ki.dtype in DTYPES and self.available()
-                and tma_layout(ki) is not None and (ki.op != "addmm" or ki.beta in (0.0, 1.0)))
+                and tma_layout(ki) is not None
+                and (ki.op != "addmm" or (ki.beta in (0.0, 1.0) and ki.alpha != 0.0)))  # alpha 0: no product
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
         from ..triton.base import smem_limit

@@ -65,9 +65,11 @@ def dot_k_range(A, B, pid_z, ram, rbn, k_first, k_last, K,
 @triton.jit
 def alpha_bias(acc, BIAS, rm, rn, M, N, stride_biasm, stride_biasn, alpha, beta,
                HAS_BIAS: tl.constexpr, SCALED: tl.constexpr):
-    """`alpha * acc + beta * bias[rm, rn]` in fp32 (each term only where the op asks for it)."""
+    """`alpha * acc + beta * bias[rm, rn]` in fp32 (each term only where the op asks for it).
+
+    alpha == 0 drops the product as torch.addmm does (NaN or Inf in A or B do not reach the output)."""
     if SCALED:
-        acc = acc * alpha
+        acc = tl.where(alpha == 0.0, 0.0, acc * alpha)
     if HAS_BIAS:
         mask = (rm[:, None] < M) & (rn[None, :] < N)
         bias = tl.load(BIAS + rm[:, None] * stride_biasm + rn[None, :] * stride_biasn, mask=mask, other=0.0)

@@ -36,7 +36,7 @@ def gemv_kernel(A, B, C, BIAS, M, N, K,
         acc += b * a[None, :]
     out = tl.sum(acc, axis=1)
     if SCALED:
-        out = out * alpha
+        out = tl.where(alpha == 0.0, 0.0, out * alpha)  # alpha == 0 drops the product, as torch.addmm does
     if HAS_BIAS:
         bias = tl.load(BIAS + m * stride_biasm + rn * stride_biasn, mask=n_ok, other=0.0).to(tl.float32)
         out = out + beta * bias
