@@ -257,16 +257,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def summary_table(results) -> Table:
+    """One row per tuned problem; '-' where there is no time (a single untimed candidate, e.g. bf16 on CPU)."""
     table = Table(title="gemmtune summary")
     for col in ("shape", "problem", "winner", "ms", "TFLOP/s", "best extern ms", "vs extern", "choices",
                 "runs", "tuning s"):
-        table.add_column(col, justify="left" if col in ("shape", "problem", "winner") else "right")
+        table.add_column(col, justify="left" if col in ("shape", "problem", "winner") else "right",
+                         overflow="fold")
     for spec, sel in results:
         ext = [t.ms for t in sel.timings if t.choice.is_extern and t.ms is not None]
-        ext_ms = min(ext) if ext else None
-        table.add_row(spec.name or "-", spec.describe(), f"{sel.winner.name} {sel.winner.description}",
-                      f"{sel.winner_ms:.4f}", f"{sel.problem.flops / sel.winner_ms / 1e9:.1f}",
-                      f"{ext_ms:.4f}" if ext_ms else "-", f"{ext_ms / sel.winner_ms:.3f}x" if ext_ms else "-",
+        ext_ms, ms = (min(ext) if ext else None), sel.winner_ms
+        table.add_row(spec.name or "-", spec.describe(), sel.winner.key,
+                      f"{ms:.4f}" if ms else "-", f"{sel.problem.flops / ms / 1e9:.3g}" if ms else "-",
+                      f"{ext_ms:.4f}" if ext_ms else "-", f"{ext_ms / ms:.3f}x" if ext_ms and ms else "-",
                       str(sel.n_choices), str(sel.benchmark_runs), f"{sel.tuning_s:.2f}")
     return table
 

@@ -1,0 +1,44 @@
+"""A newcomer's first hour on CPU: the documented commands, run end to end as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GEMMTUNE_CACHE_DIR": str(tmp_path / "cache")}
+
+
+def _gemmtune(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gemmtune", *args], capture_output=True, text=True,
+                          env=_env(tmp_path), timeout=300)
+
+
+def _tiny_suite(tmp_path: Path) -> str:
+    """bench/shapes.json's format: a float32 shape and a bfloat16 one (a single untimed candidate on CPU)."""
+    shapes = [{"name": "tiny-f32", "op": "mm", "M": 32, "K": 32, "N": 32, "dtype": "float32", "b_layout": "row"},
+              {"name": "tiny-bf16", "op": "mm", "M": 32, "K": 32, "N": 32, "dtype": "bfloat16", "b_layout": "col"}]
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps({"shapes": shapes}))
+    return str(path)
+
+
+def test_documented_suite_command_prints_the_summary_with_an_untimed_bf16_winner(tmp_path):
+    suite, out_json = _tiny_suite(tmp_path), str(tmp_path / "sel.json")
+    run = _gemmtune(tmp_path, "tune", "--suite", suite, "--device", "cpu", "--json", out_json)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "error" not in run.stderr
+    summary = run.stdout[run.stdout.index("gemmtune summary"):]
+    bf16_row = next(line for line in summary.splitlines() if "tiny-bf16" in line)
+    assert "aten_mm" in bf16_row and " - " in bf16_row  # no time: '-', not a crash
+    results = json.loads(Path(out_json).read_text())["results"]
+    assert [r["name"] for r in results] == ["tiny-f32", "tiny-bf16"]
+    again = _gemmtune(tmp_path, "tune", "--suite", suite, "--device", "cpu")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("cache hit:") == 2 and "gemmtune summary" in again.stdout
