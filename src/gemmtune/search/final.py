@@ -20,7 +20,10 @@ hits all alike) and the fastest wins, under two rules that favour the library ke
 
 `final_decision` also says whether the pick was a tie within the noise (`noisy`) and whether the
 final was taken under heavy noise (`provisional`: a spread above `noise_limit`), which the engine
-stores so that a later tune re-checks the pick instead of trusting it for good.
+stores so that a later tune re-checks the pick instead of trusting it for good.  A pick that is not
+the library kernel and was not re-timed in the final together with it (a lone stage-1 time, a
+budget that ran out before the re-time) is provisional too: one cheap run on a loaded CPU can read
+10x fast, and such a time is never stored as a settled pick.
 
 `final_pick` is pure over what it is handed, so the engine (a Bench's records and interleaved
 re-time) and the offline replays (recorded times standing in for both) decide alike.
@@ -141,7 +144,8 @@ def final_decision(ranked: Sequence[Measured], records: Mapping[Choice, Timing],
     if len(finalists) == 1:
         return Decision(finalists[0])
     if budget_exhausted:
-        return Decision(finalists[0], provisional=_noise(records, finalists) > rule.noise_limit)
+        return Decision(finalists[0], provisional=_noise(records, finalists) > rule.noise_limit
+                        or not _settled(finalists[0], best_extern, records))
     if stored_pick in finalists and all(records[c].stage == "store" for c in finalists):
         return Decision(stored_pick)  # nothing new reached the final: the stored decision stands
     if not rule.library_final and all(c.is_extern for c in finalists):  # no generated kernel at stake
@@ -155,7 +159,22 @@ def final_decision(ranked: Sequence[Measured], records: Mapping[Choice, Timing],
     # The noise that decided: the re-timed finalists' (on CPU a finalist twice as slow as the fastest is not
     # re-timed, `Bench.retime`, and its cheaper earlier timing says nothing about the pick); none: the pick's.
     decided = [c for c in finalists if records[c].stage == "finalist"] or [pick]
-    return Decision(pick, noisy=_tied(pick, finalists, records), provisional=_noise(records, decided) > rule.noise_limit)
+    return Decision(pick, noisy=_tied(pick, finalists, records), provisional=_noise(records, decided) > rule.noise_limit
+                    or not _settled(pick, best_extern, records))
+
+
+def _settled(pick: Choice, library: Choice | None, records: Mapping[Choice, Timing]) -> bool:
+    """The pick is the best library kernel (or there is none), or both were re-timed in the final.
+
+    Example:
+        >>> lib, gen = Choice("aten_mm", None), Choice("numba_mm", "h", family="numba")
+        >>> records = {lib: Timing(lib, 7.6, "final"), gen: Timing(gen, 0.5, "prescreen")}
+        >>> _settled(gen, lib, records), _settled(lib, lib, records)
+        (False, True)
+    """
+    if library is None or pick == library:
+        return True
+    return all(records[c].stage in ("finalist", "store") for c in (pick, library))
 
 
 def _beats(gen: Timing, lib: Timing, rule: FinalRule) -> bool:
