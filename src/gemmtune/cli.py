@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    + effort_help())
     t.add_argument("--budget-s", type=float, default=None,
                    help="cap tuning wall time: stop and return the best so far (library kernels timed first)")
-    t.add_argument("--backends", default=None, help="comma-separated families: extern,triton,numba")
+    t.add_argument("--backends", default=None, help="comma-separated families: extern (torch's library kernels), "
+                   "numpy, triton, numba, cutlass (default: the device's own; docs/USAGE.md)")
     t.add_argument("--json", dest="json_path", default=None, help="write the Selection(s) as JSON here")
     t.add_argument("--rows", type=int, default=None, help="rows of the AUTOTUNE table (default 20)")
     t.add_argument("--store", default=None, help="where picks are kept: a SQLite path, 'memory' or 'off' "

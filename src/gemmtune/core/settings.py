@@ -16,10 +16,12 @@ from typing import Any, Callable, Mapping
 from .errors import BackendError, SettingsError
 from .spec import Spec, parse_int
 
-FAMILIES = ("extern", "triton", "numba", "cutlass")
+FAMILIES = ("extern", "numpy", "triton", "numba", "cutlass")
 """Backend family names accepted by `backends=`:
 
-- ``extern``: library kernels (cuBLAS through aten on GPU; torch.mm/oneDNN and NumPy BLAS on CPU)
+- ``extern``: torch's own library kernels (cuBLAS through aten on GPU; torch.mm/oneDNN on CPU)
+- ``numpy``: NumPy's BLAS (CPU float32/float64): a library kernel on its own thread pool, so it is
+  left out of a patched model's CPU pool by default (`gemmtune.patch`, docs/PERFORMANCE.md)
 - ``triton``: the Triton GEMM template (NVIDIA GPUs)
 - ``numba``: the JIT-compiled tiled CPU template
 - ``cutlass``: the CuTe DSL Hopper template (optional extra `gemmtune[cutlass]`; opt-in: only a
@@ -63,7 +65,7 @@ def _families(backends: Any) -> tuple[str, ...]:
     if isinstance(backends, str):
         backends = tuple(b.strip() for b in backends.split(",") if b.strip())
     elif not isinstance(backends, (tuple, list)) or not all(isinstance(b, str) for b in backends):
-        raise ValueError(f"expected None, a string or a tuple of family names ('extern', 'triton', 'numba', 'cutlass'), "
+        raise ValueError(f"expected None, a string or a tuple of family names ({', '.join(map(repr, FAMILIES))}), "
                          f"got {type(backends).__name__} {backends!r}")
     backends = tuple(backends)
     unknown = [b for b in backends if b not in FAMILIES]
@@ -177,7 +179,8 @@ class Settings:
     """
 
     backends: tuple[str, ...] | None = _f(None, Spec(
-        "choice", "backend families to tune (comma-separated); none: every family available on the device",
+        "choice", "backend families to tune (comma-separated); none: every family native to the device "
+        "(a patched layer on CPU leaves out numpy, docs/PERFORMANCE.md)",
         choices=FAMILIES, optional=True, parser=str, checker=_families, type_text="families",
         range_note="any of " + ", ".join(FAMILIES), error=BackendError))
     strategy: str = _f("model_pruned", _choice(

@@ -70,10 +70,14 @@ class AtenBiasAddmmTemplate(Template):
 
 
 class NumpyTemplate(Template):
-    """NumPy's matmul (its BLAS: OpenBLAS or MKL) on CPU float32/float64."""
+    """NumPy's matmul (its BLAS: OpenBLAS or MKL) on CPU float32/float64.
+
+    Its own family ("numpy"): it runs on NumPy's BLAS thread pool, not torch's, so next to torch's
+    ops (a model's LayerNorm, another layer) the two pools fight over the cores (docs/PERFORMANCE.md).
+    A patched model's CPU pool leaves it out unless its `backends` names "numpy"."""
 
     uid = "numpy_blas"
-    family = "extern"
+    family = "numpy"
     native_devices = ("cpu",)
 
     def supports(self, ki: KernelInputs) -> bool:
