@@ -42,3 +42,36 @@ def test_documented_suite_command_prints_the_summary_with_an_untimed_bf16_winner
     again = _gemmtune(tmp_path, "tune", "--suite", suite, "--device", "cpu")
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stdout.count("cache hit:") == 2 and "gemmtune summary" in again.stdout
+
+
+def _python(tmp_path: Path, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(tmp_path),
+                          timeout=120)
+
+
+def test_import_prints_nothing_where_triton_is_missing(tmp_path):
+    """torch's triton_op warns once per registration where Triton is not installed: not on our import."""
+    code = ("import sys; sys.modules['triton'] = None\n"  # as on a machine without Triton
+            "import torch, gemmtune\n"
+            "gemmtune.mm(torch.ones(2, 2), torch.ones(2, 2), backends=('extern',))\n"  # registers the ops
+            "assert hasattr(torch.ops.gemmtune, 'traced_mm')\n")
+    run = _python(tmp_path, code)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (run.stdout, run.stderr) == ("", "")
+
+
+def test_help_imports_no_torch(tmp_path):
+    code = ("import json, runpy, sys\n"
+            "for argv in (['--help'], ['tune', '--help'], ['cache', '--help'], ['inductor-table', '--help']):\n"
+            "    sys.argv = ['gemmtune', *argv]\n"
+            "    try:\n"
+            "        runpy.run_module('gemmtune', run_name='__main__', alter_sys=True)\n"
+            "    except SystemExit as exc:\n"
+            "        assert exc.code == 0, exc.code\n"
+            "sys.stderr.write(json.dumps(sorted(sys.modules)))\n")
+    run = _python(tmp_path, code)
+    assert run.returncode == 0, run.stderr[-2000:]
+    loaded = json.loads(run.stderr)
+    heavy = [m for m in loaded if m.split(".")[0] in ("torch", "numpy", "numba", "triton")]
+    assert heavy == [] and "usage: gemmtune" in run.stdout
+    assert "gemmtune.cli" in loaded and "gemmtune.engine" not in loaded

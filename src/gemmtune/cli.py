@@ -6,30 +6,42 @@ import argparse
 import logging
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
-import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from .core.errors import GemmtuneError, InputError
-from .core.inputs import parse_dtype
-from .core.validate import ProblemTooLargeError, available_bytes, tuning_bytes
 from .core.version import __version__
-from .report import autotune_table, run_info, selection_dict, write_json
-from .core.settings import EFFORTS, Settings, effort_help
-from .search import STRATEGIES
-from .offline.suite import ProblemSpec, load_suite
-from .engine import shared_store, tune
+from .core.settings import EFFORTS, STRATEGY_NAMES, Settings, effort_help
+
+if TYPE_CHECKING:  # the commands import what they need when they run: `gemmtune --help` imports no torch
+    from rich.table import Table
+
+    from .offline.suite import ProblemSpec
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 PIPED_WIDTH = 10_000  # columns of output that is not a terminal: nothing cut or wrapped
 
 
+def tune(*args, **kwargs):
+    """`gemmtune.tune`, imported when a command first tunes."""
+    from .engine import tune as tune_
+
+    return tune_(*args, **kwargs)
+
+
+def available_bytes(device):
+    """`gemmtune.core.validate.available_bytes`, imported when a command first checks a size."""
+    from .core.validate import available_bytes as available
+
+    return available(device)
+
+
 def default_device() -> str:
+    import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -50,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--b-layout", choices=("row", "col"), default="row",
                    help="col: B is the transpose of a contiguous [N,K] weight, as in nn.Linear")
     t.add_argument("--device", default=None, help="cuda|cpu (default: cuda when present)")
-    t.add_argument("--strategy", choices=sorted(STRATEGIES), default=None)
+    t.add_argument("--strategy", choices=sorted(STRATEGY_NAMES), default=None)
     t.add_argument("--top-x", type=int, default=None, help="prescreen: configs kept after stage 1")
     t.add_argument("--effort", choices=tuple(EFFORTS), default=None,
                    help="a preset under the other settings (explicit flags and GEMMTUNE_* variables win). "
@@ -107,6 +119,8 @@ def add_inductor_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_inductor_table(args: argparse.Namespace) -> int:
     from . import inductor
+    from .engine import shared_store
+    from .offline.suite import ProblemSpec, load_suite
 
     inductor.require()
     if args.few < 1:
@@ -136,6 +150,7 @@ def cmd_inductor_table(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from .offline.suite import load_suite
     from .offline.sweep import sweep
 
     specs = load_suite(args.suite, dtype=args.dtype)
@@ -151,6 +166,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from .engine import shared_store
+    from .report import write_json
+
     store = shared_store(Settings.from_env(store=args.store).store)
     if args.action == "ls":
         table = Table(title=f"gemmtune store {store.path}")
@@ -200,6 +220,8 @@ def progress_listener(enabled: bool) -> Iterator:
     if not enabled:
         yield None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as prog:
         tasks: dict[str, TaskID] = {}
@@ -217,6 +239,9 @@ def progress_listener(enabled: bool) -> Iterator:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from .offline.suite import ProblemSpec, load_suite
+    from .report import autotune_table, run_info, selection_dict, write_json
+
     device = check_device(args.device)
     settings = Settings.from_env(strategy=args.strategy, top_x=args.top_x, backends=args.backends,
                                  effort=args.effort, budget_s=args.budget_s, isolation=args.isolation,
@@ -257,8 +282,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary_table(results) -> Table:
+def summary_table(results) -> "Table":
     """One row per tuned problem; '-' where there is no time (a single untimed candidate, e.g. bf16 on CPU)."""
+    from rich.table import Table
+
     table = Table(title="gemmtune summary")
     for col in ("shape", "problem", "winner", "ms", "TFLOP/s", "best extern ms", "vs extern", "choices",
                 "runs", "tuning s"):
@@ -418,6 +445,8 @@ def check_device(text: str | None) -> str:
         ...
         gemmtune.core.errors.InputError: argument --device: unknown device 'tpu'; expected cpu or cuda (cuda:N)
     """
+    import torch
+
     if text is None:
         return default_device()
     try:
@@ -436,12 +465,18 @@ def check_device(text: str | None) -> str:
     return str(dev)
 
 
-def check_fits(spec: ProblemSpec, device: str, arg: str) -> None:
+def check_fits(spec: "ProblemSpec", device: str, arg: str) -> None:
     """Raise ProblemTooLargeError, before allocating, when tuning `spec` cannot fit in `device`'s free memory.
 
     Example:
+        >>> from gemmtune.offline.suite import ProblemSpec
         >>> check_fits(ProblemSpec(64, 64, 64), "cpu", "--shape")
     """
+    import torch
+
+    from .core.inputs import parse_dtype
+    from .core.validate import ProblemTooLargeError, tuning_bytes
+
     dtype = parse_dtype(spec.dtype)
     lead = (spec.batch,) if spec.op == "bmm" else ()
     ops = [torch.empty(*lead, spec.M, spec.K, dtype=dtype, device="meta"),
