@@ -90,3 +90,25 @@ def test_a_pick_not_re_timed_with_the_library_kernel_is_provisional():
 
     d = final_decision(ranked, records, retime, rule)
     assert d.choice == LIB and not d.provisional
+
+
+def _final(times: dict, spread: float):
+    """final_decision over finalists with these interleaved times, all with this spread."""
+    records = {c: Timing(c, ms, "final") for c, ms in times.items()}
+
+    def retime(cs, rounds):
+        for c in cs:
+            records[c] = Timing(c, times[c], "finalist", spread=spread)
+        return [times[c] for c in cs]
+
+    ranked = [Measured(c, times[c], "final") for c in sorted(times, key=times.get)]
+    return final_decision(ranked, records, retime, FinalRule(3, 15, 0.01, noise_limit=0.25))
+
+
+def test_heavy_noise_unsettles_a_close_call_only():
+    clear = _final({LIB: 1.0, GEN: 2.0}, spread=0.3)  # spread above the limit, but a 2x gap
+    assert clear.choice == LIB and not clear.noisy and not clear.provisional
+    close = _final({LIB: 1.0, GEN: 0.9}, spread=0.3)  # a 10% "win" inside 30% noise
+    assert close.choice == LIB and close.noisy and close.provisional
+    quiet = _final({LIB: 1.0, GEN: 0.9}, spread=0.02)
+    assert quiet.choice == GEN and not quiet.noisy and not quiet.provisional

@@ -170,6 +170,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
     from .engine import shared_store
     from .report import write_json
+    from .store.lookup import import_file
 
     store = shared_store(Settings.from_env(store=args.store).store)
     if args.action == "ls":
@@ -197,22 +198,6 @@ def cmd_cache(args: argparse.Namespace) -> int:
             raise ValueError("cache import: give the JSON file to read")
         out.print(f"imported {import_file(store, args.arg)} picks into {store.path}")
     return 0
-
-
-def import_file(store, path: str) -> int:
-    """`cache import`: the file is read (never written) and checked completely before anything is stored;
-    a malformed one is a LookupTableError naming the file and the entry (exit 2, one line)."""
-    from .core.errors import LookupTableError
-    from .store.lookup import read_json
-    from .store.schema import check_export
-
-    name = f"cache import {path}"
-    data = read_json(path, name)
-    check_export(data, name, need_env=True)
-    try:
-        return store.import_(data)
-    except (KeyError, TypeError) as exc:  # a value the checks let through that the store cannot hold
-        raise LookupTableError(f"{name}: {type(exc).__name__}: {exc}") from exc
 
 
 @contextmanager

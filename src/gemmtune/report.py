@@ -115,8 +115,14 @@ def _noise_lines(sel: Selection) -> list[str]:
     """What the timer's noise did to the decision (CPU timings on a loaded machine, mostly)."""
     lines = []
     if sel.noisy:
-        lines.append("note: the top choices were within the timing noise of each other; the library kernel keeps a tie")
-    if sel.provisional:
+        lines.append("note: the top choices were within the timing noise of each other; " + (
+            "the library kernel keeps a tie" if sel.winner.is_extern else
+            "the pick beat the library kernel by more than the noise and the library margin"))
+    busy = sel.background_load
+    if sel.provisional and busy is not None and busy > 0.5:
+        lines.append(f"note: other processes kept {busy:.1f} cores busy while the choices were timed, so the times "
+                     "may read high; the pick is stored as provisional and a later run re-checks it")
+    elif sel.provisional:
         lines.append("note: decided under heavy timing noise: the pick is stored as provisional and a later run "
                      "re-checks it")
     return lines
@@ -159,6 +165,7 @@ def selection_dict(sel: Selection) -> dict[str, Any]:
         "budget_exhausted": sel.budget_exhausted,
         "noisy": sel.noisy,
         "provisional": sel.provisional,
+        "background_load": sel.background_load,
         "from_store": sel.from_store,
         "stale_entries": sel.stale_entries,
         "benchmark_runs": sel.benchmark_runs,

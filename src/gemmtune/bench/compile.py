@@ -242,3 +242,19 @@ class CompileJob(CompileResult):
                 self._resolved(key)
         if not self._pending:
             self._close()
+
+
+def overlap_for(mode: str, isolation: str, device_type: str) -> bool:
+    """Whether stage 1 starts timing binaries while others still compile.
+
+    "auto" overlaps only where the timing runs in an isolated worker on a GPU: there the compile
+    threads share neither the timing process's interpreter nor the device clock it reads.  On CPU
+    (or in-process) the compile threads would compete with the timed kernels for the same cores.
+
+    Example:
+        >>> overlap_for("auto", "subprocess", "cuda"), overlap_for("auto", "off", "cuda"), overlap_for("on", "off", "cpu")
+        (True, False, True)
+    """
+    if mode == "auto":
+        return isolation == "subprocess" and device_type == "cuda"
+    return mode == "on"

@@ -129,6 +129,7 @@ class Selection:
     overlapped: bool = False  # timing began while binaries were still compiling (compile_s overlaps the rest)
     noisy: bool = False  # the top finalists were within the timer's noise of each other: a tie
     provisional: bool = False  # decided under heavy noise: stored provisional, re-checked by a later tune
+    background_load: float | None = None  # CPU: cores other processes kept busy while it was timed (None: unknown)
 
     @property
     def winner_ms(self) -> float | None:

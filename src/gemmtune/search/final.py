@@ -18,9 +18,12 @@ hits all alike) and the fastest wins, under two rules that favour the library ke
   spread, IQR / median, which the CPU timer reports): on a loaded CPU a descheduled thread adds
   whole scheduler ticks to some runs, and a "win" inside that noise is no win.
 
-`final_decision` also says whether the pick was a tie within the noise (`noisy`) and whether the
-final was taken under heavy noise (`provisional`: a spread above `noise_limit`), which the engine
-stores so that a later tune re-checks the pick instead of trusting it for good.  A pick that is not
+`final_decision` also says whether the pick was a tie within the noise (`noisy`) and whether it is
+`provisional`: a close call (a tie within the noise) taken under heavy noise (a spread above
+`noise_limit`), which the engine stores so that a later tune re-checks the pick instead of trusting
+it for good.  A pick that beat every other finalist by more than the noise is firm even when the
+spread is large (a finalist twice as slow is twice as slow), so on a quiet machine a second tune is
+a plain cache hit.  A pick that is not
 the library kernel and was not re-timed in the final together with it (a lone stage-1 time, a
 budget that ran out before the re-time) is provisional too: one cheap run on a loaded CPU can read
 10x fast, and such a time is never stored as a settled pick.
@@ -159,8 +162,10 @@ def final_decision(ranked: Sequence[Measured], records: Mapping[Choice, Timing],
     # The noise that decided: the re-timed finalists' (on CPU a finalist twice as slow as the fastest is not
     # re-timed, `Bench.retime`, and its cheaper earlier timing says nothing about the pick); none: the pick's.
     decided = [c for c in finalists if records[c].stage == "finalist"] or [pick]
-    return Decision(pick, noisy=_tied(pick, finalists, records), provisional=_noise(records, decided) > rule.noise_limit
-                    or not _settled(pick, best_extern, records))
+    tied = _tied(pick, finalists, records)
+    # Heavy noise unsettles only a close call: a pick that beat every finalist by more than the noise stands.
+    loud = _noise(records, decided) > rule.noise_limit and (tied or len(decided) == 1)
+    return Decision(pick, noisy=tied, provisional=loud or not _settled(pick, best_extern, records))
 
 
 def _settled(pick: Choice, library: Choice | None, records: Mapping[Choice, Timing]) -> bool:
