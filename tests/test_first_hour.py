@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GEMMTUNE_CACHE_DIR": str(tmp_path / "cache")}
+    """A store of the test's own; numba's compiled kernels stay in the usual cache (warm after a first run)."""
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GEMMTUNE_STORE": str(tmp_path / "store.sqlite")}
 
 
 def _gemmtune(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -75,3 +76,42 @@ def test_help_imports_no_torch(tmp_path):
     heavy = [m for m in loaded if m.split(".")[0] in ("torch", "numpy", "numba", "triton")]
     assert heavy == [] and "usage: gemmtune" in run.stdout
     assert "gemmtune.cli" in loaded and "gemmtune.engine" not in loaded
+
+
+def test_piped_tune_prints_a_line_per_stage_and_no_progress_prints_none(tmp_path):
+    args = ("tune", "--shape", "16x8x12", "--device", "cpu", "--backends", "extern,numpy", "--store", "off")
+    run = _gemmtune(tmp_path, *args)
+    assert run.returncode == 0, run.stderr[-2000:]
+    stages = [line.split(" (")[0] for line in run.stderr.splitlines()]
+    assert stages == ["gemmtune: 2 choices, 2 binaries: compiling", "gemmtune: compiled 2 binaries",
+                      "gemmtune: benchmarking 2 choices"]
+    quiet = _gemmtune(tmp_path, *args, "--no-progress")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_usage_errors_point_at_the_subcommand_and_name_flags(tmp_path):
+    from gemmtune.cli import main
+
+    cases = [(["tune", "--bogus"], "unrecognized arguments: --bogus (see gemmtune tune -h)"),
+             (["tune", "--device", "cpu", "--dtype", "bf32"], "argument --dtype: unsupported dtype 'bf32'"),
+             (["tune", "--device", "cpu", "--top-x", "0"], "argument --top-x: must be >= 1, got 0"),
+             (["tune", "--device", "cpu", "--rows", "-1"], "argument --rows: must be >= 0, got -1")]
+    for argv, expected in cases:
+        run = _gemmtune(tmp_path, *argv)
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, (argv, run.stderr)
+        assert run.stderr.startswith("gemmtune: error: ") and expected in run.stderr, (argv, run.stderr)
+    assert main(["cache", "ls", "--store", str(tmp_path / "no" / "such" / "s.sqlite")]) == 2
+
+
+def test_a_store_in_a_missing_directory_is_refused_and_an_unusable_one_warns_in_one_line(tmp_path):
+    missing = tmp_path / "nonexistent" / "dir" / "x.sqlite"
+    args = ("tune", "--shape", "8x8x8", "--device", "cpu", "--backends", "extern", "--no-progress")
+    run = _gemmtune(tmp_path, *args, "--store", str(missing))
+    assert run.returncode == 2 and not (tmp_path / "nonexistent").exists()
+    assert run.stderr == (f"gemmtune: error: argument --store: directory {missing.parent} does not exist "
+                          "(create it first, or use --store memory)\n")
+    (tmp_path / "adir").mkdir()
+    run = _gemmtune(tmp_path, *args, "--store", str(tmp_path / "adir"))  # a directory: sqlite cannot open it
+    assert run.returncode == 0, run.stderr[-2000:]
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("gemmtune: warning: store ") and "keeping picks in memory" in line
