@@ -112,3 +112,19 @@ def test_heavy_noise_unsettles_a_close_call_only():
     assert close.choice == LIB and close.noisy and close.provisional
     quiet = _final({LIB: 1.0, GEN: 0.9}, spread=0.02)
     assert quiet.choice == GEN and not quiet.noisy and not quiet.provisional
+
+
+BLAS = Choice("numpy_blas", None, family="numpy")
+
+
+def test_numpy_blas_is_held_to_the_rules_of_a_generated_kernel_against_torchs_op():
+    tie = _final({LIB: 0.1748, BLAS: 0.1740}, spread=0.002)  # 0.5% faster: inside the library margin
+    assert tie.choice == LIB and not tie.provisional
+    win = _final({LIB: 0.20, BLAS: 0.15}, spread=0.002)
+    assert win.choice == BLAS and not win.provisional
+    runner = ReplayRunner({LIB.key: 8.0, BLAS.key: 0.2})  # torch.mm's separate timing read a tick slow
+    bench = Bench(_ki(), runner, CompileResult(), runnable=2)
+    bench.measure([LIB, BLAS], "final")
+    runner.asked.clear()
+    bench.retime([BLAS, LIB], rounds=3)
+    assert runner.asked == [BLAS, LIB]  # re-timed against torch's op, not let through as "a library kernel"

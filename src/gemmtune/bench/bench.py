@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Callable, Mapping, Sequence
 
-from ..core.choices import Choice, Timing
+from ..core.choices import Choice, Timing, library_reference as reference
 from ..core.errors import NoCandidatesError
 from ..core.inputs import KernelInputs
 from ..core.settings import CPU_CANNOT_WIN
@@ -175,7 +175,7 @@ class Bench:
             return list(choices)
         fastest = min(self._earlier(c)[0] for c in choices)
         again = [c for c in choices if self._earlier(c)[0] <= CPU_CANNOT_WIN * fastest]
-        library = min((c for c in choices if c.is_extern), key=lambda c: self._earlier(c)[0], default=None)
-        if library is not None and library not in again and any(not c.is_extern for c in again):
-            again.append(library)  # a generated kernel wins only re-timed against the library kernel
+        library = reference(sorted(choices, key=lambda c: self._earlier(c)[0]))
+        if library is not None and library not in again and any(c.family != library.family for c in again):
+            again.append(library)  # another kernel wins only re-timed against the library kernel (torch's op)
         return again if len(again) > 1 else []  # a lone library kernel is compared with nothing: no re-time

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .layout import FixedLayout, FlexibleLayout
 
@@ -92,6 +92,23 @@ class Timing:
     gpu_ms: float | None = None  # GPU: kernel time by CUDA events (ms is max(gpu_ms, host_ms) by default)
     host_ms: float | None = None  # GPU: host time to launch one call
     spread: float | None = None  # CPU: IQR / median of the samples behind `ms` (None: unknown)
+
+
+def library_reference(ranked: "Sequence[Choice]") -> Choice | None:
+    """The library kernel a pick must beat: the fastest of torch's own ops (family "extern"), else the
+    fastest library kernel (NumPy's BLAS where torch's op is not a candidate).
+
+    Example:
+        >>> aten, blas = Choice("aten_mm", None), Choice("numpy_blas", None, family="numpy")
+        >>> library_reference([blas, aten]).template_uid, library_reference([blas]).template_uid
+        ('aten_mm', 'numpy_blas')
+    """
+    return next((c for c in ranked if torch_op(c)), None) or next((c for c in ranked if c.is_extern), None)
+
+
+def torch_op(choice: Choice) -> bool:
+    """Whether `choice` is one of torch's own library ops (aten: cuBLAS, oneDNN), not NumPy's BLAS."""
+    return choice.is_extern and choice.family == "extern"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The final decision: from a strategy's ranking to the pick.
 
 The best `finalists` choices, plus the best library kernel, are timed again interleaved (so drift
-hits all alike) and the fastest wins, under two rules that favour the library kernel:
+hits all alike) and the fastest wins, under rules that favour the library kernel (torch's own op
+where it is a candidate: NumPy's BLAS, a library kernel on another thread pool, is held to the same
+rules as a generated kernel):
 
 - a generated kernel must beat it by `library_margin` in the final: a tie within the timer's noise
   goes to the library kernel (a near-equal pick measured again can land a few percent slower on
@@ -37,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..core.choices import Choice, Timing
+from ..core.choices import Choice, Timing, library_reference as reference, torch_op as _torch_op
 from ..core.errors import NoCandidatesError
 from .base import Measured
 
@@ -141,7 +143,7 @@ def final_decision(ranked: Sequence[Measured], records: Mapping[Choice, Timing],
     if not ok:
         raise NoCandidatesError(_nothing_correct(records, describe))
     finalists = ok[: rule.finalists]
-    best_extern = next((c for c in ok if c.is_extern), None)
+    best_extern = reference(ok)
     if best_extern is not None and best_extern not in finalists:
         finalists.append(best_extern)
     if len(finalists) == 1:
@@ -157,7 +159,7 @@ def final_decision(ranked: Sequence[Measured], records: Mapping[Choice, Timing],
     ranked_final = sorted(zip(times, range(len(finalists)), finalists))
     if best_extern is not None:
         lib = records[best_extern]
-        ranked_final = [r for r in ranked_final if r[2].is_extern or _beats(records[r[2]], lib, rule)]
+        ranked_final = [r for r in ranked_final if _torch_op(r[2]) or _beats(records[r[2]], lib, rule)]
     pick = ranked_final[0][2]
     # The noise that decided: the re-timed finalists' (on CPU a finalist twice as slow as the fastest is not
     # re-timed, `Bench.retime`, and its cheaper earlier timing says nothing about the pick); none: the pick's.
