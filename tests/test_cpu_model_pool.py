@@ -1,5 +1,6 @@
-"""A CPU model's pool: NumPy's BLAS (another thread pool than torch's) never enters a patched model's
-pool by default, and every pick that is not torch's own op is checked in the model."""
+"""NumPy's BLAS (another thread pool than torch's) is opt-in: it never enters a pool by default (a
+patched model's, `backends=("extern",)`, a plain tune's), and a pick that is not torch's own op is
+checked in the model."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from torch import nn
 
 import gemmtune
 from gemmtune.dispatch import eager
-from gemmtune.dispatch.patching import MODEL_CPU_FAMILIES, model_backends
 from gemmtune.templates.heuristics import add_finalize_hook
 
 pytestmark = pytest.mark.usefixtures("memory_store")
@@ -49,10 +49,9 @@ def test_numpy_blas_joins_a_model_only_by_name_and_is_then_checked_in_the_model(
         torch.testing.assert_close(model(x), ref)
 
 
-def test_standalone_calls_keep_numpy_and_the_model_pool_is_resolved_per_device():
+def test_a_plain_tune_pools_numpy_blas_only_when_named():
     a, b = torch.randn(8, 16), torch.randn(16, 8)
-    sel = gemmtune.tune("mm", a, b, backends=None, settings=gemmtune.Settings(store="memory", effort="quick"))
-    assert "numpy_blas" in {t.choice.template_uid for t in sel.timings}
-    assert model_backends(None, a) == MODEL_CPU_FAMILIES and "numpy" not in MODEL_CPU_FAMILIES
-    assert model_backends(("numba",), a) == ("numba",)
-    assert model_backends(None, torch.empty(2, device="meta")) is None  # not CPU: the device's own families
+    settings = gemmtune.Settings(store="memory", effort="quick")
+    for backends, pooled in ((None, False), (("extern",), False), (("extern", "numpy"), True), (("numpy",), True)):
+        sel = gemmtune.tune("mm", a, b, backends=backends, settings=settings)
+        assert ("numpy_blas" in {t.choice.template_uid for t in sel.timings}) == pooled, backends

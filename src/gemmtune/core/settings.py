@@ -20,8 +20,8 @@ FAMILIES = ("extern", "numpy", "triton", "numba", "cutlass")
 """Backend family names accepted by `backends=`:
 
 - ``extern``: torch's own library kernels (cuBLAS through aten on GPU; torch.mm/oneDNN on CPU)
-- ``numpy``: NumPy's BLAS (CPU float32/float64): a library kernel on its own thread pool, so it is
-  left out of a patched model's CPU pool by default (`gemmtune.patch`, docs/PERFORMANCE.md)
+- ``numpy``: NumPy's BLAS (CPU float32/float64): a library kernel on its own thread pool, which fights
+  torch's for the cores; opt-in: only a `backends` naming it pools it (docs/PERFORMANCE.md)
 - ``triton``: the Triton GEMM template (NVIDIA GPUs)
 - ``numba``: the JIT-compiled tiled CPU template
 - ``cutlass``: the CuTe DSL Hopper template (optional extra `gemmtune[cutlass]`; opt-in: only a
@@ -180,7 +180,7 @@ class Settings:
 
     backends: tuple[str, ...] | None = _f(None, Spec(
         "choice", "backend families to tune (comma-separated); none: every family native to the device "
-        "(a patched layer on CPU leaves out numpy, docs/PERFORMANCE.md)",
+        "(numpy and cutlass are opt-in: only when named)",
         choices=FAMILIES, optional=True, parser=str, checker=_families, type_text="families",
         range_note="any of " + ", ".join(FAMILIES), error=BackendError))
     strategy: str = _f("model_pruned", _choice(

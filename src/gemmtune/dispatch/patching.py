@@ -52,10 +52,6 @@ _is_compiling = torch.compiler.is_compiling
 _autocast_on = _ac.enabled
 _LIBRARY_UIDS = frozenset({"aten_mm", "aten_addmm", "aten_bias_addmm"})  # what F.linear runs
 _linear = F.linear
-MODEL_CPU_FAMILIES = ("extern", "numba")
-"""A patched layer's CPU pool when its `backends` is None: NumPy's BLAS (family "numpy") runs on a
-thread pool of its own, which fights torch's for the cores next to the model's other ops
-(docs/PERFORMANCE.md), so it joins only where `backends` names it."""
 
 
 class _Decided(set):
@@ -130,30 +126,14 @@ def _linear_slow(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     w: torch.Tensor = layer.weight  # type: ignore[assignment]
     bias: torch.Tensor | None = layer.bias  # type: ignore[assignment]
     backends = getattr(layer, _FLAG)
-    pool = model_backends(backends, x)
     x2 = x.unsqueeze(0) if x.dim() == 1 else x.reshape(-1, x.shape[-1])
     tensors = (x2, w.t()) if bias is None else (bias, x2, w.t())
-    y = api.mm(*tensors, backends=pool) if bias is None else api.addmm(*tensors, backends=pool)
+    y = api.mm(*tensors, backends=backends) if bias is None else api.addmm(*tensors, backends=backends)
     out = y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
     if not (_is_compiling() or _autocast_on()):
-        found = api.dispatched("mm" if bias is None else "addmm", tensors, backends=pool)
+        found = api.dispatched("mm" if bias is None else "addmm", tensors, backends=backends)
         _remember(x, w, bias, backends, found, layer.__dict__.get(_DECIDED_ATTR))
     return out
-
-
-def model_backends(backends: Any, x: Any) -> Any:
-    """The families a patched layer tunes among: its `backends`, or for None on CPU `MODEL_CPU_FAMILIES`
-    (no NumPy BLAS: another thread pool in the model).  Under `torch.compile` None stays None (the
-    Inductor path, whose CPU pool is torch's kernels only).
-
-    Example:
-        >>> import torch
-        >>> model_backends(None, torch.ones(1)), model_backends(("extern", "numpy"), torch.ones(1))
-        (('extern', 'numba'), ('extern', 'numpy'))
-    """
-    if backends is not None or _is_compiling() or not isinstance(x, torch.Tensor) or x.device.type != "cpu":
-        return backends
-    return MODEL_CPU_FAMILIES
 
 
 def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backends: object,
@@ -239,8 +219,8 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
     """Route every `nn.Linear` in `module` through gemmtune (in place); returns `module`.
 
     `backends` is passed to `gemmtune.mm` / `gemmtune.addmm` (a tuple of family
-    names; None: the device's defaults, except NumPy's BLAS on CPU, which runs on a thread pool of
-    its own: `MODEL_CPU_FAMILIES`).  Patching again updates `backends`.
+    names; None: the device's defaults, which leave out NumPy's BLAS: it runs on a thread pool of
+    its own, family "numpy", opt-in).  Patching again updates `backends`.
     The `nn.Linear` layers inside an `nn.MultiheadAttention` are left alone: it
     calls `F.linear` on their weights, so they would never reach gemmtune.
     `report=True` prints `patch_report(module)` (what is routed, what is not
