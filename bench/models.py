@@ -7,6 +7,9 @@ Models (bf16 on CUDA, eval, batch 1 with M tokens, random weights, nothing downl
 - `llama`: a `transformers` LlamaModel built from a config (Llama-3-8B dimensions, 2 layers).
 - `tiny`: two 256-wide layers of the stack's shape, fp32 on CPU when there is no GPU (a dry run of
   the protocol).
+- `--cpu-model 8,32,64`: the CPU case, fp32: two blocks of LayerNorm + qkv 512->1536, o 512->512,
+  up 512->2048, down 2048->512 (`nn.Linear` with bias), batch rows each; `gemmtune.warmup` + eager
+  against the plain eager model, alternated in rounds in one process (no torch.compile).
 
 The protocol (bench/protocol.py says each variant): first calls, each in a fresh process with empty
 Triton, Inductor and gemmtune caches (or the caches an earlier process of its group left: a second
@@ -16,6 +19,7 @@ process, as ratios to max-autotune-no-cudagraphs.  JSON is written after every p
     python bench/models.py --cases stack:1,stack:512,llama:64 --out models.json
     python bench/models.py --cases stack:64 --breakdown --train --out breakdown.json
     python bench/models.py --cases tiny:8 --first default,gemmtune --steady default,gemmtune --rounds 3
+    python bench/models.py --cpu-model 8,32,64 --rounds 15 --out bench/results/models_cpu.json
 """
 
 from __future__ import annotations
@@ -225,6 +229,72 @@ def own_frame(model: Any, variant: str) -> Callable[..., Any]:
     return namespace["forward"]
 
 
+class CpuBlock(nn.Module):
+    """The CPU case's block: LayerNorm, qkv, a gate standing in for attention, o; LayerNorm, up, GELU, down."""
+
+    def __init__(self, d: int = 512):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        x = x + self.o(q * torch.sigmoid(k) + v)
+        return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+
+def cpu_model_case(batch: int, rounds: int, iters: int) -> dict[str, Any]:
+    """warmup + eager over plain eager for the CPU model at `batch` rows: per-round ratios, alternated."""
+    import copy
+
+    torch.manual_seed(0)
+    plain = nn.Sequential(CpuBlock(), CpuBlock()).eval()
+    tuned = copy.deepcopy(plain)
+    x = torch.randn(batch, 512)
+    t0 = time.perf_counter()
+    report = gemmtune.warmup(tuned, x, progress=False)
+    warm_s = time.perf_counter() - t0
+
+    def block(model: nn.Module) -> float:
+        t = time.perf_counter()
+        for _ in range(iters):
+            model(x)
+        return (time.perf_counter() - t) * 1e3 / iters
+
+    ratios, ms = [], {"plain": [], "warmup": []}
+    with torch.no_grad():
+        for model in (plain, tuned, plain, tuned):
+            block(model)
+        for r in range(rounds):
+            order = (("plain", plain), ("warmup", tuned)) if r % 2 == 0 else (("warmup", tuned), ("plain", plain))
+            got = {name: block(model) for name, model in order}
+            for name in got:
+                ms[name].append(got[name])
+            ratios.append(got["warmup"] / got["plain"])
+        err = rel_err(tuned(x), plain(x))
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return {"case": f"cpu_model:{batch}", "warmup_s": warm_s, "picks": [(r.problem, r.runs) for r in report.rows],
+            "plain_ms": statistics.median(ms["plain"]), "warmup_ms": statistics.median(ms["warmup"]),
+            "ratio_median": statistics.median(ratios), "ratio_q1_q3": [q[0], q[2]], "rel_err": err}
+
+
+def cpu_main(args: argparse.Namespace) -> int:
+    """`--cpu-model`: the CPU case at each batch; a table and JSON."""
+    meta = {"device": "cpu", "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "rounds": args.rounds}
+    cases = [cpu_model_case(int(b), args.rounds, args.iters) for b in args.cpu_model.split(",")]
+    Path(args.out).write_text(json.dumps({"meta": meta, "cases": cases}, indent=1, default=str))
+    print(f"\ncpu ({meta['threads']} threads), torch {meta['torch']}, {meta['date']}")
+    print("| case | plain ms | warmup ms | warmup / plain (median) | q1-q3 | picks |")
+    print("|---|---:|---:|---:|---|---|")
+    for c in cases:
+        picks = ", ".join(sorted({runs for _, runs in c["picks"]}))
+        print(f"| {c['case']} | {c['plain_ms']:.3f} | {c['warmup_ms']:.3f} | {c['ratio_median']:.3f} | "
+              f"{c['ratio_q1_q3'][0]:.3f}-{c['ratio_q1_q3'][1]:.3f} | {picks} |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     import protocol
 
@@ -239,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first-timeout", type=float, default=300.0)
     p.add_argument("--steady-timeout", type=float, default=420.0)
     p.add_argument("--out", default="models.json")
+    p.add_argument("--cpu-model", default="", help="the CPU case at these batch sizes (e.g. 8,32,64) instead of --cases")
     args = p.parse_args(argv)
+    if args.cpu_model:
+        return cpu_main(args)
     first = [v for v in args.first.split(",") if v] + (list(protocol.BREAKDOWN) if args.breakdown else [])
     steady = [v for v in args.steady.split(",") if v] + (list(protocol.STEADY_BREAKDOWN) if args.breakdown else [])
     meta = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",

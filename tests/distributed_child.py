@@ -18,7 +18,7 @@ def spmd() -> dict:
     for m, k, n in SHAPES:
         torch.manual_seed(m * 31 + k)
         a, b = torch.randn(m, k), torch.randn(k, n)
-        sel = gemmtune.tune("mm", a, b, backends=("extern",))
+        sel = gemmtune.tune("mm", a, b, backends=("extern", "numpy"))
         assert torch.allclose(sel(a, b), a @ b, atol=1e-4)
         out[f"{m}x{k}x{n}"] = [sel.winner.key, bool(sel.cache_hit)]
     return out
@@ -38,7 +38,7 @@ def dealt() -> dict:
 
     model = Many()
     xs = [torch.randn(m, k) for m, k, _ in SHAPES]
-    report = gemmtune.warmup(model, xs, backends=("extern",), progress=False)
+    report = gemmtune.warmup(model, xs, backends=("extern", "numpy"), progress=False)
     with torch.no_grad():
         for layer, x, y in zip(layers, xs, model(xs)):
             assert torch.allclose(y, x @ layer.weight.t(), atol=1e-4)

@@ -80,6 +80,8 @@ def test_backends_extern_only_is_flexible_and_cpu_default_uses_numba():
     a, b = mats()
     sel = gemmtune.tune("mm", a, b, backends=("extern",))
     assert sel.layout.kind == "flexible"
+    assert {t.choice.template_uid for t in sel.timings} == {"aten_mm"}  # torch's own kernels only
+    sel = gemmtune.tune("mm", a, b, backends=("extern", "numpy"))
     assert {t.choice.template_uid for t in sel.timings} == {"aten_mm", "numpy_blas"}
 
 

@@ -58,10 +58,14 @@ def test_warmup_sends_picks_that_slow_the_forward_to_torch(monkeypatch):
     assert linear_calls == [1] and mm_calls == [1]  # the layer and the direct call both run torch's op
 
 
-def test_no_check_on_cpu_by_default_nor_without_the_library_backend(monkeypatch):
+def test_cpu_checks_by_default_but_not_when_off_nor_without_the_library_backend(monkeypatch):
+    """On CPU a numba pick runs on numba's thread pool, not torch's: checked in the model by default."""
     _numba_winners(monkeypatch)
     net, x = Net(), torch.randn(5, 24)
     report = gemmtune.warmup(net, x, progress=False)
+    assert all(r.winner.startswith("numba") and r.in_model is not None for r in report.rows), report.table()
+    gemmtune.clear_dispatch_cache()
+    report = gemmtune.warmup(net, x, progress=False, in_model=False)
     assert all(r.in_model is None for r in report.rows)
     assert "lower quartile" not in report.table()  # no legend for a column nothing filled
     gemmtune.clear_dispatch_cache()

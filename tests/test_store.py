@@ -185,7 +185,7 @@ WORKER = textwrap.dedent("""
     out = []
     for M, K, N in [(64, 32, 48), (40, 24, 56), (96, 16, 8)]:
         a, b = torch.randn(M, K), torch.randn(K, N)
-        sel = gemmtune.tune("mm", a, b, settings=gemmtune.Settings(store=sys.argv[1], backends=("extern",),
+        sel = gemmtune.tune("mm", a, b, settings=gemmtune.Settings(store=sys.argv[1], backends=("extern", "numpy"),
                                                                    strategy="exhaustive"))
         out.append(sel.winner.key)
     print(",".join(out))

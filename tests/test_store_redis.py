@@ -135,7 +135,7 @@ def _mats(m: int = 24):
 
 def _tune(url: str, m: int = 24, **kw):
     a, b = _mats(m)
-    sel = gemmtune.tune("mm", a, b, backends=("extern",), settings=Settings(store=url), **kw)
+    sel = gemmtune.tune("mm", a, b, backends=("extern", "numpy"), settings=Settings(store=url), **kw)
     torch.testing.assert_close(sel(a, b), a @ b)
     return sel
 
@@ -235,7 +235,7 @@ out = {}
 for m, k, n in shapes:
     torch.manual_seed(m)
     a, b = torch.randn(m, k), torch.randn(k, n)
-    sel = gemmtune.tune("mm", a, b, backends=("extern",), settings=Settings.from_env(store=url))
+    sel = gemmtune.tune("mm", a, b, backends=("extern", "numpy"), settings=Settings.from_env(store=url))
     assert torch.allclose(sel(a, b), a @ b, atol=1e-4)
     out[f"{m}x{k}x{n}"] = [sel.winner.key, bool(sel.cache_hit)]
 print(json.dumps(out))
@@ -243,6 +243,7 @@ print(json.dumps(out))
 
 
 def test_processes_racing_on_one_server_agree_and_lose_nothing(url, tmp_path):
+    """Every racing process gets the one stored pick; a later process is a hit for every settled pick."""
     import subprocess
     import sys
 
@@ -265,9 +266,14 @@ def test_processes_racing_on_one_server_agree_and_lose_nothing(url, tmp_path):
         assert len({r[shape][0] for r in first}) == 1, shape  # every process runs the same pick
     stored = open_store(url).problems()
     assert len(stored) == len(shapes)  # one pick per problem: none lost, none duplicated
-    later = fleet(1)
-    assert all(hit for r in later for _, hit in r.values())
-    assert all(r == {s: [first[0][s][0], True] for s in first[0]} for r in later)
+    store = open_store(url)
+    provisional = {p["describe"]: store.load(p["env"], p["problem"]).provisional is not None for p in stored}
+    [later] = fleet(1)
+    for shape, (winner, hit) in later.items():
+        m, k, n = shape.split("x")
+        # A settled pick is a hit with the same kernel.  One stored provisional (timed while the other
+        # processes loaded this machine's cores: by design) is re-checked by the later run instead.
+        assert (hit and winner == first[0][shape][0]) or provisional[f"mm({m}x{k}, {k}x{n})"], shape
 
 
 def test_the_cache_commands_work_against_the_server(url, tmp_path, capsys):

@@ -26,7 +26,7 @@ def test_sweep_records_every_choice_and_resumes(tmp_path, capsys):
     assert lines[0]["format"] == FORMAT and lines[0]["timer"]["statistic"] == "median"
     for rec in lines[1:]:
         fams = {c["family"] for c in rec["choices"]}
-        assert fams == {"extern", "numba"}
+        assert fams == {"extern", "numba"}  # the CPU default families (numpy: opt-in)
         assert all(c["ms"] is not None for c in rec["choices"])
         numba = [c for c in rec["choices"] if c["family"] == "numba"]
         assert {c["runtime_params"]["group"] for c in numba} == {1, 4, 16}
@@ -40,9 +40,9 @@ def test_sweep_records_every_choice_and_resumes(tmp_path, capsys):
 def test_sweep_backends_sweeps_only_those_families(tmp_path, capsys):
     out = tmp_path / "lib.jsonl"
     assert main(["sweep", "--suite", str(suite(tmp_path)), "--out", str(out), "--device", "cpu", "--only", "a",
-                 "--backends", "extern"]) == 0
+                 "--backends", "extern,numpy"]) == 0
     (rec,) = [json.loads(line) for line in out.read_text().splitlines()][1:]
-    assert {c["family"] for c in rec["choices"]} == {"extern"}
+    assert {c["family"] for c in rec["choices"]} == {"extern", "numpy"}
     assert main(["sweep", "--suite", str(suite(tmp_path)), "--out", str(out), "--device", "cpu",
                  "--backends", "cublas"]) == 2
     assert "unknown family" in capsys.readouterr().err
@@ -56,3 +56,13 @@ def test_reference_sweep_is_imported(sweep_path):
     assert any(c.template_uid == "aten_mm" for c in s.times)
     assert {c.runtime_dict["swizzle"] for c in s.times if not c.is_extern} == {1, 2, 4, 8}
     assert len(s.compile_s) == len({c.binary_key for c in s.times if not c.is_extern})
+
+
+def test_a_sweep_of_a_lone_untimed_candidate_records_it(tmp_path, capsys):
+    """`--backends extern` on CPU pools aten alone: nothing to compare, nothing timed, no crash."""
+    out = tmp_path / "aten.jsonl"
+    assert main(["sweep", "--suite", str(suite(tmp_path)), "--out", str(out), "--device", "cpu", "--only", "a",
+                 "--backends", "extern"]) == 0
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()][1:]
+    assert [c["template"] for c in rec["choices"]] == ["aten_mm"]
+    assert "best aten_mm untimed" in capsys.readouterr().out

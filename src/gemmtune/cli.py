@@ -6,28 +6,44 @@ import argparse
 import logging
 import re
 import sys
-import warnings
-from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from .core.errors import GemmtuneError, InputError
 from .core.version import __version__
-from .report import autotune_table, run_info, selection_dict, write_json
-from .core.settings import EFFORTS, Settings, effort_help
-from .search import STRATEGIES
-from .offline.checks import check_device, check_fits, default_device
-from .offline.suite import ProblemSpec, load_suite
-from .engine import shared_store, tune
+from .core.settings import EFFORTS, STRATEGY_NAMES, Settings, effort_help
+from .offline.cli_args import check_store_arg, flag_named, join_negative_values
+
+if TYPE_CHECKING:  # the commands import what they need when they run: `gemmtune --help` imports no torch
+    from .offline.suite import ProblemSpec
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 PIPED_WIDTH = 10_000  # columns of output that is not a terminal: nothing cut or wrapped
+
+
+def tune(*args, **kwargs):
+    """`gemmtune.tune`, imported when a command first tunes."""
+    from .engine import tune as tune_
+
+    return tune_(*args, **kwargs)
+
+
+def check_device(text: str | None) -> str:
+    """`offline.checks.check_device`, imported when a command first needs it (no torch for `--help`)."""
+    from .offline.checks import check_device as check
+
+    return check(text)
+
+
+def check_fits(spec: "ProblemSpec", device: str, arg: str) -> None:
+    """`offline.checks.check_fits`, imported when a command first needs it."""
+    from .offline.checks import check_fits as check
+
+    check(spec, device, arg)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,21 +56,23 @@ def build_parser() -> argparse.ArgumentParser:
     src = t.add_mutually_exclusive_group()
     src.add_argument("--shape", help="MxKxN, for C[M,N] = A[M,K] @ B[K,N] (default 512x512x512)")
     src.add_argument("--suite", help="JSON file of shapes (format of bench/shapes.json)")
-    t.add_argument("--op", choices=("mm", "addmm", "bmm"), default="mm")
+    t.add_argument("--op", choices=("mm", "addmm", "bmm"), default="mm",
+                   help="mm: A @ B; addmm: bias + A @ B (a bias of N); bmm: batched, --batch B (default mm)")
     t.add_argument("--batch", type=int, default=1, help="batch size for bmm")
     t.add_argument("--dtype", default=None, help="float16|bfloat16|float32|float64 (default: bfloat16 on cuda, "
                    "float32 on cpu; for --suite, each shape's own)")
     t.add_argument("--b-layout", choices=("row", "col"), default="row",
                    help="col: B is the transpose of a contiguous [N,K] weight, as in nn.Linear")
     t.add_argument("--device", default=None, help="cuda|cpu (default: cuda when present)")
-    t.add_argument("--strategy", choices=sorted(STRATEGIES), default=None)
+    t.add_argument("--strategy", choices=sorted(STRATEGY_NAMES), default=None)
     t.add_argument("--top-x", type=int, default=None, help="prescreen: configs kept after stage 1")
     t.add_argument("--effort", choices=tuple(EFFORTS), default=None,
                    help="a preset under the other settings (explicit flags and GEMMTUNE_* variables win). "
                    + effort_help())
     t.add_argument("--budget-s", type=float, default=None,
                    help="cap tuning wall time: stop and return the best so far (library kernels timed first)")
-    t.add_argument("--backends", default=None, help="comma-separated families: extern,triton,numba")
+    t.add_argument("--backends", default=None, help="comma-separated families: extern (torch's library kernels), "
+                   "numpy, triton, numba, cutlass (default: the device's own; docs/USAGE.md)")
     t.add_argument("--json", dest="json_path", default=None, help="write the Selection(s) as JSON here")
     t.add_argument("--rows", type=int, default=None, help="rows of the AUTOTUNE table (default 20)")
     t.add_argument("--store", default=None, help="where picks are kept: a SQLite path, 'memory', 'off' or "
@@ -62,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lookup-table", default=None, help="JSON table of pinned choices (e.g. a `cache export` file)")
     t.add_argument("--isolation", choices=("auto", "off", "subprocess"), default=None,
                    help="subprocess: checks and timings run in a worker process that may crash or hang safely")
-    t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--no-progress", action="store_true",
+                   help="no progress bar on a terminal, no stage lines off one (and no [i/n] line per suite shape)")
     t.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                    help="-v: phase boundaries and the pick (INFO logs); -vv: also every choice timed (DEBUG)")
     w = sub.add_parser("sweep", help="record every candidate's time for every shape of a suite (resumable)")
@@ -78,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cache", help="inspect and ship the store of picks")
     c.add_argument("action", choices=("ls", "show", "clear", "export", "import"))
     c.add_argument("arg", nargs="?", help="show: text in the problem key; export/import: JSON file")
-    c.add_argument("--store", default=None, help="store location: a SQLite path or redis://HOST:PORT/DB (default: the cache dir's "
-                   "store.sqlite)")
+    c.add_argument("--store", default=None, help="store location: a SQLite path or redis://HOST:PORT/DB (default: the "
+                   "cache dir's store.sqlite)")
     add_inductor_parser(sub)
     return p
 
@@ -91,10 +110,12 @@ def add_inductor_parser(sub: argparse._SubParsersAction) -> None:
     isrc.add_argument("--suite", help="tune (or read from the store) the shapes of this suite file")
     isrc.add_argument("--shape", help="MxKxN: tune (or read from the store) this one problem")
     i.add_argument("--out", required=True, help="JSON file to write ({key: [entries]})")
-    i.add_argument("--op", choices=("mm", "addmm", "bmm"), default="mm")
-    i.add_argument("--batch", type=int, default=1)
-    i.add_argument("--dtype", default=None)
-    i.add_argument("--b-layout", choices=("row", "col"), default="row")
+    i.add_argument("--op", choices=("mm", "addmm", "bmm"), default="mm", help="--shape's op (default mm)")
+    i.add_argument("--batch", type=int, default=1, help="--shape with --op bmm: the batch size (default 1)")
+    i.add_argument("--dtype", default=None, help="float16|bfloat16|float32|float64 (default: bfloat16 on cuda, "
+                   "float32 on cpu; for --suite, each shape's own)")
+    i.add_argument("--b-layout", choices=("row", "col"), default="row",
+                   help="col: B is the transpose of a contiguous [N,K] weight, as in nn.Linear")
     i.add_argument("--device", default=None, help="store: only this device's picks; --shape/--suite: tune here")
     i.add_argument("--store", default=None, help="the store to read (and write when tuning)")
     i.add_argument("--templates", choices=("inductor", "all"), default="inductor",
@@ -104,6 +125,8 @@ def add_inductor_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_inductor_table(args: argparse.Namespace) -> int:
     from . import inductor
+    from .engine import shared_store
+    from .offline.suite import ProblemSpec, load_suite
 
     inductor.require()
     if args.few < 1:
@@ -133,6 +156,7 @@ def cmd_inductor_table(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from .offline.suite import load_suite
     from .offline.sweep import sweep
 
     specs = load_suite(args.suite, dtype=args.dtype)
@@ -148,14 +172,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from .engine import shared_store
+    from .report import write_json
+    from .store.lookup import import_file
+
     location = Settings.from_env(store=args.store).store
     if args.action in ("import", "clear"):  # an effect that must last: never on a fall-back in memory
+        import warnings
+
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
             store = shared_store(location)
         if store.path == ":memory:" and store.origin != ":memory:":
             why = store.warnings[-1] if store.warnings else "it could not be opened"
-            raise InputError(f"cache {args.action}: nothing was changed: {re.split('; (?:left it untouched and )?keeping', why)[0]}")
+            raise InputError(f"cache {args.action}: nothing was changed: "
+                             f"{re.split('; (?:left it untouched and )?keeping', why)[0]}")
     else:
         store = shared_store(location)
     if args.action == "ls":
@@ -185,45 +218,43 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def import_file(store, path: str) -> int:
-    """`cache import`: the file is read (never written) and checked completely before anything is stored;
-    a malformed one is a LookupTableError naming the file and the entry (exit 2, one line)."""
-    from .core.errors import LookupTableError
-    from .store.lookup import read_json
-    from .store.schema import check_export, unknown_templates
+def _listener(args: argparse.Namespace):
+    """The bar on a terminal, stage lines off one, nothing with --no-progress or -v (the logs say it)."""
+    if args.no_progress or args.verbose:
+        return nullcontext()
+    if err.is_terminal:
+        from .report import progress_listener
 
-    name = f"cache import {path}"
-    data = read_json(path, name)
-    check_export(data, name, need_env=True)
-    unknown_templates({e["problem"]: [e["pick"]] for e in data["entries"]}, name, strict=True)  # nothing unusable
-    try:
-        return store.import_(data)
-    except (KeyError, TypeError) as exc:  # a value the checks let through that the store cannot hold
-        raise LookupTableError(f"{name}: {type(exc).__name__}: {exc}") from exc
+        return progress_listener(err)
+    return _lines()
 
 
 @contextmanager
-def progress_listener(enabled: bool) -> Iterator:
-    if not enabled:
-        yield None
-        return
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as prog:
-        tasks: dict[str, TaskID] = {}
+def _lines() -> Iterator:
+    from .report import StageLines
 
-        def listen(event: str, **info) -> None:
-            if event == "choices":
-                for k in list(tasks):
-                    prog.remove_task(tasks.pop(k))
-                tasks["compile"] = prog.add_task("compiling", total=info["binaries"])
-                tasks["benchmark"] = prog.add_task("benchmarking", total=info["total"])
-            elif event in tasks:
-                prog.update(tasks[event], completed=info["done"], total=max(info["total"], info["done"]))
+    yield StageLines(lambda line: (sys.stderr.write(f"gemmtune: {line}\n"), sys.stderr.flush()))
 
-        yield listen
+
+def _print_selection(spec: "ProblemSpec", sel, settings: Settings) -> None:
+    from .report import autotune_table
+
+    if sel.cache_hit:
+        out.print(f"cache hit: {spec.describe()} -> {sel.winner.key} (no benchmarking; "
+                  f"{sel.from_store} stored timings, tuned in {sel.tuning_s:.3f} s)")
+    elif sel.from_store:
+        out.print(f"partial cache hit: {sel.from_store} timings from the store, "
+                  f"{sel.benchmark_runs} new benchmark runs")
+    if sel.stale_entries:
+        out.print(f"ignored {sel.stale_entries} stored timings measured with an older template source")
+    out.print(autotune_table(sel, rows=settings.report_rows))
+    out.print()
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from .offline.suite import ProblemSpec, load_suite
+    from .report import run_info, selection_dict, write_json
+
     device = check_device(args.device)
     settings = Settings.from_env(strategy=args.strategy, top_x=args.top_x, backends=args.backends,
                                  effort=args.effort, budget_s=args.budget_s, isolation=args.isolation,
@@ -238,45 +269,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
     for spec in specs:  # before anything is allocated
         check_fits(spec, device, "--suite" if args.suite else "--shape")
     results = []
-    with progress_listener(not args.no_progress and not args.verbose and err.is_terminal) as listen:
-        for i, spec in enumerate(specs, 1):
-            if len(specs) > 1 and not args.no_progress:  # a suite: which shape, of how many
-                err.print(f"[{i}/{len(specs)}] {spec.name or spec.describe()}", highlight=False)
-            tensors = spec.tensors(device)
+    for i, spec in enumerate(specs, 1):
+        if len(specs) > 1 and not args.no_progress:  # a suite: which shape, of how many
+            err.print(f"[{i}/{len(specs)}] {spec.name or spec.describe()}", highlight=False)
+        tensors = spec.tensors(device)
+        with _listener(args) as listen:  # the bar is gone before the table prints
             sel = tune(spec.op, *tensors, settings=settings, listener=listen)
-            if sel.cache_hit:
-                out.print(f"cache hit: {spec.describe()} -> {sel.winner.key} (no benchmarking; "
-                          f"{sel.from_store} stored timings, tuned in {sel.tuning_s:.3f} s)")
-            elif sel.from_store:
-                out.print(f"partial cache hit: {sel.from_store} timings from the store, "
-                          f"{sel.benchmark_runs} new benchmark runs")
-            if sel.stale_entries:
-                out.print(f"ignored {sel.stale_entries} stored timings measured with an older template source")
-            out.print(autotune_table(sel, rows=settings.report_rows))
-            out.print()
-            results.append((spec, sel))
+        _print_selection(spec, sel, settings)
+        results.append((spec, sel))
     if len(results) > 1:
+        from .report import summary_table
+
         out.print(summary_table(results))
     if args.json_path:
         docs = [{"name": spec.name, **selection_dict(sel)} for spec, sel in results]
         doc = docs[0] if len(docs) == 1 and not args.suite else {"results": docs}
         write_json({**doc, **run_info()}, args.json_path)
     return 0
-
-
-def summary_table(results) -> Table:
-    table = Table(title="gemmtune summary")
-    for col in ("shape", "problem", "winner", "ms", "TFLOP/s", "best extern ms", "vs extern", "choices",
-                "runs", "tuning s"):
-        table.add_column(col, justify="left" if col in ("shape", "problem", "winner") else "right")
-    for spec, sel in results:
-        ext = [t.ms for t in sel.timings if t.choice.is_extern and t.ms is not None]
-        ext_ms = min(ext) if ext else None
-        table.add_row(spec.name or "-", spec.describe(), f"{sel.winner.name} {sel.winner.description}",
-                      f"{sel.winner_ms:.4f}", f"{sel.problem.flops / sel.winner_ms / 1e9:.1f}",
-                      f"{ext_ms:.4f}" if ext_ms else "-", f"{ext_ms / sel.winner_ms:.3f}x" if ext_ms else "-",
-                      str(sel.n_choices), str(sel.benchmark_runs), f"{sel.tuning_s:.2f}")
-    return table
 
 
 INTERRUPTED = "interrupted; nothing was stored for the current problem"
@@ -313,6 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         2
     """
     if argv is None:  # the `gemmtune` program itself (not a call from Python): Ctrl-C exits at once
+        import warnings
+
+        warnings.showwarning = _one_line_warning
         install_sigint_handler()
         return abandonable(lambda: run(sys.argv[1:]))
     return run(argv)
@@ -364,6 +376,7 @@ def run(argv: Sequence[str]) -> int:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     configure_logging(args.verbose)
     try:
+        check_store_arg(getattr(args, "store", None))
         if args.command == "tune":
             return cmd_tune(args)
         if args.command == "cache":
@@ -373,7 +386,7 @@ def run(argv: Sequence[str]) -> int:
         if args.command == "inductor-table":
             return cmd_inductor_table(args)
     except (GemmtuneError, ValueError, MemoryError, OSError) as exc:
-        return fail(str(exc))
+        return fail(flag_named(str(exc)))
     except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback under -vv
         if args.verbose >= 2:
             raise
@@ -394,8 +407,17 @@ class OneLineParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str):  # type: ignore[override]
-        fail(f"{message} (see {self.prog} -h)", prog=self.prog)
+        fail(f"{message} (see {self.prog} -h)", prog=self.prog.split()[0])
         raise SystemExit(2)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """As argparse's, but an unknown argument is reported by the subcommand's parser (`gemmtune tune -h`)."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            subs = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+            sub = subs[0].choices.get(getattr(ns, subs[0].dest, None)) if subs else None
+            (sub or self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns
 
 
 def fail(message: str, status: int = 2, prog: str = "gemmtune") -> int:
@@ -407,6 +429,12 @@ def fail(message: str, status: int = 2, prog: str = "gemmtune") -> int:
         sys.stderr.write(f"{prog}: error: {line}\n")
         sys.stderr.flush()
     return status
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """The `gemmtune` command's warnings: one `gemmtune: warning: ...` line, no source line."""
+    text = " ".join(str(message).split())
+    sys.stderr.write(f"gemmtune: warning: {text.removeprefix('gemmtune: ')}\n")
 
 
 def configure_consoles() -> None:
@@ -421,26 +449,6 @@ def configure_logging(verbose: int) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     level = {0: logging.NOTSET, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.getLogger("gemmtune").setLevel(level)
-
-
-def join_negative_values(argv: list[str]) -> list[str]:
-    """`--shape -5x4x4` as `--shape=-5x4x4`, so that the value is checked (argparse takes it for an option).
-
-    Example:
-        >>> join_negative_values(["tune", "--shape", "-5x4x4", "--batch", "-2", "-v"])
-        ['tune', '--shape=-5x4x4', '--batch=-2', '-v']
-    """
-    joined: list[str] = []
-    i = 0
-    while i < len(argv):
-        nxt = argv[i + 1] if i + 1 < len(argv) else ""
-        if argv[i].startswith("--") and "=" not in argv[i] and len(nxt) > 1 and nxt[0] == "-" and nxt[1] in "0123456789.":
-            joined.append(f"{argv[i]}={nxt}")
-            i += 2
-        else:
-            joined.append(argv[i])
-            i += 1
-    return joined
 
 
 if __name__ == "__main__":

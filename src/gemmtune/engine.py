@@ -6,12 +6,13 @@ import logging
 import os
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import torch
 
 from .templates import heuristics
+from .bench import load
 from .bench.bench import Bench, Listener
 from .bench.factory import runner_for
 from .core import autocast
@@ -156,7 +157,7 @@ def _facts(outcome: "_Outcome", strategy: str, compiled: CompileResult, memory: 
         benchmark_s=bench.seconds.get("final", 0.0) + bench.seconds.get("finalist", 0.0),
         prescreen_s=bench.seconds.get("prescreen", 0.0), from_store=len(memory.known), stale_entries=memory.stale,
         binary_seconds=dict(compiled.binary_seconds), isolation=bench.isolation, overlapped=outcome.overlapped,
-        noisy=outcome.decision.noisy, provisional=outcome.decision.provisional,
+        noisy=outcome.decision.noisy, provisional=outcome.decision.provisional, background_load=outcome.background_load,
         budget_exhausted=bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in compiled.failures.values()))
 
 
@@ -177,6 +178,7 @@ class _Outcome:
     decision: Decision
     bench: Bench
     overlapped: bool  # timing began while binaries were still compiling
+    background_load: float | None = None  # CPU: cores other processes used while the choices were timed
 
 
 def _measure_and_pick(ctx: "_Context", compiled: CompileResult, choices: Sequence[Choice], memory: "_Memory",
@@ -194,7 +196,9 @@ def _measure_and_pick(ctx: "_Context", compiled: CompileResult, choices: Sequenc
     with Bench(ki, runner, compiled, known=memory.known, check_correctness=settings.check_correctness,
                listener=ctx.emit, runnable=len(runnable), deadline=plan.deadline) as bench:
         decision = _search(bench, runnable, settings.with_(strategy=plan.strategy), plan.options, memory, plan.deadline)
-    return _Outcome(decision, bench, overlapped)
+    busy = load.background_cores(runner)  # timed while other processes held the cores: times may read high
+    decision = replace(decision, provisional=True) if load.loaded_here(busy) else decision
+    return _Outcome(decision, bench, overlapped, busy)
 
 
 # -- the steps ------------------------------------------------------------------------------

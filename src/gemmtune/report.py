@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from .core.choices import Choice, Selection, Timing
 from .core.inputs import dtype_name
@@ -24,24 +25,24 @@ def describe_choice(choice: Choice) -> str:
 
 STAGE_LABELS = {"prescreen": "prescreen", "final": "final", "finalist": "interleaved final", "store": "store",
                 "pinned": "pinned"}
-LEGEND = ("stage: prescreen = one run per config (stage 1); final = timed alone; interleaved final = the finalists "
-          "re-timed in alternation, which decides the pick (the library kernel keeps it unless beaten by the library "
-          "margin); store = from an earlier tune. % = the winner's deciding time / this row's time")
+LEGEND = ("stage: interleaved final = re-timed together, decides the pick; final = timed alone; prescreen = one "
+          "short run; store = an earlier tune. % = winner's time / row's time")
 
 
 def autotune_table(sel: Selection, rows: int | None = 20) -> str:
     """Inductor-style AUTOTUNE report for one Selection, with the stage each time comes from.
 
-    The rows that decided the pick (the interleaved final, when there was one) come first, fastest
-    first; the winner's row carries the time that decided it; a legend line says what the stages mean.
+    Rows are sorted by time, fastest first, each with the stage its time comes from; the winner's row
+    carries the time that decided it (a faster row from a cheaper stage did not take part in the final);
+    a legend line says what the stages mean.
 
     Example (shape of the output):
         AUTOTUNE mm(512x512, 512x512)
         strides: [512, 1], [512, 1]
         dtypes: torch.float32, torch.float32
-          aten_mm    0.9000 ms 100.0% interleaved final  library kernel  <- winner
           numba_gemm 0.8500 ms 105.9% prescreen          MR=8, NR=8
-        stage: prescreen = one run per config in stage 1; final = ...
+          aten_mm    0.9000 ms 100.0% interleaved final  library kernel  <- winner
+        stage: interleaved final = re-timed together, decides the pick; ...
         SingleProcess AUTOTUNE benchmarking takes 0.5 seconds and 0.1 seconds precompiling for 20 choices and 0.2 seconds prescreening
     """
     ki = sel.problem
@@ -66,18 +67,17 @@ def autotune_table(sel: Selection, rows: int | None = 20) -> str:
 
 
 def ordered_rows(sel: Selection) -> list[Timing]:
-    """The timed rows of `sel`: the interleaved final's first (they decide the pick), then the rest, each fastest first.
+    """The timed rows of `sel`, fastest first.
 
     Example:
         >>> from gemmtune.core.choices import Choice
         >>> a, b = Choice("aten_mm", None), Choice("numba_gemm", "h", family="numba")
-        >>> sel = Selection(None, a, (Timing(b, 1.0, "prescreen"), Timing(a, 2.0, "finalist")), None, "prescreen",
+        >>> sel = Selection(None, a, (Timing(a, 2.0, "finalist"), Timing(b, 1.0, "prescreen")), None, "prescreen",
         ...                 2, 0.0, 0.0, 0.0, 0.0, "cpu")
         >>> [t.choice.name for t in ordered_rows(sel)]
-        ['aten_mm', 'numba_gemm']
+        ['numba_gemm', 'aten_mm']
     """
-    timed = [t for t in sel.timings if t.ms is not None]
-    return sorted(timed, key=lambda t: (t.stage != "finalist", t.ms))
+    return sorted((t for t in sel.timings if t.ms is not None), key=lambda t: t.ms or 0.0)
 
 
 def _time_rows(sel: Selection, shown: list[Timing]) -> list[str]:
@@ -115,8 +115,14 @@ def _noise_lines(sel: Selection) -> list[str]:
     """What the timer's noise did to the decision (CPU timings on a loaded machine, mostly)."""
     lines = []
     if sel.noisy:
-        lines.append("note: the top choices were within the timing noise of each other; the library kernel keeps a tie")
-    if sel.provisional:
+        lines.append("note: the top choices were within the timing noise of each other; " + (
+            "the library kernel keeps a tie" if sel.winner.is_extern else
+            "the pick beat the library kernel by more than the noise and the library margin"))
+    busy = sel.background_load
+    if sel.provisional and busy is not None and busy > 0.5:
+        lines.append(f"note: other processes kept {busy:.1f} cores busy while the choices were timed, so the times "
+                     "may read high; the pick is stored as provisional and a later run re-checks it")
+    elif sel.provisional:
         lines.append("note: decided under heavy timing noise: the pick is stored as provisional and a later run "
                      "re-checks it")
     return lines
@@ -159,6 +165,7 @@ def selection_dict(sel: Selection) -> dict[str, Any]:
         "budget_exhausted": sel.budget_exhausted,
         "noisy": sel.noisy,
         "provisional": sel.provisional,
+        "background_load": sel.background_load,
         "from_store": sel.from_store,
         "stale_entries": sel.stale_entries,
         "benchmark_runs": sel.benchmark_runs,
@@ -193,3 +200,74 @@ def run_info() -> dict[str, Any]:
 def write_json(data: Any, path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=1, default=str) + "\n")
+
+
+def summary_table(results: Any) -> Any:
+    """`gemmtune tune --suite`'s summary, a rich Table: one row per (spec, Selection) of `results`; '-' where
+    there is no time (a single untimed candidate, e.g. bf16 on CPU)."""
+    from rich.table import Table
+
+    table = Table(title="gemmtune summary")
+    for col in ("shape", "problem", "winner", "ms", "TFLOP/s", "best extern ms", "vs extern", "choices",
+                "runs", "tuning s"):
+        table.add_column(col, justify="left" if col in ("shape", "problem", "winner") else "right",
+                         overflow="fold")
+    for spec, sel in results:
+        ext = [t.ms for t in sel.timings if t.choice.is_extern and t.ms is not None]
+        ext_ms, ms = (min(ext) if ext else None), sel.winner_ms
+        table.add_row(spec.name or "-", spec.describe(), sel.winner.key,
+                      f"{ms:.4f}" if ms else "-", f"{sel.problem.flops / ms / 1e9:.3g}" if ms else "-",
+                      f"{ext_ms:.4f}" if ext_ms else "-", f"{ext_ms / ms:.3f}x" if ext_ms and ms else "-",
+                      str(sel.n_choices), str(sel.benchmark_runs), f"{sel.tuning_s:.2f}")
+    return table
+
+
+class StageLines:
+    """Off a terminal (stderr piped or a file): one line per stage of a tune instead of a bar.
+
+    Example:
+        >>> lines = []
+        >>> listen = StageLines(lines.append)
+        >>> listen("choices", total=26, binaries=8); listen("compile", done=8, total=8)
+        >>> listen("benchmark", done=1, total=26); listen("benchmark", done=2, total=26)
+        >>> [line.split(" (")[0] for line in lines]
+        ['26 choices, 8 binaries: compiling', 'compiled 8 binaries', 'benchmarking 26 choices']
+    """
+
+    def __init__(self, write: Any):
+        import time
+
+        self.write, self.clock, self.started = write, time.perf_counter, time.perf_counter()
+        self.seen: set[str] = set()
+
+    def __call__(self, event: str, **info: Any) -> None:
+        elapsed = f" ({self.clock() - self.started:.1f} s)"
+        if event == "choices":
+            self.write(f"{info['total']} choices, {info['binaries']} binaries: compiling{elapsed}")
+        elif event == "compile" and info["done"] >= info["total"] and "compile" not in self.seen:
+            self.seen.add("compile")
+            self.write(f"compiled {info['total']} binaries{elapsed}")
+        elif event == "benchmark" and "benchmark" not in self.seen:
+            self.seen.add("benchmark")
+            self.write(f"benchmarking {info['total']} choices{elapsed}")
+
+
+@contextmanager
+def progress_listener(console: Any) -> Iterator[Any]:
+    """A progress bar on `console` (a rich Console) for one tune: compiling and benchmarking; gone when it ends."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as prog:
+        tasks: dict[str, TaskID] = {}
+
+        def listen(event: str, **info: Any) -> None:
+            if event == "choices":
+                for k in list(tasks):
+                    prog.remove_task(tasks.pop(k))
+                tasks["compile"] = prog.add_task("compiling", total=info["binaries"])
+                tasks["benchmark"] = prog.add_task("benchmarking", total=info["total"])
+            elif event in tasks:
+                prog.update(tasks[event], completed=info["done"], total=max(info["total"], info["done"]))
+
+        yield listen

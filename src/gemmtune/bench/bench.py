@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Callable, Mapping, Sequence
 
-from ..core.choices import Choice, Timing
+from ..core.choices import Choice, Timing, library_reference as reference
 from ..core.errors import NoCandidatesError
 from ..core.inputs import KernelInputs
 from ..core.settings import CPU_CANNOT_WIN
@@ -167,10 +167,15 @@ class Bench:
     def _worth_retiming(self, choices: Sequence[Choice]) -> list[Choice]:
         """On CPU, the finalists whose separate timing is within `CPU_CANNOT_WIN` of the fastest one's:
         a finalist twice as slow cannot win and keeps its earlier timing (a 30 ms numba tile against a
-        12 ms BLAS on 1024^3 would cost the re-time a third of its time), and none when only one is
-        left: its win is clear.  Elsewhere every finalist."""
+        12 ms BLAS on 1024^3 would cost the re-time a third of its time), with the best library kernel
+        whenever a generated kernel is among them (a cheap stage-1 time on a loaded machine can read
+        10x fast: it must be confirmed against the library kernel), and none when a library kernel
+        is left alone: its win is clear.  Elsewhere every finalist."""
         if self.ki.device_type != "cpu":
             return list(choices)
         fastest = min(self._earlier(c)[0] for c in choices)
         again = [c for c in choices if self._earlier(c)[0] <= CPU_CANNOT_WIN * fastest]
-        return again if len(again) > 1 else []  # a lone contender is compared with nothing: no re-time
+        library = reference(sorted(choices, key=lambda c: self._earlier(c)[0]))
+        if library is not None and library not in again and any(c.family != library.family for c in again):
+            again.append(library)  # another kernel wins only re-timed against the library kernel (torch's op)
+        return again if len(again) > 1 else []  # a lone library kernel is compared with nothing: no re-time

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -99,6 +99,23 @@ class Timing:
     spread: float | None = None  # CPU: IQR / median of the samples behind `ms` (None: unknown)
 
 
+def library_reference(ranked: "Sequence[Choice]") -> Choice | None:
+    """The library kernel a pick must beat: the fastest of torch's own ops (family "extern"), else the
+    fastest library kernel (NumPy's BLAS where torch's op is not a candidate).
+
+    Example:
+        >>> aten, blas = Choice("aten_mm", None), Choice("numpy_blas", None, family="numpy")
+        >>> library_reference([blas, aten]).template_uid, library_reference([blas]).template_uid
+        ('aten_mm', 'numpy_blas')
+    """
+    return next((c for c in ranked if torch_op(c)), None) or next((c for c in ranked if c.is_extern), None)
+
+
+def torch_op(choice: Choice) -> bool:
+    """Whether `choice` is one of torch's own library ops (aten: cuBLAS, oneDNN), not NumPy's BLAS."""
+    return choice.is_extern and choice.family == "extern"
+
+
 @dataclass(frozen=True)
 class Selection:
     """The outcome of tuning one problem.
@@ -134,6 +151,7 @@ class Selection:
     overlapped: bool = False  # timing began while binaries were still compiling (compile_s overlaps the rest)
     noisy: bool = False  # the top finalists were within the timer's noise of each other: a tie
     provisional: bool = False  # decided under heavy noise: stored provisional, re-checked by a later tune
+    background_load: float | None = None  # CPU: cores other processes kept busy while it was timed (None: unknown)
 
     @property
     def winner_ms(self) -> float | None:

@@ -17,10 +17,12 @@ from .environment import (OTHER_VARIABLES, cache_dir, check_other_variables, che
 from .errors import BackendError, SettingsError
 from .spec import Spec
 
-FAMILIES = ("extern", "triton", "numba", "cutlass")
+FAMILIES = ("extern", "numpy", "triton", "numba", "cutlass")
 """Backend family names accepted by `backends=`:
 
-- ``extern``: library kernels (cuBLAS through aten on GPU; torch.mm/oneDNN and NumPy BLAS on CPU)
+- ``extern``: torch's own library kernels (cuBLAS through aten on GPU; torch.mm/oneDNN on CPU)
+- ``numpy``: NumPy's BLAS (CPU float32/float64): a library kernel on its own thread pool, which fights
+  torch's for the cores; opt-in: only a `backends` naming it pools it (docs/PERFORMANCE.md)
 - ``triton``: the Triton GEMM template (NVIDIA GPUs)
 - ``numba``: the JIT-compiled tiled CPU template
 - ``cutlass``: the CuTe DSL Hopper template (optional extra `gemmtune[cutlass]`; opt-in: only a
@@ -51,7 +53,7 @@ def _families(backends: Any) -> tuple[str, ...]:
     if isinstance(backends, str):
         backends = tuple(b.strip() for b in backends.split(",") if b.strip())
     elif not isinstance(backends, (tuple, list)) or not all(isinstance(b, str) for b in backends):
-        raise ValueError(f"expected None, a string or a tuple of family names ('extern', 'triton', 'numba', 'cutlass'), "
+        raise ValueError(f"expected None, a string or a tuple of family names ({', '.join(map(repr, FAMILIES))}), "
                          f"got {type(backends).__name__} {backends!r}")
     backends = tuple(backends)
     unknown = [b for b in backends if b not in FAMILIES]
@@ -117,7 +119,8 @@ class Settings:
     """
 
     backends: tuple[str, ...] | None = _f(None, Spec(
-        "choice", "backend families to tune (comma-separated); none: every family available on the device",
+        "choice", "backend families to tune (comma-separated); none: every family native to the device "
+        "(numpy and cutlass are opt-in: only when named)",
         choices=FAMILIES, optional=True, parser=str, checker=_families, type_text="families",
         range_note="any of " + ", ".join(FAMILIES), error=BackendError))
     strategy: str = _f("model_pruned", _choice(

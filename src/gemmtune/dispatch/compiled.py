@@ -28,7 +28,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import logging
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch.library import triton_op
@@ -134,21 +135,42 @@ def _opaque(op: str, tensors: tuple, alpha: float, beta: float, backends: Option
     return getattr(torch.ops.gemmtune, op).default(*tensors, backends, out_layout)
 
 
-@triton_op("gemmtune::traced_mm", mutates_args=())
+class _NoTritonNote(logging.Filter):
+    """Drops the "Triton not available, find_triton_kernels = []" warning that `triton_op` logs at each
+    registration where Triton is not installed (a CPU machine): these ops then hold no Triton kernel."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Triton not available")
+
+
+def _registered(name: str) -> Callable[[Callable[..., torch.Tensor]], Any]:
+    """`torch.library.triton_op(name, mutates_args=())`, registered without that warning."""
+    def register(fn: Callable[..., torch.Tensor]) -> Any:
+        log, quiet = logging.getLogger("torch._library.triton"), _NoTritonNote()
+        log.addFilter(quiet)
+        try:
+            return triton_op(name, mutates_args=())(fn)
+        finally:
+            log.removeFilter(quiet)
+
+    return register
+
+
+@_registered("gemmtune::traced_mm")
 def traced_mm(a: torch.Tensor, b: torch.Tensor, backends: Optional[str] = None,
               out_layout: Optional[str] = None) -> torch.Tensor:
     """`a @ b`, emitted as the tuned pick when traced (see the module docstring)."""
     return _emit("mm", (a, b), 1.0, 1.0, backends, out_layout)
 
 
-@triton_op("gemmtune::traced_bmm", mutates_args=())
+@_registered("gemmtune::traced_bmm")
 def traced_bmm(a: torch.Tensor, b: torch.Tensor, backends: Optional[str] = None,
                out_layout: Optional[str] = None) -> torch.Tensor:
     """Batched `a @ b`, emitted as the tuned pick when traced."""
     return _emit("bmm", (a, b), 1.0, 1.0, backends, out_layout)
 
 
-@triton_op("gemmtune::traced_addmm", mutates_args=())
+@_registered("gemmtune::traced_addmm")
 def traced_addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: float = 1.0, alpha: float = 1.0,
                  backends: Optional[str] = None, out_layout: Optional[str] = None) -> torch.Tensor:
     """`beta * bias + alpha * (a @ b)`, emitted as the tuned pick when traced."""

@@ -5,7 +5,11 @@ An eager forward at small batch is launch-bound: the host, not the GPU, sets its
 launch costs a few microseconds more host time than a cuBLAS call.  On a Llama-shaped stack at 64
 tokens, picks that saved no GPU time in the model ran the forward 1.15x slower (docs/MODELS.md).
 
-`check_in_model` settles it where the user pays: for each problem whose pick is a generated kernel,
+On CPU a pick that is not torch's own op runs on another thread pool (numba's, NumPy's BLAS), which
+fights torch's for the cores next to the model's other ops: a pick as fast as aten alone took 10x its
+time after a LayerNorm (docs/PERFORMANCE.md), so those picks are checked the same way.
+
+`check_in_model` settles it where the user pays: for each problem whose pick is not torch's own op,
 the model's forward is timed with the pick and with torch's own op for that problem, interleaved in
 rounds (drift hits both alike), and the pick stays only if the forward runs faster with it by more
 than `margin` in three rounds out of four (the lower quartile of the per-round ratios): a launch-

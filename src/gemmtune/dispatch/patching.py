@@ -219,7 +219,8 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
     """Route every `nn.Linear` in `module` through gemmtune (in place); returns `module`.
 
     `backends` is passed to `gemmtune.mm` / `gemmtune.addmm` (a tuple of family
-    names; None: the device's defaults).  Patching again updates `backends`.
+    names; None: the device's defaults, which leave out NumPy's BLAS: it runs on a thread pool of
+    its own, family "numpy", opt-in).  Patching again updates `backends`.
     The `nn.Linear` layers inside an `nn.MultiheadAttention` are left alone: it
     calls `F.linear` on their weights, so they would never reach gemmtune.
     `report=True` prints `patch_report(module)` (what is routed, what is not

@@ -5,7 +5,7 @@ With `Settings.compile_path="inductor"` (the default) a static-shape call's trac
 builds gemmtune's pick for it through the installed choices handler
 (`gemmtune.inductor`), in every compile mode: one integration for every GEMM of a compiled model,
 its backward GEMMs included.  `HOOKS` install that handler; `gemmtune/__init__.py` registers the
-installer (this layer does not import `gemmtune.inductor`).  A call the handler cannot honour
+installer in `gemmtune.core.hooks` (this layer does not import `gemmtune.inductor`).  A call the handler cannot honour
 (a `backends=` restriction, an `out_layout`), symbolic sizes, or `compile_path="traced"` takes the
 traced path of `dispatch.compiled` instead, and a torch without Inductor's lookup table too.
 
@@ -21,11 +21,12 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..core.hooks import INDUCTOR
 from ..core.settings import Settings
 
 __all__ = ["HOOKS", "to_inductor"]
 
-HOOKS: list[Callable[[], bool]] = []
+HOOKS: list[Callable[[], bool]] = INDUCTOR
 """Each makes sure Inductor asks gemmtune for its GEMMs; True when it does (False: no lookup table)."""
 
 def _static(tensors: Sequence[torch.Tensor]) -> bool:

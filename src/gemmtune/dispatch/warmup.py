@@ -7,10 +7,11 @@ returns a report.  Problems already in the store are read, not tuned, so a secon
 program tunes nothing.  After `warmup` the model's eager calls, and `torch.compile` traces of it,
 find every problem decided.
 
-On a GPU, `warmup` then checks each generated pick in the model itself (`dispatch.in_model`): the
-forward is timed with the pick and with torch's own op for that problem, and the pick stays only
-where the forward runs faster with it.  Back-to-back timing hides a launch's host cost that a
-launch-bound eager forward pays in full.
+`warmup` then checks each pick that is not torch's own op in the model itself (`dispatch.in_model`):
+the forward is timed with the pick and with torch's own op for that problem, and the pick stays only
+where the forward runs faster with it.  On a GPU, back-to-back timing hides a launch's host cost
+that a launch-bound eager forward pays in full; on CPU, a kernel on another thread pool (numba's,
+NumPy's BLAS) fights torch's pool for the cores next to the model's other ops.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from .patching import patch, patched_modules, release_library_layers
 __all__ = ["warmup", "WarmupReport", "WarmupRow"]
 
 log = logging.getLogger("gemmtune")
+TORCH_OPS = frozenset({"aten_mm", "aten_addmm", "aten_bmm", "aten_bias_addmm"})
+"""Library picks that are torch's own op: what the in-model check compares the others against."""
 
 
 @dataclass(frozen=True)
@@ -119,12 +122,13 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     templates, emitted at trace time); the default decides them for eager calls.  `progress` shows a progress bar (default: when
     standard error is a terminal).  Returns a `WarmupReport`; print `report.table()` for the summary.
 
-    `in_model` checks each generated pick in the model (`dispatch.in_model`): about 30 more
-    forwards per such problem, under `torch.no_grad()`.  Default: on for eager CUDA models (off in a
-    torch.distributed job, where it would decide per rank).  Turn it off for a forward with side
-    effects (a KV cache it appends to), or when the model will run under a CUDA graph, where launch
-    cost does not count and the tuned picks are the right ones.  In a torch.distributed job the
-    problems are dealt across the ranks, tuned at once and shared (`store.distributed`).
+    `in_model` checks each pick that is not torch's own op in the model (`dispatch.in_model`): about
+    30 more forwards per such problem, under `torch.no_grad()`.  Default: on for eager models (a CPU
+    model whose picks are all torch's op runs no extra forward), off in a torch.distributed job (it
+    would decide per rank).  Turn it off for a forward with side effects (a KV cache it appends to),
+    or when the model will run under a CUDA graph, where launch cost does not count and the tuned
+    picks are the right ones.  In a torch.distributed job the problems are dealt across the ranks,
+    tuned at once and shared (`store.distributed`).
 
     `release=True` then gives every patched layer whose problems all run torch's op its own
     `nn.Linear.forward` back (`patching.release_library_layers`, one more forward): those layers
@@ -153,7 +157,8 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     finally:
         cancel()  # nothing tuned (all from the store): the worker is not kept
     check_s = 0.0
-    if not for_compile and _wants_check(in_model, seen):
+    # On by default (GPU picks for launch cost, CPU ones for thread pools); in a distributed job only if asked.
+    if not for_compile and (in_model or (in_model is None and _job() is None)):
         t0 = time.perf_counter()
         with torch.no_grad():
             rows = _checked(rows, seen, lambda: model(*example_inputs, **example_kwargs))
@@ -176,23 +181,18 @@ def _prestart_worker(model: nn.Module) -> Any:
     return isolation.prestart(device_str(tensor.device), settings.run_timeout_s)
 
 
-def _wants_check(in_model: bool | None, seen: "dict[tuple, eager.Recorded]") -> bool:
-    if in_model is not None:
-        return in_model
-    # In a torch.distributed job the check would decide per rank, and ranks could run different kernels.
-    return _job() is None and any(t.is_cuda for rec in seen.values() for t in rec.tensors)
-
-
 def _checked(rows: list[WarmupRow], seen: "dict[tuple, eager.Recorded]", forward: Any) -> list[WarmupRow]:
-    """`rows` with the in-model verdicts of the problems whose winner is a generated kernel (and whose
-    backends allow the library kernel: a caller who left it out gets no torch op)."""
+    """`rows` with the in-model verdicts of the problems whose winner is not torch's own op (a generated
+    kernel, NumPy's BLAS) and whose backends allow the library kernel (a caller who left it out gets
+    no torch op)."""
     from ..core.settings import Settings
 
     switches, at = [], []
     selections = eager.selections()
     for i, (canon, rec) in enumerate(seen.items()):
         sel = selections.get(canon)
-        if sel is None or sel.winner.is_extern or (rec.backends is not None and "extern" not in rec.backends):
+        if (sel is None or sel.winner.template_uid in TORCH_OPS
+                or (rec.backends is not None and "extern" not in rec.backends)):
             continue
         switches.append(Switch(rec.op, canon, sel, rec.alpha, rec.beta, rec.out_layout))
         at.append(i)

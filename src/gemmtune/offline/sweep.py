@@ -89,6 +89,7 @@ def sweep(specs: Sequence[ProblemSpec], out: str | Path, device: str, settings: 
                                                                "start_ms": start_ms, "end_ms": end_ms},
                       "compile_total_s": sel.compile_s, "wall_s": time.perf_counter() - t0, "choices": choices})
         added += 1
-        log(f"{spec.name}: {len(choices)} choices, best {sel.winner.key} {sel.winner_ms:.4f} ms, "
+        best = "untimed" if sel.winner_ms is None else f"{sel.winner_ms:.4f} ms"  # a lone candidate is not timed
+        log(f"{spec.name}: {len(choices)} choices, best {sel.winner.key} {best}, "
             f"library {start_ms:.4f} -> {end_ms:.4f} ms, {time.perf_counter() - t0:.1f} s")
     return added

@@ -1,7 +1,9 @@
 """The final decision: from a strategy's ranking to the pick.
 
 The best `finalists` choices, plus the best library kernel, are timed again interleaved (so drift
-hits all alike) and the fastest wins, under two rules that favour the library kernel:
+hits all alike) and the fastest wins, under rules that favour the library kernel (torch's own op
+where it is a candidate: NumPy's BLAS, a library kernel on another thread pool, is held to the same
+rules as a generated kernel):
 
 - a generated kernel must beat it by `library_margin` in the final: a tie within the timer's noise
   goes to the library kernel (a near-equal pick measured again can land a few percent slower on
@@ -18,9 +20,15 @@ hits all alike) and the fastest wins, under two rules that favour the library ke
   spread, IQR / median, which the CPU timer reports): on a loaded CPU a descheduled thread adds
   whole scheduler ticks to some runs, and a "win" inside that noise is no win.
 
-`final_decision` also says whether the pick was a tie within the noise (`noisy`) and whether the
-final was taken under heavy noise (`provisional`: a spread above `noise_limit`), which the engine
-stores so that a later tune re-checks the pick instead of trusting it for good.
+`final_decision` also says whether the pick was a tie within the noise (`noisy`) and whether it is
+`provisional`: a close call (a tie within the noise) taken under heavy noise (a spread above
+`noise_limit`), which the engine stores so that a later tune re-checks the pick instead of trusting
+it for good.  A pick that beat every other finalist by more than the noise is firm even when the
+spread is large (a finalist twice as slow is twice as slow), so on a quiet machine a second tune is
+a plain cache hit.  A pick that is not
+the library kernel and was not re-timed in the final together with it (a lone stage-1 time, a
+budget that ran out before the re-time) is provisional too: one cheap run on a loaded CPU can read
+10x fast, and such a time is never stored as a settled pick.
 
 `final_pick` is pure over what it is handed, so the engine (a Bench's records and interleaved
 re-time) and the offline replays (recorded times standing in for both) decide alike.
@@ -31,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..core.choices import Choice, Timing
+from ..core.choices import Choice, Timing, library_reference as reference, torch_op as _torch_op
 from ..core.errors import NoCandidatesError
 from .base import Measured
 
@@ -135,13 +143,14 @@ def final_decision(ranked: Sequence[Measured], records: Mapping[Choice, Timing],
     if not ok:
         raise NoCandidatesError(_nothing_correct(records, describe))
     finalists = ok[: rule.finalists]
-    best_extern = next((c for c in ok if c.is_extern), None)
+    best_extern = reference(ok)
     if best_extern is not None and best_extern not in finalists:
         finalists.append(best_extern)
     if len(finalists) == 1:
         return Decision(finalists[0])
     if budget_exhausted:
-        return Decision(finalists[0], provisional=_noise(records, finalists) > rule.noise_limit)
+        return Decision(finalists[0], provisional=_noise(records, finalists) > rule.noise_limit
+                        or not _settled(finalists[0], best_extern, records))
     if stored_pick in finalists and all(records[c].stage == "store" for c in finalists):
         return Decision(stored_pick)  # nothing new reached the final: the stored decision stands
     if not rule.library_final and all(c.is_extern for c in finalists):  # no generated kernel at stake
@@ -150,12 +159,29 @@ def final_decision(ranked: Sequence[Measured], records: Mapping[Choice, Timing],
     ranked_final = sorted(zip(times, range(len(finalists)), finalists))
     if best_extern is not None:
         lib = records[best_extern]
-        ranked_final = [r for r in ranked_final if r[2].is_extern or _beats(records[r[2]], lib, rule)]
+        ranked_final = [r for r in ranked_final if _torch_op(r[2]) or _beats(records[r[2]], lib, rule)]
     pick = ranked_final[0][2]
     # The noise that decided: the re-timed finalists' (on CPU a finalist twice as slow as the fastest is not
     # re-timed, `Bench.retime`, and its cheaper earlier timing says nothing about the pick); none: the pick's.
     decided = [c for c in finalists if records[c].stage == "finalist"] or [pick]
-    return Decision(pick, noisy=_tied(pick, finalists, records), provisional=_noise(records, decided) > rule.noise_limit)
+    tied = _tied(pick, finalists, records)
+    # Heavy noise unsettles only a close call: a pick that beat every finalist by more than the noise stands.
+    loud = _noise(records, decided) > rule.noise_limit and (tied or len(decided) == 1)
+    return Decision(pick, noisy=tied, provisional=loud or not _settled(pick, best_extern, records))
+
+
+def _settled(pick: Choice, library: Choice | None, records: Mapping[Choice, Timing]) -> bool:
+    """The pick is the best library kernel (or there is none), or both were re-timed in the final.
+
+    Example:
+        >>> lib, gen = Choice("aten_mm", None), Choice("numba_mm", "h", family="numba")
+        >>> records = {lib: Timing(lib, 7.6, "final"), gen: Timing(gen, 0.5, "prescreen")}
+        >>> _settled(gen, lib, records), _settled(lib, lib, records)
+        (False, True)
+    """
+    if library is None or pick == library:
+        return True
+    return all(records[c].stage in ("finalist", "store") for c in (pick, library))
 
 
 def _beats(gen: Timing, lib: Timing, rule: FinalRule) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs
 from ..core.errors import LookupTableError
-from .schema import check_table, unknown_templates
+from .schema import check_export, check_table, unknown_templates
 from .sqlite import canon
 
 log = logging.getLogger("gemmtune")
@@ -110,3 +110,17 @@ def read_json(path: str | Path, name: str) -> Any:
         return json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LookupTableError(f"{name}: cannot read it as JSON: {exc}") from exc
+
+
+def import_file(store: Any, path: str) -> int:
+    """`gemmtune cache import`: the file is read (never written) and checked completely before anything is
+    stored; a malformed one is a LookupTableError naming the file and the entry (exit 2, one line).
+    Returns how many picks `store` took."""
+    name = f"cache import {path}"
+    data = read_json(path, name)
+    check_export(data, name, need_env=True)
+    unknown_templates({e["problem"]: [e["pick"]] for e in data["entries"]}, name, strict=True)  # nothing unusable
+    try:
+        return store.import_(data)
+    except (KeyError, TypeError) as exc:  # a value the checks let through that the store cannot hold
+        raise LookupTableError(f"{name}: {type(exc).__name__}: {exc}") from exc

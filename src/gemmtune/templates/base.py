@@ -82,6 +82,7 @@ class Template(ABC):
     # Device types where the template is active by default; elsewhere (e.g. the
     # Triton interpreter on CPU) only when its family is asked for by name.
     native_devices: tuple[str, ...] = ("cpu", "cuda")
+    opt_in: bool = False  # True: pooled only where `backends` names its family (or `templates=` lists it)
     # Whether `trace` can emit this template's kernels into a `torch.compile` graph.
     traceable: bool = False
 

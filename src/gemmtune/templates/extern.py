@@ -70,11 +70,18 @@ class AtenBiasAddmmTemplate(Template):
 
 
 class NumpyTemplate(Template):
-    """NumPy's matmul (its BLAS: OpenBLAS or MKL) on CPU float32/float64."""
+    """NumPy's matmul (its BLAS: OpenBLAS or MKL) on CPU float32/float64.
+
+    Its own family ("numpy"), opt-in: only a `backends` naming "numpy" pools it.  It runs on NumPy's
+    BLAS thread pool, not torch's, and the two fight over the cores: next to torch's ops (a model's
+    LayerNorm, another layer) a pick as fast as aten alone took 10x its time, and in an interleaved
+    final the kernel timed after it is the one that pays (torch.mm 512^3 read 3.4 ms there against
+    1.4 ms alone), so it would win by the other's loss (docs/PERFORMANCE.md)."""
 
     uid = "numpy_blas"
-    family = "extern"
+    family = "numpy"
     native_devices = ("cpu",)
+    opt_in = True  # pooled only where `backends` names "numpy" or `templates=` lists it (see above)
 
     def supports(self, ki: KernelInputs) -> bool:
         return ki.device_type == "cpu" and ki.dtype in (torch.float32, torch.float64)

@@ -73,12 +73,15 @@ def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
     """Templates of the requested families that can run `ki`.
 
     With `backends=None`, every family native to the device (GPU: extern + triton;
-    CPU: extern + numba); a family named explicitly is used wherever it runs.
+    CPU: extern + numba), less an opt-in template (`Template.opt_in`: NumPy's BLAS) unless `templates`
+    lists it; a family named explicitly is used wherever it runs.
     """
     pool = default_templates(hopper, size, preview) if templates is None else list(templates)
 
     def wanted(t: Template) -> bool:
-        return ki.device_type in t.native_devices if backends is None else t.family in backends
+        if backends is None:
+            return ki.device_type in t.native_devices and (templates is not None or not t.opt_in)
+        return t.family in backends
 
     return [t for t in pool if wanted(t) and t.supports(ki)]
 

@@ -1,0 +1,35 @@
+"""What a timer reads (`Measurement`) and what a timer is (`Timer`): shared by the CPU and CUDA timers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+Fn = Callable[[], object]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One timer reading.
+
+    `cost_ms` is what the pick compares: on a GPU max(gpu_ms, host_ms) when the host's launch
+    time counts (`Settings.count_host_overhead`), else gpu_ms; on CPU the wall time, with
+    gpu_ms and host_ms None.
+
+    Example:
+        >>> Measurement(0.030, gpu_ms=0.002, host_ms=0.030).cost_ms
+        0.03
+    """
+
+    cost_ms: float
+    gpu_ms: float | None = None  # median CUDA-event time
+    host_ms: float | None = None  # median host time to launch one call
+    spread: float | None = None  # CPU: interquartile range / median of the samples (None: too few to say)
+
+
+class Timer(Protocol):
+    def time(self, fn: Fn, *, warm: bool = False, stage: str = "final") -> Measurement:
+        """Median cost of `fn`; `warm`: it has just run; `stage`: the search stage asking."""
+
+    def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[Measurement]:
+        """Median cost of each of `fns`, timed round-robin so drift hits all alike."""

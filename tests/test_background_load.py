@@ -1,0 +1,86 @@
+"""CPU timings taken while other processes held the cores: counted from /proc, and such a pick is provisional."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+import gemmtune
+from gemmtune import engine
+from gemmtune.bench import load
+from gemmtune.bench.cpu_timer import CpuTimer
+from gemmtune.bench.replay import ReplayRunner
+from gemmtune.report import autotune_table, selection_dict
+from gemmtune.store.sqlite import Store
+from gemmtune.templates.extern import AtenTemplate
+
+from helpers import ScriptedTemplate
+
+
+def test_other_cores_and_the_verdict_from_given_ticks():
+    # 2 s of timing at 100 ticks/s: the cores were busy for 760 ticks, 400 of them this process's
+    assert load.other_cores(760, 400, 2.0, 100) == pytest.approx(1.8)
+    assert load.other_cores(100, 150, 1.0, 100) == 0.0  # our ticks can run ahead of the machine's: no load
+    assert load.loaded(1.8, cpus=2, threads=2) and load.loaded(0.6, cpus=2, threads=2)
+    assert not load.loaded(0.4, cpus=2, threads=2)  # a quiet machine: a daemon's wake-ups
+    assert not load.loaded(1.8, cpus=4, threads=2) and load.loaded(2.6, cpus=4, threads=2)  # idle cores absorb it
+    assert not load.loaded(None, cpus=2, threads=2)  # unknown: no verdict
+
+
+def test_the_cpu_timer_counts_only_while_it_times(monkeypatch):
+    snaps = iter([load.Snapshot(0, 0, 0.0), load.Snapshot(360, 200, 1.0),   # a timing: 1.6 cores elsewhere
+                  load.Snapshot(900, 200, 5.0), load.Snapshot(900, 200, 5.0)])  # a zero-length one
+    monkeypatch.setattr(load.Snapshot, "take", classmethod(lambda cls: next(snaps)))
+    timer = CpuTimer(rep_ms=1.0)
+    assert timer.background_cores() is None
+    monkeypatch.setattr(timer, "_time", lambda fn, warm, stage: None)
+    timer.time(lambda: None)
+    timer.time(lambda: None)  # the 4 s between the two timings are not counted
+    timer.load.hz = 100.0
+    assert timer.background_cores() == pytest.approx(1.6)
+
+
+class _Timer:
+    def __init__(self, cores):
+        self.cores = cores
+
+    def background_cores(self):
+        return self.cores
+
+
+class _LoadedReplay(ReplayRunner):
+    """Clear, quiet-looking timings (the generated kernel 2x slower), from a timer that saw `cores` busy elsewhere."""
+
+    def __init__(self, cores):
+        super().__init__({})
+        self.timer = _Timer(cores)
+
+    def time(self, choice, stage, *, check):
+        from gemmtune.core.choices import Timing
+
+        return Timing(choice, 1.0 if choice.is_extern else 2.0, stage, spread=0.01)
+
+
+@pytest.mark.parametrize("cores", [1.8, 0.1, None])
+def test_a_tune_timed_under_load_is_provisional_and_says_why(monkeypatch, cores):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(load.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(engine, "runner_for", lambda *a, **kw: _LoadedReplay(cores))
+    a, b = torch.randn(16, 8), torch.randn(8, 12)
+    sel = gemmtune.tune("mm", a, b, templates=[AtenTemplate("mm"), ScriptedTemplate(n_configs=1, runtime=(1,))],
+                        settings=gemmtune.Settings(isolation="off", strategy="exhaustive"), store=Store(":memory:"))
+    assert sel.winner.template_uid == "aten_mm" and sel.background_load == cores
+    assert sel.provisional == (cores == 1.8) and selection_dict(sel)["background_load"] == cores
+    assert ("other processes kept 1.8 cores busy" in autotune_table(sel)) == (cores == 1.8)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc: no verdict (Linux only)")
+def test_a_real_timing_reads_the_machine():
+    snap = load.Snapshot.take()
+    assert snap is not None and snap.busy > 0 and snap.own > 0  # /proc/stat and /proc/self/stat parsed
+    timer = CpuTimer(rep_ms=60.0)
+    timer.time(lambda: time.sleep(0.002))
+    assert timer.load.wall >= 0.05 and timer.background_cores() is not None
