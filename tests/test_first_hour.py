@@ -110,8 +110,9 @@ def test_a_store_in_a_missing_directory_is_refused_and_an_unusable_one_warns_in_
     assert run.returncode == 2 and not (tmp_path / "nonexistent").exists()
     assert run.stderr == (f"gemmtune: error: argument --store: directory {missing.parent} does not exist "
                           "(create it first, or use --store memory)\n")
-    (tmp_path / "adir").mkdir()
-    run = _gemmtune(tmp_path, *args, "--store", str(tmp_path / "adir"))  # a directory: sqlite cannot open it
+    foreign = tmp_path / "notes.sqlite"
+    foreign.write_text("not a database\n" * 64)  # not a gemmtune store: left untouched, picks kept in memory
+    run = _gemmtune(tmp_path, *args, "--store", str(foreign))
     assert run.returncode == 0, run.stderr[-2000:]
     (line,) = run.stderr.splitlines()
-    assert line.startswith("gemmtune: warning: store ") and "keeping picks in memory" in line
+    assert line.startswith("gemmtune: warning: ") and "keeping picks in memory" in line

@@ -106,7 +106,7 @@ def test_numpy_warnings_do_not_reach_the_user_while_tuning():
     b[0, 3] = 0.0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        sel = gemmtune.tune("mm", a, b, backends=("extern",), settings=FAST,
+        sel = gemmtune.tune("mm", a, b, backends=("extern", "numpy"), settings=FAST,
                             templates=[AtenTemplate("mm"), NumpyTemplate()])
         assert {t.choice.template_uid for t in sel.timings if t.status == "ok"} == {"aten_mm", "numpy_blas"}
         numpy_choice = next(t.choice for t in sel.timings if t.choice.template_uid == "numpy_blas")
