@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import time
+import uuid
 import warnings
 from dataclasses import replace
 
@@ -44,7 +46,7 @@ def _rows(h: str = "h1") -> tuple[Row, Row]:
 @pytest.fixture(params=["sqlite", "redis"])
 def reopen(request, tmp_path, server):
     """A function giving a new store object on the same location (as another process would)."""
-    where = str(tmp_path / "s.sqlite") if request.param == "sqlite" else server.url(prefix=f"sem{id(tmp_path)}")
+    where = str(tmp_path / "s.sqlite") if request.param == "sqlite" else server.url(prefix=f"sem{uuid.uuid4().hex}")
     return lambda: open_store(where)
 
 
@@ -65,6 +67,20 @@ def test_rows_and_picks_follow_the_sqlite_semantics(reopen):
     assert fresh in got.rows and got.provisional == "run-1"
     reopen().save("env", {}, "p", "d", [], later_lib, True)
     assert reopen().load("env", "p").provisional is None
+
+
+def test_racing_re_tunes_replace_a_pick_once_and_agree(reopen):
+    """Two processes that read the same (stale or provisional) pick and re-tune it: the first
+    replacement wins, the second gets it back instead of writing over it."""
+    fast, lib = _rows()
+    reopen().save("env", {}, "p", "d", [fast, lib], fast, False, provisional="run-0")
+    read_by_both = reopen().load("env", "p").pick
+    first = replace(lib, ms=2.0, status="ok")
+    second = replace(fast, src_hash="h2")
+    assert reopen().save("env", {}, "p", "d", [first], first, read_by_both) == first
+    assert reopen().save("env", {}, "p", "d", [second], second, read_by_both) == first
+    assert reopen().load("env", "p").pick == first
+    assert reopen().save("env", {}, "p", "d", [second], second, True) == second  # True: always
 
 
 def test_cache_views_export_import_clear_and_forget(reopen, tmp_path):
@@ -228,9 +244,12 @@ def test_a_poisoned_pick_is_caught_on_first_use_every_time(url, monkeypatch):
 
 
 FLEET_CHILD = """
-import json, sys, torch, gemmtune
+import json, os, sys, time, torch, gemmtune, gemmtune.engine
 from gemmtune.core.settings import Settings
-url, shapes = sys.argv[1], json.loads(sys.argv[2])
+url, shapes, start = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+open(f"{start}.{os.getpid()}", "w").close()  # ready: this run began before any process wrote a pick
+while not os.path.exists(start):
+    time.sleep(0.01)
 out = {}
 for m, k, n in shapes:
     torch.manual_seed(m)
@@ -255,8 +274,15 @@ def test_processes_racing_on_one_server_agree_and_lose_nothing(url, tmp_path):
     env = {**__import__("os").environ, "GEMMTUNE_CACHE_DIR": str(tmp_path / "cache"), "GEMMTUNE_NOISE_LIMIT": "1e9"}
 
     def fleet(n: int) -> list[dict]:
-        procs = [subprocess.Popen([sys.executable, str(script), url, json.dumps(shapes)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env) for _ in range(n)]
+        """`n` processes that start tuning at one instant (each process's run begins before any pick is
+        written, so none re-checks another's provisional pick as a later run would)."""
+        start = tmp_path / f"go{len(list(tmp_path.iterdir()))}"
+        procs = [subprocess.Popen([sys.executable, str(script), url, json.dumps(shapes), str(start)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(n)]
+        deadline = time.monotonic() + 240
+        while len(list(tmp_path.glob(f"{start.name}.*"))) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        start.touch()
         outs = [p.communicate(timeout=300) for p in procs]
         assert all(p.returncode == 0 for p in procs), [e[-2000:] for _, e in outs]
         return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]

@@ -107,7 +107,7 @@ def _tune_here(ctx: "_Context", choices: list[Choice], active: Sequence[Template
         compiled.abandon() if isinstance(compiled, CompileJob) else None
     # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
     # a first pick is insert-if-absent so that racing processes agree on one.
-    winner = ctx.remember(choices, outcome.bench, compiled, outcome.decision, replace=memory.stored_pick)
+    winner = ctx.remember(choices, outcome.bench, compiled, outcome.decision, replace=memory.stored_pick or False)
     _log_pick(ki, winner, outcome.bench)
     return ctx.selection(winner, _timings(choices, compiled, outcome.bench), layout, started,
                          **_facts(outcome, plan.strategy, compiled, memory))
@@ -347,7 +347,7 @@ class _Memory:
     pick: Choice | None
     stale: int
     covered: set[Choice]  # choices the stored search decided about without timing them (pruned)
-    stored_pick: bool = False  # a pick row exists (usable or not)
+    stored_pick: Row | None = None  # the pick row the store held (usable or not): a re-tune replaces only it
     provisional: bool = False  # the stored pick was decided under heavy noise: re-time its finalists
 
     @property
@@ -431,7 +431,7 @@ class _Context:
         if stale:
             log.warning("gemmtune: %s: ignored %d stored timings measured with an older template source",
                         self.ki.describe(), stale)
-        return _Memory(known, pick, stale, covered, stored.pick is not None,
+        return _Memory(known, pick, stale, covered, stored.pick,
                        pick is not None and _later_run(stored.provisional))
 
     def from_store(self, choices: Sequence[Choice], memory: _Memory, layout, started: float) -> Selection | None:
@@ -466,7 +466,7 @@ class _Context:
                          **facts)
 
     def remember(self, choices: Sequence[Choice], bench: Bench, compiled: CompileResult, decision: Decision,
-                 replace: bool) -> Choice:
+                 replace: "bool | Row") -> Choice:
         """Write new timings and the pick (marked provisional if so decided); return the stored pick
         (another process may have won the race)."""
         winner = decision.choice

@@ -38,7 +38,8 @@ SCHEMES = ("redis", "rediss")
 PASSWORD_ENV = "GEMMTUNE_REDIS_PASSWORD"
 RETRY_S = 1.0
 
-# KEYS: rows, pick, provisional mark, env, index.  ARGV: env info, pick, replace ("1"/"0"), run id
+# KEYS: rows, pick, provisional mark, env, index.  ARGV: env info, pick, replace ("1": always, "0":
+# never, else the JSON [template, src_hash, config, runtime] of the only pick it may replace), run id
 # (or ""), index member, time, then (field, row) pairs.
 SAVE = """
 redis.call('SETNX', KEYS[4], ARGV[1])
@@ -53,7 +54,14 @@ for i = 7, #ARGV, 2 do
 end
 local written = 0
 if ARGV[3] == '1' then redis.call('SET', KEYS[2], ARGV[2]); written = 1
-else written = redis.call('SETNX', KEYS[2], ARGV[2]) end
+elseif ARGV[3] == '0' then written = redis.call('SETNX', KEYS[2], ARGV[2])
+else
+  local cur, want = redis.call('GET', KEYS[2]), cjson.decode(ARGV[3])
+  local c = cur and cjson.decode(cur)
+  if not cur or (c.template == want[1] and c.src_hash == want[2] and c.config == want[3] and c.runtime == want[4]) then
+    redis.call('SET', KEYS[2], ARGV[2]); written = 1
+  end
+end
 if written == 1 then
   redis.call('DEL', KEYS[3])
   if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4]) end
@@ -231,9 +239,9 @@ class RedisStore(StoreViews):
                       mark if pick else None)
 
     def save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
-             pick: Row, replace_pick: bool, provisional: str | None = None) -> Row:
+             pick: Row, replace_pick: bool | Row, provisional: str | None = None) -> Row:
         """Record `rows` and the pick atomically (same-hash rows already there win; the first pick wins
-        unless `replace_pick`); returns the stored pick."""
+        unless `replace_pick`: True, or the Row of the only pick it may replace); returns the stored pick."""
         self._seen.pop((env, problem), None)
         args = (env, info, problem, describe, rows, pick, replace_pick, provisional)
 
@@ -244,7 +252,7 @@ class RedisStore(StoreViews):
         return self._server(lambda: self._remote_save(*args), local)
 
     def _remote_save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
-                     pick: Row, replace_pick: bool, provisional: str | None) -> Row:
+                     pick: Row, replace_pick: bool | Row, provisional: str | None) -> Row:
         now = time.time()
         pairs = [x for r in rows for x in (_field(r), _value(r, now))]
         pick_json = json.dumps({"describe": describe, "template": pick.template, "src_hash": pick.src_hash,
@@ -252,7 +260,9 @@ class RedisStore(StoreViews):
                                 "strategy": pick.stage, "recorded": now}, allow_nan=False)
         keys = [self._key(k, env, problem) for k in ("rows", "pick", "prov")]
         keys += [self._key("env", env), f"{self.prefix}:index"]
-        stored = self._save_script(keys=keys, args=[canon(info), pick_json, "1" if replace_pick else "0",
+        mode = (("1" if replace_pick else "0") if isinstance(replace_pick, bool) else
+                json.dumps([replace_pick.template, replace_pick.src_hash, replace_pick.config, replace_pick.runtime]))
+        stored = self._save_script(keys=keys, args=[canon(info), pick_json, mode,
                                                     provisional or "", json.dumps([env, problem]), now, *pairs])
         return _pick(stored)
 

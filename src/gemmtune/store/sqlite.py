@@ -223,8 +223,10 @@ class Store(StoreViews):
         return Stored(rows, Row(*pick) if pick else None, mark[0] if pick is not None and mark else None)
 
     def save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
-             pick: Row, replace_pick: bool, provisional: str | None = None) -> Row:
+             pick: Row, replace_pick: bool | Row, provisional: str | None = None) -> Row:
         """Record `rows` (same-hash rows already there win) and the pick; returns the stored pick.
+        `replace_pick`: False keeps a pick already there; True writes over it; a Row writes over it only
+        while it is still that pick (what the caller read: racing re-tunes agree on the first).
 
         Rows and pick are written in one transaction: a process killed mid-write
         leaves either all of them or none.  A `provisional` pick (decided under heavy noise) is
@@ -239,7 +241,7 @@ class Store(StoreViews):
         return self._guarded(lambda: self._save(env, info, problem, describe, rows, pick, replace_pick, provisional))
 
     def _save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
-              pick: Row, replace_pick: bool, provisional: str | None = None) -> Row:
+              pick: Row, replace_pick: bool | Row, provisional: str | None = None) -> Row:
         now = time.time()
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO envs VALUES (?, ?)", (env, canon(info)))
@@ -250,12 +252,13 @@ class Store(StoreViews):
                 "OR (timings.status = 'not_benchmarked' AND excluded.status != 'not_benchmarked')",
                 [(env, problem, r.template, r.src_hash, r.config, r.runtime, r.ms, r.status, r.stage, now)
                  for r in rows])
-            verb = "INSERT OR REPLACE" if replace_pick else "INSERT OR IGNORE"
+            replacing = _replaces(db, env, problem, replace_pick)
+            verb = "INSERT OR REPLACE" if replacing else "INSERT OR IGNORE"
             before = db.total_changes
             db.execute(f"{verb} INTO picks VALUES (?,?,?,?,?,?,?,?,?,?)",
                        (env, problem, describe, pick.template, pick.src_hash, pick.config, pick.runtime, pick.ms,
                         pick.stage, now))
-            _mark_provisional(db, env, problem, provisional, written=replace_pick or db.total_changes > before)
+            _mark_provisional(db, env, problem, provisional, written=replacing or db.total_changes > before)
         return self._load(env, problem).pick or pick
 
     def forget(self, env: str, problem: str, row: Row) -> None:
@@ -294,6 +297,17 @@ class Store(StoreViews):
 
     def close(self) -> None:
         self._db.close()
+
+
+def _replaces(db: sqlite3.Connection, env: str, problem: str, replace_pick: "bool | Row") -> bool:
+    """Whether a save writes over the stored pick: `True` always, `False` never, a Row only while the
+    stored pick is still that one (a compare-and-set: of two processes replacing one pick, the first wins)."""
+    if isinstance(replace_pick, bool):
+        return replace_pick
+    cur = db.execute("SELECT template, src_hash, config, runtime FROM picks WHERE env=? AND problem=?",
+                     (env, problem)).fetchone()
+    r = replace_pick
+    return cur is None or tuple(cur) == (r.template, r.src_hash, r.config, r.runtime)
 
 
 def _mark_provisional(db: sqlite3.Connection, env: str, problem: str, run: str | None, written: bool) -> None:

@@ -32,7 +32,7 @@ class StoreViews:
         raise NotImplementedError
 
     def save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
-             pick: Row, replace_pick: bool, provisional: str | None = None) -> Row:
+             pick: Row, replace_pick: bool | Row, provisional: str | None = None) -> Row:
         raise NotImplementedError
 
     def show(self, needle: str) -> list[dict[str, Any]]:
