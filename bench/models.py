@@ -250,7 +250,7 @@ def cpu_model_case(batch: int, rounds: int, iters: int) -> dict[str, Any]:
 
     torch.manual_seed(0)
     plain = nn.Sequential(CpuBlock(), CpuBlock()).eval()
-    tuned = copy.deepcopy(plain)
+    tuned, control = copy.deepcopy(plain), copy.deepcopy(plain)  # control: the plain model again (the noise)
     x = torch.randn(batch, 512)
     t0 = time.perf_counter()
     report = gemmtune.warmup(tuned, x, progress=False)
@@ -262,21 +262,24 @@ def cpu_model_case(batch: int, rounds: int, iters: int) -> dict[str, Any]:
             model(x)
         return (time.perf_counter() - t) * 1e3 / iters
 
-    ratios, ms = [], {"plain": [], "warmup": []}
+    ratios, controls, ms = [], [], {"plain": [], "warmup": [], "control": []}
     with torch.no_grad():
-        for model in (plain, tuned, plain, tuned):
+        for model in (plain, tuned, control, plain, tuned, control):
             block(model)
         for r in range(rounds):
-            order = (("plain", plain), ("warmup", tuned)) if r % 2 == 0 else (("warmup", tuned), ("plain", plain))
-            got = {name: block(model) for name, model in order}
+            order = [("plain", plain), ("warmup", tuned), ("control", control)]
+            got = {name: block(model) for name, model in (order if r % 2 == 0 else order[::-1])}
             for name in got:
                 ms[name].append(got[name])
             ratios.append(got["warmup"] / got["plain"])
+            controls.append(got["control"] / got["plain"])
         err = rel_err(tuned(x), plain(x))
     q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    qc = statistics.quantiles(controls, n=4) if len(controls) > 1 else [controls[0]] * 3
     return {"case": f"cpu_model:{batch}", "warmup_s": warm_s, "picks": [(r.problem, r.runs) for r in report.rows],
             "plain_ms": statistics.median(ms["plain"]), "warmup_ms": statistics.median(ms["warmup"]),
-            "ratio_median": statistics.median(ratios), "ratio_q1_q3": [q[0], q[2]], "rel_err": err}
+            "ratio_median": statistics.median(ratios), "ratio_q1_q3": [q[0], q[2]], "rel_err": err,
+            "control_median": statistics.median(controls), "control_q1_q3": [qc[0], qc[2]]}
 
 
 def cpu_main(args: argparse.Namespace) -> int:
@@ -286,12 +289,13 @@ def cpu_main(args: argparse.Namespace) -> int:
     cases = [cpu_model_case(int(b), args.rounds, args.iters) for b in args.cpu_model.split(",")]
     Path(args.out).write_text(json.dumps({"meta": meta, "cases": cases}, indent=1, default=str))
     print(f"\ncpu ({meta['threads']} threads), torch {meta['torch']}, {meta['date']}")
-    print("| case | plain ms | warmup ms | warmup / plain (median) | q1-q3 | picks |")
-    print("|---|---:|---:|---:|---|---|")
+    print("| case | plain ms | warmup ms | warmup / plain (median) | q1-q3 | control / plain (q1-q3) | picks |")
+    print("|---|---:|---:|---:|---|---|---|")
     for c in cases:
         picks = ", ".join(sorted({runs for _, runs in c["picks"]}))
         print(f"| {c['case']} | {c['plain_ms']:.3f} | {c['warmup_ms']:.3f} | {c['ratio_median']:.3f} | "
-              f"{c['ratio_q1_q3'][0]:.3f}-{c['ratio_q1_q3'][1]:.3f} | {picks} |")
+              f"{c['ratio_q1_q3'][0]:.3f}-{c['ratio_q1_q3'][1]:.3f} | {c['control_median']:.3f} "
+              f"({c['control_q1_q3'][0]:.3f}-{c['control_q1_q3'][1]:.3f}) | {picks} |")
     return 0
 
 
