@@ -90,3 +90,16 @@ def compiled_op_under_autocast(op: str, args, device: str, backends: tuple[str, 
         ref = getattr(torch, op)(*args)
     assert got.dtype == ref.dtype == torch.bfloat16
     return got, ref
+
+
+def wait_child(pid: int, timeout_s: float) -> int:
+    """A forked child's exit code (a signal as its negative number); killed (-9) if still running at
+    the deadline, so a hung child fails the test instead of hanging it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])

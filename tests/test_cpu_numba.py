@@ -269,25 +269,29 @@ def test_compile_leaves_numba_optimisation_settings_as_they_were():
     assert (getattr(codegen, "_loopvect", None), getattr(codegen, "_opt_level", None)) == before
 
 
+NUMBA_CACHE_CHILD = textwrap.dedent("""
+    import torch
+    from gemmtune.core.inputs import KernelInputs
+    from gemmtune.templates.cpu_numba import NumbaMMTemplate
+    t = NumbaMMTemplate(space=[(8, 64, 8)])
+    a, b = torch.randn(37, 29), torch.randn(29, 53)
+    ki = KernelInputs.from_tensors("mm", a, b)
+    c = t.configs(ki)[0]
+    out = t.compile(c, ki, (a, b))((a, b), group=1)
+    assert torch.allclose(out, a @ b, atol=1e-4)
+    st = t.kernel(c).stats
+    print(sum(st.cache_hits.values()), sum(st.cache_misses.values()))
+""")
+"""A new process compiling (or loading) one numba_mm config; prints its cache hits and misses."""
+
+
 def test_a_new_process_loads_the_compiled_kernel_from_disk():
     a, b = rand(37, 29), rand(29, 53)
     ki = KernelInputs.from_tensors("mm", a, b)
     choice = SMALL.configs(ki)[0]
     SMALL.compile(choice, ki, (a, b))  # make sure this process compiled (and cached) it
     cache_root = Path(SMALL.kernel(choice).py_func.__code__.co_filename).parents[1]
-    code = textwrap.dedent("""
-        import torch
-        from gemmtune.core.inputs import KernelInputs
-        from gemmtune.templates.cpu_numba import NumbaMMTemplate
-        t = NumbaMMTemplate(space=[(8, 64, 8)])
-        a, b = torch.randn(37, 29), torch.randn(29, 53)
-        ki = KernelInputs.from_tensors("mm", a, b)
-        c = t.configs(ki)[0]
-        out = t.compile(c, ki, (a, b))((a, b), group=1)
-        assert torch.allclose(out, a @ b, atol=1e-4)
-        st = t.kernel(c).stats
-        print(sum(st.cache_hits.values()), sum(st.cache_misses.values()))
-    """)
+    code = NUMBA_CACHE_CHILD
     src = str(Path(cpu_numba.__file__).resolve().parents[2])
     env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(cache_root),
            "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
@@ -300,19 +304,7 @@ def test_a_new_process_loads_the_compiled_kernel_from_disk():
 def test_a_truncated_numba_cache_file_is_rebuilt_not_a_dropped_config(tmp_path):
     """A `.nbc` file cut short (a full disk, a killed process) made every later process fail that
     config with "UnpicklingError"; it is compiled again and the cache file written anew."""
-    code = textwrap.dedent("""
-        import torch
-        from gemmtune.core.inputs import KernelInputs
-        from gemmtune.templates.cpu_numba import NumbaMMTemplate
-        t = NumbaMMTemplate(space=[(8, 64, 8)])
-        a, b = torch.randn(37, 29), torch.randn(29, 53)
-        ki = KernelInputs.from_tensors("mm", a, b)
-        c = t.configs(ki)[0]
-        out = t.compile(c, ki, (a, b))((a, b), group=1)
-        assert torch.allclose(out, a @ b, atol=1e-4)
-        st = t.kernel(c).stats
-        print(sum(st.cache_hits.values()), sum(st.cache_misses.values()))
-    """)
+    code = NUMBA_CACHE_CHILD
     src = str(Path(cpu_numba.__file__).resolve().parents[2])
     env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(tmp_path),
            "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}

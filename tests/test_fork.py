@@ -10,7 +10,6 @@ does not survive fork either); DataLoader workers call it, and so do the childre
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ import gemmtune
 from gemmtune.templates import numba_fork
 from gemmtune.templates.cpu_numba import NumbaMMTemplate, numba_available
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
+from helpers import wait_child
 
 pytestmark = [pytest.mark.skipif(not numba_available() or not hasattr(os, "fork"), reason="numba and fork"),
               pytest.mark.usefixtures("memory_store")]
@@ -32,19 +32,6 @@ def _small_pool(monkeypatch):
     monkeypatch.setattr(templates, "default_templates", lambda *args, **kwargs: [
         AtenTemplate("mm"), AtenTemplate("addmm"), AtenTemplate("bmm"), NumpyTemplate(),
         NumbaMMTemplate(space=[(8, 64, 8)])])
-
-
-def _wait(pid: int, timeout_s: float = 120.0) -> int:
-    """The child's exit code (a signal as its negative number); a child still running at the deadline is killed."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    pytest.fail(f"the fork child did not finish within {timeout_s} s")
 
 
 def _child(a, b, c, d) -> int:
@@ -75,7 +62,7 @@ def test_a_fork_child_tunes_and_runs_numba_after_the_parent_did():
             code = _child(a, b, c, d)
         finally:
             os._exit(code)
-    assert _wait(pid) == 0  # -15: killed by numba's GNU OpenMP fork check; 3: a wrong result
+    assert wait_child(pid, 120.0) == 0  # -15: killed by numba's GNU OpenMP fork check; 3: a wrong result; -9: hung
     assert not numba_fork.in_gnu_openmp_fork_child()  # the parent keeps its parallel kernels
     torch.testing.assert_close(gemmtune.mm(a, b, backends=("numba",)), a @ b)
 

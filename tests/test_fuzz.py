@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gemmtune
+from helpers import wait_child
 from gemmtune.bench.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.cpu_numba import NumbaMMTemplate, numba_available
@@ -294,21 +295,9 @@ def test_a_fork_child_agrees_with_torch(ps):
                     wrong += 1
         finally:
             os._exit(wrong)
-    code = _wait_child(pid, 180.0)
+    code = wait_child(pid, 180.0)
     assert code == 0, f"fork child: exit code {code} on {ps}"
     STATS["fork_problems"] = STATS.get("fork_problems", 0) + len(ps)
-
-
-def _wait_child(pid: int, timeout_s: float) -> int:
-    """A child's exit code (a signal as its negative number); killed (-9) if still running at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    os.kill(pid, 9)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 @settings(max_examples=25, **COMMON)
