@@ -1,5 +1,6 @@
 """One rank of the distributed tests (tests/test_distributed.py): run under torchrun, or started
-by hand with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT.  Prints one JSON line."""
+by hand with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT.  Arguments: the mode and a directory, where
+each rank writes rank<N>.json."""
 
 import json
 import os
@@ -58,7 +59,9 @@ def dies() -> dict:
 if __name__ == "__main__":
     dist.init_process_group("gloo")
     result = {"spmd": spmd, "dealt": dealt, "dies": dies}[sys.argv[1]]()
-    print(json.dumps({"rank": dist.get_rank(), "result": result}), flush=True)
+    # One file per rank: torchrun merges the ranks' standard outputs, and two lines can interleave.
+    with open(os.path.join(sys.argv[2], f"rank{dist.get_rank()}.json"), "w") as f:
+        json.dump({"rank": dist.get_rank(), "result": result}, f)
     if sys.argv[1] != "dies":
         dist.barrier()
     dist.destroy_process_group() if sys.argv[1] != "dies" else os._exit(0)

@@ -24,17 +24,25 @@ def _env(tmp_path: Path, **extra: str) -> dict:
     return env
 
 
-def _results(stdout: str) -> dict[int, dict]:
-    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"rank"')]
-    return {r["rank"]: r["result"] for r in lines}
+def _results(out: Path) -> dict[int, dict]:
+    """What each rank wrote (rank<N>.json in `out`)."""
+    rows = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    return {r["rank"]: r["result"] for r in rows}
+
+
+def _out(tmp_path: Path, mode: str) -> Path:
+    out = tmp_path / f"out-{mode}"
+    out.mkdir()
+    return out
 
 
 def _torchrun(mode: str, tmp_path: Path) -> dict[int, dict]:
+    out = _out(tmp_path, mode)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={RANKS}",
-           str(CHILD), mode]
+           str(CHILD), mode, str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
-    results = _results(done.stdout)
+    results = _results(out)
     assert sorted(results) == list(range(RANKS)), done.stdout[-2000:]
     return results
 
@@ -64,14 +72,16 @@ def test_a_rank_that_dies_gives_every_other_rank_a_clear_error(tmp_path):
     """Started by hand, not by torchrun (whose agent would kill the other ranks itself)."""
     env = _env(tmp_path, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(RANKS),
                GEMMTUNE_DISTRIBUTED_TIMEOUT_S="10")
-    procs = [subprocess.Popen([sys.executable, str(CHILD), "dies"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    out = _out(tmp_path, "dies")
+    procs = [subprocess.Popen([sys.executable, str(CHILD), "dies", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(RANKS)]
     try:
-        outs = [p.communicate(timeout=300) for p in procs]  # a hang fails here
+        for p in procs:
+            p.communicate(timeout=300)  # a hang fails here
     finally:
         for p in procs:
             p.kill()
-    results = _results("".join(o for o, _ in outs))
+    results = _results(out)
     assert sorted(results) == [0, 1, 3]
     for rank, r in results.items():
         assert r["error"] == "DistributedTuneError", (rank, r)
@@ -81,8 +91,10 @@ def test_a_rank_that_dies_gives_every_other_rank_a_clear_error(tmp_path):
 @pytest.mark.parametrize("mode", ["off"])
 def test_distributed_off_tunes_on_every_rank(tmp_path, mode):
     env = _env(tmp_path, GEMMTUNE_DISTRIBUTED=mode)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(CHILD), "spmd"]
+    out = _out(tmp_path, "off")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(CHILD), "spmd",
+           str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    results = _results(done.stdout)
+    results = _results(out)
     assert all(not hit for r in results.values() for _, hit in r.values())  # every rank tuned every problem
