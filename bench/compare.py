@@ -341,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     import gemmtune
-    from gemmtune.bench.timers import CudaTimer
+    from gemmtune.measure.timers import CudaTimer
     from gemmtune.core.settings import Settings
 
     if not torch.cuda.is_available():

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from gemmtune.bench.compile import precompile
+from gemmtune.measure.compile import precompile
 from gemmtune.templates.heuristics import get_template_configs
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.triton.mm import TritonMMTemplate

@@ -20,7 +20,7 @@ from models import build, steady  # noqa: E402
 import torch  # noqa: E402
 
 import gemmtune  # noqa: E402
-from gemmtune.bench.isolation import shutdown_workers  # noqa: E402
+from gemmtune.measure.isolation import shutdown_workers  # noqa: E402
 
 
 def main() -> int:

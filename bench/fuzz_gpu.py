@@ -5,7 +5,7 @@ Each case draws an op (mm / addmm / bmm), sizes (odd ones included), a dtype, op
 NaN or Inf in an operand.  Every choice of each Triton template that takes the problem (plain,
 split-K forced on, persistent TMA, GEMV for M <= 4, one-launch split-K for M <= 256; a few configs fitted to the problem x every swizzle) and of the
 library kernels runs on a NaN-poisoned output and is checked
-against the float64 reference with `gemmtune.bench.correctness.check`.  A crash, a launch failure or a
+against the float64 reference with `gemmtune.measure.correctness.check`.  A crash, a launch failure or a
 wrong result is counted and reported with the case; the pass condition is 0 wrong results.
 
     python bench/fuzz_gpu.py --cases 1000 --jobs 12 --out fuzz.json          # on an H200
@@ -25,7 +25,7 @@ from collections import Counter
 
 import torch
 
-from gemmtune.bench.correctness import check, reference
+from gemmtune.measure.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.extern import AtenTemplate
 from gemmtune.templates.triton.mm import TritonMMTemplate

@@ -47,7 +47,7 @@ def fresh_caches(tag: str) -> None:
     Still, binaries this process compiled before stay in Triton's in-memory cache and are not written
     to the new directory: first-run times of a variant after another tuned in the same process are
     pessimistic.  `bench/warmup_profile.py` times each first run in a fresh process."""
-    isolation = sys.modules.get("gemmtune.bench.isolation")  # not imported yet: no worker either
+    isolation = sys.modules.get("gemmtune.measure.isolation")  # not imported yet: no worker either
     if isolation is not None:
         isolation.shutdown_workers()
     for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "GEMMTUNE_CACHE_DIR"):

@@ -44,7 +44,7 @@ def host_us(fn, calls: int = 200) -> float:
 
 def probe(spec, rounds: int, rep_ms: float, space: str = "default", which: str = "skinny,gemv") -> dict:
     from gemmtune.engine import tune
-    from gemmtune.bench.timers import CudaTimer
+    from gemmtune.measure.timers import CudaTimer
     from gemmtune.core.settings import Settings
     from gemmtune.templates.extern import AtenTemplate
     from gemmtune.templates.triton.gemv import TritonGemvTemplate

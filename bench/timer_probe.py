@@ -41,7 +41,7 @@ def main() -> int:
     args = p.parse_args()
     import torch
 
-    from gemmtune.bench.timers import CudaTimer
+    from gemmtune.measure.timers import CudaTimer
 
     dev = torch.device("cuda")
     res: dict = {"device": torch.cuda.get_device_name()}

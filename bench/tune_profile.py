@@ -48,7 +48,7 @@ def main() -> int:
 
     import gemmtune
     from gemmtune.engine import tune
-    from gemmtune.bench.timers import CudaTimer
+    from gemmtune.measure.timers import CudaTimer
     from gemmtune.core.settings import Settings
     from gemmtune.offline.suite import load_suite
 

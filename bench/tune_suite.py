@@ -23,7 +23,7 @@ import time
 import torch
 
 import gemmtune
-from gemmtune.bench.timers import CudaTimer
+from gemmtune.measure.timers import CudaTimer
 from gemmtune.report import selection_dict
 from gemmtune.offline.suite import load_suite
 

@@ -27,8 +27,8 @@ STEPS = {
     "torch + CUDA context": "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()",
     "import triton": "import triton",
     "import gemmtune": "import gemmtune",
-    "import gemmtune.bench.worker": "import gemmtune.bench.worker",
-    "worker module + CUDA + triton": ("import gemmtune.bench.worker, torch, triton; "
+    "import gemmtune.measure.worker": "import gemmtune.measure.worker",
+    "worker module + CUDA + triton": ("import gemmtune.measure.worker, torch, triton; "
                                       "torch.zeros(1, device='cuda'); torch.cuda.synchronize()"),
 }
 FIRST_TUNE = r"""
@@ -36,7 +36,7 @@ import logging, time, sys
 t0 = time.perf_counter()
 logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f ms %(message)s", stream=sys.stdout)
 import torch, gemmtune
-from gemmtune.bench.process import Worker
+from gemmtune.measure.process import Worker
 t1 = time.perf_counter()
 w = Worker("cuda", 60.0)
 t2 = time.perf_counter()

@@ -10,9 +10,9 @@ import torch
 
 import gemmtune
 from gemmtune import engine
-from gemmtune.bench import load
-from gemmtune.bench.cpu_timer import CpuTimer
-from gemmtune.bench.replay import ReplayRunner
+from gemmtune.measure import load
+from gemmtune.measure.cpu_timer import CpuTimer
+from gemmtune.measure.replay import ReplayRunner
 from gemmtune.report import autotune_table, selection_dict
 from gemmtune.store.sqlite import Store
 from gemmtune.templates.extern import AtenTemplate

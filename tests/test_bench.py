@@ -7,11 +7,11 @@ import torch
 
 import gemmtune
 from gemmtune import engine
-from gemmtune.bench.bench import Bench
-from gemmtune.bench.compile import CompileResult
-from gemmtune.bench.replay import ReplayRunner
-from gemmtune.bench.runners import RunFailed
-from gemmtune.bench.timers import CpuTimer, Measurement
+from gemmtune.measure.bench import Bench
+from gemmtune.measure.compile import CompileResult
+from gemmtune.measure.replay import ReplayRunner
+from gemmtune.measure.runners import RunFailed
+from gemmtune.measure.timers import CpuTimer, Measurement
 from gemmtune.core.choices import Choice, Timing
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.store.sqlite import Store

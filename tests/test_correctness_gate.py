@@ -4,7 +4,7 @@ exactly as the full float64 `check`: a clear pass in the output dtype, everythin
 import pytest
 import torch
 
-from gemmtune.bench.correctness import Reference, check, tolerance, verdict
+from gemmtune.measure.correctness import Reference, check, tolerance, verdict
 from gemmtune.core.inputs import KernelInputs
 
 

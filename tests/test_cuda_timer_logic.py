@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from gemmtune.bench import timers as measure
+from gemmtune.measure import timers as measure
 
 
 class FakeEvent:
@@ -103,7 +103,7 @@ def test_reps_budget_counts_the_flush(timer):
 
 
 def test_measurement_cost_is_the_larger_of_gpu_and_host_time_when_host_counts(timer):
-    from gemmtune.bench.timers import Measurement
+    from gemmtune.measure.timers import Measurement
 
     fn, _ = counted(0.0)
     timer.count_host = True

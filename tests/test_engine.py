@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.bench.timers import Measurement
+from gemmtune.measure.timers import Measurement
 from gemmtune.templates import heuristics
 from gemmtune.core.errors import BackendError, InputError, NoCandidatesError
 from gemmtune.core.inputs import KernelInputs
@@ -186,7 +186,7 @@ class SplitTimer:
 
 
 def test_gpu_and_host_times_are_recorded_for_every_timed_choice(monkeypatch):
-    from gemmtune.bench import runners
+    from gemmtune.measure import runners
 
     monkeypatch.setattr(runners, "timer_for", lambda device, settings: SplitTimer())
     sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), NumpyTemplate(), ScriptedTemplate()])

@@ -7,10 +7,10 @@ import torch
 
 import gemmtune
 from gemmtune import engine
-from gemmtune.bench.bench import Bench
-from gemmtune.bench.compile import CompileResult
-from gemmtune.bench.replay import ReplayRunner
-from gemmtune.bench.timers import Measurement
+from gemmtune.measure.bench import Bench
+from gemmtune.measure.compile import CompileResult
+from gemmtune.measure.replay import ReplayRunner
+from gemmtune.measure.timers import Measurement
 from gemmtune.core.choices import Choice, Timing
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.search.base import Measured

@@ -7,7 +7,7 @@ then computes no product, or reads no bias), and no NumPy warning may escape.
 
 - `test_every_candidate_is_correct`: every choice of every CPU template (aten,
   NumPy BLAS, numba) and, through Triton's interpreter, of the Triton template
-  runs on a NaN-poisoned output and must pass `gemmtune.bench.correctness.check`
+  runs on a NaN-poisoned output and must pass `gemmtune.measure.correctness.check`
   against the float64 reference, with NaN and Inf exactly where the reference
   has them (some examples carry a NaN or Inf in an operand: data, not errors).
 - `test_tune_and_eager_agree_with_the_reference`: the same problems through
@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 
 import gemmtune
 from helpers import wait_child
-from gemmtune.bench.correctness import check, reference
+from gemmtune.measure.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.cpu_numba import NumbaMMTemplate, numba_available
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate

@@ -60,7 +60,7 @@ def test_report_says_subprocess():
 
 
 def test_one_worker_per_device_is_kept_and_reused_across_tunes():
-    from gemmtune.bench import isolation
+    from gemmtune.measure import isolation
 
     templates = [AtenTemplate("mm"), ScriptedTemplate("good", n_configs=1)]
     a, b = torch.randn(16, 8), torch.randn(8, 12)
@@ -111,7 +111,7 @@ def test_unpicklable_templates_fall_back_in_process_under_auto_but_not_when_aske
 
 
 def test_a_worker_started_in_the_background_is_the_one_the_first_tune_takes():
-    from gemmtune.bench import isolation
+    from gemmtune.measure import isolation
 
     isolation.shutdown_workers()
     cancel = isolation.prestart("cpu", 60.0)
@@ -129,7 +129,7 @@ def test_a_worker_started_in_the_background_is_the_one_the_first_tune_takes():
 
 
 def test_a_background_start_nobody_took_is_stopped_by_cancel():
-    from gemmtune.bench import isolation
+    from gemmtune.measure import isolation
 
     isolation.shutdown_workers()
     cancel = isolation.prestart("cpu", 60.0)

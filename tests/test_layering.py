@@ -18,7 +18,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "gemmtune"
 LAYERS = {
-    "core": 0, "templates": 1, "search": 2, "bench": 2, "store": 3, "engine": 4, "report": 4,
+    "core": 0, "templates": 1, "search": 2, "measure": 2, "store": 3, "engine": 4, "report": 4,
     "dispatch": 5, "offline": 5, "inductor": 5, "cli": 6, "": 7, "__main__": 7,
 }
 MAX_MODULE_LINES = 500

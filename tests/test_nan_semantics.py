@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.bench.correctness import Reference, check, reference, verdict
+from gemmtune.measure.correctness import Reference, check, reference, verdict
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.cpu_numba import NumbaMMTemplate
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.bench.runners import LocalRunner
-from gemmtune.bench.timers import CpuTimer, Measurement, relative_spread
+from gemmtune.measure.runners import LocalRunner
+from gemmtune.measure.timers import CpuTimer, Measurement, relative_spread
 from gemmtune.core.choices import Choice, Timing
 from gemmtune.search.base import Measured
 from gemmtune.search.final import FinalRule, final_decision

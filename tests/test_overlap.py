@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.bench.compile import CompileJob
+from gemmtune.measure.compile import CompileJob
 from gemmtune.engine import overlap_for
 from gemmtune.core.errors import NoCandidatesError
 from gemmtune.core.inputs import KernelInputs

@@ -45,7 +45,7 @@ def test_sigint_exits_130_within_2s_with_one_line_and_a_sound_store(tmp_path, de
 
 HANG_IN_REFERENCE = """
 import ctypes, sys
-import gemmtune.bench.correctness as correctness
+import gemmtune.measure.correctness as correctness
 from gemmtune.cli import main
 
 def hang(ki, tensors):
@@ -162,7 +162,7 @@ def _no_picks(store: Path) -> bool:
 def test_ctrl_c_while_waiting_for_compiles_cancels_the_queued_ones():
     import threading
 
-    from gemmtune.bench.compile import CompileJob
+    from gemmtune.measure.compile import CompileJob
 
     started, release = [], threading.Event()
 

@@ -10,7 +10,7 @@ if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("interpreter tests run on machines without CUDA (tests/gpu covers CUDA)", allow_module_level=True)
 
 import gemmtune  # noqa: E402
-from gemmtune.bench.correctness import check, reference  # noqa: E402
+from gemmtune.measure.correctness import check, reference  # noqa: E402
 from gemmtune.core.inputs import KernelInputs  # noqa: E402
 from gemmtune.templates.extern import AtenTemplate  # noqa: E402
 from gemmtune.templates.triton.base import SWIZZLES  # noqa: E402

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from gemmtune.bench.correctness import check, reference
+from gemmtune.measure.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates import active_templates, default_templates
 from gemmtune.templates.triton.launch import FastLaunch

@@ -35,7 +35,7 @@ class PoisonedWorkspace(Unfitted):
 
 
 def run_all(op, tensors, alpha=1.0, beta=1.0, template=None):
-    from gemmtune.bench.correctness import check, reference
+    from gemmtune.measure.correctness import check, reference
 
     ki = KernelInputs.from_tensors(op, *tensors, alpha=alpha, beta=beta)
     template = template or TritonSplitKTemplate(space=SMALL, force=True)

@@ -116,7 +116,7 @@ def test_allocator_is_installed_once_per_context():
 # -- numerics through the interpreter ---------------------------------------------------------------
 
 def run_all(op, tensors, alpha=1.0, beta=1.0, template=None):
-    from gemmtune.bench.correctness import check, reference
+    from gemmtune.measure.correctness import check, reference
 
     ki = ki_of(op, *tensors, alpha=alpha, beta=beta)
     template = template or TritonTMAPersistentTemplate(space=SMALL, num_sms=3, allow_fp32=True)

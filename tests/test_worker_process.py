@@ -1,4 +1,4 @@
-"""The isolation worker is a fresh interpreter (`python -m gemmtune.bench.worker`): it never imports
+"""The isolation worker is a fresh interpreter (`python -m gemmtune.measure.worker`): it never imports
 the caller's `__main__`, so a plain script, `python -c`, `python -m` and a notebook-style session
 (code read from stdin) can all tune with isolation."""
 
@@ -58,7 +58,7 @@ def test_templates_defined_in_main_cannot_be_isolated_and_say_why(monkeypatch):
 
 def test_worker_setup_error_is_isolation_unavailable_and_the_worker_is_kept(monkeypatch):
     """A problem the worker cannot load (here: a template module it cannot import) is not a crash."""
-    from gemmtune.bench import isolation
+    from gemmtune.measure import isolation
 
     Ghost = type("Ghost", (ScriptedTemplate,), {"__module__": "gemmtune_no_such_module"})
     fake = type(sys)("gemmtune_no_such_module")
@@ -77,10 +77,10 @@ def test_worker_setup_error_is_isolation_unavailable_and_the_worker_is_kept(monk
 def test_the_worker_imports_no_public_api_layer():
     """The worker's environment makes `import gemmtune` skip the dispatch layer (torch.compile's machinery):
     a worker start costs the torch import and little more."""
-    from gemmtune.bench.process import _worker_env
+    from gemmtune.measure.process import _worker_env
 
     env = {**_env(), **{k: v for k, v in _worker_env("cpu").items() if k == "GEMMTUNE_WORKER_PROCESS"}}
-    code = ("import sys, gemmtune.bench.worker, gemmtune.bench.jobs, gemmtune.templates; "
+    code = ("import sys, gemmtune.measure.worker, gemmtune.measure.jobs, gemmtune.templates; "
             "print(sorted(m for m in ('gemmtune.dispatch', 'gemmtune.engine', 'torch._dynamo') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

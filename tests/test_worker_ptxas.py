@@ -14,7 +14,7 @@ import stat
 import pytest
 import torch
 
-from gemmtune.bench import process
+from gemmtune.measure import process
 
 compiler = pytest.importorskip("triton.backends.nvidia.compiler")
 

@@ -63,7 +63,7 @@ def _inductor_handler() -> bool:
     return ensure_installed()
 
 
-# A benchmark worker (gemmtune.bench.worker, a fresh interpreter) needs only the layers below the
+# A benchmark worker (gemmtune.measure.worker, a fresh interpreter) needs only the layers below the
 # dispatch: it installs no Inductor hook.
 if _os.environ.get("GEMMTUNE_WORKER_PROCESS") != "1":
     from .core import hooks as _hooks

@@ -12,12 +12,12 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .templates import heuristics
-from .bench import load
-from .bench.bench import Bench, Listener
-from .bench.factory import runner_for
+from .measure import load
+from .measure.bench import Bench, Listener
+from .measure.factory import runner_for
 from .core import autocast
 from .core.choices import Choice, Selection, Timing
-from .bench.compile import CompileJob, CompileResult, Launchers, overlap_for
+from .measure.compile import CompileJob, CompileResult, Launchers, overlap_for
 from .core.errors import InputError, LayoutError, NoCandidatesError
 from .core.inputs import KernelInputs, place_operands
 from .core.layout import FixedLayout, empty_output

@@ -12,7 +12,7 @@ import torch
 
 import gemmtune
 from gemmtune.dispatch import eager as api
-from gemmtune.bench.correctness import check, reference
+from gemmtune.measure.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.triton.base import KernelLaunch
 from gemmtune.templates.triton.gemv import TritonGemvTemplate

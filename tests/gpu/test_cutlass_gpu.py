@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from gemmtune.bench.correctness import check, reference
+from gemmtune.measure.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.cutlass.hopper import CutlassHopperTemplate, dsl_importable
 from gpu_operands import operands
@@ -115,7 +115,7 @@ def test_one_binary_serves_other_shapes_in_the_process():
 KEPT = """\
 import json, sys, time, torch
 sys.path.insert(0, {tests!r})
-from gemmtune.bench.correctness import check, reference
+from gemmtune.measure.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.cutlass.hopper import CutlassHopperTemplate
 from gpu_operands import operands
@@ -158,7 +158,7 @@ def test_a_kernel_kept_on_disk_runs_right_in_a_later_process(tmp_path):
 def test_a_whole_space_compiles_in_compile_processes_and_runs_right(tmp_path, monkeypatch):
     """`precompile` of the template's whole space hands its binaries to compile processes
     (templates/cutlass/parallel.py); each binary is then loaded from disk and computes right."""
-    from gemmtune.bench.compile import precompile
+    from gemmtune.measure.compile import precompile
     from gemmtune.templates.cutlass import parallel
 
     monkeypatch.setenv("GEMMTUNE_CACHE_DIR", str(tmp_path))

@@ -112,7 +112,7 @@ def test_default_tuning_under_isolation_matches_in_process():
 
 
 def test_a_kept_worker_serves_the_next_tune_and_a_crash_does_not_poison_it():
-    from gemmtune.bench import isolation
+    from gemmtune.measure import isolation
 
     settings = gemmtune.Settings(isolation="subprocess", run_timeout_s=20.0, store="off", strategy="exhaustive")
     a = torch.randn(128, 64, device="cuda", dtype=torch.float16)

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.bench.correctness import check, reference
+from gemmtune.measure.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
-from gemmtune.bench.timers import CudaTimer
+from gemmtune.measure.timers import CudaTimer
 from gemmtune.templates.extern import AtenTemplate
 from gemmtune.templates.triton.base import SWIZZLES
 from gemmtune.templates.triton.mm import TritonMMTemplate

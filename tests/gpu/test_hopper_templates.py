@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.bench.correctness import check, reference
+from gemmtune.measure.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.triton.splitk import TritonSplitKTemplate
 from gemmtune.templates.triton.tma import TritonTMAPersistentTemplate

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.bench.correctness import check, reference
+from gemmtune.measure.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.triton.gemv import TritonGemvTemplate
 from gpu_operands import operands

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from gemmtune.bench.correctness import check, reference
+from gemmtune.measure.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.triton.launch import FastLaunch
 from gemmtune.templates.triton.mm import TritonMMTemplate

@@ -38,7 +38,7 @@ CPU_CANNOT_WIN = 2.0
 """CPU: a choice more than this many times slower than the fastest cannot win (another tile grouping moves a
 numba kernel by 5-20%, noise rarely by 2x): a binary that much slower than the fastest at stage 1 skips
 prescreen's stage 2 (`gemmtune.search.prescreen`), a finalist that much slower than the fastest finalist
-the final's re-time (`gemmtune.bench.bench.Bench.retime`)."""
+the final's re-time (`gemmtune.measure.bench.Bench.retime`)."""
 ISOLATION_MODES = ("auto", "subprocess", "off")
 L2_FLUSH_MODES = ("read", "write")
 """How the GPU timer empties L2 before a timed run.  "write" zeroes a 2x-L2 buffer (what Triton's

@@ -170,7 +170,7 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
 def _prestart_worker(model: nn.Module) -> Any:
     """Start the isolation worker of the model's GPU in the background, where tuning there would
     use one; returns the `cancel` of `isolation.prestart` (a no-op where nothing was started)."""
-    from ..bench import isolation
+    from ..measure import isolation
     from ..core.inputs import device_str
     from ..core.settings import Settings, isolation_for
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..bench.timers import planned_runs
+from ..measure.timers import planned_runs
 from ..search import STRATEGIES, ProblemDims, StrategyOptions, default_options
 from ..search.final import FinalRule
 from .dataset import ReplayShape, load_dataset, read_lines
@@ -54,7 +54,7 @@ FLUSH_MS = 0.037  # one L2 flush by the GPU timer on an H200 (bench/timer_probe.
 def choice_seconds(ms: float, rep_ms: float = 10.0, flush_ms: float = FLUSH_MS, min_reps: int = 5,
                    max_reps: int = 50) -> float:
     """Estimated seconds `CudaTimer.time` spends on a kernel of `ms`: a warm-up run, then the timer's
-    own number of flushed runs (`gemmtune.bench.timers.planned_runs`; the defaults are Settings').
+    own number of flushed runs (`gemmtune.measure.timers.planned_runs`; the defaults are Settings').
 
     Example:
         >>> round(choice_seconds(0.02) * 1e3, 3), round(choice_seconds(5.0), 3)

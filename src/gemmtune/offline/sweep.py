@@ -22,7 +22,7 @@ import torch
 from .dataset import FORMAT, read_lines
 from ..engine import tune
 from ..core.inputs import KernelInputs
-from ..bench.timers import timer_for
+from ..measure.timers import timer_for
 from ..core.settings import Settings
 from ..store.sqlite import env_info
 from .suite import ProblemSpec

@@ -4,7 +4,7 @@ against the float64 reference before it serves anything.
 A shared store (`store.shared`: the Redis store) holds picks other machines wrote: a bug, another
 driver or a hostile writer can leave an entry naming a kernel that computes something else.  So the
 first time a process takes a pick from one, the kernel runs on the tune's operands and its output
-goes through the correctness gate (`bench.correctness`), as at tune time.  A pick that fails is
+goes through the correctness gate (`measure.correctness`), as at tune time.  A pick that fails is
 dropped from the store with a warning and the problem is tuned again; one that passes is not checked
 again in this process.
 """
@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..bench.correctness import check, reference
+from ..measure.correctness import check, reference
 from ..core.inputs import KernelInputs
 from .keys import Row
 

@@ -2,10 +2,10 @@
 
 A `Bench` decides what to measure and keeps the records; a runner only runs
 what it is asked to.  `LocalRunner` runs in this process; the subprocess
-runner (`gemmtune.bench.isolation.SubprocessRunner`) sends the same work to a
+runner (`gemmtune.measure.isolation.SubprocessRunner`) sends the same work to a
 worker process, which runs it with a LocalRunner of its own; `ReplayRunner`
-(`gemmtune.bench.replay`) answers from recorded timings.  `runner_for`
-(`gemmtune.bench.factory`) picks one from `Settings.isolation`.
+(`gemmtune.measure.replay`) answers from recorded timings.  `runner_for`
+(`gemmtune.measure.factory`) picks one from `Settings.isolation`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class LocalRunner:
     Example:
         >>> import torch
         >>> from gemmtune.core.inputs import KernelInputs
-        >>> from gemmtune.bench.timers import CpuTimer
+        >>> from gemmtune.measure.timers import CpuTimer
         >>> a, b = torch.randn(8, 4), torch.randn(4, 6)
         >>> ki = KernelInputs.from_tensors("mm", a, b)
         >>> runner = LocalRunner(ki, (a, b), lambda c: lambda t, out: torch.mm(*t, out=out),

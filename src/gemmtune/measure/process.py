@@ -1,6 +1,6 @@
 """One worker process for one device, seen from the caller's side.
 
-The worker is a fresh interpreter (`python -m gemmtune.bench.worker`), not a
+The worker is a fresh interpreter (`python -m gemmtune.measure.worker`), not a
 multiprocessing spawn: spawn re-imports the caller's main module, which kills
 a plain script without an `if __name__ == "__main__":` guard.  It connects back
 through a `multiprocessing.connection.Listener` with the caller's authkey;
@@ -146,7 +146,7 @@ class Worker:
     def _start(self) -> None:
         authkey = multiprocessing.current_process().authkey
         listener = Listener(authkey=authkey)
-        self.proc = subprocess.Popen([sys.executable, "-m", "gemmtune.bench.worker"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "gemmtune.measure.worker"], stdin=subprocess.PIPE,
                                      env=_worker_env(self.device))
         hello = {"address": listener.address, "authkey": authkey.hex(), "path": [str(p) for p in sys.path]}
         try:

@@ -1,5 +1,5 @@
 """The CPU timer: `torch.utils.benchmark`'s blocked autorange per choice, interleaved rounds for the
-finalists, and the background load while it times (`bench.load`)."""
+finalists, and the background load while it times (`measure.load`)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class CpuTimer:
     A loaded machine shows up as spread, not as a confident time: a thread descheduled for a
     scheduler tick adds 4 ms to whichever run it hits, and the blocks that caught one lie far from
     the rest.  Where other processes keep the cores busy every run can be hit; the timer counts
-    their core use while it times (`background_cores`, `bench.load`), and such a tune is provisional.  The timer runs at torch's current thread count (Timer's default, one thread, would
+    their core use while it times (`background_cores`, `measure.load`), and such a tune is provisional.  The timer runs at torch's current thread count (Timer's default, one thread, would
     handicap the library kernel against numba's thread pool).
 
     The budget is scaled to the work (`budget_ms`): a tiny kernel gets `TINY_RUNS` runs' worth of

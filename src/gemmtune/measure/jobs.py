@@ -1,7 +1,7 @@
 """Jobs for the worker process: picklable objects whose `run(state)` does the work there.
 
 The caller sends a job over the worker's connection; the worker runs it against
-its `WorkerState` and sends back the value (gemmtune.bench.worker).  The work
+its `WorkerState` and sends back the value (gemmtune.measure.worker).  The work
 itself is a `LocalRunner`'s, built by `Setup` inside the worker, so a check or
 a timing runs the same code isolated or not.
 """

@@ -3,7 +3,7 @@
 A generated kernel that writes out of bounds, hits an illegal address or hangs
 can poison a CUDA context or take a process down.  With
 `Settings(isolation="subprocess")` every correctness check and timing runs in
-one worker process per device (`python -m gemmtune.bench.worker`, pinned with
+one worker process per device (`python -m gemmtune.measure.worker`, pinned with
 CUDA_VISIBLE_DEVICES); the caller only compiles (which raises ordinary Python
 errors) and dispatches the winner.  A worker that dies or stops answering marks
 the choice it was running as failed, is restarted, and tuning goes on with the

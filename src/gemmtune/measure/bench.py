@@ -2,7 +2,7 @@
 
 Each choice is checked against the reference the first time it is measured; a
 wrong or failing choice is recorded and never timed again.  Where the checks
-and timings run is the Bench's runner (gemmtune.bench.runners); what is
+and timings run is the Bench's runner (gemmtune.measure.runners); what is
 measured, the records, the run count and the time budget belong to the Bench.
 """
 
@@ -33,8 +33,8 @@ class Bench:
 
     Example:
         >>> import torch
-        >>> from gemmtune.bench.compile import CompileResult
-        >>> from gemmtune.bench.replay import ReplayRunner
+        >>> from gemmtune.measure.compile import CompileResult
+        >>> from gemmtune.measure.replay import ReplayRunner
         >>> from gemmtune.core.inputs import KernelInputs
         >>> ki = KernelInputs.from_tensors("mm", torch.randn(4, 3), torch.randn(3, 2))
         >>> fast, slow = Choice("fast", "h1"), Choice("slow", "h2")

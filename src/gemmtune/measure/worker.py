@@ -1,10 +1,10 @@
-"""The worker process: `python -m gemmtune.bench.worker`, started by gemmtune.bench.isolation.
+"""The worker process: `python -m gemmtune.measure.worker`, started by gemmtune.measure.isolation.
 
 A fresh interpreter with its own entry point, so it never imports the caller's
 `__main__` (a plain script without an `if __name__ == "__main__":` guard can
 tune with isolation).  It reads one JSON line on stdin (the caller's listener
 address, its multiprocessing authkey and sys.path), connects back, then runs
-the jobs it receives (gemmtune.bench.jobs) until the connection closes.
+the jobs it receives (gemmtune.measure.jobs) until the connection closes.
 """
 
 from __future__ import annotations
