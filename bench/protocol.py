@@ -11,6 +11,7 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
      tuned by gemmtune (empty store) and built by Inductor from the pick;
    - `gemmtune_store`: the same on a new machine that shares the store: new Inductor and Triton
      caches, the store of `gemmtune` kept;  `gemmtune_again`: a second start, every cache kept;
+   - `gemmtune_mm`: `gemmtune` with `install(gemv=False)`: a matrix-vector mm stays a GEMM;
    - `gemmtune_warmup`: `gemmtune.warmup(model, x, for_compile=True)` then `torch.compile(model)`;
    - `eager_warmup`: `gemmtune.warmup(model, x)` then an eager forward; `eager_warmup_store`: again
      with its store (a warm-store warm-up);
@@ -46,7 +47,7 @@ FIRST = {
     "default": ("default", "new"), "max_autotune": ("ma", "new"), "max_autotune_again": ("ma", "keep"),
     "gemmtune": ("gt", "new"), "gemmtune_store": ("gt", "store"), "gemmtune_again": ("gt", "keep"),
     "gemmtune_warmup": ("gw", "new"), "eager_warmup": ("ew", "new"), "eager_warmup_store": ("ew", "store"),
-    "default_cd": ("cd", "new"), "autotune_gemm": ("ag", "new"),
+    "default_cd": ("cd", "new"), "autotune_gemm": ("ag", "new"), "gemmtune_mm": ("gm", "new"),
 }
 BREAKDOWN = ("default_cd", "autotune_gemm")
 FIRST_DEFAULT = ("default", "max_autotune", "max_autotune_again", "gemmtune", "gemmtune_store", "gemmtune_again",
@@ -81,7 +82,9 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
         return (lambda: output_of(model, inputs)), facts
     if variant.startswith("eager_warmup"):
         report = gemmtune.warmup(model, *inputs, progress=False)
-        facts.update(tuned=report.tuned, problems=len(report.rows), warmup_s=report.seconds)
+        facts.update(tuned=report.tuned, problems=len(report.rows), warmup_s=report.seconds,
+                     forward_s=round(report.forward_s, 3), check_s=round(report.check_s, 3),
+                     winners=sorted({r.winner for r in report.rows}))
         return (lambda: output_of(model, inputs)), facts
     from torch._inductor import config as inductor_config
 
@@ -93,7 +96,7 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
             report = gemmtune.warmup(model, *inputs, progress=False, for_compile=True)
             facts.update(tuned=report.tuned, problems=len(report.rows))
         else:
-            facts["handler"] = gi.install()
+            facts["handler"] = gi.install(gemv=variant != "gemmtune_mm")
     compiled = torch.compile(own_frame(model, variant), mode=mode)
     return (lambda: output_of(compiled, inputs)), facts
 

@@ -231,3 +231,19 @@ def test_a_default_mode_compile_builds_a_triton_pick_and_benchmarks_nothing():
     _close(out, (x @ w).relu())
     assert [uid for _, uid, _ in handler.built] == ["triton::mm"], handler.built
     assert probe.choices == 0, probe.names
+
+
+@pytest.mark.parametrize("gemv", [True, False])
+def test_a_default_mode_vector_product_is_a_reduction_tuned_by_coordinate_descent(gemv):
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 2048, bias=False), torch.nn.SiLU(),
+                                torch.nn.Linear(2048, 1024, bias=False)).cuda().to(torch.bfloat16)
+    x = torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad(), gi.installed(gemv=gemv) as handler:
+        out, code = run_and_get_code(torch.compile(model), x)
+    text = "\n".join(code)
+    assert (handler.stats["vector_product"] == 2) is gemv, handler.stats
+    assert ("'coordinate_descent_tuning': True" in text) is gemv
+    torch.testing.assert_close(out.float(), model(x).float(), rtol=2e-2, atol=2e-2)

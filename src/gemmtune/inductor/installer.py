@@ -32,7 +32,8 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
-            fusion: int | str = FUSION, measure: str = "inductor", shortlist: int | None = SHORTLIST) -> Any:
+            fusion: int | str = FUSION, measure: str = "inductor", shortlist: int | None = SHORTLIST,
+            gemv: bool = True) -> Any:
     """Make Inductor build gemmtune's pick for every mm / addmm / bmm it lowers; returns the handler.
 
     `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
@@ -57,6 +58,8 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     gemmtune's own kernels instead (whose speed can differ from the Inductor kernel built from them).
     `shortlist`: with `measure="inductor"`, how many of each template's configs (ranked by gemmtune's
     cost model, `inductor.shortlist`) Inductor compiles and times for such a problem; None: all.
+    `gemv`: in the default mode on a GPU, lower an `mm` whose M or N is 1 as max-autotune does, a
+    multiply and a reduction tuned by coordinate descent (`inductor.gemv`); False keeps it a GEMM.
     A program Dynamo compiled before `install()` keeps
     its choices, and a later `torch.compile` of an equal model in an equal mode may be served that
     program (`handler.stats` then stays empty): install first, or `torch._dynamo.reset()`.
@@ -78,7 +81,9 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     _check_options(templates, fusion, measure, shortlist)
     loaded = drop_stale(read_table(table)) if table is not None else None
     handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
-    handler.measure, handler.shortlist = measure, shortlist
+    if not isinstance(gemv, bool):
+        raise ValueError(f"gemv: expected True or False, got {gemv!r}")
+    handler.measure, handler.shortlist, handler.gemv = measure, shortlist, gemv
     open_window(is_gemmtune_handler)
     from torch._inductor import virtualized
 
@@ -182,7 +187,7 @@ def ensure_installed() -> bool:
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
               fusion: int | str = FUSION, measure: str = "inductor",
-              shortlist: int | None = SHORTLIST) -> Iterator[Any]:
+              shortlist: int | None = SHORTLIST, gemv: bool = True) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
@@ -190,7 +195,7 @@ def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss
         >>> with gi.installed(tune_on_miss=False) as h:   # doctest: +SKIP
         ...     pass
     """
-    handler = install(table, tune_on_miss, settings, templates, all_threads, fusion, measure, shortlist)
+    handler = install(table, tune_on_miss, settings, templates, all_threads, fusion, measure, shortlist, gemv)
     try:
         yield handler
     finally:

@@ -99,10 +99,32 @@ def cpu_pick_alone(args: tuple, is_ours: Callable[[Any], bool]) -> str | None:
     return ",".join(kept or ["ATEN"]) if len(kept) < len(backends) else None
 
 
-def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool]) -> Callable[..., Any]:
+def _vector_product(args: tuple, kwargs: dict) -> bool:
+    """Whether this mm, in the window of a default-mode compile, is lowered as a reduction
+    (`inductor.gemv`): the handler asks for it (`install(gemv=True)`) and this torch supports it."""
+    from torch._inductor.virtualized import V
+
+    from . import gemv
+
+    if user_autotunes() or not getattr(V.choices, "gemv", False) or len(args) < 2:
+        return False
+    if not gemv.applies(args[0], args[1], kwargs) or not gemv.hook_codegen():
+        return False
+    stats = getattr(V.choices, "stats", None)
+    if stats is not None:
+        stats["vector_product"] += 1
+    return True
+
+
+def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool], op: Any = None) -> Callable[..., Any]:
     @functools.wraps(fn)
     def lowering(*args: Any, **kwargs: Any) -> Any:
-        if not window_applies(args, is_ours):
+        opened = window_applies(args, is_ours)
+        if opened and op is torch.ops.aten.mm.default and _vector_product(args, kwargs):
+            from .gemv import gemv_lowering
+
+            return gemv_lowering(args[0], args[1])
+        if not opened:
             backends = cpu_pick_alone(args, is_ours)
             if backends is None:
                 return fn(*args, **kwargs)
@@ -130,7 +152,7 @@ def open_window(is_ours: Callable[[Any], bool]) -> int:
         if fn is None:
             continue
         if not hasattr(fn, "__gemmtune_window__"):
-            lowering.lowerings[op] = _wrap(fn, is_ours)
+            lowering.lowerings[op] = _wrap(fn, is_ours, op)
         wrapped += 1
     return wrapped
 

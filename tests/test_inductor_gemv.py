@@ -1,0 +1,112 @@
+"""The default-mode lowering of a matrix-vector mm as a reduction tuned by coordinate descent
+(`inductor.gemv`).  On CPU the window does not open (Inductor's CPU kernels are not Triton), so the
+lowering is forced open here to check the numbers it computes; the coordinate-descent marking is
+checked on the codegen wrapper directly, and on the GPU in tests/gpu/test_inductor_gpu.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import gemmtune
+import gemmtune.inductor as gi
+from gemmtune.inductor import gemv, window
+
+pytestmark = pytest.mark.skipif(not gi.available(), reason="this torch has no Inductor lookup table")
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    from torch._inductor import config
+
+    monkeypatch.setenv("GEMMTUNE_STORE", "memory")
+    gemmtune.clear_dispatch_cache()
+    torch._dynamo.reset()
+    with config.patch(fx_graph_cache=False, autotune_local_cache=False):
+        yield
+    while gi.installer._PRIOR:
+        gi.uninstall()
+    torch._dynamo.reset()
+
+
+def _forced_open(monkeypatch):
+    """The window as on a GPU: open for gemmtune's handler whatever the device."""
+    monkeypatch.setattr(window, "window_applies", lambda args, is_ours: is_ours(
+        __import__("torch._inductor.virtualized", fromlist=["V"]).V.choices))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 48, 40), (24, 48, 1)])
+def test_a_vector_product_is_lowered_as_a_reduction_and_computes_the_product(monkeypatch, dtype, shape):
+    _forced_open(monkeypatch)
+    m, k, n = shape
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    with gi.installed() as handler:
+        out = torch.compile(lambda x, y: (x @ y) * 2, fullgraph=True)(a, b)
+    assert handler.stats["vector_product"] == 1, handler.stats
+    assert handler.stats["tuned"] == 0 and handler.stats["miss"] == 0  # no GEMM asked for, none tuned
+    ref = (a.double() @ b.double()) * 2
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
+    assert out.dtype == dtype
+
+
+def test_gemv_false_keeps_the_mm_a_gemm(monkeypatch):
+    _forced_open(monkeypatch)
+    a, b = torch.randn(1, 32), torch.randn(32, 16)
+    with gi.installed(gemv=False) as handler:
+        out = torch.compile(lambda x, y: x @ y, fullgraph=True)(a, b)
+    torch.testing.assert_close(out, a @ b)
+    assert handler.stats["vector_product"] == 0 and handler.stats["hit"] >= 1, handler.stats
+
+
+def test_a_matrix_product_and_a_dynamic_one_stay_gemms(monkeypatch):
+    _forced_open(monkeypatch)
+    a, b = torch.randn(8, 32), torch.randn(32, 16)
+    with gi.installed() as handler:
+        torch.testing.assert_close(torch.compile(lambda x, y: x @ y, fullgraph=True)(a, b), a @ b)
+        f = torch.compile(lambda x, y: x @ y, dynamic=True, fullgraph=True)
+        for m in (1, 3, 5):  # symbolic M: not statically a vector product
+            x = torch.randn(m, 32)
+            torch.testing.assert_close(f(x, b), x @ b)
+    assert handler.stats["vector_product"] == 0, handler.stats
+
+
+def test_is_vector_product_reads_static_sizes_only():
+    assert gemv.is_vector_product((1, 64), (64, 8)) and gemv.is_vector_product((8, 64), (64, 1))
+    assert not gemv.is_vector_product((2, 64), (64, 2))
+    assert not gemv.is_vector_product(("s0", 64), (64, 8))  # a symbol is not an int
+
+
+def test_bad_gemv_value_is_a_value_error():
+    with pytest.raises(ValueError, match="gemv"):
+        gi.install(gemv="yes")
+    assert not gi.installer._PRIOR  # nothing installed
+
+
+def _entry(meta):
+    return SimpleNamespace(node=SimpleNamespace(origins=[SimpleNamespace(meta=meta)]))
+
+
+def test_only_a_kernel_holding_a_marked_node_is_generated_with_coordinate_descent():
+    from torch._inductor import config
+
+    seen = []
+    wrapped = gemv._wrap_codegen(lambda self, features: seen.append(config.coordinate_descent_tuning))
+    marked = SimpleNamespace(node_schedule=[_entry({}), _entry({gemv.MARK: True})])
+    plain = SimpleNamespace(node_schedule=[_entry({}), object()])
+    wrapped(None, marked)
+    wrapped(None, plain)
+    wrapped(None, [_entry({gemv.MARK: True})])  # an older signature: the schedule itself
+    assert seen == [True, False, True] and not config.coordinate_descent_tuning
+
+
+def test_hook_codegen_wraps_inductors_codegen_once():
+    from torch._inductor.codegen.simd import SIMDScheduling
+
+    assert gemv.hook_codegen()
+    fn = SIMDScheduling.codegen_node_schedule
+    assert gemv.hook_codegen() and SIMDScheduling.codegen_node_schedule is fn
+    assert hasattr(fn, "__gemmtune_gemv__")
