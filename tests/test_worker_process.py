@@ -88,3 +88,14 @@ def test_the_worker_imports_no_public_api_layer():
     normal = subprocess.run([sys.executable, "-c", "import gemmtune; print(callable(gemmtune.mm))"], env=_env(),
                             capture_output=True, text=True, timeout=300)
     assert normal.stdout.strip() == "True", normal.stderr
+
+
+def test_a_worker_whose_caller_is_gone_exits_quietly(tmp_path):
+    """A cancelled background start (a warm-up served from the store) leaves a worker that finds the
+    caller's address gone: it exits without a traceback on the user's terminal."""
+    import json
+
+    hello = {"authkey": "00" * 16, "path": [], "address": str(tmp_path / "gone.sock")}
+    done = subprocess.run([sys.executable, "-m", "gemmtune.measure.worker"], input=json.dumps(hello) + "\n",
+                          capture_output=True, text=True, env=_env(), timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

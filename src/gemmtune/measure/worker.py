@@ -33,7 +33,10 @@ def main() -> None:
     # The caller's path first: template classes are unpickled from the caller's modules.
     sys.path[:] = [*hello["path"], *(p for p in sys.path if p not in hello["path"])]
     address = hello["address"]
-    conn = Client(tuple(address) if isinstance(address, list) else address, authkey=authkey)
+    try:
+        conn = Client(tuple(address) if isinstance(address, list) else address, authkey=authkey)
+    except (OSError, EOFError):  # the caller is gone (it exited, or cancelled an unused start): nothing to serve
+        return
     serve(conn)
 
 
