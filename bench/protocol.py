@@ -11,7 +11,8 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
      tuned by gemmtune (empty store) and built by Inductor from the pick;
    - `gemmtune_store`: the same on a new machine that shares the store: new Inductor and Triton
      caches, the store of `gemmtune` kept;  `gemmtune_again`: a second start, every cache kept;
-   - `gemmtune_mm`: `gemmtune` with `install(gemv=False)`: a matrix-vector mm stays a GEMM;
+   - `gemmtune_gemv`: `gemmtune` with `install(gemv=True)`: a matrix-vector mm becomes a reduction
+     tuned by coordinate descent, as in max-autotune (`gemmtune.inductor.gemv`);
    - `gemmtune_warmup`: `gemmtune.warmup(model, x, for_compile=True)` then `torch.compile(model)`;
    - `eager_warmup`: `gemmtune.warmup(model, x)` then an eager forward; `eager_warmup_store`: again
      with its store (a warm-store warm-up);
@@ -47,7 +48,7 @@ FIRST = {
     "default": ("default", "new"), "max_autotune": ("ma", "new"), "max_autotune_again": ("ma", "keep"),
     "gemmtune": ("gt", "new"), "gemmtune_store": ("gt", "store"), "gemmtune_again": ("gt", "keep"),
     "gemmtune_warmup": ("gw", "new"), "eager_warmup": ("ew", "new"), "eager_warmup_store": ("ew", "store"),
-    "default_cd": ("cd", "new"), "autotune_gemm": ("ag", "new"), "gemmtune_mm": ("gm", "new"),
+    "default_cd": ("cd", "new"), "autotune_gemm": ("ag", "new"), "gemmtune_gemv": ("gv", "new"),
 }
 BREAKDOWN = ("default_cd", "autotune_gemm")
 FIRST_DEFAULT = ("default", "max_autotune", "max_autotune_again", "gemmtune", "gemmtune_store", "gemmtune_again",
@@ -96,7 +97,7 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
             report = gemmtune.warmup(model, *inputs, progress=False, for_compile=True)
             facts.update(tuned=report.tuned, problems=len(report.rows))
         else:
-            facts["handler"] = gi.install(gemv=variant != "gemmtune_mm")
+            facts["handler"] = gi.install(gemv=variant == "gemmtune_gemv")
     compiled = torch.compile(own_frame(model, variant), mode=mode)
     return (lambda: output_of(compiled, inputs)), facts
 

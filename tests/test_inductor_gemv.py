@@ -43,7 +43,7 @@ def test_a_vector_product_is_lowered_as_a_reduction_and_computes_the_product(mon
     _forced_open(monkeypatch)
     m, k, n = shape
     a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-    with gi.installed() as handler:
+    with gi.installed(gemv=True) as handler:
         out = torch.compile(lambda x, y: (x @ y) * 2, fullgraph=True)(a, b)
     assert handler.stats["vector_product"] == 1, handler.stats
     assert handler.stats["tuned"] == 0 and handler.stats["miss"] == 0  # no GEMM asked for, none tuned
@@ -53,10 +53,10 @@ def test_a_vector_product_is_lowered_as_a_reduction_and_computes_the_product(mon
     assert out.dtype == dtype
 
 
-def test_gemv_false_keeps_the_mm_a_gemm(monkeypatch):
+def test_by_default_a_vector_product_stays_a_gemm(monkeypatch):
     _forced_open(monkeypatch)
     a, b = torch.randn(1, 32), torch.randn(32, 16)
-    with gi.installed(gemv=False) as handler:
+    with gi.installed() as handler:
         out = torch.compile(lambda x, y: x @ y, fullgraph=True)(a, b)
     torch.testing.assert_close(out, a @ b)
     assert handler.stats["vector_product"] == 0 and handler.stats["hit"] >= 1, handler.stats
@@ -65,7 +65,7 @@ def test_gemv_false_keeps_the_mm_a_gemm(monkeypatch):
 def test_a_matrix_product_and_a_dynamic_one_stay_gemms(monkeypatch):
     _forced_open(monkeypatch)
     a, b = torch.randn(8, 32), torch.randn(32, 16)
-    with gi.installed() as handler:
+    with gi.installed(gemv=True) as handler:
         torch.testing.assert_close(torch.compile(lambda x, y: x @ y, fullgraph=True)(a, b), a @ b)
         f = torch.compile(lambda x, y: x @ y, dynamic=True, fullgraph=True)
         for m in (1, 3, 5):  # symbolic M: not statically a vector product

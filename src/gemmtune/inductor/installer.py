@@ -33,7 +33,7 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
             fusion: int | str = FUSION, measure: str = "inductor", shortlist: int | None = SHORTLIST,
-            gemv: bool = True) -> Any:
+            gemv: bool = False) -> Any:
     """Make Inductor build gemmtune's pick for every mm / addmm / bmm it lowers; returns the handler.
 
     `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
@@ -187,7 +187,7 @@ def ensure_installed() -> bool:
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
               fusion: int | str = FUSION, measure: str = "inductor",
-              shortlist: int | None = SHORTLIST, gemv: bool = True) -> Iterator[Any]:
+              shortlist: int | None = SHORTLIST, gemv: bool = False) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
