@@ -3,6 +3,7 @@ outcome reaches the summary and the exit status; the CuTe DSL set-up unpacks car
 
 import importlib.util
 import json
+import re
 import sys
 import tarfile
 import zipfile
@@ -108,3 +109,13 @@ def test_cutlass_setup_unpacks_the_carried_wheels(runner, tmp_path, monkeypatch)
     assert (tmp_path / ".cutedsl" / "fake_pkg" / "__init__.py").read_text() == "X = 1\n"
     assert (tmp_path / ".cutedsl" / "libs" / "lib.so").stat().st_size == 64
     assert "MISSING DEPS" in (tmp_path / "cutlass-setup.log").read_text()  # no cuda.bindings here
+
+
+def test_every_bench_file_the_docs_cite_exists():
+    cited = re.compile(r"bench/(?:results/)?[A-Za-z0-9_.-]+\.(?:py|sh|json|jsonl|log)\b")
+    roots = [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "tests").rglob("*.py"),
+             *(ROOT / "src").rglob("*.py"), *(ROOT / "bench").glob("*.py"), ROOT / "bench" / "README.md"]
+    missing = [f"{f.relative_to(ROOT)}: {m}" for f in roots for m in cited.findall(f.read_text())
+               if not (ROOT / m).exists()  # a script's default output path is not a citation
+               and not (f.parent.name == "bench" and m.startswith("bench/results/"))]
+    assert missing == []
