@@ -1,7 +1,9 @@
-"""Probe: does compiling Triton configs in a thread pool run in parallel?  Prints wall times."""
+"""Probe: does compiling Triton configs in a thread pool run in parallel?  Prints wall times (needs CUDA).
 
-import os
-import sys
+    python bench/compile_probe.py [MxKxN, default 2048x2048x2048] [workers, default 1,16]
+"""
+
+import argparse
 import time
 
 import torch
@@ -11,8 +13,12 @@ from gemmtune.templates.heuristics import get_template_configs
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.triton.mm import TritonMMTemplate
 
-M, K, N = (int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "2048x2048x2048").split("x"))
-workers = [int(w) for w in (sys.argv[2] if len(sys.argv) > 2 else "1,16").split(",")]
+p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+p.add_argument("shape", nargs="?", default="2048x2048x2048", help="MxKxN (default 2048x2048x2048)")
+p.add_argument("workers", nargs="?", default="1,16", help="compile threads per run, comma-separated (default 1,16)")
+args = p.parse_args()
+M, K, N = (int(x) for x in args.shape.split("x"))
+workers = [int(w) for w in args.workers.split(",")]
 a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
 for i, w in enumerate(workers):

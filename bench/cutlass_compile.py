@@ -1,6 +1,7 @@
 """JIT-compile (not run) the cutlass_hopper kernel for a few configs and both B layouts; print the
 compile time of each.  Runs on a CPU-only machine with `CUTE_DSL_ARCH=sm_90a` (validated there: it
-compiles) and on the GPU machine (bench/cutlass_gpu.sh).  Usage: python bench/cutlass_compile.py [all]"""
+compiles) and on the GPU machine (`python bench/gpu_run.py cutlass-compile`).
+Usage: python bench/cutlass_compile.py [all]"""
 
 import os
 import sys

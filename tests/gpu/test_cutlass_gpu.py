@@ -3,7 +3,8 @@ nvidia-cutlass-dsl.  They passed on an H200 on 2026-11-30 (docs/CUTLASS.md), whi
 `KERNEL_VALIDATED = True` in templates/cutlass/hopper.py records: set it back to False while a kernel
 change awaits this file's run.
 
-Run (bench/cutlass_gpu.sh sets up the DSL):  python -m pytest -q -s tests/gpu/test_cutlass_gpu.py
+Run:  python -m pytest -q -s tests/gpu/test_cutlass_gpu.py  (on the GPU machine,
+`python bench/gpu_run.py cutlass-setup,cutlass-test` sets up the DSL, then runs this file)
 """
 
 import time

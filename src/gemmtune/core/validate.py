@@ -70,12 +70,28 @@ def validate_operands(op: str, tensors: Sequence[Any], alpha: Any = 1.0, beta: A
     if op != "addmm" and (float(alpha) != 1.0 or float(beta) != 1.0):
         raise InputError(f"{op}: alpha and beta belong to addmm only (got alpha={alpha!r}, beta={beta!r}); "
                          f"scale the result, or use addmm")
+    _check_ranks(op, names, tensors)
+    a, b = _check_matrices(op, names, tensors)
+    if op == "addmm":
+        _check_bias(tensors[0], a, b)
+    if check_memory:
+        _check_memory(op, tensors)
+
+
+# -- the checks ----------------------------------------------------------------------------------
+
+def _check_ranks(op: str, names: Sequence[str], tensors: Sequence[Any]) -> None:
+    """Each operand has its op's rank and no negative stride."""
     for name, t, rank in zip(names, tensors, _RANKS[op]):
         if rank is not None and t.dim() != rank:
             hint = " (a 4-D activation must be reshaped to 2-D first)" if op == "mm" and t.dim() == 4 else ""
             raise InputError(f"{op}: {name} must be {rank}-D, got {t.dim()}-D with shape {tuple(t.shape)}{hint}")
         if any(s < 0 for s in t.stride()):
             raise InputError(f"{op}: {name} has a negative stride {tuple(t.stride())}; pass a copy (.contiguous())")
+
+
+def _check_matrices(op: str, names: Sequence[str], tensors: Sequence[Any]) -> tuple[Any, Any]:
+    """The two matrices (A, B) agree: one dtype, one real device, inner dimensions, batch; returns them."""
     mats = tensors[1:] if op == "addmm" else tensors
     mnames = names[1:] if op == "addmm" else names
     a, b = mats
@@ -94,13 +110,8 @@ def validate_operands(op: str, tensors: Sequence[Any], alpha: Any = 1.0, beta: A
     if op == "bmm" and a.shape[0] != b.shape[0]:
         raise InputError(f"bmm: batch sizes differ: batch1 has {a.shape[0]}, batch2 has {b.shape[0]} "
                          f"(bmm does not broadcast the batch)")
-    if op == "addmm":
-        _check_bias(tensors[0], a, b)
-    if check_memory:
-        _check_memory(op, tensors)
+    return a, b
 
-
-# -- the checks ----------------------------------------------------------------------------------
 
 def _check_tensor(op: str, name: str, t: Any) -> None:
     """One operand on its own: a dense, strided, real floating-point torch.Tensor."""

@@ -1,5 +1,40 @@
 """Installing the handler for `torch.compile`, and counting what Inductor benchmarks.
 
+`install()` makes Inductor build gemmtune's pick for every mm / addmm / bmm it lowers.  Its options:
+
+- `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
+  with a warning).
+- `tune_on_miss`: tune a problem the table lacks with `gemmtune.tune` (the store answers problems
+  tuned before); False leaves misses to Inductor.
+- `templates`: "inductor" (tune among the templates Inductor can build exactly) or "all".
+- `all_threads`: the handler is set for this thread (`V.set_choices_handler`) and, with
+  `all_threads` (the default), as `config.inductor_choices_class` (other threads; its `uuid()` keys
+  Inductor's FX-graph cache, so a graph compiled without gemmtune is not reused).
+- `fusion`: how a library pick meets the GEMM's pointwise epilogue, which only a Triton template can
+  fuse.  "predict" (the default): where the GEMM has an epilogue and its best measured Triton config
+  is predicted to win once the epilogue kernel it saves is counted (`entries.fuse_gain_ms`), that
+  config is built instead, else the pick; one choice either way, nothing benchmarked.  A number N
+  (max-autotune modes): the pick and its best N Triton configs, which Inductor benchmarks with the
+  epilogue fused; 0: the pick alone.
+- `measure`: on a GPU, "inductor" (the default) has Inductor time its own candidates for a problem
+  the store does not know, once, and keeps the timings in the store (`inductor.timed`); "gemmtune"
+  tunes it with gemmtune's own kernels instead (whose speed can differ from the Inductor kernel
+  built from them).
+- `shortlist`: with `measure="inductor"`, how many of each template's configs (ranked by gemmtune's
+  cost model, `inductor.shortlist`) Inductor compiles and times for such a problem; None: all.
+- `gemv` (default False): in the default mode on a GPU, lower an `mm` whose M or N is 1 as
+  max-autotune does, a multiply and a reduction tuned by coordinate descent (`inductor.gemv`):
+  faster at M = 1, but the coordinate descent adds seconds to every cold compile.
+
+It serves every `torch.compile` mode: in the default mode (and "reduce-overhead") a GPU GEMM's
+lowering is offered Inductor's templates for its own duration (`inductor.window`), so a Triton pick
+is built there too, with nothing benchmarked and the rest of the compile at default cost; under
+"max-autotune" modes Inductor's own GEMM benchmarking is replaced by the picks.  `handler.stats`
+counts hits, misses, tunes and stale entries; `uninstall()` restores what was there.  A program
+Dynamo compiled before `install()` keeps its choices, and a later `torch.compile` of an equal model
+in an equal mode may be served that program (`handler.stats` then stays empty): install first, or
+`torch._dynamo.reset()`.  docs/INDUCTOR.md has the measurements.
+
 Example:
     >>> import gemmtune.inductor as gi
     >>> if gi.available():
@@ -36,33 +71,9 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
             gemv: bool = False) -> Any:
     """Make Inductor build gemmtune's pick for every mm / addmm / bmm it lowers; returns the handler.
 
-    `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
-    with a warning).  `tune_on_miss`: tune a problem the table lacks with `gemmtune.tune` (the store
-    answers problems tuned before); False leaves misses to Inductor.  `templates`: "inductor" (tune
-    among the templates Inductor can build exactly) or "all".  Serves every `torch.compile` mode: in
-    the default mode (and "reduce-overhead") a GPU GEMM's lowering is offered Inductor's templates for
-    its own duration (`inductor.window`), so a Triton pick is built there too, with nothing
-    benchmarked and the rest of the compile at default cost; under "max-autotune" modes Inductor's
-    own GEMM benchmarking is replaced by the picks.  The handler is set for this
-    thread (`V.set_choices_handler`) and, with `all_threads` (the default), as
-    `config.inductor_choices_class` (other threads; its `uuid()` keys Inductor's FX-graph cache, so a
-    graph compiled without gemmtune is not reused).  `handler.stats` counts hits, misses, tunes and stale
-    entries; `uninstall()` restores what was there.  `fusion`: how a library pick meets the GEMM's
-    pointwise epilogue, which only a Triton template can fuse.  "predict" (the default): where the GEMM
-    has an epilogue and its best measured Triton config is predicted to win once the epilogue kernel it
-    saves is counted (`entries.fuse_gain_ms`), that config is built instead, else the pick; one choice
-    either way, nothing benchmarked.  A number N (max-autotune modes): the pick and its best N Triton
-    configs, which Inductor benchmarks with the epilogue fused; 0: the pick alone.  `measure`: on a
-    GPU, "inductor" (the default) has Inductor time its own candidates for a problem the store does
-    not know, once, and keeps the timings in the store (`inductor.timed`); "gemmtune" tunes it with
-    gemmtune's own kernels instead (whose speed can differ from the Inductor kernel built from them).
-    `shortlist`: with `measure="inductor"`, how many of each template's configs (ranked by gemmtune's
-    cost model, `inductor.shortlist`) Inductor compiles and times for such a problem; None: all.
-    `gemv`: in the default mode on a GPU, lower an `mm` whose M or N is 1 as max-autotune does, a
-    multiply and a reduction tuned by coordinate descent (`inductor.gemv`); False keeps it a GEMM.
-    A program Dynamo compiled before `install()` keeps
-    its choices, and a later `torch.compile` of an equal model in an equal mode may be served that
-    program (`handler.stats` then stays empty): install first, or `torch._dynamo.reset()`.
+    Its options (`table`, `tune_on_miss`, `templates`, `all_threads`, `fusion`, `measure`,
+    `shortlist`, `gemv`) and the compile modes it serves: the docstring of `gemmtune.inductor.installer`
+    and docs/INDUCTOR.md.
 
     Raises InductorUnavailable when the installed torch has no Inductor lookup table.
 

@@ -44,7 +44,7 @@ KERNEL_FILE = Path(__file__).with_name("hopper_kernel.py")
 ORDER_FILE = Path(__file__).with_name("order.py")
 DSL_DISTRIBUTION = "nvidia-cutlass-dsl"
 KERNEL_VALIDATED = True
-"""True: tests/gpu/test_cutlass_gpu.py passed on a Hopper GPU with this kernel (bench/cutlass_gpu.sh).
+"""True: tests/gpu/test_cutlass_gpu.py passed on a Hopper GPU with this kernel (bench/gpu_run.py cutlass-test).
 Set it False while a kernel change awaits that run: the template then stays out of every pool."""
 NOT_VALIDATED = "kernel not validated on a GPU yet"
 

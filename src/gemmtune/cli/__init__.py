@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 from rich.console import Console
 from rich.text import Text
 
-from .core.errors import GemmtuneError, InputError
-from .core.version import __version__
-from .core.settings import EFFORTS, STRATEGY_NAMES, Settings, effort_help
-from .offline.cli_args import check_store_arg, flag_named, join_negative_values
+from ..core.errors import GemmtuneError, InputError
+from ..core.settings import Settings
+from ..offline.cli_args import check_store_arg, flag_named, join_negative_values
+from .parser import OneLineParser, add_inductor_parser, build_parser  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:  # the commands import what they need when they run: `gemmtune --help` imports no torch
-    from .offline.suite import ProblemSpec
+    from ..offline.suite import ProblemSpec
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -27,106 +27,29 @@ PIPED_WIDTH = 10_000  # columns of output that is not a terminal: nothing cut or
 
 def tune(*args, **kwargs):
     """`gemmtune.tune`, imported when a command first tunes."""
-    from .engine import tune as tune_
+    from ..engine import tune as tune_
 
     return tune_(*args, **kwargs)
 
 
 def check_device(text: str | None) -> str:
     """`offline.checks.check_device`, imported when a command first needs it (no torch for `--help`)."""
-    from .offline.checks import check_device as check
+    from ..offline.checks import check_device as check
 
     return check(text)
 
 
 def check_fits(spec: "ProblemSpec", device: str, arg: str) -> None:
     """`offline.checks.check_fits`, imported when a command first needs it."""
-    from .offline.checks import check_fits as check
+    from ..offline.checks import check_fits as check
 
     check(spec, device, arg)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="gemmtune", description="GEMM autotuner for PyTorch")
-    p.add_argument("--version", action="version", version=f"gemmtune {__version__}")
-    p.add_argument("-v", "--verbose", action="count", default=0,
-                   help="-v: phase boundaries and the pick (INFO logs); -vv: also every choice timed (DEBUG)")
-    sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("tune", help="tune one GEMM (--shape) or a suite of them (--suite)")
-    src = t.add_mutually_exclusive_group()
-    src.add_argument("--shape", help="MxKxN, for C[M,N] = A[M,K] @ B[K,N] (default 512x512x512)")
-    src.add_argument("--suite", help="JSON file of shapes (format of bench/shapes.json)")
-    t.add_argument("--op", choices=("mm", "addmm", "bmm"), default="mm",
-                   help="mm: A @ B; addmm: bias + A @ B (a bias of N); bmm: batched, --batch B (default mm)")
-    t.add_argument("--batch", type=int, default=1, help="batch size for bmm")
-    t.add_argument("--dtype", default=None, help="float16|bfloat16|float32|float64 (default: bfloat16 on cuda, "
-                   "float32 on cpu; for --suite, each shape's own)")
-    t.add_argument("--b-layout", choices=("row", "col"), default="row",
-                   help="col: B is the transpose of a contiguous [N,K] weight, as in nn.Linear")
-    t.add_argument("--device", default=None, help="cuda|cpu (default: cuda when present)")
-    t.add_argument("--strategy", choices=sorted(STRATEGY_NAMES), default=None)
-    t.add_argument("--top-x", type=int, default=None, help="prescreen: configs kept after stage 1")
-    t.add_argument("--effort", choices=tuple(EFFORTS), default=None,
-                   help="a preset under the other settings (explicit flags and GEMMTUNE_* variables win). "
-                   + effort_help())
-    t.add_argument("--budget-s", type=float, default=None,
-                   help="cap tuning wall time: stop and return the best so far (library kernels timed first)")
-    t.add_argument("--backends", default=None, help="comma-separated families: extern (torch's library kernels), "
-                   "numpy, triton, numba, cutlass (default: the device's own; docs/USAGE.md)")
-    t.add_argument("--json", dest="json_path", default=None, help="write the Selection(s) as JSON here")
-    t.add_argument("--rows", type=int, default=None, help="rows of the AUTOTUNE table (default 20)")
-    t.add_argument("--store", default=None, help="where picks are kept: a SQLite path, 'memory', 'off' or "
-                   "redis://HOST:PORT/DB (default: store.sqlite in $GEMMTUNE_CACHE_DIR or ~/.cache/gemmtune)")
-    t.add_argument("--lookup-table", default=None, help="JSON table of pinned choices (e.g. a `cache export` file)")
-    t.add_argument("--isolation", choices=("auto", "off", "subprocess"), default=None,
-                   help="subprocess: checks and timings run in a worker process that may crash or hang safely")
-    t.add_argument("--no-progress", action="store_true",
-                   help="no progress bar on a terminal, no stage lines off one (and no [i/n] line per suite shape)")
-    t.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                   help="-v: phase boundaries and the pick (INFO logs); -vv: also every choice timed (DEBUG)")
-    w = sub.add_parser("sweep", help="record every candidate's time for every shape of a suite (resumable)")
-    w.add_argument("--suite", required=True, help="JSON file of shapes (format of bench/shapes.json)")
-    w.add_argument("--out", required=True, help="dataset to write (JSONL; appended to, so a rerun resumes)")
-    w.add_argument("--device", default=None)
-    w.add_argument("--dtype", default=None, help="override every shape's dtype")
-    w.add_argument("--only", default="", help="comma-separated shape names")
-    w.add_argument("--backends", default=None,
-                   help="comma-separated families to sweep (default: the device's own; e.g. extern,cutlass)")
-    sub.add_parser("simulate", add_help=False,
-                   help="replay search strategies on recorded timings: regret vs work (gemmtune simulate -h)")
-    c = sub.add_parser("cache", help="inspect and ship the store of picks")
-    c.add_argument("action", choices=("ls", "show", "clear", "export", "import"))
-    c.add_argument("arg", nargs="?", help="show: text in the problem key; export/import: JSON file")
-    c.add_argument("--store", default=None, help="store location: a SQLite path or redis://HOST:PORT/DB (default: the "
-                   "cache dir's store.sqlite)")
-    add_inductor_parser(sub)
-    return p
-
-
-def add_inductor_parser(sub: argparse._SubParsersAction) -> None:
-    """`gemmtune inductor-table`: gemmtune's picks as an Inductor lookup table (docs/INDUCTOR.md)."""
-    i = sub.add_parser("inductor-table", help="write gemmtune's picks as an Inductor lookup table (JSON)")
-    isrc = i.add_mutually_exclusive_group()
-    isrc.add_argument("--suite", help="tune (or read from the store) the shapes of this suite file")
-    isrc.add_argument("--shape", help="MxKxN: tune (or read from the store) this one problem")
-    i.add_argument("--out", required=True, help="JSON file to write ({key: [entries]})")
-    i.add_argument("--op", choices=("mm", "addmm", "bmm"), default="mm", help="--shape's op (default mm)")
-    i.add_argument("--batch", type=int, default=1, help="--shape with --op bmm: the batch size (default 1)")
-    i.add_argument("--dtype", default=None, help="float16|bfloat16|float32|float64 (default: bfloat16 on cuda, "
-                   "float32 on cpu; for --suite, each shape's own)")
-    i.add_argument("--b-layout", choices=("row", "col"), default="row",
-                   help="col: B is the transpose of a contiguous [N,K] weight, as in nn.Linear")
-    i.add_argument("--device", default=None, help="store: only this device's picks; --shape/--suite: tune here")
-    i.add_argument("--store", default=None, help="the store to read (and write when tuning)")
-    i.add_argument("--templates", choices=("inductor", "all"), default="inductor",
-                   help="inductor: tune among the templates Inductor builds exactly; all: every template")
-    i.add_argument("--few", type=int, default=2, help="Triton configs exported for a pick Inductor cannot build")
-
-
 def cmd_inductor_table(args: argparse.Namespace) -> int:
-    from . import inductor
-    from .engine import shared_store
-    from .offline.suite import ProblemSpec, load_suite
+    from .. import inductor
+    from ..engine import shared_store
+    from ..offline.suite import ProblemSpec, load_suite
 
     inductor.require()
     if args.few < 1:
@@ -156,8 +79,8 @@ def cmd_inductor_table(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .offline.suite import load_suite
-    from .offline.sweep import sweep
+    from ..offline.suite import load_suite
+    from ..offline.sweep import sweep
 
     specs = load_suite(args.suite, dtype=args.dtype)
     only = {s for s in args.only.split(",") if s}
@@ -174,9 +97,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_cache(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from .engine import shared_store
-    from .report import write_json
-    from .store.lookup import import_file
+    from ..engine import shared_store
+    from ..report import write_json
+    from ..store.lookup import import_file
 
     location = Settings.from_env(store=args.store).store
     if args.action in ("import", "clear"):  # an effect that must last: never on a fall-back in memory
@@ -223,7 +146,7 @@ def _listener(args: argparse.Namespace):
     if args.no_progress or args.verbose:
         return nullcontext()
     if err.is_terminal:
-        from .report import progress_listener
+        from ..report import progress_listener
 
         return progress_listener(err)
     return _lines()
@@ -231,13 +154,13 @@ def _listener(args: argparse.Namespace):
 
 @contextmanager
 def _lines() -> Iterator:
-    from .report import StageLines
+    from ..report import StageLines
 
     yield StageLines(lambda line: (sys.stderr.write(f"gemmtune: {line}\n"), sys.stderr.flush()))
 
 
 def _print_selection(spec: "ProblemSpec", sel, settings: Settings) -> None:
-    from .report import autotune_table
+    from ..report import autotune_table
 
     if sel.cache_hit:
         out.print(f"cache hit: {spec.describe()} -> {sel.winner.key} (no benchmarking; "
@@ -252,8 +175,8 @@ def _print_selection(spec: "ProblemSpec", sel, settings: Settings) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .offline.suite import ProblemSpec, load_suite
-    from .report import run_info, selection_dict, write_json
+    from ..offline.suite import ProblemSpec, load_suite
+    from ..report import run_info, selection_dict, write_json
 
     device = check_device(args.device)
     settings = Settings.from_env(strategy=args.strategy, top_x=args.top_x, backends=args.backends,
@@ -278,7 +201,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _print_selection(spec, sel, settings)
         results.append((spec, sel))
     if len(results) > 1:
-        from .report import summary_table
+        from ..report import summary_table
 
         out.print(summary_table(results))
     if args.json_path:
@@ -367,7 +290,7 @@ def run(argv: Sequence[str]) -> int:
     argv = list(argv)
     configure_consoles()
     if argv[:1] == ["simulate"]:
-        from .offline.simulate import simulate_main
+        from ..offline.simulate import simulate_main
 
         return simulate_main(argv[1:])
     try:
@@ -395,30 +318,6 @@ def run(argv: Sequence[str]) -> int:
 
 
 # -- one-line errors, consoles and logging ----------------------------------------------------------
-
-class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line on stderr, exit status 2.
-
-    Example:
-        >>> OneLineParser(prog="gemmtune").error("argument --shape: expected one argument")
-        Traceback (most recent call last):
-        ...
-        SystemExit: 2
-    """
-
-    def error(self, message: str):  # type: ignore[override]
-        fail(f"{message} (see {self.prog} -h)", prog=self.prog.split()[0])
-        raise SystemExit(2)
-
-    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
-        """As argparse's, but an unknown argument is reported by the subcommand's parser (`gemmtune tune -h`)."""
-        ns, extras = self.parse_known_args(args, namespace)
-        if extras:
-            subs = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
-            sub = subs[0].choices.get(getattr(ns, subs[0].dest, None)) if subs else None
-            (sub or self).error(f"unrecognized arguments: {' '.join(extras)}")
-        return ns
-
 
 def fail(message: str, status: int = 2, prog: str = "gemmtune") -> int:
     """Print `message` as one `gemmtune: error: ...` line on stderr; return `status`."""
@@ -449,7 +348,3 @@ def configure_logging(verbose: int) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     level = {0: logging.NOTSET, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.getLogger("gemmtune").setLevel(level)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,336 @@
+"""The GPU runner: named jobs (GPU tests, benchmarks, the CuTe DSL set-up) run in lanes, one lane per GPU.
+
+    python bench/gpu_run.py LANE [LANE ...]     # a LANE: job names joined by commas, or a preset
+    python bench/gpu_run.py checks               # preset: the GPU tests and the six-shape comparison
+    python bench/gpu_run.py cutlass-setup        # one job (here: the CuTe DSL from the carried .whl/dsl)
+    python bench/gpu_run.py --list               # the jobs and presets
+    python bench/gpu_run.py --dry-run warmup     # what would run where
+
+Lane i runs on GPU i (CUDA_VISIBLE_DEVICES=i), all lanes at once, where the host has a GPU per lane;
+otherwise the lanes run one after the other.  A lane runs its jobs in order; one that fails does not
+stop the next.  Each job writes its output to $OUT/<job>.log (JSON, where the script writes one, to
+$OUT/<job>.json; $OUT defaults to ./gpu_out); at the end the last --tail lines of each log are printed,
+and the exit status is 1 when a job failed or timed out.
+
+The CuTe DSL (docs/CUTLASS.md) is not installed on the GPU machine, which has no network: its wheels
+are made on the CPU machine into the git-ignored .whl/ and carried (64 MiB at most per call):
+  .whl/dsl/   nvidia_cutlass_dsl{,_libs_base,_libs_core} wheels + cu13.tar.xz (the
+              nvidia-cutlass-dsl-libs-cu13 wheel unzipped, tar | xz -9e);
+  .whl/deps/  cuda-bindings (cp312), cuda-pathfinder, protobuf: needed only where `cutlass-setup`
+              prints "MISSING DEPS".
+`cutlass-setup` (carry .whl/dsl) unpacks them into .cutedsl/, which stays while the machine is warm;
+`cutlass-deps` (carry .whl/deps) adds the dependencies; the jobs marked [DSL] run with .cutedsl/ on
+the path and are skipped without it.  cuda-bindings 13 needs a driver for CUDA 13 (>= 580).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence, TextIO
+
+ROOT = Path(__file__).resolve().parents[1]
+DSL = ROOT / ".cutedsl"
+PY = sys.executable
+PYTEST = (PY, "-m", "pytest", "-q", "-p", "no:cacheprovider")
+
+
+def gpu_tests(*names: str, show: bool = False) -> tuple[str, ...]:
+    """pytest over tests/gpu/<name>.py (with -s: the tests' own prints reach the log)."""
+    return (*PYTEST, *(["-s"] if show else []), *(f"tests/gpu/{n}.py" for n in names))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One step of a lane: a command (`{out}` is the output folder) or a function writing to the log."""
+
+    doc: str
+    argv: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    dsl: bool = False  # runs with .cutedsl/ on the path; skipped without it
+    env: tuple[tuple[str, str], ...] = ()
+    call: Callable[[TextIO], int] | None = None
+
+
+def _unpack(folder: str, log: TextIO) -> int:
+    """Extract every wheel of .whl/<folder> (and a .tar.xz) into .cutedsl/; report what imports."""
+    src = ROOT / ".whl" / folder
+    if not src.is_dir():
+        log.write(f"error: {src.relative_to(ROOT)}/ is not here: carry it with this call\n")
+        return 2
+    if folder == "dsl":
+        try:
+            subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv"],
+                           stdout=log, stderr=subprocess.STDOUT, check=False)
+        except OSError as exc:
+            log.write(f"nvidia-smi: {exc}\n")
+        log.flush()
+        shutil.rmtree(DSL, ignore_errors=True)
+        DSL.mkdir()
+    for wheel in sorted(src.glob("*.whl")):
+        zipfile.ZipFile(wheel).extractall(DSL)
+    for archive in sorted(src.glob("*.tar.xz")):
+        with tarfile.open(archive, "r:xz") as tar:
+            tar.extractall(DSL, filter="tar")
+    size = sum(p.stat().st_size for p in DSL.rglob("*") if p.is_file())
+    log.write(f"{DSL.name}: {size / 2**20:.0f} MiB\n")
+    log.flush()
+    env = _env(Job("", dsl=True), gpu=None)
+    deps = subprocess.run([PY, "-c", "import cuda.bindings.driver, google.protobuf"], env=env,
+                          capture_output=True, check=False)
+    if deps.returncode:
+        log.write("MISSING DEPS: run cutlass-deps with .whl/deps carried\n")
+    log.flush()
+    found = subprocess.run([PY, "-c", "import cutlass, cutlass.cute; print('cutlass', cutlass.__version__)"],
+                           env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+    return 0 if folder == "dsl" else found.returncode
+
+
+CUTLASS_SHAPES = ("square-2048,square-4096,square-8192,odd-4097,llama3-8b-qkv-m4096,llama3-8b-o-m4096,"
+                  "llama3-8b-gate_up-m4096")
+COMPARE_CUTLASS = (PY, "bench/compare.py", "--no-inductor", "--only", "square-4096,square-8192,odd-4097,llama3-8b-qkv-m4096",
+                   "--rounds", "20")
+SIX_SHAPES = "square-2048,square-8192,odd-4097,llama3-8b-qkv-m1,llama3-8b-o-m16,llama3-8b-gate_up-m128"
+
+
+def _rounds(ms: str, variants: str, models: str = "stack") -> tuple[str, ...]:
+    return (PY, "bench/model_rounds.py", "--m", ms, "--models", models, "--variants", variants, "--rounds", "15",
+            "--out", "{out}/{job}.json")
+
+
+JOBS: dict[str, Job] = {
+    # the GPU tests
+    "tests-core": Job("tests/gpu: kernels, Hopper templates, skinny shapes, compiled programs",
+                      gpu_tests("test_gpu", "test_hopper_templates", "test_skinny_gpu", "test_compiled_gpu")),
+    "tests-api": Job("tests/gpu: the public API, fault isolation, preview templates",
+                     gpu_tests("test_api_gpu", "test_faults_gpu", "test_preview_templates")),
+    "tests-dispatch": Job("tests/gpu: in-model check, patched layer, bound launches, Inductor, compiled, API",
+                          gpu_tests("test_in_model_gpu", "test_patch_fast_gpu", "test_bound_launch_gpu",
+                                    "test_inductor_gpu", "test_compiled_gpu", "test_api_gpu", show=True), 560),
+    "tests-warmup": Job("tests/gpu: warm-up, patched layer, isolation faults, API, compiled paths",
+                        gpu_tests("test_in_model_gpu", "test_patch_fast_gpu", "test_faults_gpu", "test_api_gpu",
+                                  "test_compiled_gpu"), 300),
+    "tests-autocast": Job("tests/gpu: kernels, skinny shapes, autocast",
+                          gpu_tests("test_gpu", "test_skinny_gpu", "test_autocast_gpu"), 260),
+    # benchmarks (docs/MODELS.md, docs/PERFORMANCE.md, docs/INDUCTOR.md)
+    "compare-six": Job("bench/compare.py --no-inductor on six public shapes",
+                       (PY, "bench/compare.py", "--no-inductor", "--only", SIX_SHAPES, "--out", "{out}/{job}.json")),
+    "compiled-overhead": Job("bench/compiled_overhead.py", (PY, "bench/compiled_overhead.py", "--out", "{out}/{job}.json")),
+    "eager-probe": Job("bench/eager_probe.py --m 64", (PY, "bench/eager_probe.py", "--m", "64", "--out", "{out}/{job}.json")),
+    "patch-overhead": Job("bench/patch_overhead.py --m 64: where a patched layer's host time goes",
+                          (PY, "bench/patch_overhead.py", "--m", "64", "--out", "{out}/{job}.json"), 100),
+    "rounds-eager": Job("bench/model_rounds.py: eager against patched eager, and with library picks only",
+                        _rounds("64,16,1,128", "eager,gemmtune,gemmtune_library"), 240),
+    "rounds-check": Job("bench/model_rounds.py: patched eager with and without the in-model check",
+                        _rounds("64,16,1,128", "eager,gemmtune,gemmtune_unchecked,gemmtune_library"), 320),
+    "rounds-release": Job("bench/model_rounds.py: patched eager with release=True among the variants",
+                          _rounds("1,16,64,128", "eager,gemmtune,gemmtune_release,gemmtune_library"), 260),
+    "rounds-inductor": Job("bench/model_rounds.py: max-autotune against Inductor fed by gemmtune",
+                           _rounds("16,128", "inductor,inductor_gemmtune,inductor_gemmtune_alone"), 250),
+    "rounds-fusion": Job("bench/model_rounds.py: Inductor fed with 1 and 2 fusion companions",
+                         _rounds("128,64", "inductor,inductor_gemmtune,inductor_gemmtune2"), 330),
+    "rounds-llama": Job("bench/model_rounds.py: the transformers Llama model, eager against patched eager",
+                        _rounds("64,1", "eager,gemmtune,gemmtune_library", models="llama"), 200),
+    "models-inductor": Job("bench/models.py: max-autotune alone and fed by gemmtune, M = 16..4096",
+                           (PY, "bench/models.py", "--m", "16,128,512,4096", "--models", "stack", "--variants",
+                            "inductor,inductor_gemmtune", "--out", "{out}/{job}.json"), 500),
+    "models-first-run": Job("bench/models.py: first runs and steady state (max-autotune, fed, gemmtune)",
+                            (PY, "bench/models.py", "--m", "16,128", "--models", "stack", "--variants",
+                             "inductor,inductor_gemmtune,gemmtune", "--iters", "10", "--out", "{out}/{job}.json"), 300),
+    "first-runs": Job("bench/warmup_profile.py: first runs in fresh processes beside max-autotune",
+                      (PY, "bench/warmup_profile.py", "--cases", "1+inductor,16+inductor,64+inductor,128+inductor",
+                       "--out", "{out}/{job}.json"), 330),
+    "fed-first-runs": Job("bench/warmup_profile.py: Inductor fed by gemmtune, cold store then kept",
+                          (PY, "bench/warmup_profile.py", "--cases",
+                           "16+inductor+fed,16+fed+warm,128+inductor+fed,128+fed+warm", "--out", "{out}/{job}.json"), 240),
+    # the CuTe DSL template (docs/CUTLASS.md)
+    "cutlass-setup": Job("unpack the carried .whl/dsl into .cutedsl/", timeout_s=90, call=lambda log: _unpack("dsl", log)),
+    "cutlass-deps": Job("add the carried .whl/deps to .cutedsl/", call=lambda log: _unpack("deps", log)),
+    "cutlass-compile": Job("[DSL] JIT compile time per config, 3 configs x 4 variants",
+                           (PY, "bench/cutlass_compile.py"), dsl=True),
+    "cutlass-compile-all": Job("[DSL] compile all 84 configs x 4 variants", (PY, "bench/cutlass_compile.py", "all"), dsl=True),
+    "cutlass-test": Job("[DSL] tests/gpu/test_cutlass_gpu.py: numerics against float64, every swizzle and raster",
+                        (*PYTEST, "-s", "-x", "tests/gpu/test_cutlass_gpu.py"), 120, dsl=True),
+    "cutlass-sweep": Job("[DSL] gemmtune sweep of the template's space with the library kernels, 7 shapes",
+                         (PY, "-m", "gemmtune", "sweep", "--suite", "bench/shapes.json", "--only", CUTLASS_SHAPES,
+                          "--backends", "extern,cutlass", "--out", "{out}/{job}.jsonl"), 330, dsl=True),
+    "compare-without-cutlass": Job("bench/compare.py on 4 shapes, the default pool",
+                                   (*COMPARE_CUTLASS, "--out", "{out}/{job}.json"), 150),
+    "compare-with-cutlass": Job("[DSL] bench/compare.py on 4 shapes, the CuTe DSL template in the pool",
+                                (*COMPARE_CUTLASS, "--out", "{out}/{job}.json"), 300, dsl=True,
+                                env=(("GEMMTUNE_BACKENDS", "extern,triton,cutlass"),)),
+}
+PRESETS: dict[str, tuple[str, ...]] = {
+    "checks": ("tests-core,compare-six,compiled-overhead,eager-probe", "tests-api"),
+    "warmup": ("first-runs,fed-first-runs", "rounds-release,tests-warmup"),
+    "rounds": ("rounds-eager,patch-overhead,rounds-inductor", "tests-dispatch,rounds-llama"),
+    "cutlass": ("cutlass-setup,cutlass-test,cutlass-sweep", "compare-without-cutlass,compare-with-cutlass"),
+}
+PRESET_DOCS = {
+    "checks": "the GPU tests over two GPUs; on GPU 0 also the six-shape comparison and the dispatch probes",
+    "warmup": "first runs in fresh processes and fed Inductor | release rounds and the warm-up GPU tests",
+    "rounds": "eager and Inductor rounds, host time per layer | the dispatch GPU tests and the Llama rounds",
+    "cutlass": "carry .whl/dsl: set-up, tests and sweep of the CuTe DSL template | compare without and with it",
+}
+
+
+def parse_lanes(args: Sequence[str]) -> list[list[str]]:
+    """Lanes of job names from the command line: a preset expands to its lanes.
+
+    Example:
+        >>> parse_lanes(["eager-probe,compare-six", "tests-api"])
+        [['eager-probe', 'compare-six'], ['tests-api']]
+    """
+    lanes: list[list[str]] = []
+    for arg in args:
+        if arg in PRESETS:
+            lanes.extend(lane.split(",") for lane in PRESETS[arg])
+            continue
+        names = [n for n in arg.split(",") if n]
+        unknown = [n for n in names if n not in JOBS]
+        if unknown or not names:
+            raise ValueError(f"unknown job {', '.join(unknown) or repr(arg)} (see --list)")
+        lanes.append(names)
+    return lanes
+
+
+def count_gpus() -> int:
+    """GPUs on this host (`nvidia-smi -L`); 0 where there is none."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+
+
+def _env(job: Job, gpu: int | None) -> dict[str, str]:
+    path = [str(ROOT / "src")]
+    if job.dsl:
+        path[:0] = [str(DSL / "nvidia_cutlass_dsl" / "dsl_packages"), str(DSL)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(path), **dict(job.env)}
+    if job.dsl:
+        env.setdefault("CUTE_DSL_CACHE_DIR", str(DSL / "cache"))
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return env
+
+
+def run_job(name: str, job: Job, out: Path, gpu: int | None) -> str:
+    """Run one job, its output in out/<name>.log; returns its outcome ("ok", "rc=N", "timed out", "skipped")."""
+    with open(out / f"{name}.log", "w") as log:
+        if job.dsl and not DSL.is_dir():
+            log.write(f"skipped: no {DSL.name}/ (run cutlass-setup with .whl/dsl carried)\n")
+            return "skipped"
+        if job.call is not None:
+            rc = job.call(log)
+        else:
+            argv = [a.format(out=out, job=name) for a in job.argv]
+            try:
+                rc = subprocess.run(argv, cwd=ROOT, env=_env(job, gpu), stdout=log, stderr=subprocess.STDOUT,
+                                    timeout=job.timeout_s, check=False).returncode
+            except subprocess.TimeoutExpired:
+                log.write(f"\ntimed out after {job.timeout_s:.0f} s\n")
+                return "timed out"
+    return "ok" if rc == 0 else f"rc={rc}"
+
+
+def plan(lanes: list[list[str]], gpus: int) -> list[tuple[int | None, list[str]]]:
+    """(GPU, jobs) per lane: lane i on GPU i where every lane has a GPU, else all in turn on the default one.
+
+    Example:
+        >>> plan([["a"], ["b"]], gpus=2)
+        [(0, ['a']), (1, ['b'])]
+        >>> plan([["a"], ["b"]], gpus=1)
+        [(None, ['a']), (None, ['b'])]
+    """
+    apart = len(lanes) > 1 and gpus >= len(lanes)
+    return [(i if apart else None, lane) for i, lane in enumerate(lanes)]
+
+
+def run_lanes(lanes: list[list[str]], out: Path, gpus: int, tail: int = 12) -> int:
+    """Run the lanes (at once where each has a GPU), then print each log's end; 1 if a job did not end ok."""
+    out.mkdir(parents=True, exist_ok=True)
+    placed = plan(lanes, gpus)
+    outcome: dict[str, str] = {}
+
+    def lane(gpu: int | None, names: list[str]) -> None:
+        for name in names:
+            outcome[name] = run_job(name, JOBS[name], out, gpu)
+
+    if placed[0][0] is None:
+        for gpu, names in placed:
+            lane(gpu, names)
+    else:
+        threads = [threading.Thread(target=lane, args=p) for p in placed]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for gpu, names in placed:
+        for name in names:
+            lines = (out / f"{name}.log").read_text(errors="replace").splitlines()
+            print(f"==> {name} (GPU {'default' if gpu is None else gpu}): {outcome[name]} <==")
+            print("\n".join(lines[-tail:]) if tail > 0 else "")
+    return 0 if all(v in ("ok", "skipped") for v in outcome.values()) else 1
+
+
+def describe(lanes: list[list[str]], out: Path, gpus: int) -> str:
+    """The dry run: each lane's GPU and each job's command, one line each."""
+    rows = []
+    for i, (gpu, names) in enumerate(plan(lanes, gpus)):
+        rows.append(f"lane {i} on GPU {'default' if gpu is None else gpu}" + ("" if gpu is not None or i == 0
+                                                                              else " (after lane %d)" % (i - 1)))
+        for name in names:
+            job = JOBS[name]
+            what = " ".join(a.format(out=out, job=name) for a in job.argv) if job.argv else job.doc
+            limit = f" [timeout {job.timeout_s:.0f} s]" if job.timeout_s else ""
+            rows.append(f"  {name}: {what}{limit}" + (" [DSL]" if job.dsl and "[DSL]" not in what else ""))
+    return "\n".join(rows)
+
+
+def listing() -> str:
+    """--list: every job and preset, one line each."""
+    width = max(map(len, [*JOBS, *PRESETS]))
+    jobs = [f"  {n:<{width}}  {j.doc}" for n, j in JOBS.items()]
+    presets = [f"  {n:<{width}}  {' | '.join(PRESETS[n])}\n  {'':<{width}}  {d}" for n, d in PRESET_DOCS.items()]
+    return "\n".join(["jobs:", *jobs, "presets (lanes separated by |):", *presets])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                epilog="lanes: job names joined by commas, or a preset; see --list")
+    p.add_argument("lanes", nargs="*", help="one lane per argument (a preset expands to its lanes)")
+    p.add_argument("--list", action="store_true", help="print the jobs and presets")
+    p.add_argument("--dry-run", action="store_true", help="print what would run on which GPU; run nothing")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs to assume (default: those nvidia-smi lists)")
+    p.add_argument("--out", default=os.environ.get("OUT", "gpu_out"), help="folder of the logs (default $OUT or gpu_out)")
+    p.add_argument("--tail", type=int, default=12, help="last lines of each log printed at the end (default 12)")
+    args = p.parse_args(argv)
+    if args.list:
+        print(listing())
+        return 0
+    try:
+        lanes = parse_lanes(args.lanes)
+    except ValueError as exc:
+        p.error(str(exc))
+    if not lanes:
+        p.error("name a job or a preset (see --list)")
+    gpus = count_gpus() if args.gpus is None else args.gpus
+    out = Path(args.out).resolve()
+    if args.dry_run:
+        print(describe(lanes, out, gpus))
+        return 0
+    return run_lanes(lanes, out, gpus, args.tail)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

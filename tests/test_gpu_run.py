@@ -1,0 +1,121 @@
+"""bench/gpu_run.py, the GPU runner: its jobs name files that exist, lanes go one per GPU, every job's
+outcome reaches the summary and the exit status; the CuTe DSL set-up unpacks carried wheels (no GPU needed)."""
+
+import importlib.util
+import json
+import re
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def runner(monkeypatch):
+    spec = importlib.util.spec_from_file_location("gemmtune_bench_gpu_run", ROOT / "bench" / "gpu_run.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_job_names_files_and_shapes_that_exist(runner):
+    shapes = {s["name"] for s in json.loads((ROOT / "bench" / "shapes.json").read_text())["shapes"]}
+    for name, job in runner.JOBS.items():
+        assert job.argv or job.call, name
+        for i, arg in enumerate(job.argv):
+            if arg.startswith(("bench/", "tests/")):
+                assert (ROOT / arg).is_file(), f"{name}: {arg}"
+            if i and job.argv[i - 1] == "--only":
+                assert set(arg.split(",")) <= shapes, f"{name}: {arg}"
+    for preset, lanes in runner.PRESETS.items():
+        assert all(n in runner.JOBS for lane in lanes for n in lane.split(",")), preset
+    assert set(runner.PRESET_DOCS) == set(runner.PRESETS)
+
+
+def test_lanes_from_presets_and_job_lists(runner):
+    assert runner.parse_lanes(["checks"]) == [r.split(",") for r in runner.PRESETS["checks"]]
+    assert runner.parse_lanes(["eager-probe", "tests-api,tests-core"]) == [["eager-probe"], ["tests-api", "tests-core"]]
+    with pytest.raises(ValueError, match="unknown job no-such-job"):
+        runner.parse_lanes(["tests-api,no-such-job"])
+
+
+def test_a_bad_lane_exits_2_naming_it(runner, capsys):
+    with pytest.raises(SystemExit) as exc:
+        runner.main(["no-such-job"])
+    assert exc.value.code == 2 and "unknown job no-such-job" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        runner.main([])
+
+
+def test_dry_run_places_lanes_on_gpus(runner, tmp_path, capsys):
+    assert runner.main(["--dry-run", "--gpus", "2", "--out", str(tmp_path), "checks"]) == 0
+    text = capsys.readouterr().out
+    assert "lane 0 on GPU 0" in text and "lane 1 on GPU 1" in text
+    assert f"--out {tmp_path}/compare-six.json" in text
+    assert runner.main(["--dry-run", "--gpus", "1", "warmup"]) == 0
+    assert "lane 1 on GPU default (after lane 0)" in capsys.readouterr().out
+
+
+def _job(runner, code, **kw):
+    return runner.Job("test", (sys.executable, "-c", code), **kw)
+
+
+def test_lanes_run_one_per_gpu_and_report_each_outcome(runner, tmp_path, capsys, monkeypatch):
+    show_gpu = "import os; print('gpu', os.environ['CUDA_VISIBLE_DEVICES'])"
+    monkeypatch.setattr(runner, "JOBS", {
+        "a": _job(runner, show_gpu), "b": _job(runner, show_gpu),
+        "fails": _job(runner, "import sys; print('bad'); sys.exit(3)"),
+        "hangs": _job(runner, "import time; time.sleep(30)", timeout_s=0.5),
+    })
+    assert runner.run_lanes([["a", "fails"], ["b", "hangs"]], tmp_path, gpus=2, tail=2) == 1
+    assert (tmp_path / "a.log").read_text() == "gpu 0\n" and (tmp_path / "b.log").read_text() == "gpu 1\n"
+    assert "timed out after 0 s" in (tmp_path / "hangs.log").read_text()
+    summary = capsys.readouterr().out
+    for line in ("==> a (GPU 0): ok <==", "==> fails (GPU 0): rc=3 <==", "==> b (GPU 1): ok <==",
+                 "==> hangs (GPU 1): timed out <=="):
+        assert line in summary
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert runner.run_lanes([["a"]], tmp_path, gpus=0) == 1  # one lane on no GPU: no CUDA_VISIBLE_DEVICES set
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    assert runner.run_lanes([["a"], ["b"]], tmp_path, gpus=1) == 0  # in turn, on the default GPU
+    assert (tmp_path / "b.log").read_text() == "gpu 7\n"
+
+
+def test_dsl_jobs_skip_without_the_unpacked_dsl(runner, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "DSL", tmp_path / "absent")
+    monkeypatch.setattr(runner, "JOBS", {"dsl": _job(runner, "raise SystemExit(1)", dsl=True)})
+    assert runner.run_lanes([["dsl"]], tmp_path, gpus=0) == 0
+    assert "skipped: no absent/" in (tmp_path / "dsl.log").read_text()
+
+
+def test_cutlass_setup_unpacks_the_carried_wheels(runner, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "ROOT", tmp_path)
+    monkeypatch.setattr(runner, "DSL", tmp_path / ".cutedsl")
+    assert runner.run_job("cutlass-setup", runner.JOBS["cutlass-setup"], tmp_path, None) == "rc=2"
+    assert ".whl/dsl/ is not here" in (tmp_path / "cutlass-setup.log").read_text()
+    dsl = tmp_path / ".whl" / "dsl"
+    dsl.mkdir(parents=True)
+    with zipfile.ZipFile(dsl / "fake-1.0-py3-none-any.whl", "w") as whl:
+        whl.writestr("fake_pkg/__init__.py", "X = 1\n")
+    (tmp_path / "lib.so").write_bytes(b"\0" * 64)
+    with tarfile.open(dsl / "cu13.tar.xz", "w:xz") as tar:
+        tar.add(tmp_path / "lib.so", arcname="libs/lib.so")
+    assert runner.run_job("cutlass-setup", runner.JOBS["cutlass-setup"], tmp_path, None) == "ok"
+    assert (tmp_path / ".cutedsl" / "fake_pkg" / "__init__.py").read_text() == "X = 1\n"
+    assert (tmp_path / ".cutedsl" / "libs" / "lib.so").stat().st_size == 64
+    assert "MISSING DEPS" in (tmp_path / "cutlass-setup.log").read_text()  # no cuda.bindings here
+
+
+def test_every_bench_file_the_docs_cite_exists():
+    cited = re.compile(r"bench/(?:results/)?[A-Za-z0-9_.-]+\.(?:py|sh|json|jsonl|log)\b")
+    roots = [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "tests").rglob("*.py"),
+             *(ROOT / "src").rglob("*.py"), *(ROOT / "bench").glob("*.py"), ROOT / "bench" / "README.md"]
+    missing = [f"{f.relative_to(ROOT)}: {m}" for f in roots for m in cited.findall(f.read_text())
+               if not (ROOT / m).exists()  # a script's default output path is not a citation
+               and not (f.parent.name == "bench" and m.startswith("bench/results/"))]
+    assert missing == []
