@@ -23,7 +23,8 @@ SCRIPT = textwrap.dedent("""\
     a, b = torch.randn(40, 24), torch.randn(24, 32)
     sel = gemmtune.tune("mm", a, b, settings=gemmtune.Settings(isolation="subprocess", store="off", cpu_rep_ms=5))
     assert sel.isolation == "subprocess", sel.isolation
-    print("RESULT", sel.isolation, bool(torch.allclose(sel(a, b), a @ b)), sel.winner_ms is not None)
+    # float32 tolerance: a numba winner (under load it can win) sums K in another order than torch.mm
+    print("RESULT", sel.isolation, bool(torch.allclose(sel(a, b), a @ b, rtol=1e-4, atol=1e-5)), sel.winner_ms is not None)
     """)
 
 
