@@ -81,8 +81,9 @@ def test_is_vector_product_reads_static_sizes_only():
 
 
 def test_bad_gemv_value_is_a_value_error():
-    with pytest.raises(ValueError, match="gemv"):
-        gi.install(gemv="yes")
+    for bad in ("yes", 1, None):
+        with pytest.raises(ValueError, match="gemv"):
+            gi.install(gemv=bad)
     assert not gi.installer._PRIOR  # nothing installed
 
 
@@ -90,17 +91,38 @@ def _entry(meta):
     return SimpleNamespace(node=SimpleNamespace(origins=[SimpleNamespace(meta=meta)]))
 
 
-def test_only_a_kernel_holding_a_marked_node_is_generated_with_coordinate_descent():
+def test_only_a_kernel_holding_a_marked_node_is_generated_with_its_tuning():
     from torch._inductor import config
 
     seen = []
-    wrapped = gemv._wrap_codegen(lambda self, features: seen.append(config.coordinate_descent_tuning))
-    marked = SimpleNamespace(node_schedule=[_entry({}), _entry({gemv.MARK: True})])
-    plain = SimpleNamespace(node_schedule=[_entry({}), object()])
-    wrapped(None, marked)
-    wrapped(None, plain)
-    wrapped(None, [_entry({gemv.MARK: True})])  # an older signature: the schedule itself
-    assert seen == [True, False, True] and not config.coordinate_descent_tuning
+    wrapped = gemv._wrap_codegen(lambda self, features: seen.append(
+        (config.coordinate_descent_tuning, config.max_autotune_pointwise)))
+    descent, timed = {gemv.MARK: gemv.TUNING[True]}, {gemv.MARK: gemv.TUNING["autotune"]}
+    wrapped(None, SimpleNamespace(node_schedule=[_entry({}), _entry(descent)]))
+    wrapped(None, SimpleNamespace(node_schedule=[_entry({}), object()]))
+    wrapped(None, [_entry(timed)])  # an older signature: the schedule itself
+    assert seen == [(True, False), (False, False), (False, True)]
+    assert not config.coordinate_descent_tuning and not config.max_autotune_pointwise
+
+
+@pytest.mark.parametrize("how", [True, "autotune"])
+def test_the_lowering_marks_its_node_with_the_tuning_asked_for(monkeypatch, how):
+    _forced_open(monkeypatch)
+    marks = []
+    real = gemv.gemv_lowering
+
+    def spy(a, b, h):
+        out = real(a, b, h)
+        from torch._inductor.virtualized import V
+
+        marks.append(V.graph.current_node.meta[gemv.MARK])
+        return out
+
+    monkeypatch.setattr(gemv, "gemv_lowering", spy)
+    a, b = torch.randn(1, 32), torch.randn(32, 16)
+    with gi.installed(gemv=how):
+        torch.testing.assert_close(torch.compile(lambda x, y: x @ y, fullgraph=True)(a, b), a @ b)
+    assert marks == [gemv.TUNING[how]]
 
 
 def test_hook_codegen_wraps_inductors_codegen_once():

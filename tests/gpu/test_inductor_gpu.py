@@ -233,7 +233,7 @@ def test_a_default_mode_compile_builds_a_triton_pick_and_benchmarks_nothing():
     assert probe.choices == 0, probe.names
 
 
-@pytest.mark.parametrize("gemv", [True, False])
+@pytest.mark.parametrize("gemv", [True, "autotune", False])
 def test_a_default_mode_vector_product_is_a_reduction_tuned_by_coordinate_descent(gemv):
     from torch._inductor.utils import run_and_get_code
 
@@ -244,6 +244,7 @@ def test_a_default_mode_vector_product_is_a_reduction_tuned_by_coordinate_descen
     with torch.no_grad(), gi.installed(gemv=gemv) as handler:
         out, code = run_and_get_code(torch.compile(model), x)
     text = "\n".join(code)
-    assert (handler.stats["vector_product"] == 2) is gemv, handler.stats
-    assert ("'coordinate_descent_tuning': True" in text) is gemv
+    assert (handler.stats["vector_product"] == 2) is bool(gemv), handler.stats
+    assert ("'coordinate_descent_tuning': True" in text) is (gemv is True)
+    assert ("'max_autotune_pointwise': True" in text) is (gemv == "autotune")
     torch.testing.assert_close(out.float(), model(x).float(), rtol=2e-2, atol=2e-2)

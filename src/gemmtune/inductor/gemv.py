@@ -11,7 +11,9 @@ Here, inside gemmtune's window (`inductor.window`, default mode, CUDA, handler i
 `gemv=True`), such an `mm` is lowered to the same multiply and reduction (in float32 for half
 inputs, as Inductor's decomposition does), its FX node is marked, and the kernel that holds the
 marked reduction, and only that kernel, is generated with coordinate-descent tuning on
-(`mark_codegen`, a wrapper of Inductor's `SIMDScheduling.codegen_node_schedule`).  Every other
+(`hook_codegen`, a wrapper of Inductor's `SIMDScheduling.codegen_node_schedule`), or, with
+`gemv="autotune"`, with the reduction configs of Inductor's max-autotune compiled in parallel and
+timed once (`config.max_autotune_pointwise` for that kernel), which costs less than a descent.  Every other
 kernel of the compile stays at default cost.
 
 Example:
@@ -55,9 +57,13 @@ def _static_sizes(node: Any) -> tuple[int, ...] | None:
         return None
 
 
-def gemv_lowering(mat1: Any, mat2: Any) -> Any:
+TUNING = {True: {"coordinate_descent_tuning": True}, "autotune": {"max_autotune_pointwise": True}}
+
+
+def gemv_lowering(mat1: Any, mat2: Any, how: bool | str = True) -> Any:
     """Lower `mm(mat1, mat2)` (Inductor IR, one of M, N equal to 1) as a multiply and a sum over K,
-    and mark the FX node being lowered so its reduction kernel is tuned by coordinate descent."""
+    and mark the FX node being lowered so its reduction kernel is tuned: `how` True by coordinate
+    descent, "autotune" by timing the reduction configs Inductor's max-autotune would try."""
     from torch._inductor.lowering import lowerings
     from torch._inductor.virtualized import V
 
@@ -73,7 +79,7 @@ def gemv_lowering(mat1: Any, mat2: Any) -> Any:
     out = lowerings[aten.sum.dim_IntList](lowerings[aten.mul.Tensor](a, b), [1])
     node = getattr(V.graph, "current_node", None)
     if node is not None:
-        node.meta[MARK] = True
+        node.meta[MARK] = TUNING[how]
     return cast(out, dtype)
 
 
@@ -89,14 +95,17 @@ def applies(mat1: Any, mat2: Any, kwargs: dict) -> bool:
     return bool(same and a and b and len(a) == 2 and len(b) == 2 and is_vector_product(a, b))
 
 
-def marked(node_schedule: Sequence[Any]) -> bool:
-    """Whether a kernel's node schedule holds a node lowered from a marked `mm` (its IR's origins)."""
+def marked(node_schedule: Sequence[Any]) -> dict[str, bool]:
+    """The config patch of a kernel whose node schedule holds a node lowered from a marked `mm` (its
+    IR's origins); empty for any other kernel."""
+    patch: dict[str, bool] = {}
     for entry in node_schedule:
         ir = getattr(entry, "node", None)
         for origin in getattr(ir, "origins", None) or ():
-            if getattr(origin, "meta", {}).get(MARK):
-                return True
-    return False
+            found = getattr(origin, "meta", {}).get(MARK)
+            if isinstance(found, dict):
+                patch.update(found)
+    return patch
 
 
 def _schedule_of(args: tuple) -> Sequence[Any]:
@@ -110,12 +119,12 @@ def _wrap_codegen(fn: Callable[..., Any]) -> Callable[..., Any]:
         from torch._inductor import config
 
         try:
-            hit = not config.coordinate_descent_tuning and marked(_schedule_of(args))
+            patch = marked(_schedule_of(args))
         except Exception:  # noqa: BLE001 - a schedule we cannot read: generate it as Inductor would
-            hit = False
-        if not hit:
+            patch = {}
+        if not patch:
             return fn(self, *args, **kwargs)
-        with config.patch(coordinate_descent_tuning=True):
+        with config.patch(patch):
             return fn(self, *args, **kwargs)
 
     codegen_node_schedule.__gemmtune_gemv__ = fn  # type: ignore[attr-defined]

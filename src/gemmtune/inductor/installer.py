@@ -24,7 +24,8 @@
   cost model, `inductor.shortlist`) Inductor compiles and times for such a problem; None: all.
 - `gemv` (default False): in the default mode on a GPU, lower an `mm` whose M or N is 1 as
   max-autotune does, a multiply and a reduction tuned by coordinate descent (`inductor.gemv`):
-  faster at M = 1, but the coordinate descent adds seconds to every cold compile.
+  faster at M = 1, but the coordinate descent adds seconds to every cold compile; "autotune": time
+  the reduction configs max-autotune would try instead of descending (cheaper).
 
 It serves every `torch.compile` mode: in the default mode (and "reduce-overhead") a GPU GEMM's
 lowering is offered Inductor's templates for its own duration (`inductor.window`), so a Triton pick
@@ -68,7 +69,7 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
             fusion: int | str = FUSION, measure: str = "inductor", shortlist: int | None = SHORTLIST,
-            gemv: bool = False) -> Any:
+            gemv: bool | str = False) -> Any:
     """Make Inductor build gemmtune's pick for every mm / addmm / bmm it lowers; returns the handler.
 
     Its options (`table`, `tune_on_miss`, `templates`, `all_threads`, `fusion`, `measure`,
@@ -92,8 +93,8 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     _check_options(templates, fusion, measure, shortlist)
     loaded = drop_stale(read_table(table)) if table is not None else None
     handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
-    if not isinstance(gemv, bool):
-        raise ValueError(f"gemv: expected True or False, got {gemv!r}")
+    if not (isinstance(gemv, bool) or gemv == "autotune"):
+        raise ValueError(f"gemv: expected True, False or 'autotune', got {gemv!r}")
     handler.measure, handler.shortlist, handler.gemv = measure, shortlist, gemv
     open_window(is_gemmtune_handler)
     from torch._inductor import virtualized
@@ -198,7 +199,7 @@ def ensure_installed() -> bool:
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
               fusion: int | str = FUSION, measure: str = "inductor",
-              shortlist: int | None = SHORTLIST, gemv: bool = False) -> Iterator[Any]:
+              shortlist: int | None = SHORTLIST, gemv: bool | str = False) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
