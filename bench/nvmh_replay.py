@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     from gemmtune.search.nvmh import nvmh_model
     from gemmtune.offline.replay import replay
     from gemmtune.offline.simulate import load, load_shipped, without_library
-    from gemmtune.search.default import default_options
+    from gemmtune.pipeline.plan import default_options
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", help="recorded timings (default: the dataset shipped in the package)")

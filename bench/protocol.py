@@ -167,7 +167,7 @@ def steady_variants(model_name: str, m: int, variants: list[str], root: Path, tr
                     torch: Any, gemmtune: Any) -> dict[str, Callable[[], Any]]:
     """Every variant of the steady-state process, each on its own copy of the model, compiled from the
     caches its first call left (`root`), warmed up."""
-    from gemmtune import engine
+    from gemmtune.store.locations import forget_stores
     from models import build
 
     base, inputs = build(model_name, m)
@@ -176,7 +176,7 @@ def steady_variants(model_name: str, m: int, variants: list[str], root: Path, tr
     for variant, training in plan:
         group = FIRST.get(variant, (variant, "new"))[0]
         os.environ.update(cache_env(root, group + ("_train" if training else ""), "keep"))
-        engine._STORES.clear()
+        forget_stores()
         model = copy.deepcopy(base).train(training)
         with torch.no_grad() if not training else torch.enable_grad():
             fn, _ = compiled_variant(variant, model, inputs, torch, gemmtune)

@@ -110,6 +110,7 @@ def first_use_check(url: str, sqlite: str) -> dict:
 
     import gemmtune
     from gemmtune.core.settings import Settings
+    from gemmtune.store.locations import forget_stores
 
     out = {}
     for name, where in (("redis (checked)", url), ("sqlite", sqlite)):
@@ -117,7 +118,7 @@ def first_use_check(url: str, sqlite: str) -> dict:
         for m in (64, 256, 512):
             a, b = torch.randn(m, m), torch.randn(m, m)
             gemmtune.tune("mm", a, b, backends=("extern", "numpy"), settings=Settings(store=where))
-            gemmtune.engine._STORES.clear()
+            forget_stores()
             t = time.perf_counter()
             assert gemmtune.tune("mm", a, b, backends=("extern", "numpy"), settings=Settings(store=where)).cache_hit
             times.append(time.perf_counter() - t)

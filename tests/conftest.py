@@ -27,11 +27,11 @@ def _seed():
 @pytest.fixture(autouse=True)
 def _fresh_store(tmp_path, monkeypatch):
     """Each test gets its own empty store (numba's compiled kernels stay cached across tests)."""
+    import gemmtune.store.locations
     import gemmtune.store.sqlite
-    import gemmtune.engine
 
     monkeypatch.setattr(gemmtune.store.sqlite, "default_cache_dir", lambda: tmp_path / "cache")
-    monkeypatch.setattr(gemmtune.engine, "_STORES", {})
+    monkeypatch.setattr(gemmtune.store.locations, "_STORES", {})
     gemmtune.clear_dispatch_cache()
 
 

@@ -8,6 +8,8 @@ import torch
 import gemmtune
 from gemmtune import engine
 from gemmtune.measure.bench import Bench
+from gemmtune.measure.budget import Budget
+from gemmtune.pipeline import steps
 from gemmtune.measure.compile import CompileResult
 from gemmtune.measure.replay import ReplayRunner
 from gemmtune.measure.runners import RunFailed
@@ -36,7 +38,7 @@ def test_cpu_timer_gives_wall_time_measurements_without_gpu_fields():
 
 def test_past_the_deadline_only_library_kernels_are_timed():
     runner = ReplayRunner({LIB.key: 2.0, GEN.key: 1.0})
-    bench = Bench(ki(), runner, CompileResult(), runnable=2, deadline=time.perf_counter() - 1.0)
+    bench = Bench(ki(), runner, CompileResult(), runnable=2, budget=Budget(seconds=1.0, started=time.perf_counter() - 2.0))
     assert bench.measure([GEN, LIB], "final") == [None, 2.0]
     assert bench.budget_exhausted and bench.runs == 1 and runner.asked == [LIB]
     assert GEN not in bench.records  # not decided about: a later tune times it
@@ -129,17 +131,17 @@ class _Sealed(Bench):
         _Sealed.made.append(kw)
 
     def __setattr__(self, name, value):
-        if getattr(self, "_sealed", False) and name in ("deadline", "runnable", "runner", "known"):
+        if getattr(self, "_sealed", False) and name in ("budget", "runnable", "runner", "known"):
             raise AssertionError(f"Bench.{name} set after construction")
         super().__setattr__(name, value)
 
 
 @pytest.mark.parametrize("budget_s", [None, 30.0])
-def test_the_engine_builds_one_bench_with_its_deadline(monkeypatch, budget_s):
+def test_the_engine_builds_one_bench_with_its_budget(monkeypatch, budget_s):
     _Sealed.made = []
-    monkeypatch.setattr(engine, "Bench", _Sealed)
+    monkeypatch.setattr(steps, "Bench", _Sealed)
     settings = gemmtune.Settings(isolation="off", store="off", cpu_rep_ms=1.0, budget_s=budget_s)
     sel = gemmtune.tune("mm", torch.randn(16, 8), torch.randn(8, 12), templates=_templates(), settings=settings)
     (kw,) = _Sealed.made
-    assert (kw["deadline"] is None) == (budget_s is None) and kw["runnable"] == len(sel.timings)
+    assert (kw["budget"].deadline is None) == (budget_s is None) and kw["runnable"] == len(sel.timings)
     assert sel.benchmark_runs > 0 and not sel.budget_exhausted

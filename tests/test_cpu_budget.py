@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import gemmtune
-from gemmtune.engine import fit_budget
+from gemmtune.pipeline.plan import fit_budget
 from gemmtune.templates.extern import AtenTemplate
 
 from helpers import ScriptedTemplate

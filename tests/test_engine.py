@@ -262,9 +262,9 @@ def test_model_pruned_on_cpu_runs_as_prescreen():
 
 
 def test_engine_decides_through_search_final(monkeypatch):
-    """tune's last step is `gemmtune.search.final.final_decision`, the one the offline replays use
-    (through `final_pick`)."""
-    from gemmtune import engine
+    """tune's last step is `gemmtune.search.final.final_decision`, through the pipeline the offline
+    replays run too (`gemmtune.pipeline.steps`)."""
+    from gemmtune.pipeline import steps
     from gemmtune.search import final
 
     calls = []
@@ -273,7 +273,7 @@ def test_engine_decides_through_search_final(monkeypatch):
         calls.append(rule)
         return final.final_decision(ranked, records, retime, rule, **kw)
 
-    monkeypatch.setattr(engine, "final_decision", spy)
+    monkeypatch.setattr(steps, "final_decision", spy)
     gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), NumpyTemplate()], store=Store(":memory:"),
                   settings=gemmtune.Settings(finalists=2))
     assert [(r.finalists, r.rounds) for r in calls] == [(2, 15)]

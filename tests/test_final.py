@@ -5,16 +5,17 @@ import pytest
 from gemmtune.core.choices import Choice, Timing, as_params
 from gemmtune.core.errors import NoCandidatesError
 from gemmtune.core.settings import Settings
-from gemmtune.offline import replay as replay_mod
+from gemmtune.pipeline import steps
 from gemmtune.offline.dataset import ReplayShape
 from gemmtune.offline.replay import decide, replay
 from gemmtune.offline.simulate import StrategySpec, simulate
-from gemmtune.search import STRATEGIES, ProblemDims, StrategyOptions, default_options
+from gemmtune.pipeline.plan import default_options, final_rule, plan_for
+from gemmtune.search import STRATEGIES, ProblemDims, StrategyOptions
 from gemmtune.search.base import Measured
 from gemmtune.search.final import FinalRule, final_pick
 
 LIB = Choice("aten_mm", None)
-RULE = FinalRule.of(Settings(finalists=3))
+RULE = final_rule(Settings(finalists=3))
 
 
 def gen(n):
@@ -56,7 +57,7 @@ def test_a_generated_kernel_must_save_more_gpu_time_than_the_launch_time_it_adds
     lib = (0.060, 0.060, 0.012)  # (cost, GPU ms, host ms): a 60 us cuBLAS call launched in 12 us
     assert run_final({LIB: lib, small: (0.059, 0.059, 0.020)})[0] == LIB
     assert run_final({LIB: lib, big: (0.045, 0.045, 0.020)})[0] == big
-    off = FinalRule.of(Settings(finalists=3, launch_aware_final=False))
+    off = final_rule(Settings(finalists=3, launch_aware_final=False))
     assert run_final({LIB: lib, small: (0.059, 0.059, 0.020)}, rule=off)[0] == small
     # no host times recorded (CPU, replayed sweeps): the rule has nothing to weigh
     assert run_final({LIB: (0.060, None, None), small: (0.059, None, None)})[0] == small
@@ -70,7 +71,7 @@ def test_a_tie_within_library_margin_goes_to_the_library_kernel():
     pair = {c: final[c] for c in (LIB, tie)}
     assert run_final(pair)[0] == LIB
     assert run_final(final)[0] == win
-    assert run_final(pair, rule=FinalRule.of(Settings(library_margin=0.0)))[0] == tie
+    assert run_final(pair, rule=final_rule(Settings(library_margin=0.0)))[0] == tie
     with pytest.raises(ValueError, match="library_margin"):
         Settings(library_margin=0.7)
 
@@ -94,11 +95,11 @@ def test_a_final_of_library_kernels_only_is_not_re_timed_at_quick_effort():
     blas = Choice("numpy_blas", None)
     final = {LIB: (0.8, None, None), blas: (0.9, None, None), gen(64): (1.5, None, None)}  # re-timed
     ranked = {LIB: 1.0, blas: 0.95, gen(64): 1.5}  # earlier; the generated kernel is third: no finalist
-    quick = FinalRule.of(Settings(effort="quick"))
+    quick = final_rule(Settings(effort="quick"))
     assert not quick.library_final and quick.finalists == 2
     pick, retimed = run_final(final, ranked, rule=quick)
     assert pick == blas and retimed == []  # the earlier timings rank the two library kernels
-    pick, retimed = run_final(final, ranked, rule=FinalRule.of(Settings(finalists=2)))
+    pick, retimed = run_final(final, ranked, rule=final_rule(Settings(finalists=2)))
     assert pick == LIB and set(retimed) == {LIB, blas}  # the default re-times them
     final[gen(64)] = (0.5, None, None)
     pick, retimed = run_final(final, {**ranked, gen(64): 0.6}, rule=quick)
@@ -137,8 +138,8 @@ def near_tie_shape():
 def test_replay_and_simulate_apply_the_final_rule(monkeypatch):
     shape = near_tie_shape()
     calls = []
-    real = replay_mod.final_pick
-    monkeypatch.setattr(replay_mod, "final_pick", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    real = steps.final_decision  # replays run tune's own pipeline, final included
+    monkeypatch.setattr(steps, "final_decision", lambda *a, **kw: calls.append(1) or real(*a, **kw))
 
     d = decide(shape, "exhaustive", StrategyOptions())
     assert d.ranked[0].choice == gen(1) and d.pick == LIB
@@ -148,7 +149,7 @@ def test_replay_and_simulate_apply_the_final_rule(monkeypatch):
                              StrategySpec("e0", "exhaustive", final=FinalRule(3, 15, library_margin=0.0))])
     assert rep["e"].per_shape[0].winner == "aten_mm" and rep["e"].max_regret_pct == pytest.approx(out.regret_pct)
     assert rep["e0"].per_shape[0].winner == gen(1).key and rep["e0"].max_regret_pct == 0.0
-    assert len(calls) == 4  # decide, replay, and simulate's two specs all went through final_pick
+    assert len(calls) == 4  # decide, replay, and simulate's two specs all went through the pipeline's final
 
 
 def test_replay_finalists_follow_the_rule():
@@ -190,23 +191,31 @@ def test_model_pruned_prunes_once_and_its_search_does_not_prune():
     assert len(scored) == 6
 
 
-def test_default_prunes_with_the_model_only_on_cuda():
+def test_default_options_prune_with_the_model():
     choices = modelled_choices()
-    opts = default_options(StrategyOptions(problem=ProblemDims(4096, 4096, 4096)))
-    on_gpu = STRATEGIES["default"].prune(choices, opts)
-    assert len(on_gpu) == len(choices)  # 6 binaries < stage0_n (20): all kept
+    opts = default_options(ProblemDims(4096, 4096, 4096))
+    assert len(STRATEGIES["model_pruned"].prune(choices, opts)) == len(choices)  # 6 binaries < stage0_n (20): all kept
     few = [Choice("triton_mm", "h", as_params(dict(BLOCK_M=16 * i, BLOCK_N=64, BLOCK_K=32, num_stages=3, num_warps=4)),
                   family="triton") for i in range(1, 30)]
-    assert len(STRATEGIES["default"].prune(few, opts)) == 20
-    cpu = StrategyOptions(problem=ProblemDims(4096, 4096, 4096), device_type="cpu")
-    assert len(STRATEGIES["default"].prune(few, cpu)) == len(few)
+    assert len(STRATEGIES["model_pruned"].prune(few, opts)) == 20
 
 
-def test_budgeted_prunes_like_its_inner_strategy():
-    few = [Choice("triton_mm", "h", as_params(dict(BLOCK_M=16 * i, BLOCK_N=64, BLOCK_K=32, num_stages=3, num_warps=4)),
-                  family="triton") for i in range(1, 10)]
-    opts = StrategyOptions(stage0_n=3, problem=ProblemDims(512, 512, 512), budget_inner="model_pruned", budget_runs=5)
-    assert len(STRATEGIES["budgeted"].prune(few, opts)) == 3
-    timed = []
-    STRATEGIES["budgeted"].search(few, lambda cs, st: timed.extend(cs) or [1.0] * len(cs), opts)
-    assert len(timed) == 5  # the budget, over unpruned input: search did not prune
+def _cpu_problem():
+    import torch
+    from gemmtune.core.inputs import KernelInputs
+
+    return KernelInputs.from_tensors("mm", torch.randn(64, 32), torch.randn(32, 16))
+
+
+def test_default_is_the_default_efforts_strategy_and_options_whatever_the_settings_say():
+    plan = plan_for(Settings(strategy="default", top_x=7, stage0_n=3), _cpu_problem())
+    assert plan.name == "default" and plan.strategy is STRATEGIES["prescreen"]  # model_pruned off CUDA
+    assert (plan.options.top_x, plan.options.stage0_n) == (Settings().top_x, Settings().stage0_n)
+    mine = plan_for(Settings(strategy="prescreen", top_x=7), _cpu_problem())
+    assert mine.options.top_x == 7 and mine.budget.runs is None
+
+
+def test_budgeted_is_default_under_the_budget_of_runs():
+    plan = plan_for(Settings(strategy="budgeted", budget_runs=5, top_x=7), _cpu_problem())
+    assert plan.name == "budgeted" and plan.asked == "budgeted" and plan.strategy is STRATEGIES["prescreen"]
+    assert plan.budget.runs == 5 and plan.options.top_x == Settings().top_x

@@ -3,7 +3,7 @@ functions count), modules under 500 lines and functions under 60.
 
 The layers, bottom to top (docs/ARCHITECTURE.md draws them):
 
-    core -> templates -> search, bench -> store -> engine, report -> dispatch, offline, inductor -> cli
+    core -> templates -> search, measure -> store -> pipeline -> engine, report -> dispatch, offline, inductor -> cli
 
 A module may import from its own sub-package and from any lower layer; never from a layer above
 or beside it.  `gemmtune/__init__.py` and `__main__.py` sit on top and only re-export or start.
@@ -18,8 +18,8 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "gemmtune"
 LAYERS = {
-    "core": 0, "templates": 1, "search": 2, "measure": 2, "store": 3, "engine": 4, "report": 4,
-    "dispatch": 5, "offline": 5, "inductor": 5, "cli": 6, "": 7, "__main__": 7,
+    "core": 0, "templates": 1, "search": 2, "measure": 2, "store": 3, "pipeline": 4, "engine": 5, "report": 5,
+    "dispatch": 6, "offline": 6, "inductor": 6, "cli": 7, "": 8, "__main__": 8,
 }
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60

@@ -13,6 +13,7 @@ from gemmtune.measure.timers import CpuTimer, Measurement, relative_spread
 from gemmtune.core.choices import Choice, Timing
 from gemmtune.search.base import Measured
 from gemmtune.search.final import FinalRule, final_decision
+from gemmtune.store import memory
 from gemmtune.store.sqlite import Row, Store
 from gemmtune.templates.extern import AtenTemplate
 
@@ -183,8 +184,8 @@ def test_noisy_pick_is_provisional_then_firmed_by_a_quiet_run(monkeypatch, tmp_p
     assert first.winner.template_uid == "aten_mm" and first.noisy and first.provisional
     assert noisy.retimed == 1
     assert _tune(store).cache_hit and noisy.retimed == 1  # the same run does not re-check its own pick
-    monkeypatch.setattr(engine, "RUN_ID", "a-later-run")
-    monkeypatch.setattr(engine, "RUN_STARTED", time.time() + 1.0)
+    monkeypatch.setattr(memory, "RUN_ID", "a-later-run")
+    monkeypatch.setattr(memory, "RUN_STARTED", time.time() + 1.0)
     quiet = FakeTimes(monkeypatch, spread=0.01)
     second = _tune(store)  # a partial hit: the finalists are re-timed, not taken from the store
     assert quiet.retimed == 1 and not second.cache_hit
@@ -199,8 +200,8 @@ def test_a_firm_pick_is_not_rechecked(monkeypatch, tmp_path):
     store = Store(tmp_path / "s.sqlite")
     FakeTimes(monkeypatch, spread=0.01)
     assert not _tune(store).provisional
-    monkeypatch.setattr(engine, "RUN_ID", "a-later-run")
-    monkeypatch.setattr(engine, "RUN_STARTED", time.time() + 1.0)
+    monkeypatch.setattr(memory, "RUN_ID", "a-later-run")
+    monkeypatch.setattr(memory, "RUN_STARTED", time.time() + 1.0)
     again = FakeTimes(monkeypatch, spread=0.4)
     assert _tune(store).cache_hit and again.retimed == 0
 

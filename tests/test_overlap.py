@@ -11,7 +11,7 @@ import torch
 
 import gemmtune
 from gemmtune.measure.compile import CompileJob
-from gemmtune.engine import overlap_for
+from gemmtune.measure.compile import overlap_for
 from gemmtune.core.errors import NoCandidatesError
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.store.sqlite import Store

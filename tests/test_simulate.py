@@ -6,14 +6,16 @@ import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from gemmtune.offline import simulate as sim
 from gemmtune.core.choices import Choice, as_params
 from gemmtune.offline.dataset import ReplayShape
 from gemmtune.search.cost_model import H100, H200, estimate_ms, occupancy
 from gemmtune.offline.simulate import StrategySpec, default_specs, load, simulate, simulate_main, without_library
-from gemmtune.search import STRATEGIES, ProblemDims, StrategyOptions, budgeted, default_options, prescreen
+from gemmtune.offline.replay import decide
+from gemmtune.pipeline.plan import default_options
+from gemmtune.search import STRATEGIES, ProblemDims, StrategyOptions, prescreen
 
 DEFAULT = default_options()
 
@@ -32,12 +34,11 @@ def hand_made(with_library=True):
 
 def spec_for(name, shapes, **opts):
     """A spec that runs registered strategy `name` with tune's defaults (+ a model cut, a budget)."""
+    runs = opts.pop("budget_runs", 50 if name == "budgeted" else None)
     options = replace(DEFAULT, stage1={**DEFAULT.stage1, "t": {"sw": 8}}, **opts)
     if name == "model_pruned":
         options = replace(options, stage0_n=opts.get("stage0_n", 20))
-    if name == "budgeted":
-        options = replace(options, budget_runs=opts.get("budget_runs", 50), budget_inner="prescreen")
-    return StrategySpec(name, name, options)
+    return StrategySpec(name, name, options, inner="prescreen", runs=runs)
 
 
 @pytest.fixture
@@ -129,9 +130,8 @@ def test_budget_is_never_exceeded(sweep, name, budget):
 def test_budgeted_times_library_kernels_first(sweep):
     shapes, _ = sweep
     for shape in shapes:
-        seen = []
-        measure = lambda cs, stage: seen.extend(cs) or [shape.times.get(c) for c in cs]  # noqa: E731
-        ranked = budgeted("prescreen", 30)(shape.choices, measure, DEFAULT)
+        d = decide(shape, "prescreen", DEFAULT, runs=30)  # the Bench enforces the budget
+        seen, ranked = d.timed, d.ranked
         n_lib = sum(c.is_extern for c in shape.choices)
         assert all(c.is_extern for c in seen[:n_lib]) and len(seen) == min(30, len(shape.choices))
         assert ranked[0].ms == min(shape.times[c] for c in seen)  # best so far
@@ -154,9 +154,9 @@ def test_budget_property(times, n_lib, budget, x):
     choices = [Choice(f"lib{i}", None) for i in range(n_lib)]
     choices += [Choice("t", "h", as_params({"B": i // 2}), as_params({"sw": i % 2}), family="t") for i in range(len(times))]
     table = dict(zip(choices, [1.0] * n_lib + times))
-    calls = []
-    measure = lambda cs, stage: calls.extend(cs) or [table[c] for c in cs]  # noqa: E731
-    ranked = STRATEGIES["prescreen"](choices, measure, StrategyOptions(top_x=x, budget_runs=budget))
+    assume(len(choices) > 1)  # one choice is pinned: nothing to search
+    d = decide(ReplayShape((8, 8, 8), table), "prescreen", StrategyOptions(top_x=x), runs=budget)
+    calls, ranked = d.timed, d.ranked
     assert len(calls) <= budget and len(calls) == len(set(calls))
     assert calls[: min(budget, n_lib)] == choices[: min(budget, n_lib)]
     timed = [m for m in ranked if m.ms is not None]

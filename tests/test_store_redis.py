@@ -158,7 +158,7 @@ def _tune(url: str, m: int = 24, **kw):
 
 def _new_process(monkeypatch):
     """What a new process sees: no stores opened, nothing checked, an empty dispatch dict."""
-    monkeypatch.setattr(gemmtune.engine, "_STORES", {})
+    monkeypatch.setattr(gemmtune.store.locations, "_STORES", {})
     gemmtune.clear_dispatch_cache()
 
 

@@ -9,6 +9,7 @@ from torch import nn
 
 import gemmtune
 from gemmtune import engine
+from gemmtune.store import locations
 from gemmtune.dispatch import eager
 
 
@@ -39,7 +40,7 @@ def test_second_run_reads_the_store(monkeypatch, tmp_path):
     gemmtune.clear_dispatch_cache()
     gemmtune.warmup(_mlp(), torch.randn(5, 8), backends=("extern",), progress=False)
     gemmtune.clear_dispatch_cache()  # a new process: nothing in the dispatch dict, the store on disk
-    engine._STORES.clear()
+    locations._STORES.clear()
     again = gemmtune.warmup(_mlp(), torch.randn(5, 8), backends=("extern",), progress=False)
     assert again.tuned == 0 and again.from_store == 2
 

@@ -31,7 +31,7 @@ FAMILIES = ("extern", "numpy", "triton", "numba", "cutlass")
 
 STRATEGY_NAMES = ("exhaustive", "prescreen", "model_pruned", "default", "budgeted")
 """The strategy names `strategy=` accepts.  Kept here (not read from gemmtune.search) because core/
-imports no other sub-package; tests/test_settings.py checks it equals `gemmtune.search.STRATEGIES`."""
+imports no other sub-package; tests/test_settings.py checks it equals `gemmtune.search.STRATEGIES` and its `ALIASES`."""
 
 EFFORT_NAMES = ("quick", "default", "max")
 CPU_CANNOT_WIN = 2.0
@@ -200,7 +200,7 @@ class Settings:
         # (`with_` and `from_env` merge the preset themselves, and keep an explicit default value).
         effort = _SPECS["effort"].validate("effort", self.effort)
         for name, value in (EFFORTS[effort].changes().items() if effort in EFFORTS else ()):
-            if getattr(self, name) == _DEFAULTS[name]:
+            if getattr(self, name) == DEFAULTS[name]:
                 object.__setattr__(self, name, value)
         for name, spec in _SPECS.items():
             value = getattr(self, name)
@@ -208,7 +208,7 @@ class Settings:
             if checked is not value:
                 object.__setattr__(self, name, checked)
         _check_relations(lambda name: getattr(self, name), lambda name: name,
-                         lambda name: getattr(self, name) != _DEFAULTS[name])
+                         lambda name: getattr(self, name) != DEFAULTS[name])
 
     def with_(self, **changes: Any) -> "Settings":
         """A copy with `changes` applied and validated (an `effort` brings its preset under `changes`).
@@ -267,7 +267,7 @@ def _preset_merged(make: Callable[[str], "Settings"], effort: str) -> "Settings"
 
 _SPECS: Mapping[str, Spec] = MappingProxyType({f.name: f.metadata["spec"] for f in fields(Settings)})
 """Each Settings field's Spec, in field order."""
-_DEFAULTS: Mapping[str, Any] = MappingProxyType({f.name: f.default for f in fields(Settings)})
+DEFAULTS: Mapping[str, Any] = MappingProxyType({f.name: f.default for f in fields(Settings)})  # the one place
 
 
 KNOWN_VARIABLES = frozenset(["GEMMTUNE_" + name.upper() for name in _SPECS] + list(OTHER_VARIABLES))

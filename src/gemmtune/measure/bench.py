@@ -3,7 +3,8 @@
 Each choice is checked against the reference the first time it is measured; a
 wrong or failing choice is recorded and never timed again.  Where the checks
 and timings run is the Bench's runner (gemmtune.measure.runners); what is
-measured, the records, the run count and the time budget belong to the Bench.
+measured, the records, the run count and the budget (`gemmtune.measure.budget.Budget`: runs and
+seconds) belong to the Bench.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..core.choices import Choice, Timing, library_reference as reference
 from ..core.errors import NoCandidatesError
 from ..core.inputs import KernelInputs
 from ..core.settings import CPU_CANNOT_WIN
+from .budget import Budget
 from .compile import CompileResult
 from .runners import RunFailed, Runner
 
@@ -27,9 +29,11 @@ class Bench:
     """Measures choices through `runner` and keeps what it learns in `records`.
 
     `known`: timings recalled from the store, answered without running.  `runnable`: how many
-    choices the search may measure (progress events and the report).  `deadline`: a
-    `time.perf_counter()` value after which nothing more is timed (`Settings.budget_s`), except
-    library kernels, the safety net of a cut-short search.
+    choices the search may measure (progress events and the report).  `budget`: past its runs
+    (distinct choices asked for) a choice is answered None, as a failed one; past its deadline
+    nothing more is timed except library kernels, the safety net of a cut-short search
+    (`budget_exhausted` then says so).  `ki` may be None for a replay (`describe` and `device_type`
+    then name the problem).
 
     Example:
         >>> import torch
@@ -43,12 +47,16 @@ class Bench:
         ([2.0, 1.0], 2)
     """
 
-    def __init__(self, ki: KernelInputs, runner: Runner, compiled: CompileResult, *,
+    def __init__(self, ki: KernelInputs | None, runner: Runner, compiled: CompileResult, *,
                  known: Mapping[Choice, Timing] | None = None, check_correctness: bool = True,
-                 listener: Listener | None = None, runnable: int = 0, deadline: float | None = None):
-        self.ki, self.runner, self.compiled = ki, runner, compiled
+                 listener: Listener | None = None, runnable: int = 0, budget: Budget | None = None,
+                 describe: str = "", device_type: str = "cuda"):
+        self.runner, self.compiled = runner, compiled
+        self.describe = ki.describe() if ki is not None else describe
+        self.device_type = ki.device_type if ki is not None else device_type
         self.known = dict(known or {})
-        self.check_correctness, self.runnable, self.deadline = check_correctness, runnable, deadline
+        self.check_correctness, self.runnable, self.budget = check_correctness, runnable, budget or Budget()
+        self.asked: set[Choice] = set()  # distinct choices measured or answered (what a budget of runs counts)
         self.listener = listener or (lambda event, **info: None)
         self.records: dict[Choice, Timing] = {}
         self.runs = 0
@@ -76,8 +84,8 @@ class Bench:
         (a CompileJob), the first ready choice in order goes next; nothing waits for a binary
         while another is ready."""
         t0 = time.perf_counter()
-        out: dict[int, float | None] = {}
-        pending = list(range(len(choices)))
+        out: dict[int, float | None] = {i: None for i, c in enumerate(choices) if not self._counted(c)}
+        pending = [i for i in range(len(choices)) if i not in out]
         while pending:
             nxt = next((i for i in pending if self._ready(choices[i])), None)
             if nxt is None:
@@ -87,6 +95,15 @@ class Bench:
             out[nxt] = self._measure_one(choices[nxt], stage)
         self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
         return [out[i] for i in range(len(choices))]
+
+    def _counted(self, choice: Choice) -> bool:
+        """Whether `choice` fits the budget of runs (counted now if new); past it, it is answered None."""
+        if choice in self.asked:
+            return True
+        if not self.budget.within_runs(len(self.asked), 1):
+            return False
+        self.asked.add(choice)
+        return True
 
     def _ready(self, choice: Choice) -> bool:
         return choice.is_extern or choice in self.records or choice in self.known or self.compiled.ready(choice)
@@ -121,17 +138,13 @@ class Bench:
 
     def _past_deadline(self, choice: Choice) -> bool:
         """A generated choice would end past the deadline (if it takes as long as the last one did)."""
-        return self.deadline is not None and not choice.is_extern and self.time_left() < self.last_s
-
-    def time_left(self) -> float:
-        """Seconds until the deadline (infinite without one)."""
-        return float("inf") if self.deadline is None else self.deadline - time.perf_counter()
+        return self.budget.deadline is not None and not choice.is_extern and self.budget.out_of_time(self.last_s)
 
     def verify(self, choice: Choice) -> None:
         """Correctness only (a pinned choice is not timed); raises when it is wrong."""
         problem = self.runner.check(choice) if self.check_correctness else None
         if problem:
-            raise NoCandidatesError(f"{self.ki.describe()}: the pinned choice {choice.key} gives a wrong result: {problem}")
+            raise NoCandidatesError(f"{self.describe}: the pinned choice {choice.key} gives a wrong result: {problem}")
         known = self.known.get(choice)
         self.records[choice] = Timing(choice, known.ms if known else None, "pinned")
 
@@ -171,7 +184,7 @@ class Bench:
         whenever a generated kernel is among them (a cheap stage-1 time on a loaded machine can read
         10x fast: it must be confirmed against the library kernel), and none when a library kernel
         is left alone: its win is clear.  Elsewhere every finalist."""
-        if self.ki.device_type != "cpu":
+        if self.device_type != "cpu":
             return list(choices)
         fastest = min(self._earlier(c)[0] for c in choices)
         again = [c for c in choices if self._earlier(c)[0] <= CPU_CANNOT_WIN * fastest]

@@ -45,6 +45,14 @@ class CompileResult:
     def wait_any(self, choices: Sequence[Choice]) -> None:
         """Nothing to wait for (see CompileJob)."""
 
+    @property
+    def running(self) -> bool:
+        """Some binaries are still compiling (never, once a CompileResult exists; see CompileJob)."""
+        return False
+
+    def abandon(self) -> None:
+        """Stop waiting for binaries still compiling (none here; see CompileJob)."""
+
 
 class Launchers:
     """The launcher of any choice: from `compiled`, or compiled now where `compiled` has none.

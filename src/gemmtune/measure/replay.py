@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence, Union
 
 from ..core.choices import Choice, Timing
+from .compile import CompileResult
 from .runners import RunFailed
 from .timers import Measurement
 
-Recorded = Union[Timing, Measurement, float]
+RecordedTime = Union[Timing, Measurement, float]
 
 
 class ReplayRunner:
@@ -29,7 +30,7 @@ class ReplayRunner:
 
     isolation = "replay"
 
-    def __init__(self, recorded: Mapping[str, Recorded] | Iterable[Timing]):
+    def __init__(self, recorded: Mapping[str, RecordedTime] | Iterable[Timing]):
         items = recorded.items() if isinstance(recorded, Mapping) else ((t.choice.key, t) for t in recorded)
         self.recorded: dict[str, Timing | Measurement] = {
             key: Measurement(float(v)) if isinstance(v, (int, float)) else v for key, v in items}
@@ -38,6 +39,8 @@ class ReplayRunner:
     def check(self, choice: Choice) -> str | None:
         self.asked.append(choice)
         rec = self.recorded.get(choice.key)
+        if rec is None:  # nothing recorded ran: a pinned choice without a record does not pass
+            return "no recorded timing to replay"
         return rec.detail if isinstance(rec, Timing) and rec.status == "wrong_result" else None
 
     def time(self, choice: Choice, stage: str, *, check: bool) -> Timing:
@@ -59,6 +62,24 @@ class ReplayRunner:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+class ReplayCompiled(CompileResult):
+    """The compile step of a replay: nothing is built; the choices "built" may run (their recorded
+    times answer), as the binaries a live tune compiled.
+
+    Example:
+        >>> built = ReplayCompiled([Choice("triton_mm", "ab12")])
+        >>> built.may_run(Choice("triton_mm", "ab12")), built.may_run(Choice("triton_mm", "cd34"))
+        (True, False)
+    """
+
+    def __init__(self, built: Iterable[Choice] = ()):
+        super().__init__()
+        self.built = {c.binary_key for c in built}
+
+    def may_run(self, choice: Choice) -> bool:
+        return choice.binary_key in self.built
 
 
 def _measurement(rec: Timing | Measurement) -> Measurement:

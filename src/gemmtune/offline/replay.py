@@ -1,18 +1,22 @@
 """Replay recorded timings: run any strategy, and tune's final decision, offline against a sweep.
 
-Reads gemmtune datasets and the reference sweep format (see dataset.py).
+A replay runs tune's own pipeline (`gemmtune.pipeline.steps.search`: prune, Bench, search, final)
+with the recorded times standing in for the device (`ReplayRunner`) and nothing to compile
+(`ReplayCompiled`).  Reads gemmtune datasets and the reference sweep format (see dataset.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
-from ..core.choices import Choice, Timing
+from ..core.choices import Choice
 from ..core.errors import NoCandidatesError
-from ..search import STRATEGIES, Measured, StrategyOptions
-from ..search.final import FinalRule, final_pick
+from ..measure.replay import ReplayCompiled, ReplayRunner
+from ..pipeline.plan import replay_plan
+from ..pipeline.steps import Recalled, search
+from ..search import Measured, StrategyOptions
+from ..search.final import FinalRule
 from .dataset import ReplayShape, load_dataset
 
 
@@ -36,7 +40,7 @@ def load_sweep(path: str | Path) -> list[ReplayShape]:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ReplayDecision:
     """A strategy's whole decision on recorded timings: its ranking, every choice it timed (in
     order; compiles follow from these), and the final pick (None: nothing correct was timed)."""
 
@@ -45,11 +49,13 @@ class Decision:
     pick: Choice | None
 
 
-def decide(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: FinalRule | None = None) -> Decision:
+def decide(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: FinalRule | None = None,
+           runs: int | None = None) -> ReplayDecision:
     """Run `strategy` (prune, then search) with recorded timings standing in for the GPU, then the
-    final step of `tune` (`gemmtune.search.final.final_pick`, `rule` default: tune's settings).  The
-    recorded times stand in for the interleaved re-time too, so the final changes the pick only
-    through its rules: the library margin (GPU times are not recorded, so the GPU-time guard is idle).
+    final step of `tune` (`gemmtune.search.final`, `rule` default: tune's), under a budget of `runs`
+    (None: none).  The recorded times stand in for the interleaved re-time too, so the final changes
+    the pick only through its rules: the library margin (GPU times are not recorded, so the GPU-time
+    guard is idle).
 
     Example:
         >>> lib, gen = Choice("aten_mm", None), Choice("triton_mm", "h", family="triton")
@@ -57,27 +63,18 @@ def decide(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: Fi
         >>> d.ranked[0].choice.template_uid, d.pick.template_uid  # 0.5% is within the library margin
         ('triton_mm', 'aten_mm')
     """
-    records: dict[Choice, Timing] = {}
-    timed: list[Choice] = []
-
-    def measure(choices: Sequence[Choice], stage: str) -> list[float | None]:
-        timed.extend(choices)
-        times = [shape.times.get(c) for c in choices]
-        for c, ms in zip(choices, times):
-            failed = ms is None
-            records[c] = Timing(c, ms, stage, "run_failed" if failed else "ok", "recorded failed" if failed else "")
-        return times
-
-    ranked = STRATEGIES[strategy](shape.choices, measure, options)
+    runner = ReplayRunner({c.key: ms for c, ms in shape.times.items() if ms is not None})
     try:
-        pick = final_pick(ranked, records, lambda cs, rounds: [shape.times[c] for c in cs],
-                          rule or FinalRule.tune_default(), describe=shape.name or "x".join(map(str, shape.shape)))
-    except NoCandidatesError:
-        pick = None
-    return Decision(ranked, timed, pick)
+        outcome = search(replay_plan(strategy, options, rule, runs), shape.choices, Recalled({}, list(shape.choices)),
+                         lambda todo, overlap: ReplayCompiled(todo), lambda: runner,
+                         describe=shape.name or "x".join(map(str, shape.shape)), device_type="cuda")
+    except NoCandidatesError:  # nothing timed ran correctly
+        return ReplayDecision([], list(dict.fromkeys(runner.asked)), None)
+    return ReplayDecision(outcome.ranked, list(outcome.bench.records), outcome.decision.choice)
 
 
-def replay(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: FinalRule | None = None) -> ReplayOutcome:
+def replay(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: FinalRule | None = None,
+           runs: int | None = None) -> ReplayOutcome:
     """Run `strategy` and tune's final step with recorded timings standing in for the GPU (see `decide`).
 
     Example:
@@ -86,7 +83,7 @@ def replay(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: Fi
         >>> out.winner.template_uid, round(out.regret_pct, 6), out.benchmark_runs
         ('triton_mm', 0.0, 2)
     """
-    d = decide(shape, strategy, options, rule)
+    d = decide(shape, strategy, options, rule, runs)
     if d.pick is None:
         raise NoCandidatesError(f"{shape.name or shape.shape}: {strategy} timed nothing that ran correctly")
     return ReplayOutcome(shape.shape, d.pick, shape.times[d.pick], shape.best_ms, len(d.timed))

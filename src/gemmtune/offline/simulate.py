@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..measure.timers import planned_runs
-from ..search import STRATEGIES, ProblemDims, StrategyOptions, default_options
+from ..pipeline.plan import default_options
+from ..search import ALIASES, STRATEGIES, ProblemDims, StrategyOptions, for_device
 from ..search.final import FinalRule
 from .dataset import ReplayShape, load_dataset, read_lines
 from .replay import decide
@@ -32,20 +33,35 @@ _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 @dataclass(frozen=True)
 class StrategySpec:
-    """One strategy to simulate: a registered name, its options, and optionally a budget as a
-    fraction of the shape's exhaustive runs (sets `budget_runs` per shape)."""
+    """One strategy to simulate: a registered name or an alias (`gemmtune.search.ALIASES`: "default" is
+    the default effort's strategy, "budgeted" runs `inner`), its options, and optionally a budget as a
+    fraction of the shape's exhaustive runs (the Budget's runs, per shape)."""
 
     name: str
     strategy: str
     options: StrategyOptions = field(default_factory=StrategyOptions)
     budget_fraction: float | None = None
     final: FinalRule | None = None  # the final step's rule; None: tune's defaults
+    inner: str = "default"  # what "budgeted" runs under its budget
+    runs: int | None = None  # a fixed budget of runs (budget_fraction: one per shape)
+
+    @property
+    def registered(self) -> str:
+        """The registered strategy that runs (an alias resolved as tune resolves it, on a GPU)."""
+        name = self.inner if self.strategy == "budgeted" else self.strategy
+        return for_device("model_pruned", "cuda") if name == "default" else name
 
     def options_for(self, shape: ReplayShape, dims: ProblemDims) -> StrategyOptions:
+        """The options that run on `shape`: "default" takes the default effort's (as tune does) over its own."""
         options = replace(self.options, problem=dims)
-        if self.budget_fraction is not None:
-            options = replace(options, budget_runs=int(self.budget_fraction * len(shape.choices)))
+        if (self.inner if self.strategy == "budgeted" else self.strategy) == "default":
+            preset = default_options()
+            options = replace(options, top_x=preset.top_x, stage0_n=preset.stage0_n,
+                              stage1={**preset.stage1, **options.stage1})
         return options
+
+    def runs_for(self, shape: ReplayShape) -> int | None:
+        return self.runs if self.budget_fraction is None else int(self.budget_fraction * len(shape.choices))
 
 
 FLUSH_MS = 0.037  # one L2 flush by the GPU timer on an H200 (bench/timer_probe.py, docs/PERFORMANCE.md)
@@ -74,7 +90,7 @@ def run_one(shape: ReplayShape, spec: StrategySpec, dims: ProblemDims, parallel:
         >>> r.winner, round(r.regret_pct, 3)  # the final keeps the library kernel: 0.5% is within its margin
         ('lib', 0.503)
     """
-    d = decide(shape, spec.strategy, spec.options_for(shape, dims), spec.final)
+    d = decide(shape, spec.registered, spec.options_for(shape, dims), spec.final, spec.runs_for(shape))
     regret = 100.0 * (shape.times[d.pick] / shape.best_ms - 1.0) if d.pick is not None else math.inf
     binaries = {c.binary_key for c in d.timed if not c.is_extern}
     est = sum(shape.compile_s.get(k, 0.0) for k in binaries) / max(1, parallel)
@@ -127,7 +143,7 @@ def default_specs(shapes: Sequence[ReplayShape]) -> list[StrategySpec]:
             label = "".join(f",{k}={v}" for rt in st.values() for k, v in rt.items())
             specs.append(StrategySpec(f"prescreen[x={x}{label}]", "prescreen", StrategyOptions(top_x=x, stage1=st)))
     specs += [StrategySpec(f"model_pruned[n={n}]", "model_pruned", replace(base, stage0_n=n)) for n in (10, 20, 40, 80)]
-    specs += [StrategySpec(f"budgeted[{int(f * 100)}%,prescreen]", "budgeted", replace(base, budget_inner="prescreen"), f)
+    specs += [StrategySpec(f"budgeted[{int(f * 100)}%,prescreen]", "budgeted", base, f, inner="prescreen")
               for f in (0.25, 0.5)]
     specs.append(StrategySpec("default", "default", base))
     return specs
@@ -138,10 +154,11 @@ def select_specs(specs: Sequence[StrategySpec], names: Sequence[str]) -> list[St
     chosen: list[StrategySpec] = []
     for name in names:
         found = [s for s in specs if name in (s.name, s.strategy)]
-        if not found and name in STRATEGIES:
+        if not found and (name in STRATEGIES or name in ALIASES):
             found = [StrategySpec(name, name, default_options())]
         if not found:
-            raise ValueError(f"strategy: unknown {name!r}; known: {', '.join(sorted({*STRATEGIES, *(s.name for s in specs)}))}")
+            known = {*STRATEGIES, *ALIASES, *(s.name for s in specs)}
+            raise ValueError(f"strategy: unknown {name!r}; known: {', '.join(sorted(known))}")
         chosen += [s for s in found if s not in chosen]
     return chosen
 

@@ -1,30 +1,35 @@
 """Search strategies: each a `Strategy` with `prune(choices, options)` (nothing timed; default: keep
 all) and `search(choices, measure, options) -> ranking`; `search.final` turns a ranking into the pick.
 
-Every registered strategy honours `options.budget_runs` (see budgeted.py).
+Each strategy declares the options it reads (`Strategy.knobs`: name -> (doc, default)).  Budgets are
+not a strategy's business: the `measure` a strategy gets (a `gemmtune.measure.bench.Bench`) answers
+None past the tune's Budget of runs or seconds.  "default" and "budgeted" (`ALIASES`) name no search
+of their own: the plan (`gemmtune.pipeline.plan`) resolves them to a registered strategy.
 """
 
 from __future__ import annotations
 
 from .base import (CostModel, Measure, Measured, ProblemDims, Prune, Strategy, StrategyFn, StrategyOptions, keep_all,
                    ranking)
-from .budgeted import BudgetedMeasure, budgeted, budgeted_entry, budgeted_prune, budgeted_search, honour_budget
-from .default import default, default_options, default_prune, default_search
 from .exhaustive import exhaustive
-from .model_pruned import model_pruned, stage0
-from .prescreen import first_configs, prescreen
+from .model_pruned import MODEL_PRUNED_KNOBS, model_pruned, stage0
+from .prescreen import PRESCREEN_KNOBS, first_configs, prescreen
 
 STRATEGIES: dict[str, Strategy] = {
-    "exhaustive": Strategy("exhaustive", honour_budget(exhaustive)),
-    "prescreen": Strategy("prescreen", honour_budget(prescreen), prune=first_configs),
-    "model_pruned": Strategy("model_pruned", honour_budget(prescreen), prune=stage0),
-    "default": Strategy("default", honour_budget(default_search), prune=default_prune),
-    "budgeted": Strategy("budgeted", budgeted_search, prune=budgeted_prune),
+    "exhaustive": Strategy("exhaustive", exhaustive),
+    "prescreen": Strategy("prescreen", prescreen, prune=first_configs, knobs=PRESCREEN_KNOBS),
+    "model_pruned": Strategy("model_pruned", prescreen, prune=stage0, knobs=MODEL_PRUNED_KNOBS),
 }
+
+ALIASES: dict[str, str] = {
+    "default": "the default effort's strategy and options (today model_pruned, N=20, X=4; prescreen off CUDA)",
+    "budgeted": "default, stopped after Settings.budget_runs benchmark runs (library kernels first)",
+}
+"""Strategy names `Settings.strategy` accepts beyond the registered ones, and what they resolve to."""
 
 
 def for_device(name: str, device_type: str) -> str:
-    """The registered strategy that runs when `name` is asked for on `device_type`.
+    """The strategy that runs when `name` is asked for on `device_type`.
 
     The cost model of model_pruned's stage 0 describes NVIDIA GPUs: on any other device it would
     prune on a wrong estimate, so there model_pruned is prescreen (and `Selection.strategy` says so).
@@ -36,7 +41,6 @@ def for_device(name: str, device_type: str) -> str:
     return "prescreen" if name == "model_pruned" and device_type != "cuda" else name
 
 
-__all__ = ["STRATEGIES", "CostModel", "Measure", "Measured", "ProblemDims", "Prune", "Strategy", "StrategyFn",
-           "StrategyOptions", "for_device", "keep_all", "ranking", "exhaustive", "prescreen", "first_configs", "model_pruned", "stage0",
-           "default", "default_options", "default_prune", "default_search", "budgeted", "budgeted_entry",
-           "budgeted_prune", "budgeted_search", "honour_budget", "BudgetedMeasure"]
+__all__ = ["STRATEGIES", "ALIASES", "CostModel", "Measure", "Measured", "ProblemDims", "Prune", "Strategy",
+           "StrategyFn", "StrategyOptions", "for_device", "keep_all", "ranking", "exhaustive", "prescreen",
+           "first_configs", "model_pruned", "stage0"]

@@ -34,14 +34,15 @@ CostModel = Callable[..., float]
 
 @dataclass(frozen=True)
 class StrategyOptions:
-    """Knobs a strategy may read.
+    """The options a strategy reads, as one typed value; each strategy declares which it reads, with
+    their docs and defaults (`Strategy.knobs`), and the plan (`gemmtune.pipeline.plan`) fills them
+    from the effort preset and the settings.
 
     `stage1` maps a template uid to the runtime params used in prescreening's
     first stage (e.g. {"triton_mm": {"swizzle": 8}}).
     `stage0_n`: model_pruned keeps the N binaries the cost model ranks best (None: no pruning);
     `model` replaces the cost model (default `gemmtune.search.cost_model.estimate_ms`); `problem` gives it
-    the problem's dimensions.  `budget_runs`: at most this many benchmark runs for any
-    registered strategy (None: unlimited); `budget_inner`: what the `budgeted` entry wraps.
+    the problem's dimensions.
     """
 
     top_x: int = 5
@@ -49,11 +50,30 @@ class StrategyOptions:
     stage0_n: int | None = None
     model: CostModel | None = None
     problem: ProblemDims | None = None
-    budget_runs: int | None = None
-    budget_inner: str = "default"
-    configs_per_template: int | None = None  # prescreen's prune: each template's first N binaries (None: all)
-    stage2_within: float | None = None  # prescreen: stage 2 only for binaries within this factor of the fastest
-    device_type: str = "cuda"  # where the choices run ("cuda", "cpu"): see gemmtune.search.for_device
+    configs_per_template: int | None = None
+    stage2_within: float | None = None
+
+
+Knobs = Mapping[str, "tuple[str, Any]"]
+"""A strategy's options: name -> (doc, default)."""
+
+
+def knobs_of(*names: str) -> dict[str, tuple[str, Any]]:
+    """The named StrategyOptions fields as knobs: each with its doc and its default.
+
+    Example:
+        >>> knobs_of("top_x")["top_x"][1]
+        5
+    """
+    docs = {"top_x": "prescreen: binaries kept after stage 1 for stage 2",
+            "stage1": "prescreen: each template's stage-1 runtime values, by uid",
+            "stage0_n": "model_pruned: binaries the cost model keeps before anything compiles (None: all)",
+            "model": "model_pruned: the cost model (None: gemmtune.search.cost_model.estimate_ms)",
+            "problem": "model_pruned: the problem's dimensions the cost model estimates for",
+            "configs_per_template": "prescreen's prune: each template's first N binaries (None: all)",
+            "stage2_within": "prescreen: stage 2 only for binaries within this factor of the fastest"}
+    defaults = vars(StrategyOptions())
+    return {n: (docs[n], defaults[n]) for n in names}
 
 
 StrategyFn = Callable[[Sequence[Choice], Measure, StrategyOptions], list[Measured]]
@@ -90,6 +110,7 @@ class Strategy:
     name: str
     search: StrategyFn
     prune: Prune = keep_all
+    knobs: Knobs = field(default_factory=dict)  # the options it reads: name -> (doc, default)
 
     def __call__(self, choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
         return self.search(self.prune(choices, options), measure, options)

@@ -37,10 +37,11 @@ re-time) and the offline replays (recorded times standing in for both) decide al
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..core.choices import Choice, Timing, library_reference as reference, torch_op as _torch_op
 from ..core.errors import NoCandidatesError
+from ..core.settings import DEFAULTS as _DEFAULTS
 from .base import Measured
 
 Retime = Callable[[Sequence[Choice], int], "list[float]"]
@@ -49,35 +50,20 @@ Retime = Callable[[Sequence[Choice], int], "list[float]"]
 
 @dataclass(frozen=True)
 class FinalRule:
-    """The settings the final reads (`gemmtune.Settings.finalists`, `finalist_rounds`, `library_margin`).
+    """The rule of the final; its defaults are `gemmtune.Settings`' (`finalists`, `finalist_rounds`,
+    `library_margin`, `noise_limit`, `launch_aware_final`, `library_final`), read from there.
 
     Example:
-        >>> from gemmtune import Settings
-        >>> FinalRule.of(Settings(finalists=2)) == FinalRule(finalists=2, rounds=15, library_margin=0.01, launch_aware=True)
+        >>> FinalRule(finalists=2) == FinalRule(2, rounds=15, library_margin=0.01, launch_aware=True)
         True
     """
 
-    finalists: int
-    rounds: int
-    library_margin: float
-    noise_limit: float = 0.25  # a final whose timings spread more than this is provisional
-    launch_aware: bool = False  # a generated kernel's GPU saving must exceed the host launch time it adds
-    library_final: bool = True  # re-time a final of library kernels only (quick effort: no)
-
-    @classmethod
-    def of(cls, settings: Any) -> "FinalRule":
-        """The rule of a `Settings` (or anything with its fields; `noise_limit` and
-        `launch_aware_final` are optional)."""
-        return cls(settings.finalists, settings.finalist_rounds, settings.library_margin,
-                   getattr(settings, "noise_limit", 0.25), getattr(settings, "launch_aware_final", False),
-                   getattr(settings, "library_final", True))
-
-    @classmethod
-    def tune_default(cls) -> "FinalRule":
-        """The rule `tune` applies when nothing is set (the defaults of `gemmtune.Settings`)."""
-        from ..core.settings import Settings
-
-        return cls.of(Settings())
+    finalists: int = _DEFAULTS["finalists"]
+    rounds: int = _DEFAULTS["finalist_rounds"]
+    library_margin: float = _DEFAULTS["library_margin"]
+    noise_limit: float = _DEFAULTS["noise_limit"]  # a final whose timings spread more than this is provisional
+    launch_aware: bool = _DEFAULTS["launch_aware_final"]  # a generated kernel's GPU saving must exceed its added launch
+    library_final: bool = _DEFAULTS["library_final"]  # re-time a final of library kernels only (quick effort: no)
 
 
 @dataclass(frozen=True)

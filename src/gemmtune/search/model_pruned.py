@@ -15,8 +15,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..core.choices import Choice
-from .base import Measure, Measured, StrategyOptions
-from .prescreen import binaries, prescreen
+from .base import Measure, Measured, StrategyOptions, knobs_of
+from .prescreen import PRESCREEN_KNOBS, binaries, prescreen
+
+MODEL_PRUNED_KNOBS = {**PRESCREEN_KNOBS, **knobs_of("stage0_n", "model", "problem")}
+"""What model_pruned reads: stage 0's, then prescreen's (name -> (doc, default))."""
 
 MODEL_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
 """What the cost model reads: a Triton tile.  On the CuTe DSL template's space (stages, clusters) it

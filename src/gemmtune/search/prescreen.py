@@ -18,7 +18,10 @@ from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
 from ..core.choices import Choice
-from .base import Measure, Measured, StrategyOptions, ranking
+from .base import Measure, Measured, StrategyOptions, knobs_of, ranking
+
+PRESCREEN_KNOBS = knobs_of("top_x", "stage1", "configs_per_template", "stage2_within")
+"""What prescreen reads (name -> (doc, default))."""
 
 
 def binaries(choices: Sequence[Choice]) -> dict[tuple, list[Choice]]:

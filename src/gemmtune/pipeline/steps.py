@@ -1,0 +1,131 @@
+"""The pipeline every tune runs, live or replayed: prune -> compile -> Bench -> search -> final.
+
+`search(plan, choices, memory, build, open_runner)` is the middle of a tune (the store's recall
+before it and its remember after it are the engine's, `gemmtune.store.memory`).  A live tune hands
+it the compile of the templates and a runner that runs kernels; an offline replay
+(`gemmtune.offline.replay`) hands it `ReplayCompiled` and a `ReplayRunner`: only the runner differs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+from ..core.choices import Choice, Timing
+from ..core.errors import NoCandidatesError
+from ..measure import load
+from ..measure.bench import Bench, Listener
+from ..measure.compile import CompileResult
+from ..measure.runners import Runner
+from ..search import Measured, ranking
+from ..search.final import Decision, final_decision
+from .plan import Plan
+
+log = logging.getLogger("gemmtune")
+Build = Callable[[Sequence[Choice], bool], CompileResult]
+"""`build(choices, overlap) -> CompileResult`: compile the choices' binaries (overlap: return at once)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What measuring found: the final's decision, the Bench that holds the records, runs and times,
+    and what was compiled."""
+
+    decision: Decision
+    ranked: list[Measured]  # the strategy's ranking the final chose from
+    bench: Bench
+    compiled: CompileResult
+    overlapped: bool  # timing began while binaries were still compiling
+    background_load: float | None = None  # CPU: cores other processes used while the choices were timed
+
+    def timings(self, choices: Sequence[Choice]) -> tuple[Timing, ...]:
+        """Every choice's timing for the Selection (compile failures and unmeasured ones too), fastest first."""
+        records, failures = self.bench.records, self.compiled.failures
+        rows = []
+        for c in choices:
+            if c in records:
+                rows.append(records[c])
+            elif c.binary_key in failures:
+                rows.append(Timing(c, None, "compile", "compile_failed", failures[c.binary_key]))
+            else:
+                rows.append(Timing(c, None, "skipped", "not_benchmarked"))
+        return tuple(sorted(rows, key=lambda t: (t.ms is None, t.ms or 0.0)))
+
+    def facts(self, strategy: str, **store_facts: Any) -> dict[str, Any]:
+        """What a searched Selection reports beyond its winner and timings (`store_facts`: the recall's)."""
+        bench, compiled = self.bench, self.compiled
+        return dict(
+            strategy=strategy if bench.runnable > 1 else "pinned", benchmark_runs=bench.runs,
+            compile_s=compiled.seconds, benchmark_s=bench.seconds.get("final", 0.0) + bench.seconds.get("finalist", 0.0),
+            prescreen_s=bench.seconds.get("prescreen", 0.0), binary_seconds=dict(compiled.binary_seconds),
+            isolation=bench.isolation, overlapped=self.overlapped, noisy=self.decision.noisy,
+            provisional=self.decision.provisional, background_load=self.background_load,
+            budget_exhausted=self.cut_short, **store_facts)
+
+    @property
+    def cut_short(self) -> bool:
+        """A budget stopped the search or the compiles: it decided nothing about what it did not reach."""
+        return self.bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in self.compiled.failures.values())
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """What the store answered that the search uses: timings to answer without running, choices
+    to compile and search, and the stored pick a final may keep."""
+
+    known: dict[Choice, Timing]
+    unknown: list[Choice]
+    trusted_pick: Choice | None = None
+
+
+def search(plan: Plan, choices: Sequence[Choice], recalled: Recalled, build: Build, open_runner: Callable[[], Runner],
+           *, describe: str, device_type: str, listener: Listener | None = None) -> Outcome:
+    """Prune, open the runner, compile (overlapping where the runner allows), measure and decide."""
+    # The strategy prunes before anything compiles (model_pruned: the cost model), so a pruned
+    # binary is never built; its search then sees only what compiled.
+    todo = plan.strategy.prune(recalled.unknown, plan.options)
+    runner = open_runner()  # opened first: whether timing may overlap the compiles depends on where it runs
+    try:
+        compiled = build(todo, plan.runner.overlaps(runner.isolation, device_type))
+    except BaseException:
+        runner.close()
+        raise
+    try:
+        runnable = [c for c in choices if (c in recalled.known and recalled.known[c].status == "ok")
+                    or compiled.may_run(c)]
+        if not runnable:
+            runner.close()
+            raise NoCandidatesError(f"{describe}: every candidate failed to compile: "
+                                    + "; ".join(sorted(set(compiled.failures.values())))[:500])
+        overlapped = compiled.running
+        log.info("gemmtune: %s: searching with %s over %d runnable choices", describe, plan.name, len(runnable))
+        with Bench(None, runner, compiled, known=recalled.known, check_correctness=plan.check_correctness,
+                   listener=listener, runnable=len(runnable), budget=plan.budget, describe=describe,
+                   device_type=device_type) as bench:
+            ranked, decision = decide(plan, bench, runnable, recalled.trusted_pick)
+    finally:
+        compiled.abandon()
+    busy = load.background_cores(runner)  # timed while other processes held the cores: times may read high
+    decision = replace(decision, provisional=True) if load.loaded_here(busy) else decision
+    return Outcome(decision, ranked, bench, compiled, overlapped, busy)
+
+
+def decide(plan: Plan, bench: Bench, runnable: Sequence[Choice],
+           stored_pick: Choice | None) -> tuple[list[Measured], Decision]:
+    """The strategy's search through `bench`, then the final over its ranking: (ranking, decision)."""
+    if len(runnable) == 1:  # pinned (lookup table or hook): nothing to search
+        bench.verify(runnable[0])
+        return [], Decision(runnable[0])
+    if plan.budget.limited:  # under a budget the library kernels, the safety net, are timed first
+        bench.measure([c for c in runnable if c.is_extern], "final")
+    ranked = plan.strategy.search(runnable, bench.measure, plan.options)  # pruned before compiling
+    if plan.budget.runs is not None:  # what the budget let through that the strategy did not rank
+        listed = {m.choice for m in ranked}
+        ranked = ranking([*ranked, *(Measured(c, t.ms if t.status == "ok" else None, t.stage)
+                                     for c, t in bench.records.items() if c not in listed)])
+    # The final's re-time would end past the deadline: the ranking stands (a budget is a promise).
+    # A provisional stored pick (decided under heavy noise) does not stand unchecked: the final re-times.
+    return ranked, final_decision(ranked, bench.records, bench.retime, plan.final, describe=bench.describe,
+                                  budget_exhausted=bench.budget_exhausted or not plan.budget.room_for_retime(),
+                                  stored_pick=stored_pick)
