@@ -94,7 +94,7 @@ def test_auto_isolation_isolates_gpus_and_measures_cpu_in_process():
 def test_unpicklable_templates_fall_back_in_process_under_auto_but_not_when_asked(monkeypatch):
     import pytest
 
-    from gemmtune import engine
+    from gemmtune.pipeline import plan
 
     class Local(ScriptedTemplate):  # defined in a function: cannot be pickled to a worker
         pass
@@ -104,7 +104,7 @@ def test_unpicklable_templates_fall_back_in_process_under_auto_but_not_when_aske
     with pytest.raises(gemmtune.IsolationUnavailable, match="cannot be sent to a worker"):
         gemmtune.tune("mm", a, b, templates=templates, settings=ISOLATED)
     # "auto" on a GPU would isolate: here it warns and measures in this process instead.
-    monkeypatch.setattr(engine, "isolation_for", lambda mode, device_type: "subprocess")
+    monkeypatch.setattr(plan, "isolation_for", lambda mode, device_type: "subprocess")
     sel = gemmtune.tune("mm", a, b, templates=templates, settings=ISOLATED.with_(isolation="auto"))
     assert sel.isolation == "off" and sel.winner_ms is not None
     torch.testing.assert_close(sel(a, b), a @ b)

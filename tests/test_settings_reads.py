@@ -26,7 +26,7 @@ ALLOWED = {
     "templates/registry.py": "the template pool (hopper, config space, preview)",
     "inductor/tuning.py": "the template pool Inductor's handler offers",
     "offline/sweep.py": "a sweep records the timer's settings with its dataset",
-    "cli.py": "the CLI's report rows and store location",
+    "cli/__init__.py": "the CLI's report rows and store location",
 }
 ALLOWED_PACKAGES = ("dispatch/",)  # the eager dispatch reads its own switches (distributed, isolation, timeouts)
 
