@@ -12,8 +12,8 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
    - `gemmtune_store`: the same on a new machine that shares the store: new Inductor and Triton
      caches, the store of `gemmtune` kept;  `gemmtune_again`: a second start, every cache kept;
    - `gemmtune_gemv`: `gemmtune` with `install(gemv=True)`: a matrix-vector mm becomes a reduction
-     tuned by coordinate descent, as in max-autotune (`gemmtune.inductor.gemv`); `gemmtune_gemv_at`:
-     `install(gemv="autotune")`, the reduction's max-autotune configs timed instead;
+     tuned by coordinate descent too, as in max-autotune (`gemmtune.inductor.gemv`); `gemmtune_mm`:
+     `install(gemv=False)`, it stays a GEMM;
    - `gemmtune_warmup`: `gemmtune.warmup(model, x, for_compile=True)` then `torch.compile(model)`;
    - `eager_warmup`: `gemmtune.warmup(model, x)` then an eager forward; `eager_warmup_store`: again
      with its store (a warm-store warm-up);
@@ -50,7 +50,7 @@ FIRST = {
     "gemmtune": ("gt", "new"), "gemmtune_store": ("gt", "store"), "gemmtune_again": ("gt", "keep"),
     "gemmtune_warmup": ("gw", "new"), "eager_warmup": ("ew", "new"), "eager_warmup_store": ("ew", "store"),
     "default_cd": ("cd", "new"), "autotune_gemm": ("ag", "new"), "gemmtune_gemv": ("gv", "new"),
-    "gemmtune_gemv_at": ("ga", "new"),
+    "gemmtune_mm": ("gm", "new"),
 }
 BREAKDOWN = ("default_cd", "autotune_gemm")
 FIRST_DEFAULT = ("default", "max_autotune", "max_autotune_again", "gemmtune", "gemmtune_store", "gemmtune_again",
@@ -99,7 +99,7 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
             report = gemmtune.warmup(model, *inputs, progress=False, for_compile=True)
             facts.update(tuned=report.tuned, problems=len(report.rows))
         else:
-            facts["handler"] = gi.install(gemv={"gemmtune_gemv": True, "gemmtune_gemv_at": "autotune"}.get(variant, False))
+            facts["handler"] = gi.install(gemv={"gemmtune_gemv": True, "gemmtune_mm": False}.get(variant, "autotune"))
     compiled = torch.compile(own_frame(model, variant), mode=mode)
     return (lambda: output_of(compiled, inputs)), facts
 

@@ -53,13 +53,18 @@ def test_a_vector_product_is_lowered_as_a_reduction_and_computes_the_product(mon
     assert out.dtype == dtype
 
 
-def test_by_default_a_vector_product_stays_a_gemm(monkeypatch):
+def test_gemv_false_keeps_a_vector_product_a_gemm(monkeypatch):
     _forced_open(monkeypatch)
     a, b = torch.randn(1, 32), torch.randn(32, 16)
-    with gi.installed() as handler:
+    with gi.installed(gemv=False) as handler:
         out = torch.compile(lambda x, y: x @ y, fullgraph=True)(a, b)
     torch.testing.assert_close(out, a @ b)
     assert handler.stats["vector_product"] == 0 and handler.stats["hit"] >= 1, handler.stats
+
+
+def test_by_default_a_vector_product_is_a_reduction_whose_configs_are_timed():
+    assert gi.install().gemv == "autotune"
+    gi.uninstall()
 
 
 def test_a_matrix_product_and_a_dynamic_one_stay_gemms(monkeypatch):

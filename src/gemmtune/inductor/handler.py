@@ -115,7 +115,7 @@ class _Mixin:
         self.stats: Counter = Counter()
         self.measure = "inductor"  # GPU: Inductor times its own kernels for a problem the store lacks
         self.shortlist: int | None = SHORTLIST  # ... its `shortlist` best-modelled configs per template
-        self.gemv: bool | str = False  # install(gemv=True): an M = 1 / N = 1 mm lowered as a tuned reduction (inductor.gemv)
+        self.gemv: bool | str = "autotune"  # an M = 1 / N = 1 mm lowered as a tuned reduction (inductor.gemv)
         self._pending: list[tuple[str, Any, Any]] = []  # (key, problem, KernelTemplateChoice) awaiting timings
         self.built: list[tuple[str, str, dict]] = []  # (op, template uid, kwargs) handed to Inductor, in order
         self._static = json.dumps(table or {}, sort_keys=True, default=str)

@@ -22,10 +22,10 @@
   built from them).
 - `shortlist`: with `measure="inductor"`, how many of each template's configs (ranked by gemmtune's
   cost model, `inductor.shortlist`) Inductor compiles and times for such a problem; None: all.
-- `gemv` (default False): in the default mode on a GPU, lower an `mm` whose M or N is 1 as
-  max-autotune does, a multiply and a reduction tuned by coordinate descent (`inductor.gemv`):
-  faster at M = 1, but the coordinate descent adds seconds to every cold compile; "autotune": time
-  the reduction configs max-autotune would try instead of descending (cheaper).
+- `gemv`: in the default mode on a GPU, lower an `mm` whose M or N is 1 as max-autotune does, a
+  multiply and a reduction (`inductor.gemv`), tuned by timing the reduction configs max-autotune
+  tries ("autotune", the default: about 1.6 s more per cold compile on the stack at M = 1) or by
+  coordinate descent from Inductor's default config (True: 14-22 s more); False keeps it a GEMM.
 
 It serves every `torch.compile` mode: in the default mode (and "reduce-overhead") a GPU GEMM's
 lowering is offered Inductor's templates for its own duration (`inductor.window`), so a Triton pick
@@ -69,7 +69,7 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
             fusion: int | str = FUSION, measure: str = "inductor", shortlist: int | None = SHORTLIST,
-            gemv: bool | str = False) -> Any:
+            gemv: bool | str = "autotune") -> Any:
     """Make Inductor build gemmtune's pick for every mm / addmm / bmm it lowers; returns the handler.
 
     Its options (`table`, `tune_on_miss`, `templates`, `all_threads`, `fusion`, `measure`,
@@ -199,7 +199,7 @@ def ensure_installed() -> bool:
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
               fusion: int | str = FUSION, measure: str = "inductor",
-              shortlist: int | None = SHORTLIST, gemv: bool | str = False) -> Iterator[Any]:
+              shortlist: int | None = SHORTLIST, gemv: bool | str = "autotune") -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
