@@ -93,6 +93,14 @@ def test_the_scan_allows_public_names_and_own_privates():
     assert private_reach_ins(source, "gemmtune.dispatch.patching", path) == []
 
 
+@pytest.mark.parametrize("path", sorted((PKG / "dispatch").glob("*.py")), ids=lambda p: p.name)
+def test_dispatch_modules_under_400_lines_and_functions_under_50(path):
+    text = path.read_text()
+    long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines)" for n in ast.walk(ast.parse(text))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 >= 50]
+    assert (len(text.splitlines()) < 400, long) == (True, [])
+
+
 # -- the table's behaviour ----------------------------------------------------------------------
 
 def _key() -> tuple:
