@@ -18,7 +18,7 @@ concurrent, so its timings are not disturbed by a second tuning thread); the war
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
