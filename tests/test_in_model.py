@@ -9,6 +9,7 @@ from torch import nn
 import gemmtune
 from gemmtune import engine
 from gemmtune.dispatch import eager, in_model, patching
+from gemmtune.dispatch.table import TABLE
 
 pytestmark = pytest.mark.usefixtures("memory_store")
 
@@ -28,8 +29,7 @@ class Net(nn.Module):
 def _numba_winners(monkeypatch) -> None:
     """Tune every problem among numba kernels only, whatever backends the call allows."""
     real = engine.tune
-    monkeypatch.setattr(eager, "_tune_fn", lambda: lambda op, *t, backends=None, **kw: real(
-        op, *t, backends=("numba",), **kw))
+    monkeypatch.setattr(engine, "tune", lambda op, *t, backends=None, **kw: real(op, *t, backends=("numba",), **kw))
 
 
 def _reference(net: Net, x: torch.Tensor) -> torch.Tensor:
@@ -51,7 +51,7 @@ def test_warmup_sends_picks_that_slow_the_forward_to_torch(monkeypatch):
     linear_calls = []
     monkeypatch.setattr(patching, "_linear", lambda *a: linear_calls.append(1) or torch.nn.functional.linear(*a))
     mm_calls = []
-    eager.replace_runner("mm", torch.mm, lambda a, b: mm_calls.append(1) or torch.mm(a, b))
+    TABLE.replace_runner("mm", torch.mm, lambda a, b: mm_calls.append(1) or torch.mm(a, b))
     with torch.no_grad():
         out = net(x)
     torch.testing.assert_close(out, _reference(net, x))
@@ -102,11 +102,11 @@ def test_each_problem_is_decided_on_its_own_forward_time(monkeypatch):
     assert [sw.on_library for sw in switches] == [False, True]
     (layer_fn,) = patching._LINEAR.values()  # the patched layer's problem kept its numba kernel
     assert switches[0].pick in [c.cell_contents for c in layer_fn.__closure__ or ()]
-    assert eager.runner_of("mm", switches[1].canon) is torch.mm
+    assert TABLE.runner("mm", switches[1].canon) is torch.mm
     with torch.no_grad():
         torch.testing.assert_close(net(x), _reference(net, x), rtol=1e-4, atol=1e-4)
     switches[1].library(False)  # and back: the pick runs again
-    assert eager.runner_of("mm", switches[1].canon) is switches[1].pick
+    assert TABLE.runner("mm", switches[1].canon) is switches[1].pick
 
 
 def test_a_tie_within_the_margin_goes_to_torch(monkeypatch):

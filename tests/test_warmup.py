@@ -116,7 +116,7 @@ def test_release_gives_library_layers_their_own_forward_and_keeps_generated_pick
     def tune(op, *t, backends=None, **kw):
         return real(op, *t, backends=("numba",) if t[-2].shape[-1] == 24 else ("extern",), **kw)
 
-    monkeypatch.setattr(eager, "_tune_fn", lambda: tune)
+    monkeypatch.setattr(engine, "tune", tune)
     model, x = _Two(), torch.randn(6, 24)
     with torch.no_grad():
         ref = model(x)

@@ -35,12 +35,14 @@ import torch
 from torch.library import triton_op
 from torch.utils._python_dispatch import _disable_current_modes
 
+from .. import engine
 from ..core.settings import Settings, check_backends
 from ..core.validate import validate_operands
 from ..core.inputs import KernelInputs
 from ..templates import active_templates, default_templates, inductor_pool
 from . import autocast, eager, route
 from .autograd import addmm_grads, addmm_setup, mm_grads, mm_setup
+from .table import TABLE, dispatch_key, is_empty
 
 __all__ = ["traced_mm", "traced_bmm", "traced_addmm", "is_static"]
 
@@ -79,11 +81,11 @@ def _decide(op: str, tensors: tuple, alpha: float, beta: float, backends: Sequen
     since they are chosen from the traceable templates only.
     """
     canon_backends = check_backends(backends)
-    with eager._LOCK:
-        key = eager._key(op, tensors, alpha, beta, canon_backends, out_layout)
+    with TABLE.lock:
+        key = dispatch_key(op, tensors, alpha, beta, canon_backends, out_layout)
         if key not in _TRACED:
             validate_operands(op, tensors, alpha, beta)
-            _TRACED[key] = None if eager._is_empty(op, tensors) else _tune_traced(
+            _TRACED[key] = None if is_empty(tensors) else _tune_traced(
                 op, tensors, alpha, beta, canon_backends, out_layout)
         return _TRACED[key]
 
@@ -101,8 +103,8 @@ def _tune_traced(op: str, tensors: tuple, alpha: float, beta: float, backends: t
         ki = KernelInputs.from_tensors(op, *real, alpha=alpha, beta=beta)
         if not active_templates(ki, backends, list(pool.values())):
             return None
-        sel = eager._tune_fn()(op, *real, backends=backends, alpha=alpha, beta=beta, out_layout=out_layout,
-                               templates=list(pool.values()), store_tag="traced")
+        sel = engine.tune(op, *real, backends=backends, alpha=alpha, beta=beta, out_layout=out_layout,
+                          templates=list(pool.values()), store_tag="traced")
     return sel, pool[sel.winner.template_uid]
 
 
@@ -190,7 +192,7 @@ def _addmm_backward(ctx, grad):
                          ctx.bias_shape, ctx.alpha, ctx.beta), None, None, None, None)
 
 
-eager._CLEAR_HOOKS.append(_TRACED.clear)
+TABLE.on_clear(_TRACED.clear)
 traced_mm.register_autograd(_mm_backward, setup_context=mm_setup)
 traced_bmm.register_autograd(_mm_backward, setup_context=mm_setup)
 traced_addmm.register_autograd(_addmm_backward, setup_context=addmm_setup)
@@ -201,10 +203,10 @@ def prepare_inductor(op: str, tensors: tuple, alpha: float, beta: float, backend
     """Tune a problem for the Inductor path (`dispatch.route`) ahead of the compile: among the
     templates Inductor builds exactly, stored under the key the installed handler reads
     (`store_tag="inductor"`), so the compile finds it in the store.  None for an empty problem."""
-    if eager._is_empty(op, tensors):
+    if is_empty(tensors):
         return None
     validate_operands(op, tensors, alpha, beta)
     s = Settings.from_env()
     with torch.no_grad(), autocast.disabled(tensors):
         pool = inductor_pool(tensors[-1].device.type, s)
-        return eager._tune_fn()(op, *tensors, alpha=alpha, beta=beta, templates=pool, store_tag="inductor")
+        return engine.tune(op, *tensors, alpha=alpha, beta=beta, templates=pool, store_tag="inductor")

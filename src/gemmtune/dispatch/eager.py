@@ -10,18 +10,15 @@ Calls that need a gradient through a generated kernel (numba, Triton, NumPy) run
 `torch.autograd.Function` (`gemmtune.dispatch.autograd`) whose backward computes the standard GEMM
 gradients with gemmtune again.  Under `torch.compile` the functions trace to the aten op, built by
 Inductor from gemmtune's pick (`dispatch.route`), or to `gemmtune.dispatch.compiled`'s ops.
-The first call of a problem holds one lock (tuning is never concurrent, so its timings are not
-disturbed by a second tuning thread); the warm path takes none.
+The dicts, the Selections, the counters and the lock belong to the process's dispatch table
+(`gemmtune.dispatch.table.TABLE`).  The first call of a problem holds its lock (tuning is never
+concurrent, so its timings are not disturbed by a second tuning thread); the warm path takes none.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
-import threading
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -30,25 +27,15 @@ from ..core.errors import InputError, NoCandidatesError
 from ..core import autocast as _ac
 from .autograd import TunedAddmm, TunedMM, gemms_for, redispatch, transform_runner
 from .binding import bound_on_first_call
+from .table import TABLE, Recorded, dispatch_key, is_empty
 
-__all__ = ["mm", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "dispatched"]
+__all__ = ["mm", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "dispatched", "Recorded"]
 
 OUT_LAYOUTS = (None, "row", "col")
 
-# One dict per op: key tuple -> callable(*tensors) -> output.
-_MM: dict[tuple, Callable[..., torch.Tensor]] = {}
-_ADDMM: dict[tuple, Callable[..., torch.Tensor]] = {}
-_BMM: dict[tuple, Callable[..., torch.Tensor]] = {}
-_TABLES = {"mm": _MM, "addmm": _ADDMM, "bmm": _BMM}
-_SELECTIONS: dict[tuple, Any] = {}  # canonical key -> Selection (for inspection)
-_CLEAR_HOOKS: list[Callable[[], None]] = []  # what clear_dispatch_cache() also clears (traced decisions)
-_RECORD_HOOKS: list[Callable[[bool], None]] = []  # told when recording() starts (True) and ends (False)
-_RECORDER: dict[tuple, "Recorded"] | None = None  # set by `recording()`: misses are recorded, not tuned
-
-_LOCK = threading.RLock()  # held on the miss path only
-_HITS = itertools.count()  # next() on it is atomic; read back by repr
-_MISSES = 0
-_TUNES = 0
+# Bound once (the table never replaces these objects): the warm path reads module globals only.
+_MM, _ADDMM, _BMM = (TABLE.runners[op] for op in ("mm", "addmm", "bmm"))
+_HITS = TABLE.hits  # next() on it is atomic
 
 # Bound once: each saves an attribute lookup on the warm path.
 _is_compiling = torch.compiler.is_compiling
@@ -169,15 +156,7 @@ def clear_dispatch_cache() -> None:
         >>> gemmtune.dispatch_stats()["entries"]
         0
     """
-    global _HITS, _MISSES, _TUNES
-    with _LOCK:
-        for table in _TABLES.values():
-            table.clear()
-        _SELECTIONS.clear()
-        for hook in _CLEAR_HOOKS:
-            hook()
-        _HITS = itertools.count()
-        _MISSES = _TUNES = 0
+    TABLE.clear()
 
 
 def dispatch_stats() -> dict[str, Any]:
@@ -198,13 +177,7 @@ def dispatch_stats() -> dict[str, Any]:
         >>> s = gemmtune.dispatch_stats(); (s["hits"], s["misses"], s["tunes"])
         (1, 1, 1)
     """
-    with _LOCK:
-        hits = int(repr(_HITS)[len("count("):-1])
-        selections = {
-            f"{sel.problem.problem_key} backends={key[-2]} out_layout={key[-1]}": sel.winner.name
-            for key, sel in _SELECTIONS.items()}
-        return {"hits": hits, "misses": _MISSES, "tunes": _TUNES,
-                "entries": sum(len(t) for t in _TABLES.values()), "selections": selections}
+    return TABLE.stats()
 
 
 def selections() -> dict[tuple, Any]:
@@ -216,8 +189,7 @@ def selections() -> dict[tuple, Any]:
         >>> any(s.winner.is_extern for s in api.selections().values())
         True
     """
-    with _LOCK:
-        return dict(_SELECTIONS)
+    return TABLE.selections()
 
 
 def dispatched(op: str, tensors: tuple, alpha: float = 1.0, beta: float = 1.0,
@@ -237,104 +209,71 @@ def dispatched(op: str, tensors: tuple, alpha: float = 1.0, beta: float = 1.0,
     """
     from ..core.settings import check_backends
 
-    with _LOCK:
-        if _RECORDER is not None:
-            return None
-        canon = _key(op, _resolved(tensors), float(alpha), float(beta), check_backends(backends), out_layout)
-        sel, fn = _SELECTIONS.get(canon), _TABLES[op].get(canon)
-    return None if sel is None or fn is None else (sel, fn)
+    return TABLE.dispatched(op, canonical_key(op, tensors, alpha, beta, check_backends(backends), out_layout))
 
 
 def canonical_key(op: str, tensors: tuple, alpha: float, beta: float, backends: Any, out_layout: Any) -> tuple:
     """The key a tuned problem's entry and Selection are kept under (what `recording()` yields)."""
-    return _key(op, _resolved(tensors), float(alpha), float(beta), backends, out_layout)
-
-
-def runner_of(op: str, canon: tuple) -> Callable[..., torch.Tensor] | None:
-    return _TABLES[op].get(canon)  # the callable the dict runs for a tuned problem (None: not tuned here)
-
-
-def replace_runner(op: str, old: Callable, new: Callable, keys: Sequence[tuple] | None = None) -> list[tuple]:
-    """Entries of `op` running `old` (a problem's key spellings, or just `keys`) run `new`; their keys."""
-    with _LOCK:
-        table = _TABLES[op]
-        chosen = [k for k in (table if keys is None else keys) if table.get(k) is old]
-        for k in chosen:
-            table[k] = new
-        return chosen
+    return dispatch_key(op, _resolved(tensors), float(alpha), float(beta), backends, out_layout)
 
 
 # -- the miss path -------------------------------------------------------------------------------
 
-def _key(op: str, tensors: Sequence[torch.Tensor], alpha: Any, beta: Any, backends: Any, out_layout: Any) -> tuple:
-    """The warm path's key, built the slow way: it must equal the inline tuples of mm/addmm/bmm.  Shape,
-    strides, dtype and device of every operand, addmm's scalars with their types (True and 1+0j equal 1.0
-    in a dict, but the cold path refuses them): the warm path refuses what the cold path refuses."""
-    a, b = tensors[-2], tensors[-1]
-    mats = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device)
-    if op == "addmm":
-        bias = tensors[0]
-        return ((bias.shape, bias.stride(), bias.dtype, bias.device) + mats
-                + (alpha, alpha.__class__, beta, beta.__class__, backends, out_layout))
-    return mats + (backends, out_layout)
-
-
 def _miss(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
           out_layout: Any) -> Callable[..., torch.Tensor]:
     """Find or build the runner for a problem not in the dict (validates; tunes at most once per problem)."""
-    global _MISSES
-    from ..core.settings import check_backends
-    from ..core.validate import check_backends_arg, validate_operands
-
     if _func_active():  # nothing is tuned on wrapped operands: the plain problem is, one level down
         return transform_runner(_OPS, op, alpha, beta, backends, out_layout)
-    table = _TABLES[op]
-    with _LOCK:
+    with TABLE.lock:
         try:
-            key: tuple | None = _key(op, tensors, alpha, beta, backends, out_layout)
+            key: tuple | None = dispatch_key(op, tensors, alpha, beta, backends, out_layout)
             hash(key)
         except Exception:  # noqa: BLE001 - not tensors (validation below says so) or unhashable backends
             key = None
-        if key is not None and key in table:  # another thread tuned it while we waited
+        fn = None if key is None else TABLE.runner(op, key)
+        if fn is not None:  # another thread tuned it while we waited
             next(_HITS)
-            return table[key]
-        tensors = _resolved(tensors)
-        validate_operands(op, tensors, alpha, beta)
-        check_backends_arg(backends)
-        canon_backends = check_backends(backends)
-        if out_layout not in OUT_LAYOUTS:
-            raise InputError(f"{op}: out_layout must be None, 'row' or 'col', got {out_layout!r}")
+            return fn
+        tensors, canon_backends = _validated(op, tensors, alpha, beta, backends, out_layout)
         alpha_f, beta_f = float(alpha), float(beta)
-        canon = _key(op, tensors, alpha_f, beta_f, canon_backends, out_layout)
-        if _RECORDER is not None:
-            return _record(op, tensors, alpha_f, beta_f, canon_backends, out_layout, canon)
-        fn = table.get(canon)
+        canon = dispatch_key(op, tensors, alpha_f, beta_f, canon_backends, out_layout)
+        if TABLE.recorder is not None:
+            TABLE.record(canon, op, tensors, alpha_f, beta_f, canon_backends, out_layout)
+            return library_runner(op, alpha_f, beta_f, out_layout)
+        fn = TABLE.runner(op, canon)
         if fn is None:
             fn = _build(op, tensors, alpha_f, beta_f, canon_backends, out_layout, canon)
-            table[canon] = fn
-        if key is not None:
-            table[key] = fn
-        _MISSES += 1
+        TABLE.put(op, fn, canon, key)
+        TABLE.count_miss()
         return fn
 
 
-def _tune_fn() -> Callable[..., Any]:
-    """`engine.tune`, looked up at call time (so a test can spy on it)."""
-    return engine.tune
+def _validated(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
+               out_layout: Any) -> tuple[tuple, tuple[str, ...] | None]:
+    """The operands (negation views resolved) and canonical backends of a valid call; else InputError."""
+    from ..core.settings import check_backends
+    from ..core.validate import check_backends_arg, validate_operands
+
+    tensors = _resolved(tensors)
+    validate_operands(op, tensors, alpha, beta)
+    check_backends_arg(backends)
+    canon_backends = check_backends(backends)
+    if out_layout not in OUT_LAYOUTS:
+        raise InputError(f"{op}: out_layout must be None, 'row' or 'col', got {out_layout!r}")
+    return tensors, canon_backends
 
 
 def _build(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
            out_layout: str | None, canon: tuple) -> Callable[..., torch.Tensor]:
-    global _TUNES
-    if _is_empty(op, tensors):
+    if is_empty(tensors):
         return library_runner(op, alpha, beta, out_layout)
     with torch.no_grad(), _ac.disabled(tensors):  # tune runs every candidate: no graphs, NumPy needs grad-free tensors
-        sel = _tune_fn()(op, *(t.detach() for t in tensors), backends=backends, alpha=alpha, beta=beta,
-                         out_layout=out_layout)
-    _TUNES += 1
+        sel = engine.tune(op, *(t.detach() for t in tensors), backends=backends, alpha=alpha, beta=beta,
+                          out_layout=out_layout)
+    TABLE.count_tune()
     if sel.kernel is None:
         raise NoCandidatesError(f"{sel.problem.describe()}: the selection has no kernel to run")
-    _SELECTIONS[canon] = sel
+    TABLE.add_selection(canon, sel)
     return _runner(op, sel, alpha, beta, backends, out_layout)
 
 
@@ -388,11 +327,6 @@ def _resolved(tensors: tuple) -> tuple:
     return tensors
 
 
-def _is_empty(op: str, tensors: Sequence[torch.Tensor]) -> bool:
-    a, b = tensors[-2], tensors[-1]
-    return a.numel() == 0 or b.numel() == 0
-
-
 def library_runner(op: str, alpha: float, beta: float, out_layout: str | None) -> Callable[..., torch.Tensor]:
     """torch's own op for a problem: empty problems (nothing to tune), recording, the in-model check."""
     if op == "mm":
@@ -423,25 +357,7 @@ def to_col(t: torch.Tensor) -> torch.Tensor:
 
 # -- recording (model warm-up) ---------------------------------------------------------------------
 
-@dataclass
-class Recorded:
-    """One GEMM problem met while recording: its operands (detached) and how often it was met."""
-
-    op: str
-    tensors: tuple
-    alpha: float
-    beta: float
-    backends: tuple[str, ...] | None
-    out_layout: str | None
-    calls: int = 0
-
-    def describe(self) -> str:
-        shapes = ", ".join("x".join(map(str, t.shape)) for t in self.tensors)
-        return f"{self.op}({shapes})"
-
-
-@contextmanager
-def recording() -> Iterator[dict[tuple, Recorded]]:
+def recording() -> AbstractContextManager[dict[tuple, Recorded]]:
     """Within the block, gemmtune's ops tune nothing: torch computes each call and its problem is recorded.
 
     Problems already dispatched are recorded too (the dispatch dict is set aside for the block and
@@ -454,35 +370,7 @@ def recording() -> Iterator[dict[tuple, Recorded]]:
         >>> [r.describe() for r in seen.values()]
         ['mm(4x3, 3x2)']
     """
-    global _RECORDER
-    with _LOCK:
-        if _RECORDER is not None:
-            raise RuntimeError("gemmtune: recording() blocks cannot be nested")
-        saved = {op: dict(table) for op, table in _TABLES.items()}
-        for table in _TABLES.values():
-            table.clear()
-        _RECORDER = {}
-        for hook in _RECORD_HOOKS:
-            hook(True)
-    try:
-        yield _RECORDER
-    finally:
-        with _LOCK:
-            _RECORDER = None
-            for op, table in _TABLES.items():
-                table.update(saved[op])
-            for hook in _RECORD_HOOKS:
-                hook(False)
-
-
-def _record(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
-            out_layout: str | None, canon: tuple) -> Callable[..., torch.Tensor]:
-    assert _RECORDER is not None
-    rec = _RECORDER.get(canon)
-    if rec is None:
-        rec = _RECORDER[canon] = Recorded(op, tuple(t.detach() for t in tensors), alpha, beta, backends, out_layout)
-    rec.calls += 1
-    return library_runner(op, alpha, beta, out_layout)
+    return TABLE.recording()
 
 
 def prepare(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
@@ -496,4 +384,4 @@ def prepare(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[
         True
     """
     _miss(op, tensors, alpha, beta, backends, out_layout)
-    return _SELECTIONS.get(_key(op, _resolved(tensors), float(alpha), float(beta), backends, out_layout))
+    return TABLE.selection(canonical_key(op, tensors, alpha, beta, backends, out_layout))

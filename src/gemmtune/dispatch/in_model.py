@@ -36,6 +36,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from . import eager, patching
+from .table import TABLE
 
 __all__ = ["InModel", "check_in_model", "Switch"]
 
@@ -81,7 +82,7 @@ class Switch:
 
     def __init__(self, op: str, canon: tuple, selection: Any, alpha: float, beta: float, out_layout: str | None):
         self.op, self.canon, self.selection = op, canon, selection
-        self.pick = eager.runner_of(op, canon)
+        self.pick = TABLE.runner(op, canon)
         self.torch_op = eager.library_runner(op, alpha, beta, out_layout)
         self.on_library = False
         self._keys: list[tuple] = []
@@ -90,9 +91,9 @@ class Switch:
         if on == self.on_library or self.pick is None:
             return
         if on:  # this problem's entries only: torch's op is shared by every problem sent to it
-            self._keys = eager.replace_runner(self.op, self.pick, self.torch_op)
+            self._keys = TABLE.replace_runner(self.op, self.pick, self.torch_op)
         else:
-            eager.replace_runner(self.op, self.torch_op, self.pick, self._keys)
+            TABLE.replace_runner(self.op, self.torch_op, self.pick, self._keys)
         patching.set_library(self.selection, on)
         self.on_library = on
 

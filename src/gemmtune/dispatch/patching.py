@@ -31,6 +31,7 @@ from torch import nn
 
 from . import autocast as _ac
 from . import eager as api
+from .table import TABLE
 
 __all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library", "release_library_layers"]
 
@@ -99,7 +100,7 @@ def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
             w, bias = params["weight"], params["bias"]
             if x.shape in d[_DECIDED_ATTR]:
                 fn = _linear
-            elif api._RECORDER is None and not _autocast_on():  # recording: gemmtune.mm records
+            elif TABLE.recorder is None and not _autocast_on():  # recording: gemmtune.mm records
                 key = _signature(x, w, bias, d[_FLAG])
                 fn = _LINEAR[key]
                 if fn is _linear:  # decided by another layer of the same shapes: this one's from now on
@@ -206,8 +207,8 @@ def _recording(started: bool) -> None:
         _SET_ASIDE.clear()
 
 
-api._CLEAR_HOOKS.append(_clear)
-api._RECORD_HOOKS.append(_recording)
+TABLE.on_clear(_clear)
+TABLE.on_recording(_recording)
 
 
 def _patchable(m: nn.Module) -> bool:

@@ -17,6 +17,7 @@ NumPy's BLAS) fights torch's pool for the cores next to the model's other ops.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 import time
@@ -113,27 +114,24 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
            release: bool = False, **example_kwargs: Any) -> WarmupReport:
     """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
 
-    `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are;
-    calls of `gemmtune.mm` / `addmm` / `bmm` made by the model's own code are collected too.  The
-    forward runs once under `torch.no_grad()`.  `for_compile=True` decides the problems for a later
-    `torch.compile` of the model, in any mode: tuned among the kernels Inductor builds and stored
-    where gemmtune's Inductor handler (installed by it, `gemmtune.inductor`) reads them, so the compile
-    tunes nothing and benchmarks nothing (`Settings.compile_path="traced"`: among the traceable
-    templates, emitted at trace time); the default decides them for eager calls.  `progress` shows a progress bar (default: when
-    standard error is a terminal).  Returns a `WarmupReport`; print `report.table()` for the summary.
+    `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are; calls of
+    `gemmtune.mm` / `addmm` / `bmm` made by the model's own code are collected too.  The forward runs
+    once under `torch.no_grad()`.  `for_compile=True` decides the problems for a later `torch.compile`
+    of the model, in any mode: tuned among the kernels Inductor builds and stored where gemmtune's
+    Inductor handler (`gemmtune.inductor`) reads them, so the compile tunes and benchmarks nothing
+    (`Settings.compile_path="traced"`: among the traceable templates, emitted at trace time); the
+    default decides them for eager calls.  `progress`: a progress bar (default: when standard error is
+    a terminal).  Returns a `WarmupReport`; print `report.table()` for the summary.
 
-    `in_model` checks each pick that is not torch's own op in the model (`dispatch.in_model`): about
-    30 more forwards per such problem, under `torch.no_grad()`.  Default: on for eager models (a CPU
-    model whose picks are all torch's op runs no extra forward), off in a torch.distributed job (it
-    would decide per rank).  Turn it off for a forward with side effects (a KV cache it appends to),
-    or when the model will run under a CUDA graph, where launch cost does not count and the tuned
-    picks are the right ones.  In a torch.distributed job the problems are dealt across the ranks,
-    tuned at once and shared (`store.distributed`).
+    `in_model` checks each pick that is not torch's own op in the model (`dispatch.in_model`): about 30
+    more forwards per such problem, under `torch.no_grad()`.  Default: on for eager models, off in a
+    torch.distributed job (it would decide per rank).  Turn it off for a forward with side effects (a
+    KV cache it appends to), or for a model run under a CUDA graph (launch cost does not count there).
+    In a torch.distributed job the problems are dealt across the ranks, tuned at once and shared.
 
     `release=True` then gives every patched layer whose problems all run torch's op its own
-    `nn.Linear.forward` back (`patching.release_library_layers`, one more forward): those layers
-    cost exactly what unpatched ones cost, and a new input shape there is no longer tuned.  For a
-    model served at the shapes it was warmed up with.  Eager use only.
+    `nn.Linear.forward` back (`patching.release_library_layers`, one more forward): it costs what an
+    unpatched layer costs, and a new input shape there is no longer tuned.  Eager use only.
 
     Example:
         >>> import torch, gemmtune
@@ -148,23 +146,31 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     started = time.perf_counter()
     if not patched_modules(model) or backends is not None:
         patch(model, backends=backends)
-    cancel = _prestart_worker(model)  # its start overlaps the recording forward and the first compiles
-    try:
-        with eager.recording() as seen, torch.no_grad():
-            model(*example_inputs, **example_kwargs)
-        forward_s = time.perf_counter() - started
-        rows = [_row(problem, calls) for problem, calls in _tune_all(seen, _show(progress), for_compile)]
-    finally:
-        cancel()  # nothing tuned (all from the store): the worker is not kept
-    check_s = 0.0
+    forward = functools.partial(model, *example_inputs, **example_kwargs)
+    rows, seen, forward_end = _record_and_tune(forward, model, _show(progress), for_compile)
     # On by default (GPU picks for launch cost, CPU ones for thread pools); in a distributed job only if asked.
+    check_s = 0.0
     if not for_compile and (in_model or (in_model is None and _job() is None)):
         t0 = time.perf_counter()
         with torch.no_grad():
-            rows = _checked(rows, seen, lambda: model(*example_inputs, **example_kwargs))
+            rows = _checked(rows, seen, forward)
         check_s = time.perf_counter() - t0
-    released = tuple(release_library_layers(model, lambda: model(*example_inputs, **example_kwargs))) if release else ()
-    return WarmupReport(tuple(rows), time.perf_counter() - started, forward_s, check_s, released)
+    released = tuple(release_library_layers(model, forward)) if release else ()
+    return WarmupReport(tuple(rows), time.perf_counter() - started, forward_end - started, check_s, released)
+
+
+def _record_and_tune(forward: Any, model: nn.Module, show: bool,
+                     for_compile: bool) -> tuple[list[WarmupRow], "dict[tuple, eager.Recorded]", float]:
+    """The recording forward, then every problem it met tuned (or read from the store): (rows, the
+    record, `time.perf_counter()` when the forward ended)."""
+    cancel = _prestart_worker(model)  # its start overlaps the recording forward and the first compiles
+    try:
+        with eager.recording() as seen, torch.no_grad():
+            forward()
+        forward_end = time.perf_counter()
+        return [_row(problem, calls) for problem, calls in _tune_all(seen, show, for_compile)], seen, forward_end
+    finally:
+        cancel()  # nothing tuned (all from the store): the worker is not kept
 
 
 def _prestart_worker(model: nn.Module) -> Any:
