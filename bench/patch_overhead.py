@@ -31,7 +31,8 @@ F = torch.nn.functional
 
 def replaced(base: Any, level: int) -> Any:
     """A copy of `base` whose Linear layers run a closure: 0 plain call, 1 with guards, 2 with the key."""
-    from gemmtune.dispatch import autocast, eager
+    from gemmtune.dispatch import autocast
+    from gemmtune.dispatch.table import TABLE
 
     model = copy.deepcopy(base)
     compiling, autocast_on = torch.compiler.is_compiling, autocast.enabled
@@ -41,7 +42,7 @@ def replaced(base: Any, level: int) -> Any:
         params, decided = m._parameters, set()
 
         def forward(x: Any, params: Any = params, decided: set = decided) -> Any:
-            if level >= 1 and not (eager._RECORDER is None and not (compiling() or autocast_on())):
+            if level >= 1 and not (TABLE.recorder is None and not (compiling() or autocast_on())):
                 return None
             if level >= 2 and (x.shape, x.stride(), x.dtype, x.device) in decided:
                 return F.linear(x, params["weight"], params["bias"])
