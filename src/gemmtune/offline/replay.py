@@ -15,7 +15,7 @@ from ..core.errors import NoCandidatesError
 from ..measure.replay import ReplayCompiled, ReplayRunner
 from ..pipeline.plan import replay_plan
 from ..pipeline.steps import Recalled, search
-from ..search import Measured, StrategyOptions
+from ..search import Measured, Options
 from ..search.final import FinalRule
 from .dataset import ReplayShape, load_dataset
 
@@ -49,7 +49,7 @@ class ReplayDecision:
     pick: Choice | None
 
 
-def decide(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: FinalRule | None = None,
+def decide(shape: ReplayShape, strategy: str, options: Options, rule: FinalRule | None = None,
            runs: int | None = None) -> ReplayDecision:
     """Run `strategy` (prune, then search) with recorded timings standing in for the GPU, then the
     final step of `tune` (`gemmtune.search.final`, `rule` default: tune's), under a budget of `runs`
@@ -58,8 +58,9 @@ def decide(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: Fi
     guard is idle).
 
     Example:
+        >>> from gemmtune.search import ExhaustiveOptions
         >>> lib, gen = Choice("aten_mm", None), Choice("triton_mm", "h", family="triton")
-        >>> d = decide(ReplayShape((8, 8, 8), {lib: 1.0, gen: 0.995}), "exhaustive", StrategyOptions())
+        >>> d = decide(ReplayShape((8, 8, 8), {lib: 1.0, gen: 0.995}), "exhaustive", ExhaustiveOptions())
         >>> d.ranked[0].choice.template_uid, d.pick.template_uid  # 0.5% is within the library margin
         ('triton_mm', 'aten_mm')
     """
@@ -73,13 +74,14 @@ def decide(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: Fi
     return ReplayDecision(outcome.ranked, list(outcome.bench.records), outcome.decision.choice)
 
 
-def replay(shape: ReplayShape, strategy: str, options: StrategyOptions, rule: FinalRule | None = None,
+def replay(shape: ReplayShape, strategy: str, options: Options, rule: FinalRule | None = None,
            runs: int | None = None) -> ReplayOutcome:
     """Run `strategy` and tune's final step with recorded timings standing in for the GPU (see `decide`).
 
     Example:
+        >>> from gemmtune.search import ExhaustiveOptions
         >>> lib, gen = Choice("aten_mm", None), Choice("triton_mm", "h", family="triton")
-        >>> out = replay(ReplayShape((8, 8, 8), {lib: 1.0, gen: 0.9}), "exhaustive", StrategyOptions())
+        >>> out = replay(ReplayShape((8, 8, 8), {lib: 1.0, gen: 0.9}), "exhaustive", ExhaustiveOptions())
         >>> out.winner.template_uid, round(out.regret_pct, 6), out.benchmark_runs
         ('triton_mm', 0.0, 2)
     """

@@ -14,13 +14,13 @@ import argparse
 import itertools
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..measure.timers import planned_runs
-from ..pipeline.plan import default_options
-from ..search import ALIASES, STRATEGIES, ProblemDims, StrategyOptions, for_device
+from ..pipeline.plan import default_options, template_stage1
+from ..search import ALIASES, STRATEGIES, Options, PrescreenOptions, ProblemDims, for_device
 from ..search.final import FinalRule
 from .dataset import ReplayShape, load_dataset, read_lines
 from .replay import decide
@@ -34,12 +34,13 @@ _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 @dataclass(frozen=True)
 class StrategySpec:
     """One strategy to simulate: a registered name or an alias (`gemmtune.search.ALIASES`: "default" is
-    the default effort's strategy, "budgeted" runs `inner`), its options, and optionally a budget as a
-    fraction of the shape's exhaustive runs (the Budget's runs, per shape)."""
+    the default effort's strategy, "budgeted" runs `inner`), its options (the registered strategy's own
+    options type; None: its defaults), and optionally a budget as a fraction of the shape's exhaustive
+    runs (the Budget's runs, per shape)."""
 
     name: str
     strategy: str
-    options: StrategyOptions = field(default_factory=StrategyOptions)
+    options: Options | None = None
     budget_fraction: float | None = None
     final: FinalRule | None = None  # the final step's rule; None: tune's defaults
     inner: str = "default"  # what "budgeted" runs under its budget
@@ -51,14 +52,15 @@ class StrategySpec:
         name = self.inner if self.strategy == "budgeted" else self.strategy
         return for_device("model_pruned", "cuda") if name == "default" else name
 
-    def options_for(self, shape: ReplayShape, dims: ProblemDims) -> StrategyOptions:
-        """The options that run on `shape`: "default" takes the default effort's (as tune does) over its own."""
-        options = replace(self.options, problem=dims)
+    def options_for(self, shape: ReplayShape, dims: ProblemDims) -> Options:
+        """The options that run on `shape`: "default" takes the default effort's preset (as tune does)
+        over its own, and its stage-1 values under its own."""
+        registered = STRATEGIES[self.registered]
+        options = registered.options() if self.options is None else self.options
         if (self.inner if self.strategy == "budgeted" else self.strategy) == "default":
-            preset = default_options()
-            options = replace(options, top_x=preset.top_x, stage0_n=preset.stage0_n,
-                              stage1={**preset.stage1, **options.stage1})
-        return options
+            stage1 = {**template_stage1(), **getattr(options, "stage1", {})}
+            options = options.given(**registered.efforts.get("default", {}), stage1=stage1)
+        return options.given(problem=dims)
 
     def runs_for(self, shape: ReplayShape) -> int | None:
         return self.runs if self.budget_fraction is None else int(self.budget_fraction * len(shape.choices))
@@ -136,14 +138,15 @@ def default_specs(shapes: Sequence[ReplayShape]) -> list[StrategySpec]:
         >>> names[:3], names[-4:]
         (['exhaustive', 'prescreen[x=1]', 'prescreen[x=2]'], ['model_pruned[n=80]', 'budgeted[25%,prescreen]', 'budgeted[50%,prescreen]', 'default'])
     """
-    base = default_options()  # tune's top X and stage-1 values
+    base = default_options()  # tune's top X, stage 0 N and stage-1 values (model_pruned's)
     specs = [StrategySpec("exhaustive", "exhaustive")]
     for x in (1, 2, 3, 5, 8, 10):
         for st in stage1_values(shapes):
             label = "".join(f",{k}={v}" for rt in st.values() for k, v in rt.items())
-            specs.append(StrategySpec(f"prescreen[x={x}{label}]", "prescreen", StrategyOptions(top_x=x, stage1=st)))
-    specs += [StrategySpec(f"model_pruned[n={n}]", "model_pruned", replace(base, stage0_n=n)) for n in (10, 20, 40, 80)]
-    specs += [StrategySpec(f"budgeted[{int(f * 100)}%,prescreen]", "budgeted", base, f, inner="prescreen")
+            specs.append(StrategySpec(f"prescreen[x={x}{label}]", "prescreen", PrescreenOptions(top_x=x, stage1=st)))
+    specs += [StrategySpec(f"model_pruned[n={n}]", "model_pruned", base.given(stage0_n=n)) for n in (10, 20, 40, 80)]
+    specs += [StrategySpec(f"budgeted[{int(f * 100)}%,prescreen]", "budgeted", default_options(strategy="prescreen"), f,
+                           inner="prescreen")
               for f in (0.25, 0.5)]
     specs.append(StrategySpec("default", "default", base))
     return specs
@@ -155,7 +158,8 @@ def select_specs(specs: Sequence[StrategySpec], names: Sequence[str]) -> list[St
     for name in names:
         found = [s for s in specs if name in (s.name, s.strategy)]
         if not found and (name in STRATEGIES or name in ALIASES):
-            found = [StrategySpec(name, name, default_options())]
+            spec = StrategySpec(name, name)
+            found = [replace(spec, options=default_options(strategy=spec.registered))]
         if not found:
             known = {*STRATEGIES, *ALIASES, *(s.name for s in specs)}
             raise ValueError(f"strategy: unknown {name!r}; known: {', '.join(sorted(known))}")

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..core.inputs import KernelInputs
-from ..core.settings import CPU_CANNOT_WIN, Settings, isolation_for
+from ..core.settings import CPU_CANNOT_WIN, DEFAULTS, Settings, isolation_for
 from ..measure.budget import Budget
 from ..measure.compile import overlap_for
-from ..search import STRATEGIES, ProblemDims, Strategy, StrategyOptions, for_device
+from ..search import STRATEGIES, Options, ProblemDims, Strategy, for_device
 from ..search.final import FinalRule
 from ..store.memory import StoreKey
 from ..templates import active_templates
@@ -75,7 +75,7 @@ class Plan:
     name: str
     asked: str
     strategy: Strategy
-    options: StrategyOptions
+    options: Options
     final: FinalRule
     budget: Budget
     runner: RunnerChoice
@@ -87,6 +87,9 @@ class Plan:
     backends: tuple[str, ...] | None = None
     store: str | None = None
     distributed: tuple[str, float] = ("off", 600.0)
+
+    def __post_init__(self) -> None:
+        self.strategy.check(self.options)  # a strategy runs with its own options type only
 
     @property
     def exhaustive(self) -> bool:
@@ -127,15 +130,20 @@ def template_stage1() -> Mapping[str, Mapping[str, Any]]:
     return {t.uid: dict(t.default_runtime) for t in shipped if t.default_runtime}
 
 
-def default_options(problem: ProblemDims | None = None) -> StrategyOptions:
-    """The options of the default effort (`Settings()`'s top X and stage 0 N; each template's stage-1 values).
+def default_options(problem: ProblemDims | None = None, strategy: str | None = None) -> Options:
+    """The options `strategy` (None: the default effort's, model_pruned) runs with at the default
+    effort: its "default" preset (`Strategy.efforts`), each template's stage-1 values, `problem`.
 
     Example:
-        >>> default_options().stage1["triton_mm"], default_options().top_x, default_options().stage0_n
-        ({'swizzle': 8}, 4, 20)
+        >>> opts = default_options()
+        >>> type(opts).__name__, opts.stage1["triton_mm"], opts.top_x, opts.stage0_n
+        ('ModelPrunedOptions', {'swizzle': 8}, 4, 20)
+        >>> default_options(strategy="exhaustive")
+        ExhaustiveOptions()
     """
-    defaults = Settings()
-    return StrategyOptions(top_x=defaults.top_x, stage1=template_stage1(), stage0_n=defaults.stage0_n, problem=problem)
+    chosen = STRATEGIES[strategy or DEFAULTS["strategy"]]
+    return chosen.options.from_values({**chosen.efforts.get("default", {}), "stage1": template_stage1(),
+                                       "problem": problem})
 
 
 def default_final() -> FinalRule:
@@ -143,18 +151,23 @@ def default_final() -> FinalRule:
     return final_rule(Settings())
 
 
-def _strategy(settings: Settings, ki: KernelInputs, templates: Sequence[Template]) -> tuple[str, StrategyOptions]:
+def _strategy(settings: Settings, ki: KernelInputs, templates: Sequence[Template]) -> tuple[str, Options]:
     """The registered strategy that runs here and its options.  "default" is the default effort's
-    strategy and options; "budgeted" is "default" under the budget of runs (the Budget enforces it)."""
+    strategy and options (its "default" preset); "budgeted" is "default" under the budget of runs
+    (the Budget enforces it)."""
     cpu = ki.device_type == "cpu"  # on CPU: fewer numba tiles, and stage 2 only for binaries that can still win
-    values = Settings() if settings.strategy in ("default", "budgeted") else settings
+    alias = settings.strategy in ("default", "budgeted")
+    name = for_device(DEFAULTS["strategy"] if alias else settings.strategy, ki.device_type)
     stage1 = {t.uid: dict(t.default_runtime if settings.stage1_runtime is None else settings.stage1_runtime)
               for t in templates}
-    options = StrategyOptions(top_x=values.top_x, stage1=stage1, stage0_n=values.stage0_n,
-                              problem=ProblemDims(ki.M, ki.N, ki.K, ki.batch, ki.dtype.itemsize),
-                              stage2_within=CPU_CANNOT_WIN if cpu else None,
-                              configs_per_template=settings.cpu_configs if cpu else None)
-    return for_device(values.strategy, ki.device_type), options
+    values = {"top_x": settings.top_x, "stage0_n": settings.stage0_n, "stage1": stage1,
+              "problem": ProblemDims(ki.M, ki.N, ki.K, ki.batch, ki.dtype.itemsize),
+              "stage2_within": CPU_CANNOT_WIN if cpu else None,
+              "configs_per_template": settings.cpu_configs if cpu else None}
+    chosen = STRATEGIES[name]
+    if alias:
+        values.update(chosen.efforts.get("default", {}))
+    return name, chosen.options.from_values(values)
 
 
 def plan_for(settings: Settings, problem: KernelInputs, templates: Sequence[Template] | None = None, *,
@@ -179,7 +192,7 @@ def plan_for(settings: Settings, problem: KernelInputs, templates: Sequence[Temp
                 (settings.distributed, settings.distributed_timeout_s))
 
 
-def replay_plan(strategy: str, options: StrategyOptions, final: FinalRule | None = None,
+def replay_plan(strategy: str, options: Options, final: FinalRule | None = None,
                 runs: int | None = None) -> Plan:
     """The Plan of an offline replay: a registered strategy with its options, nothing kept, recorded times."""
     return Plan(strategy, strategy, STRATEGIES[strategy], options, final or default_final(), Budget(runs=runs),

@@ -1,7 +1,9 @@
 """Search strategies: each a `Strategy` with `prune(choices, options)` (nothing timed; default: keep
 all) and `search(choices, measure, options) -> ranking`; `search.final` turns a ranking into the pick.
 
-Each strategy declares the options it reads (`Strategy.knobs`: name -> (doc, default)).  Budgets are
+Each strategy owns its options type (`Strategy.options`, an `Options`: one frozen field per knob, with
+its doc and default) and its effort presets (`Strategy.efforts`: effort -> knob values); it refuses
+another strategy's options with a TypeError.  Budgets are
 not a strategy's business: the `measure` a strategy gets (a `gemmtune.measure.bench.Bench`) answers
 None past the tune's Budget of runs or seconds.  "default" and "budgeted" (`ALIASES`) name no search
 of their own: the plan (`gemmtune.pipeline.plan`) resolves them to a registered strategy.
@@ -9,16 +11,16 @@ of their own: the plan (`gemmtune.pipeline.plan`) resolves them to a registered 
 
 from __future__ import annotations
 
-from .base import (CostModel, Measure, Measured, ProblemDims, Prune, Strategy, StrategyFn, StrategyOptions, keep_all,
+from .base import (CostModel, Measure, Measured, Options, ProblemDims, Prune, Strategy, StrategyFn, keep_all, knob,
                    ranking)
-from .exhaustive import exhaustive
-from .model_pruned import MODEL_PRUNED_KNOBS, model_pruned, stage0
-from .prescreen import PRESCREEN_KNOBS, first_configs, prescreen
+from .exhaustive import ExhaustiveOptions, exhaustive
+from .model_pruned import MODEL_PRUNED_EFFORTS, ModelPrunedOptions, model_prune, model_pruned, stage0
+from .prescreen import PRESCREEN_EFFORTS, PrescreenOptions, first_configs, prescreen
 
 STRATEGIES: dict[str, Strategy] = {
-    "exhaustive": Strategy("exhaustive", exhaustive),
-    "prescreen": Strategy("prescreen", prescreen, prune=first_configs, knobs=PRESCREEN_KNOBS),
-    "model_pruned": Strategy("model_pruned", prescreen, prune=stage0, knobs=MODEL_PRUNED_KNOBS),
+    "exhaustive": Strategy("exhaustive", exhaustive, options=ExhaustiveOptions),
+    "prescreen": Strategy("prescreen", prescreen, first_configs, PrescreenOptions, PRESCREEN_EFFORTS),
+    "model_pruned": Strategy("model_pruned", prescreen, model_prune, ModelPrunedOptions, MODEL_PRUNED_EFFORTS),
 }
 
 ALIASES: dict[str, str] = {
@@ -41,6 +43,7 @@ def for_device(name: str, device_type: str) -> str:
     return "prescreen" if name == "model_pruned" and device_type != "cuda" else name
 
 
-__all__ = ["STRATEGIES", "ALIASES", "CostModel", "Measure", "Measured", "ProblemDims", "Prune", "Strategy",
-           "StrategyFn", "StrategyOptions", "for_device", "keep_all", "ranking", "exhaustive", "prescreen",
-           "first_configs", "model_pruned", "stage0"]
+__all__ = ["STRATEGIES", "ALIASES", "CostModel", "Measure", "Measured", "Options", "ProblemDims", "Prune",
+           "Strategy", "StrategyFn", "for_device", "keep_all", "knob", "ranking", "exhaustive", "ExhaustiveOptions",
+           "prescreen", "PrescreenOptions", "first_configs", "model_pruned", "model_prune", "ModelPrunedOptions",
+           "stage0"]

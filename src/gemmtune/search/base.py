@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
 
 from ..core.choices import Choice
+
+O = TypeVar("O", bound="Options")
 
 Measure = Callable[[Sequence[Choice], str], list["float | None"]]
 """`measure(choices, stage) -> ms per choice` (None: failed or wrong).  Every call is recorded."""
@@ -32,58 +34,64 @@ CostModel = Callable[..., float]
 """`model(config, M, N, K, dtype_bytes, batch) -> estimated ms` (inf: cannot run); see gemmtune.search.cost_model."""
 
 
+def knob(doc: str, default: Any = None, *, factory: Callable[[], Any] | None = None) -> Any:
+    """A field of a strategy's options: its doc and its default (`factory` for a mutable one)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass(frozen=True)
-class StrategyOptions:
-    """The options a strategy reads, as one typed value; each strategy declares which it reads, with
-    their docs and defaults (`Strategy.knobs`), and the plan (`gemmtune.pipeline.plan`) fills them
-    from the effort preset and the settings.
-
-    `stage1` maps a template uid to the runtime params used in prescreening's
-    first stage (e.g. {"triton_mm": {"swizzle": 8}}).
-    `stage0_n`: model_pruned keeps the N binaries the cost model ranks best (None: no pruning);
-    `model` replaces the cost model (default `gemmtune.search.cost_model.estimate_ms`); `problem` gives it
-    the problem's dimensions.
-    """
-
-    top_x: int = 5
-    stage1: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    stage0_n: int | None = None
-    model: CostModel | None = None
-    problem: ProblemDims | None = None
-    configs_per_template: int | None = None
-    stage2_within: float | None = None
-
-
-Knobs = Mapping[str, "tuple[str, Any]"]
-"""A strategy's options: name -> (doc, default)."""
-
-
-def knobs_of(*names: str) -> dict[str, tuple[str, Any]]:
-    """The named StrategyOptions fields as knobs: each with its doc and its default.
+class Options:
+    """The base of every strategy's options: a frozen value whose fields are the strategy's knobs,
+    each declared with `knob(doc, default)`.  A strategy owns its options type (`Strategy.options`),
+    and sees only the knobs it reads; the plan (`gemmtune.pipeline.plan`) builds them.
 
     Example:
-        >>> knobs_of("top_x")["top_x"][1]
-        5
+        >>> @dataclass(frozen=True)
+        ... class Mine(Options):
+        ...     width: int = knob("how many are kept", 3)
+        >>> Mine.knobs(), Mine.from_values({"width": 5, "other": 1}).width
+        ({'width': ('how many are kept', 3)}, 5)
     """
-    docs = {"top_x": "prescreen: binaries kept after stage 1 for stage 2",
-            "stage1": "prescreen: each template's stage-1 runtime values, by uid",
-            "stage0_n": "model_pruned: binaries the cost model keeps before anything compiles (None: all)",
-            "model": "model_pruned: the cost model (None: gemmtune.search.cost_model.estimate_ms)",
-            "problem": "model_pruned: the problem's dimensions the cost model estimates for",
-            "configs_per_template": "prescreen's prune: each template's first N binaries (None: all)",
-            "stage2_within": "prescreen: stage 2 only for binaries within this factor of the fastest"}
-    defaults = vars(StrategyOptions())
-    return {n: (docs[n], defaults[n]) for n in names}
+
+    @classmethod
+    def knobs(cls) -> dict[str, tuple[str, Any]]:
+        """Each knob's doc and default: name -> (doc, default)."""
+        return {f.name: (f.metadata.get("doc", ""), _default(f)) for f in fields(cls)}
+
+    @classmethod
+    def from_values(cls: type[O], values: Mapping[str, Any]) -> O:
+        """These options from `values`, taking only this strategy's knobs (the others are not its business)."""
+        return cls(**{k: v for k, v in values.items() if k in cls.knobs()})
+
+    def given(self: O, **values: Any) -> O:
+        """A copy with those of `values` that are knobs of this strategy replaced; the rest ignored.
+
+        Example:
+            >>> Options().given(problem=None)
+            Options()
+        """
+        mine = self.knobs()
+        return replace(self, **{k: v for k, v in values.items() if k in mine})
 
 
-StrategyFn = Callable[[Sequence[Choice], Measure, StrategyOptions], list[Measured]]
+def _default(f: Field) -> Any:
+    return f.default_factory() if callable(f.default_factory) else f.default
+
+
+Efforts = Mapping[str, Mapping[str, Any]]
+"""A strategy's effort presets: effort name -> the knob values that effort sets."""
+
+
+StrategyFn = Callable[[Sequence[Choice], Measure, Any], list[Measured]]
 """`search(choices, measure, options) -> ranking` (every measured choice, fastest first)."""
 
-Prune = Callable[[Sequence[Choice], StrategyOptions], list[Choice]]
+Prune = Callable[[Sequence[Choice], Any], list[Choice]]
 """`prune(choices, options) -> the choices worth compiling` (nothing is timed)."""
 
 
-def keep_all(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
+def keep_all(choices: Sequence[Choice], options: Options) -> list[Choice]:
     """The default `prune`: every choice is compiled and searched."""
     return list(choices)
 
@@ -95,24 +103,62 @@ class Strategy:
     calls `prune` before compiling, so a pruned binary is never built, and then `search` on what
     compiled; calling the strategy itself does both, for offline replays and tests.
 
+    `options` is the strategy's own options type (an `Options`): both steps refuse any other with a
+    TypeError.  `efforts` maps an effort name (`gemmtune.core.settings.EFFORT_NAMES`) to the knob
+    values that effort sets (`preset`); an effort it does not name keeps the knobs' defaults.
+
     Example:
         >>> from gemmtune.core.choices import Choice
         >>> def time_all(cs, measure, options):
         ...     return ranking([Measured(c, ms, "final") for c, ms in zip(cs, measure(cs, "final"))])
-        >>> first = Strategy("first", time_all, prune=lambda cs, options: list(cs[:1]))
+        >>> first = Strategy("first", time_all, pruner=lambda cs, options: list(cs[:1]))
         >>> cs = [Choice("a", None), Choice("b", None)]
-        >>> [c.template_uid for c in first.prune(cs, StrategyOptions())]
+        >>> [c.template_uid for c in first.prune(cs, Options())]
         ['a']
-        >>> [m.choice.template_uid for m in first(cs, lambda cc, st: [1.0] * len(cc), StrategyOptions())]
+        >>> [m.choice.template_uid for m in first(cs, lambda cc, st: [1.0] * len(cc), first.preset("quick"))]
         ['a']
     """
 
     name: str
-    search: StrategyFn
-    prune: Prune = keep_all
-    knobs: Knobs = field(default_factory=dict)  # the options it reads: name -> (doc, default)
+    searcher: StrategyFn
+    pruner: Prune = keep_all
+    options: type[Options] = Options
+    efforts: Efforts = field(default_factory=dict)
 
-    def __call__(self, choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+    def __post_init__(self) -> None:
+        for effort in self.efforts:
+            self.preset(effort)  # an unknown effort or knob fails here, when the strategy is declared
+
+    @property
+    def knobs(self) -> dict[str, tuple[str, Any]]:
+        """The options it reads: name -> (doc, default)."""
+        return self.options.knobs()
+
+    def preset(self, effort: str) -> Options:
+        """The option set of `effort` (the knobs it does not set keep their defaults)."""
+        from ..core.settings import EFFORT_NAMES
+
+        if effort not in EFFORT_NAMES:
+            raise ValueError(f"{self.name}: unknown effort {effort!r}; known: {', '.join(EFFORT_NAMES)}")
+        return self.options(**self.efforts.get(effort, {}))
+
+    def check(self, options: Any) -> None:
+        """TypeError unless `options` are this strategy's own options type."""
+        if type(options) is not self.options:
+            raise TypeError(f"strategy {self.name!r} takes {self.options.__name__}, got {type(options).__name__}"
+                            f" (each strategy has its own options type: Strategy.options)")
+
+    def prune(self, choices: Sequence[Choice], options: Options) -> list[Choice]:
+        """The choices worth compiling (nothing is timed)."""
+        self.check(options)
+        return self.pruner(choices, options)
+
+    def search(self, choices: Sequence[Choice], measure: Measure, options: Options) -> list[Measured]:
+        """Time `choices` through `measure` and rank them, fastest first."""
+        self.check(options)
+        return self.searcher(choices, measure, options)
+
+    def __call__(self, choices: Sequence[Choice], measure: Measure, options: Options) -> list[Measured]:
         return self.search(self.prune(choices, options), measure, options)
 
 

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..core.choices import Choice
-from .base import Measure, Measured, StrategyOptions, ranking
+from .base import Measure, Measured, Options, ranking
 
 
-def exhaustive(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+@dataclass(frozen=True)
+class ExhaustiveOptions(Options):
+    """Exhaustive search has no knobs: every choice is timed once, whatever the effort."""
+
+
+def exhaustive(choices: Sequence[Choice], measure: Measure, options: ExhaustiveOptions) -> list[Measured]:
     """Time every choice; return them fastest first.
 
     Example:
         >>> from gemmtune.core.choices import Choice
         >>> cs = [Choice("a", None), Choice("b", None)]
-        >>> [m.choice.template_uid for m in exhaustive(cs, lambda c, s: [2.0, 1.0], StrategyOptions())]
+        >>> [m.choice.template_uid for m in exhaustive(cs, lambda c, s: [2.0, 1.0], ExhaustiveOptions())]
         ['b', 'a']
     """
     times = measure(choices, "final")

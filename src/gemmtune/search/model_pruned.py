@@ -5,21 +5,39 @@ Stage 0 ranks every template binary (compile-time config) with an analytic cost 
 `options.stage0_n`, dealt round-robin over the templates' own rankings; prescreening then runs on the kept binaries plus every library kernel.
 Binaries the model cannot describe (configs without Triton's BLOCK_M/N/K, num_stages and
 num_warps: GEMV tiles, the CuTe DSL template's clusters) and library kernels are never pruned: they
-are prescreened in full.  In the registry (`gemmtune.search.STRATEGIES`) stage 0 is the strategy's `prune`,
-which tune runs before compiling, so only kept binaries are built; off CUDA the registry's
+are prescreened in full.  In the registry (`gemmtune.search.STRATEGIES`) stage 0, then prescreen's own
+prune, is the strategy's `prune` (`model_prune`), which tune runs before compiling, so only kept binaries are built; off CUDA the registry's
 `for_device` runs prescreen instead (the cost model describes NVIDIA GPUs).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..core.choices import Choice
-from .base import Measure, Measured, StrategyOptions, knobs_of
-from .prescreen import PRESCREEN_KNOBS, binaries, prescreen
+from .base import CostModel, Measure, Measured, ProblemDims, knob
+from .prescreen import PRESCREEN_EFFORTS, PrescreenOptions, binaries, first_configs, prescreen
 
-MODEL_PRUNED_KNOBS = {**PRESCREEN_KNOBS, **knobs_of("stage0_n", "model", "problem")}
-"""What model_pruned reads: stage 0's, then prescreen's (name -> (doc, default))."""
+
+@dataclass(frozen=True)
+class ModelPrunedOptions(PrescreenOptions):
+    """What model_pruned reads: stage 0's knobs, then prescreen's (declared by `PrescreenOptions`).
+
+    Example:
+        >>> sorted(ModelPrunedOptions.knobs())[:4]
+        ['configs_per_template', 'model', 'problem', 'stage0_n']
+    """
+
+    stage0_n: int | None = knob("binaries the cost model keeps before anything compiles (None: all)")
+    model: CostModel | None = knob("the cost model (None: gemmtune.search.cost_model.estimate_ms)")
+    problem: ProblemDims | None = knob("the problem's dimensions the cost model estimates for")
+
+
+MODEL_PRUNED_EFFORTS = {name: {**PRESCREEN_EFFORTS[name], "stage0_n": n}
+                        for name, n in (("quick", 8), ("default", 20), ("max", 20))}
+"""Each effort's model_pruned knobs: prescreen's, and the binaries stage 0 keeps.  The efforts of
+`gemmtune.core.settings` set the same `stage0_n` (tests/test_strategy_options.py holds them to it)."""
 
 MODEL_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
 """What the cost model reads: a Triton tile.  On the CuTe DSL template's space (stages, clusters) it
@@ -32,7 +50,7 @@ def modelled(choice: Choice) -> bool:
     return not choice.is_extern and all(k in cfg for k in MODEL_KEYS)
 
 
-def stage0(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
+def stage0(choices: Sequence[Choice], options: ModelPrunedOptions) -> list[Choice]:
     """The choices left after the cost model keeps the best `options.stage0_n` binaries.
 
     Example:
@@ -40,7 +58,7 @@ def stage0(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
         >>> from gemmtune.search.base import ProblemDims
         >>> cfg = lambda bm: as_params(dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8))
         >>> cs = [Choice("t", "h", cfg(bm), family="t") for bm in (16, 128)] + [Choice("lib", None)]
-        >>> kept = stage0(cs, StrategyOptions(stage0_n=1, problem=ProblemDims(4096, 4096, 4096)))
+        >>> kept = stage0(cs, ModelPrunedOptions(stage0_n=1, problem=ProblemDims(4096, 4096, 4096)))
         >>> [c.config_dict.get("BLOCK_M", "lib") for c in kept]
         [128, 'lib']
     """
@@ -70,7 +88,7 @@ def stage0(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
     return [c for c in choices if not modelled(c) or c.binary_key in keep]
 
 
-def model_pruned(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+def model_pruned(choices: Sequence[Choice], measure: Measure, options: ModelPrunedOptions) -> list[Measured]:
     """Stage 0 (cost model, nothing timed), then `prescreen` on what it kept.
 
     Example:
@@ -79,9 +97,14 @@ def model_pruned(choices: Sequence[Choice], measure: Measure, options: StrategyO
         >>> cfg = lambda bm: as_params(dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8))
         >>> cs = [Choice("t", "h", cfg(bm), family="t") for bm in (16, 64, 128)]
         >>> timed = []
-        >>> opts = StrategyOptions(stage0_n=2, problem=ProblemDims(4096, 4096, 4096))
+        >>> opts = ModelPrunedOptions(stage0_n=2, problem=ProblemDims(4096, 4096, 4096))
         >>> _ = model_pruned(cs, lambda cc, st: timed.extend(cc) or [1.0] * len(cc), opts)
         >>> sorted(c.config_dict["BLOCK_M"] for c in timed)
         [64, 128]
     """
-    return prescreen(stage0(choices, options), measure, options)
+    return prescreen(model_prune(choices, options), measure, options)
+
+
+def model_prune(choices: Sequence[Choice], options: ModelPrunedOptions) -> list[Choice]:
+    """model_pruned's prune: stage 0, then prescreen's own prune (`options.configs_per_template`)."""
+    return first_configs(stage0(choices, options), options)

@@ -9,7 +9,7 @@ For a problem (M, N, K, batch, layout, precision) and a GPU from its predefined 
 
 This module maps our Triton template configs (BLOCK_M/N/K, num_stages, num_warps, SPLIT_K, the
 runtime swizzle) onto nvMH's kernel configuration (the warp tile comes from splitting the CTA tile
-over `num_warps`), so nvMH can serve as `StrategyOptions.model` for `model_pruned`'s stage 0.
+over `num_warps`), so nvMH can serve as `ModelPrunedOptions.model` for `model_pruned`'s stage 0.
 Where the package is missing or the GPU is not one nvMH knows, `stage0_model` falls back to the
 built-in analytic model (`gemmtune.search.cost_model.estimate_ms`).
 
@@ -229,7 +229,7 @@ def nvmh_model(device_name: str, dtype: torch.dtype | int | None = None, b_layou
 
 def stage0_model(device_name: str, dtype: torch.dtype | int | None = None, b_layout: str = "row",
                  prefer: str = "nvmh") -> CostModel:
-    """The cost model for `StrategyOptions.model`: nvMH where it covers the GPU (`prefer="nvmh"`),
+    """The cost model for `ModelPrunedOptions.model`: nvMH where it covers the GPU (`prefer="nvmh"`),
     else the analytic model for the device (`prefer="analytic"` always gives it).
 
     Replayed on the recorded H200 suite (`bench/nvmh_replay.py`, plain template only), the analytic

@@ -15,13 +15,34 @@ keeps each template's first binaries in the template's own, data-ranked order.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..core.choices import Choice
-from .base import Measure, Measured, StrategyOptions, knobs_of, ranking
+from .base import Measure, Measured, Options, knob, ranking
 
-PRESCREEN_KNOBS = knobs_of("top_x", "stage1", "configs_per_template", "stage2_within")
-"""What prescreen reads (name -> (doc, default))."""
+
+@dataclass(frozen=True)
+class PrescreenOptions(Options):
+    """What prescreen reads: its two stages' knobs and its prune's.
+
+    Example:
+        >>> PrescreenOptions.knobs()["top_x"]
+        ('binaries kept after stage 1 for stage 2', 5)
+    """
+
+    top_x: int = knob("binaries kept after stage 1 for stage 2", 5)
+    stage1: Mapping[str, Mapping[str, Any]] = knob("each template's stage-1 runtime values, by uid "
+                                                   "(e.g. {'triton_mm': {'swizzle': 8}})", factory=dict)
+    stage2_within: float | None = knob("stage 2 only for binaries within this factor of the fastest at stage 1 "
+                                       "(None: the best top_x, however slow)")
+    configs_per_template: int | None = knob("the prune: each template's first N binaries (None: all)")
+
+
+PRESCREEN_EFFORTS = {"quick": {"top_x": 2}, "default": {"top_x": 4}, "max": {"top_x": 4}}
+"""Each effort's prescreen knobs (the others keep their defaults; the plan sets stage1, stage2_within
+and configs_per_template from the templates and the device).  The efforts of `gemmtune.core.settings`
+set the same `top_x` (tests/test_strategy_options.py holds them to it)."""
 
 
 def binaries(choices: Sequence[Choice]) -> dict[tuple, list[Choice]]:
@@ -42,7 +63,7 @@ def stage1_member(group: Sequence[Choice], stage1: Mapping[str, Any]) -> Choice:
     return group[0]
 
 
-def prescreen(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+def prescreen(choices: Sequence[Choice], measure: Measure, options: PrescreenOptions) -> list[Measured]:
     """Two-stage search; returns every measured choice, fastest first.
 
     Example:
@@ -51,7 +72,7 @@ def prescreen(choices: Sequence[Choice], measure: Measure, options: StrategyOpti
         ...       for b in (1, 2, 3) for s in (1, 8)]
         >>> fake = {1: 3.0, 2: 1.0, 3: 2.0}
         >>> out = prescreen(cs, lambda cc, st: [fake[c.config_dict["B"]] * c.runtime_dict["sw"] for c in cc],
-        ...                 StrategyOptions(top_x=1, stage1={"t": {"sw": 8}}))
+        ...                 PrescreenOptions(top_x=1, stage1={"t": {"sw": 8}}))
         >>> out[0].choice.config_dict, out[0].choice.runtime_dict
         ({'B': 2}, {'sw': 1})
     """
@@ -75,7 +96,7 @@ def prescreen(choices: Sequence[Choice], measure: Measure, options: StrategyOpti
     return ranking(final + stage2)
 
 
-def first_configs(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
+def first_configs(choices: Sequence[Choice], options: PrescreenOptions) -> list[Choice]:
     """Prescreen's prune: with `options.configs_per_template` set, each template's first that many
     binaries, in the order the template lists them (numba_mm's is ranked by a sweep: docs/PERFORMANCE.md,
     "CPU tune time"); every runtime value of a kept binary and every library kernel stay.
@@ -84,7 +105,7 @@ def first_configs(choices: Sequence[Choice], options: StrategyOptions) -> list[C
         >>> from gemmtune.core.choices import Choice, as_params
         >>> cs = [Choice("t", "h", as_params({"B": b}), as_params({"sw": s}), family="t")
         ...       for b in (1, 2, 3) for s in (1, 8)] + [Choice("lib", None)]
-        >>> [(c.config_dict.get("B"), c.runtime_dict.get("sw")) for c in first_configs(cs, StrategyOptions(configs_per_template=1))]
+        >>> [(c.config_dict.get("B"), c.runtime_dict.get("sw")) for c in first_configs(cs, PrescreenOptions(configs_per_template=1))]
         [(1, 1), (1, 8), (None, None)]
     """
     n = options.configs_per_template
