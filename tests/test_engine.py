@@ -232,7 +232,7 @@ def test_time_budget_stops_and_returns_the_best_so_far():
 def test_engine_compiles_only_what_prune_kept_and_prunes_once(monkeypatch):
     """A strategy's `prune` runs once, before compiling: pruned binaries are never built, its
     `search` sees only kept choices, and the pruned ones are reported as not benchmarked."""
-    from gemmtune.search import STRATEGIES, Strategy, exhaustive
+    from gemmtune.search import STRATEGIES, ExhaustiveOptions, Strategy, exhaustive
 
     pruned_calls, searched = [], []
 
@@ -244,7 +244,7 @@ def test_engine_compiles_only_what_prune_kept_and_prunes_once(monkeypatch):
         searched.extend(choices)
         return exhaustive(choices, measure, options)
 
-    monkeypatch.setitem(STRATEGIES, "exhaustive", Strategy("exhaustive", search, prune=prune))
+    monkeypatch.setitem(STRATEGIES, "exhaustive", Strategy("exhaustive", search, prune, ExhaustiveOptions))
     scripted = ScriptedTemplate("s1", n_configs=4)
     sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), scripted], strategy="exhaustive",
                         store=Store(":memory:"))

@@ -10,7 +10,7 @@ from gemmtune.offline.dataset import ReplayShape
 from gemmtune.offline.replay import decide, replay
 from gemmtune.offline.simulate import StrategySpec, simulate
 from gemmtune.pipeline.plan import default_options, final_rule, plan_for
-from gemmtune.search import STRATEGIES, ProblemDims, StrategyOptions
+from gemmtune.search import STRATEGIES, ExhaustiveOptions, ModelPrunedOptions, PrescreenOptions, ProblemDims
 from gemmtune.search.base import Measured
 from gemmtune.search.final import FinalRule, final_pick
 
@@ -141,9 +141,9 @@ def test_replay_and_simulate_apply_the_final_rule(monkeypatch):
     real = steps.final_decision  # replays run tune's own pipeline, final included
     monkeypatch.setattr(steps, "final_decision", lambda *a, **kw: calls.append(1) or real(*a, **kw))
 
-    d = decide(shape, "exhaustive", StrategyOptions())
+    d = decide(shape, "exhaustive", ExhaustiveOptions())
     assert d.ranked[0].choice == gen(1) and d.pick == LIB
-    out = replay(shape, "exhaustive", StrategyOptions())
+    out = replay(shape, "exhaustive", ExhaustiveOptions())
     assert out.winner == LIB and out.regret_pct == pytest.approx(100 * (1.0 / 0.995 - 1))
     rep = simulate([shape], [StrategySpec("e", "exhaustive"),
                              StrategySpec("e0", "exhaustive", final=FinalRule(3, 15, library_margin=0.0))])
@@ -155,14 +155,14 @@ def test_replay_and_simulate_apply_the_final_rule(monkeypatch):
 def test_replay_finalists_follow_the_rule():
     """Only the best `finalists` (plus the best library kernel) reach the final."""
     shape = ReplayShape((8, 8, 8), {gen(1): 1.0, gen(2): 1.001, LIB: 2.0})
-    assert replay(shape, "exhaustive", StrategyOptions(), FinalRule(1, 15, 0.01)).winner == gen(1)
+    assert replay(shape, "exhaustive", ExhaustiveOptions(), FinalRule(1, 15, 0.01)).winner == gen(1)
 
 
 def test_replay_of_a_shape_where_nothing_ran_raises():
     shape = ReplayShape((8, 8, 8), {}, "empty", failed=(gen(1),))
-    assert decide(shape, "exhaustive", StrategyOptions()).pick is None
+    assert decide(shape, "exhaustive", ExhaustiveOptions()).pick is None
     with pytest.raises(NoCandidatesError):
-        replay(shape, "exhaustive", StrategyOptions())
+        replay(shape, "exhaustive", ExhaustiveOptions())
 
 
 # -- prune: once, and only where the cost model applies ------------------------------------------------
@@ -178,7 +178,7 @@ def test_model_pruned_prunes_once_and_its_search_does_not_prune():
     choices = modelled_choices()
     scored = []
     model = lambda cfg, M, N, K, **kw: scored.append(cfg) or cfg["BLOCK_M"]  # noqa: E731 - small tiles first
-    opts = StrategyOptions(stage0_n=2, problem=ProblemDims(4096, 4096, 4096), model=model)
+    opts = ModelPrunedOptions(stage0_n=2, problem=ProblemDims(4096, 4096, 4096), model=model)
     strategy = STRATEGIES["model_pruned"]
     kept = strategy.prune(choices, opts)
     assert len(scored) == 6 and len({c.binary_key for c in kept if not c.is_extern}) == 2 and LIB in kept
@@ -210,7 +210,8 @@ def _cpu_problem():
 def test_default_is_the_default_efforts_strategy_and_options_whatever_the_settings_say():
     plan = plan_for(Settings(strategy="default", top_x=7, stage0_n=3), _cpu_problem())
     assert plan.name == "default" and plan.strategy is STRATEGIES["prescreen"]  # model_pruned off CUDA
-    assert (plan.options.top_x, plan.options.stage0_n) == (Settings().top_x, Settings().stage0_n)
+    assert type(plan.options) is PrescreenOptions and plan.options.top_x == Settings().top_x
+    assert not hasattr(plan.options, "stage0_n")  # prescreen sees its own knobs only
     mine = plan_for(Settings(strategy="prescreen", top_x=7), _cpu_problem())
     assert mine.options.top_x == 7 and mine.budget.runs is None
 

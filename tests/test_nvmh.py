@@ -9,7 +9,7 @@ import torch
 import gemmtune.search.nvmh as nvmh
 from gemmtune.core.choices import Choice, as_params
 from gemmtune.search.cost_model import estimate_ms
-from gemmtune.search.base import ProblemDims, StrategyOptions
+from gemmtune.search import ModelPrunedOptions, ProblemDims
 from gemmtune.search.model_pruned import stage0
 from gemmtune.templates.triton import mm as triton_mm, splitk as triton_splitk
 
@@ -94,7 +94,7 @@ def test_as_stage0_model_of_model_pruned(model):
         choices += mk("triton_mm", cfg)
     for cfg in triton_splitk.fit_configs(triton_splitk.config_space(), M, N, K, 2, 232448):
         choices += mk("triton_splitk", cfg)
-    kept = stage0(choices, StrategyOptions(stage0_n=10, problem=ProblemDims(M, N, K), model=model))
+    kept = stage0(choices, ModelPrunedOptions(stage0_n=10, problem=ProblemDims(M, N, K), model=model))
     assert Choice("aten_mm", None) in kept
     assert len({c.binary_key for c in kept if not c.is_extern}) == 10
     assert any(c.template_uid == "triton_splitk" for c in kept)

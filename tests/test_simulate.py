@@ -15,9 +15,10 @@ from gemmtune.search.cost_model import H100, H200, estimate_ms, occupancy
 from gemmtune.offline.simulate import StrategySpec, default_specs, load, simulate, simulate_main, without_library
 from gemmtune.offline.replay import decide
 from gemmtune.pipeline.plan import default_options
-from gemmtune.search import STRATEGIES, ProblemDims, StrategyOptions, prescreen
+from gemmtune.search import STRATEGIES, ModelPrunedOptions, PrescreenOptions, ProblemDims, prescreen
 
-DEFAULT = default_options()
+DEFAULT = default_options()  # model_pruned's
+PRESCREEN = default_options(strategy="prescreen")
 
 
 # -- hand-made data -------------------------------------------------------------------------
@@ -35,10 +36,12 @@ def hand_made(with_library=True):
 def spec_for(name, shapes, **opts):
     """A spec that runs registered strategy `name` with tune's defaults (+ a model cut, a budget)."""
     runs = opts.pop("budget_runs", 50 if name == "budgeted" else None)
-    options = replace(DEFAULT, stage1={**DEFAULT.stage1, "t": {"sw": 8}}, **opts)
+    spec = StrategySpec(name, name, inner="prescreen", runs=runs)
+    base = default_options(strategy=spec.registered)
+    options = base.given(stage1={**getattr(base, "stage1", {}), "t": {"sw": 8}}, **opts)
     if name == "model_pruned":
-        options = replace(options, stage0_n=opts.get("stage0_n", 20))
-    return StrategySpec(name, name, options, inner="prescreen", runs=runs)
+        options = options.given(stage0_n=opts.get("stage0_n", 20))
+    return replace(spec, options=options)
 
 
 @pytest.fixture
@@ -80,7 +83,7 @@ def test_regret_and_work_on_hand_made_numbers():
     # prescreen X=1 at sw=8: stage 1 sees B1 4.0, B2 3.0, B3 2.0 -> keeps B3; stage 2 adds B3@sw1 (2.5) and the
     # library (1.5).  With the library the pick is 1.5 ms (regret 50%); without, B3@sw8 at 2.0 ms (regret 100%).
     shapes = [hand_made(), hand_made(False)]
-    spec = StrategySpec("p1", "prescreen", StrategyOptions(top_x=1, stage1={"t": {"sw": 8}}))
+    spec = StrategySpec("p1", "prescreen", PrescreenOptions(top_x=1, stage1={"t": {"sw": 8}}))
     res = simulate(shapes, [spec])["p1"]
     assert [r.regret_pct for r in res.per_shape] == pytest.approx([50.0, 100.0])
     assert [r.benchmark_runs for r in res.per_shape] == [5, 4]
@@ -100,7 +103,7 @@ def test_estimated_tuning_time_follows_the_formula():
 
 def test_default_is_model_pruned_n20_then_prescreen(sweep):
     shapes, dims = sweep
-    specs = [StrategySpec("default", "default", StrategyOptions()),
+    specs = [StrategySpec("default", "default", ModelPrunedOptions()),
              StrategySpec("model_pruned", "model_pruned", replace(DEFAULT, stage0_n=20, top_x=4))]
     rep = simulate(shapes, specs, dims)
     assert rep["default"].per_shape == rep["model_pruned"].per_shape
@@ -130,7 +133,7 @@ def test_budget_is_never_exceeded(sweep, name, budget):
 def test_budgeted_times_library_kernels_first(sweep):
     shapes, _ = sweep
     for shape in shapes:
-        d = decide(shape, "prescreen", DEFAULT, runs=30)  # the Bench enforces the budget
+        d = decide(shape, "prescreen", PRESCREEN, runs=30)  # the Bench enforces the budget
         seen, ranked = d.timed, d.ranked
         n_lib = sum(c.is_extern for c in shape.choices)
         assert all(c.is_extern for c in seen[:n_lib]) and len(seen) == min(30, len(shape.choices))
@@ -140,7 +143,7 @@ def test_budgeted_times_library_kernels_first(sweep):
 def test_budget_stops_a_search_early_and_half_the_work_is_enough(sweep):
     shapes, dims = sweep
     specs = [s for s in default_specs(shapes) if s.strategy == "budgeted"]
-    specs.append(StrategySpec("prescreen", "prescreen", replace(DEFAULT, top_x=4)))
+    specs.append(StrategySpec("prescreen", "prescreen", replace(PRESCREEN, top_x=4)))
     rep = simulate(without_library(shapes), specs, dims)
     assert rep["budgeted[25%,prescreen]"].work_fraction <= 0.25
     assert rep["budgeted[25%,prescreen]"].max_regret_pct > 1.0  # cut inside stage 1/2: it loses something
@@ -155,7 +158,7 @@ def test_budget_property(times, n_lib, budget, x):
     choices += [Choice("t", "h", as_params({"B": i // 2}), as_params({"sw": i % 2}), family="t") for i in range(len(times))]
     table = dict(zip(choices, [1.0] * n_lib + times))
     assume(len(choices) > 1)  # one choice is pinned: nothing to search
-    d = decide(ReplayShape((8, 8, 8), table), "prescreen", StrategyOptions(top_x=x), runs=budget)
+    d = decide(ReplayShape((8, 8, 8), table), "prescreen", PrescreenOptions(top_x=x), runs=budget)
     calls, ranked = d.timed, d.ranked
     assert len(calls) <= budget and len(calls) == len(set(calls))
     assert calls[: min(budget, n_lib)] == choices[: min(budget, n_lib)]
@@ -168,7 +171,7 @@ def test_budget_property(times, n_lib, budget, x):
 def test_model_pruned_covering_everything_equals_prescreen(sweep):
     shapes, dims = sweep
     specs = [StrategySpec("all", "model_pruned", replace(DEFAULT, stage0_n=10_000)),
-             StrategySpec("prescreen", "prescreen", DEFAULT)]
+             StrategySpec("prescreen", "prescreen", PRESCREEN)]
     rep = simulate(shapes, specs, dims)
     assert rep["all"].per_shape == rep["prescreen"].per_shape
 
@@ -194,7 +197,7 @@ def test_model_is_swappable_and_library_kernels_are_never_pruned(sweep):
 
 def test_model_pruned_without_problem_dims_is_an_error():
     with pytest.raises(ValueError, match="problem"):
-        STRATEGIES["model_pruned"](hand_made().choices, lambda cs, st: [1.0] * len(cs), StrategyOptions(stage0_n=1))
+        STRATEGIES["model_pruned"](hand_made().choices, lambda cs, st: [1.0] * len(cs), ModelPrunedOptions(stage0_n=1))
 
 
 # -- the cost model ---------------------------------------------------------------------------------

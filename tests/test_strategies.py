@@ -4,15 +4,15 @@ import pytest
 
 from gemmtune.core.choices import Choice, as_params
 from gemmtune.offline.replay import ReplayShape, load_sweep, replay
-from gemmtune.search import StrategyOptions, exhaustive, prescreen
+from gemmtune.search import ExhaustiveOptions, PrescreenOptions, exhaustive, prescreen
 from gemmtune.templates.triton.base import STAGE1_SWIZZLE
 
-DEFAULT = StrategyOptions(top_x=5, stage1={"triton_mm": {"swizzle": STAGE1_SWIZZLE}})
+DEFAULT = PrescreenOptions(top_x=5, stage1={"triton_mm": {"swizzle": STAGE1_SWIZZLE}})
 
 
 def test_exhaustive_has_zero_regret(sweep_path):
     for shape in load_sweep(sweep_path):
-        out = replay(shape, "exhaustive", DEFAULT)
+        out = replay(shape, "exhaustive", ExhaustiveOptions())
         assert out.regret_pct == 0.0
         assert out.benchmark_runs == len(shape.choices)
 
@@ -29,7 +29,7 @@ def test_prescreen_default_finds_exhaustive_winner_with_3x_fewer_runs(sweep_path
     total_pre = total_exh = 0
     for shape in shapes:
         pre = replay(shape, "prescreen", DEFAULT)
-        exh = replay(shape, "exhaustive", DEFAULT)
+        exh = replay(shape, "exhaustive", ExhaustiveOptions())
         assert pre.regret_pct <= 0.5, (shape.shape, pre.regret_pct)
         total_pre += pre.benchmark_runs
         total_exh += exh.benchmark_runs
@@ -39,10 +39,10 @@ def test_prescreen_default_finds_exhaustive_winner_with_3x_fewer_runs(sweep_path
 def test_prescreen_with_x1_loses_somewhere(sweep_path):
     # The top-X stage matters: keeping only one config misses the winner on this data (by more than 10%, asserted below).
     shapes = templates_only(load_sweep(sweep_path))
-    worst = max(replay(s, "prescreen", StrategyOptions(top_x=1, stage1={"triton_mm": {"swizzle": 2}})).regret_pct
+    worst = max(replay(s, "prescreen", PrescreenOptions(top_x=1, stage1={"triton_mm": {"swizzle": 2}})).regret_pct
                 for s in shapes)
     assert worst > 10.0
-    worst3 = max(replay(s, "prescreen", StrategyOptions(top_x=3, stage1={"triton_mm": {"swizzle": 2}})).regret_pct
+    worst3 = max(replay(s, "prescreen", PrescreenOptions(top_x=3, stage1={"triton_mm": {"swizzle": 2}})).regret_pct
                  for s in shapes)
     assert 0.5 < worst3 < worst
 
@@ -76,7 +76,7 @@ def test_prescreen_on_hand_made_data():
         calls.append((stage, [c.config_dict.get("B", "lib") for c in choices]))
         return [times[c] for c in choices]
 
-    ranked = prescreen(list(times), measure, StrategyOptions(top_x=2, stage1={"t": {"sw": 8}}))
+    ranked = prescreen(list(times), measure, PrescreenOptions(top_x=2, stage1={"t": {"sw": 8}}))
     # Stage 1 timed each config once at sw=8; configs 3 (2.0) and 2 (3.0) kept; config 1 dropped.
     assert calls[0] == ("prescreen", [1, 2, 3])
     assert sorted(calls[1][1], key=str) == sorted([2, 3, "lib"], key=str)
@@ -95,7 +95,7 @@ def test_prescreen_within_skips_stage_2_for_binaries_far_slower_than_the_fastest
 
     # stage 1 at sw=8: configs 1, 2, 3 take 4.0, 3.0, 2.0.  top_x=3 would keep all three, but within
     # 1.5x of the fastest binary (2.0) only 3 and 2 (3.0) go on to their other runtime value.
-    ranked = prescreen(list(times), measure, StrategyOptions(top_x=3, stage1={"t": {"sw": 8}}, stage2_within=1.5))
+    ranked = prescreen(list(times), measure, PrescreenOptions(top_x=3, stage1={"t": {"sw": 8}}, stage2_within=1.5))
     assert calls[0] == ("prescreen", [1, 2, 3])
     assert sorted(calls[1][1], key=str) == sorted([2, 3, "lib"], key=str)  # config 1 skips stage 2
     assert ranked[0].choice.config_dict == {"B": 2} and ranked[0].ms == 1.0
@@ -106,16 +106,16 @@ def test_first_configs_keeps_each_templates_first_binaries_with_every_runtime_va
     from gemmtune.search import STRATEGIES, first_configs
 
     times = _hand_made()
-    kept = first_configs(list(times), StrategyOptions(configs_per_template=2))
+    kept = first_configs(list(times), PrescreenOptions(configs_per_template=2))
     assert {c.config_dict.get("B", "lib") for c in kept} == {1, 2, "lib"} and len(kept) == 5
-    assert first_configs(list(times), StrategyOptions()) == list(times)  # None: every binary
-    assert STRATEGIES["prescreen"].prune is first_configs
+    assert first_configs(list(times), PrescreenOptions()) == list(times)  # None: every binary
+    assert STRATEGIES["prescreen"].pruner is first_configs
 
 
 def test_exhaustive_on_hand_made_data_measures_everything_once():
     times = _hand_made()
     n = []
-    ranked = exhaustive(list(times), lambda cs, st: n.extend(cs) or [times[c] for c in cs], StrategyOptions())
+    ranked = exhaustive(list(times), lambda cs, st: n.extend(cs) or [times[c] for c in cs], ExhaustiveOptions())
     assert len(n) == len(times) and ranked[0].ms == 1.0
     assert [m.ms for m in ranked] == sorted(times.values())
 
@@ -127,7 +127,7 @@ def test_failed_choices_rank_last_and_are_not_kept():
     def measure(choices, stage):
         return [None if c.binary_key == broken.binary_key else times[c] for c in choices]
 
-    ranked = prescreen(list(times), measure, StrategyOptions(top_x=2, stage1={"t": {"sw": 8}}))
+    ranked = prescreen(list(times), measure, PrescreenOptions(top_x=2, stage1={"t": {"sw": 8}}))
     assert ranked[-1].ms is None
     assert ranked[0].choice.config_dict == {"B": 2}
 
@@ -135,5 +135,5 @@ def test_failed_choices_rank_last_and_are_not_kept():
 @pytest.mark.parametrize("x", [1, 3, 5, 10])
 def test_prescreen_never_times_more_than_exhaustive(sweep_path, x):
     for shape in load_sweep(sweep_path):
-        pre = replay(shape, "prescreen", StrategyOptions(top_x=x, stage1={"triton_mm": {"swizzle": 8}}))
+        pre = replay(shape, "prescreen", PrescreenOptions(top_x=x, stage1={"triton_mm": {"swizzle": 8}}))
         assert pre.benchmark_runs <= len(shape.choices)

@@ -5,7 +5,7 @@ import json
 from gemmtune.cli import main
 from gemmtune.offline.dataset import FORMAT, load_dataset
 from gemmtune.offline.replay import replay
-from gemmtune.search import StrategyOptions
+from gemmtune.search import ExhaustiveOptions
 
 
 def suite(tmp_path):
@@ -34,7 +34,7 @@ def test_sweep_records_every_choice_and_resumes(tmp_path, capsys):
     meta, shapes = load_dataset(out)
     assert [s.name for s in shapes] == ["a", "b"]
     for s in shapes:
-        assert replay(s, "exhaustive", StrategyOptions()).regret_pct == 0.0
+        assert replay(s, "exhaustive", ExhaustiveOptions()).regret_pct == 0.0
 
 
 def test_sweep_backends_sweeps_only_those_families(tmp_path, capsys):

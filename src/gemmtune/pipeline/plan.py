@@ -151,7 +151,7 @@ def default_final() -> FinalRule:
     return final_rule(Settings())
 
 
-def _strategy(settings: Settings, ki: KernelInputs, templates: Sequence[Template]) -> tuple[str, Options]:
+def strategy_options(settings: Settings, ki: KernelInputs, templates: Sequence[Template]) -> tuple[str, Options]:
     """The registered strategy that runs here and its options.  "default" is the default effort's
     strategy and options (its "default" preset); "budgeted" is "default" under the budget of runs
     (the Budget enforces it)."""
@@ -178,7 +178,7 @@ def plan_for(settings: Settings, problem: KernelInputs, templates: Sequence[Temp
     device = problem.device_type
     active = active_templates(problem, settings.backends, templates, settings.hopper_templates,
                               settings.config_space, settings.preview_templates)
-    name, options = _strategy(settings, problem, active)
+    name, options = strategy_options(settings, problem, active)
     rep_ms = settings.gpu_rep_ms if device == "cuda" else settings.cpu_rep_ms
     budget = Budget(runs=settings.budget_runs, seconds=settings.budget_s, started=started,
                     compile_share=0.3 if device == "cpu" else 0.1,
@@ -199,5 +199,5 @@ def replay_plan(strategy: str, options: Options, final: FinalRule | None = None,
                 RunnerChoice("replay", overlap="off"))
 
 
-__all__ = ["Plan", "RunnerChoice", "CompilePlan", "plan_for", "fit_budget", "final_rule", "default_options",
-           "default_final", "template_stage1", "replay_plan"]
+__all__ = ["Plan", "RunnerChoice", "CompilePlan", "plan_for", "strategy_options", "fit_budget", "final_rule",
+           "default_options", "default_final", "template_stage1", "replay_plan"]
