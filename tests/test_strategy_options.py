@@ -33,7 +33,7 @@ def test_every_knob_has_a_doc_and_a_default(name):
     strategy = STRATEGIES[name]
     kind = strategy.options
     assert issubclass(kind, Options) and dataclasses.is_dataclass(kind)
-    assert kind.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert kind.__dataclass_params__.frozen
     bare = kind()  # every knob has a default
     assert strategy.knobs == kind.knobs() and set(kind.knobs()) == {f.name for f in dataclasses.fields(kind)}
     for knob_name, (doc, default) in kind.knobs().items():
@@ -94,7 +94,7 @@ def test_the_aliases_take_the_default_efforts_option_set_whatever_the_settings_s
         assert ran == "model_pruned" and isinstance(options, ModelPrunedOptions)
         assert (options.top_x, options.stage0_n) == (4, 20) == (Settings().top_x, Settings().stage0_n)
     mine = strategy_options(Settings(strategy="model_pruned", top_x=7, stage0_n=3), _gpu_problem(), [])[1]
-    assert (mine.top_x, mine.stage0_n, mine.problem) == (7, 3, (256, 64, 128, 1, 2))  # type: ignore[attr-defined]
+    assert (mine.top_x, mine.stage0_n, mine.problem) == (7, 3, (256, 64, 128, 1, 2))
 
 
 def test_the_cpu_plan_sets_prescreens_device_knobs():
@@ -103,7 +103,7 @@ def test_the_cpu_plan_sets_prescreens_device_knobs():
     assert type(plan.options) is PrescreenOptions
     assert plan.options.configs_per_template == 2 and plan.options.stage2_within == 2.0
     gpu = strategy_options(Settings(strategy="prescreen", cpu_configs=2), _gpu_problem(), [])[1]
-    assert gpu.configs_per_template is None and gpu.stage2_within is None  # type: ignore[attr-defined]
+    assert gpu.configs_per_template is None and gpu.stage2_within is None
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))

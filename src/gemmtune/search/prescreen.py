@@ -4,11 +4,11 @@ Stage 1 times every compile-time config at one runtime value; stage 2 times
 every runtime value of the best `top_x` configs.  Library kernels skip stage 1
 and always reach stage 2.  Stage-1 timings are reused, not repeated.
 
-With `options.stage2_within` (the engine sets it on CPU) a binary slower at stage 1 than that many
+With `options.stage2_within` (the plan sets it on CPU) a binary slower at stage 1 than that many
 times the fastest binary skips stage 2: another runtime value (numba's tile grouping moves a kernel by
 5-20%) cannot make up a factor of two.  (The library kernels are not timed first for this: on CPU
 NumPy's BLAS threads spin for a while after each call and would slow the numba kernels timed next.)  With
-`options.configs_per_template` (the engine sets `Settings.cpu_configs` on CPU) prescreen's prune
+`options.configs_per_template` (the plan sets `Settings.cpu_configs` on CPU) prescreen's prune
 keeps each template's first binaries in the template's own, data-ranked order.
 """
 
