@@ -143,5 +143,5 @@ def hook_codegen() -> bool:
     if fn is None:
         return False
     if not hasattr(fn, "__gemmtune_gemv__"):
-        SIMDScheduling.codegen_node_schedule = _wrap_codegen(fn)
+        setattr(SIMDScheduling, "codegen_node_schedule", _wrap_codegen(fn))  # once: the wrapper is marked
     return True

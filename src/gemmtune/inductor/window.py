@@ -121,11 +121,11 @@ def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool], op: Any = None
     def lowering(*args: Any, **kwargs: Any) -> Any:
         opened = window_applies(args, is_ours)
         if opened and op is torch.ops.aten.mm.default and _vector_product(args, kwargs):
-            from .gemv import gemv_lowering
-
             from torch._inductor.virtualized import V
 
-            return gemv_lowering(args[0], args[1], V.choices.gemv)
+            from .gemv import gemv_lowering
+
+            return gemv_lowering(args[0], args[1], getattr(V.choices, "gemv", True))
         if not opened:
             backends = cpu_pick_alone(args, is_ours)
             if backends is None:
