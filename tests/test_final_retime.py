@@ -10,7 +10,6 @@ from gemmtune import engine
 from gemmtune.measure.bench import Bench
 from gemmtune.measure.compile import CompileResult
 from gemmtune.measure.replay import ReplayRunner
-from gemmtune.measure.timers import Measurement
 from gemmtune.core.choices import Choice, Timing
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.search.base import Measured
@@ -37,7 +36,7 @@ class LoadedMachine(ReplayRunner):
 
     def time_interleaved(self, choices, rounds):
         self.interleaved.append([c.template_uid for c in choices])
-        return [Measurement(0.16 if c.is_extern else 0.6, spread=0.05) for c in choices]
+        return [Timing(c, 0.16 if c.is_extern else 0.6, "finalist", spread=0.05) for c in choices]
 
 
 def test_a_generated_kernel_alone_within_reach_is_re_timed_against_the_library_kernel(monkeypatch):

@@ -9,7 +9,7 @@ import torch
 
 import gemmtune
 from gemmtune.measure.runners import LocalRunner
-from gemmtune.measure.timers import CpuTimer, Measurement, relative_spread
+from gemmtune.measure.timers import CpuTimer, relative_spread
 from gemmtune.core.choices import Choice, Timing
 from gemmtune.search.base import Measured
 from gemmtune.search.final import FinalRule, final_decision
@@ -165,7 +165,7 @@ class FakeTimes:
 
     def time_interleaved(self, choices, rounds):
         self.retimed += 1
-        return [Measurement(self.MS[c.template_uid], spread=self.spread) for c in choices]
+        return [Timing(c, self.MS[c.template_uid], "finalist", spread=self.spread) for c in choices]
 
 
 def _tune(store):

@@ -17,7 +17,6 @@ from ..core.choices import Choice, Timing
 from ..core.inputs import KernelInputs
 from .compile import Launchers
 from .runners import LocalRunner, local_runner
-from .timers import Measurement
 
 
 class WorkerState:
@@ -101,7 +100,7 @@ class TimeInterleaved(Job):
     choices: tuple
     rounds: int
 
-    def run(self, state: WorkerState) -> list[Measurement]:
+    def run(self, state: WorkerState) -> list[Timing]:
         return state.require().time_interleaved(self.choices, self.rounds)
 
 
