@@ -5,17 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from ..core.choices import Choice
+from ..core.choices import Choice, Timing
 
 Measure = Callable[[Sequence[Choice], str], list["float | None"]]
 """`measure(choices, stage) -> ms per choice` (None: failed or wrong).  Every call is recorded."""
-
-
-@dataclass(frozen=True)
-class Measured:
-    choice: Choice
-    ms: float | None
-    stage: str
 
 
 class ProblemDims(NamedTuple):
@@ -76,8 +69,9 @@ def knobs_of(*names: str) -> dict[str, tuple[str, Any]]:
     return {n: (docs[n], defaults[n]) for n in names}
 
 
-StrategyFn = Callable[[Sequence[Choice], Measure, StrategyOptions], list[Measured]]
-"""`search(choices, measure, options) -> ranking` (every measured choice, fastest first)."""
+StrategyFn = Callable[[Sequence[Choice], Measure, StrategyOptions], list[Timing]]
+"""`search(choices, measure, options) -> ranking`: a Timing of every measured choice (ms None: failed),
+fastest first."""
 
 Prune = Callable[[Sequence[Choice], StrategyOptions], list[Choice]]
 """`prune(choices, options) -> the choices worth compiling` (nothing is timed)."""
@@ -98,7 +92,7 @@ class Strategy:
     Example:
         >>> from gemmtune.core.choices import Choice
         >>> def time_all(cs, measure, options):
-        ...     return ranking([Measured(c, ms, "final") for c, ms in zip(cs, measure(cs, "final"))])
+        ...     return ranking([Timing(c, ms, "final") for c, ms in zip(cs, measure(cs, "final"))])
         >>> first = Strategy("first", time_all, prune=lambda cs, options: list(cs[:1]))
         >>> cs = [Choice("a", None), Choice("b", None)]
         >>> [c.template_uid for c in first.prune(cs, StrategyOptions())]
@@ -112,11 +106,11 @@ class Strategy:
     prune: Prune = keep_all
     knobs: Knobs = field(default_factory=dict)  # the options it reads: name -> (doc, default)
 
-    def __call__(self, choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+    def __call__(self, choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Timing]:
         return self.search(self.prune(choices, options), measure, options)
 
 
-def ranking(measured: Sequence[Measured]) -> list[Measured]:
-    """Successful measurements, fastest first; failures last."""
+def ranking(measured: Sequence[Timing]) -> list[Timing]:
+    """Successful timings, fastest first; failures (ms None) last."""
     ok = sorted((m for m in measured if m.ms is not None), key=lambda m: m.ms or 0.0)
     return ok + [m for m in measured if m.ms is None]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..core.choices import Choice
-from .base import Measure, Measured, StrategyOptions, ranking
+from ..core.choices import Choice, Timing
+from .base import Measure, StrategyOptions, ranking
 
 
-def exhaustive(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+def exhaustive(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Timing]:
     """Time every choice; return them fastest first.
 
     Example:
@@ -18,4 +18,4 @@ def exhaustive(choices: Sequence[Choice], measure: Measure, options: StrategyOpt
         ['b', 'a']
     """
     times = measure(choices, "final")
-    return ranking([Measured(c, ms, "final") for c, ms in zip(choices, times)])
+    return ranking([Timing(c, ms, "final") for c, ms in zip(choices, times)])

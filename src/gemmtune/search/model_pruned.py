@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..core.choices import Choice
-from .base import Measure, Measured, StrategyOptions, knobs_of
+from ..core.choices import Choice, Timing
+from .base import Measure, StrategyOptions, knobs_of
 from .prescreen import PRESCREEN_KNOBS, binaries, prescreen
 
 MODEL_PRUNED_KNOBS = {**PRESCREEN_KNOBS, **knobs_of("stage0_n", "model", "problem")}
@@ -70,7 +70,7 @@ def stage0(choices: Sequence[Choice], options: StrategyOptions) -> list[Choice]:
     return [c for c in choices if not modelled(c) or c.binary_key in keep]
 
 
-def model_pruned(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Measured]:
+def model_pruned(choices: Sequence[Choice], measure: Measure, options: StrategyOptions) -> list[Timing]:
     """Stage 0 (cost model, nothing timed), then `prescreen` on what it kept.
 
     Example:
