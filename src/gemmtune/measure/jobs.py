@@ -31,7 +31,7 @@ class WorkerState:
         return self.runner
 
 
-class Job:
+class WorkerJob:
     """A unit of work for the worker.
 
     Example:
@@ -49,7 +49,7 @@ class Job:
 
 
 @dataclass(frozen=True)
-class Setup(Job):
+class Setup(WorkerJob):
     """Copy the inputs into the worker and build the runner every later job uses."""
 
     op: str
@@ -72,7 +72,7 @@ class Setup(Job):
 
 
 @dataclass(frozen=True)
-class Check(Job):
+class Check(WorkerJob):
     choice: Choice
 
     def run(self, state: WorkerState) -> str | None:
@@ -83,7 +83,7 @@ class Check(Job):
 
 
 @dataclass(frozen=True)
-class Time(Job):
+class Time(WorkerJob):
     choice: Choice
     stage: str
     check: bool
@@ -96,7 +96,7 @@ class Time(Job):
 
 
 @dataclass(frozen=True)
-class TimeInterleaved(Job):
+class TimeInterleaved(WorkerJob):
     choices: tuple
     rounds: int
 
@@ -105,7 +105,7 @@ class TimeInterleaved(Job):
 
 
 @dataclass(frozen=True)
-class Reset(Job):
+class Reset(WorkerJob):
     """Drop the inputs and launchers, so an idle worker holds no device memory beyond its context."""
 
     def run(self, state: WorkerState) -> None:
