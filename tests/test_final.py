@@ -11,7 +11,6 @@ from gemmtune.offline.replay import decide, replay
 from gemmtune.offline.simulate import StrategySpec, simulate
 from gemmtune.pipeline.plan import default_options, final_rule, plan_for
 from gemmtune.search import STRATEGIES, ExhaustiveOptions, ModelPrunedOptions, PrescreenOptions, ProblemDims
-from gemmtune.search.base import Measured
 from gemmtune.search.final import FinalRule, final_pick
 
 LIB = Choice("aten_mm", None)
@@ -37,7 +36,7 @@ def run_final(final, ranked_ms=None, rule=RULE, **kw):
     ms = ranked_ms or {c: v[0] for c, v in final.items()}
     for c, t in ms.items():
         records[c] = Timing(c, t, "final")
-    ranked = [Measured(c, ms[c], "final") for c in sorted(ms, key=ms.get)]
+    ranked = [Timing(c, ms[c], "final") for c in sorted(ms, key=ms.get)]
     return final_pick(ranked, records, retime, rule, **kw), retimed
 
 
@@ -109,7 +108,7 @@ def test_a_final_of_library_kernels_only_is_not_re_timed_at_quick_effort():
 def test_stored_pick_stands_when_nothing_new_reached_the_final():
     a, b = gen(1), gen(2)
     records = {a: Timing(a, 1.0, "store"), b: Timing(b, 1.1, "store")}
-    ranked = [Measured(a, 1.0, "final"), Measured(b, 1.1, "final")]
+    ranked = [Timing(a, 1.0, "final"), Timing(b, 1.1, "final")]
     no_retime = lambda cs, rounds: pytest.fail("re-timed a stored decision")  # noqa: E731
     assert final_pick(ranked, records, no_retime, RULE, stored_pick=b) == b
     records[a] = Timing(a, 1.0, "final")  # something new: the final runs
@@ -118,7 +117,7 @@ def test_stored_pick_stands_when_nothing_new_reached_the_final():
 
 def test_nothing_correct_raises_with_the_reasons():
     a, b = gen(1), gen(2)
-    ranked = [Measured(a, None, "final"), Measured(b, None, "final")]
+    ranked = [Timing(a, None, "final"), Timing(b, None, "final")]
     wrong = {a: Timing(a, None, "final", "wrong_result", "max err 3.0"),
              b: Timing(b, None, "final", "run_failed", "boom")}
     with pytest.raises(NoCandidatesError, match=r"p1: no candidate produced a correct result .*max err 3.0.*boom"):

@@ -10,10 +10,8 @@ from gemmtune import engine
 from gemmtune.measure.bench import Bench
 from gemmtune.measure.compile import CompileResult
 from gemmtune.measure.replay import ReplayRunner
-from gemmtune.measure.timers import Measurement
 from gemmtune.core.choices import Choice, Timing
 from gemmtune.core.inputs import KernelInputs
-from gemmtune.search.base import Measured
 from gemmtune.search.final import FinalRule, final_decision
 from gemmtune.store.sqlite import Store
 from gemmtune.templates.extern import AtenTemplate
@@ -37,7 +35,7 @@ class LoadedMachine(ReplayRunner):
 
     def time_interleaved(self, choices, rounds):
         self.interleaved.append([c.template_uid for c in choices])
-        return [Measurement(0.16 if c.is_extern else 0.6, spread=0.05) for c in choices]
+        return [Timing(c, 0.16 if c.is_extern else 0.6, "finalist", spread=0.05) for c in choices]
 
 
 def test_a_generated_kernel_alone_within_reach_is_re_timed_against_the_library_kernel(monkeypatch):
@@ -76,7 +74,7 @@ def test_the_cpu_re_time_adds_the_library_kernel_only_for_a_generated_contender(
 
 def test_a_pick_not_re_timed_with_the_library_kernel_is_provisional():
     records = {LIB: Timing(LIB, 7.6, "final"), GEN: Timing(GEN, 0.5, "prescreen")}
-    ranked = [Measured(GEN, 0.5, "prescreen"), Measured(LIB, 7.6, "final")]
+    ranked = [Timing(GEN, 0.5, "prescreen"), Timing(LIB, 7.6, "final")]
     rule = FinalRule(3, 15, 0.01)
     d = final_decision(ranked, records, lambda cs, r: [records[c].ms for c in cs], rule, budget_exhausted=True)
     assert d.choice == GEN and d.provisional  # the budget ran out before the re-time: not settled
@@ -101,7 +99,7 @@ def _final(times: dict, spread: float):
             records[c] = Timing(c, times[c], "finalist", spread=spread)
         return [times[c] for c in cs]
 
-    ranked = [Measured(c, times[c], "final") for c in sorted(times, key=times.get)]
+    ranked = [Timing(c, times[c], "final") for c in sorted(times, key=times.get)]
     return final_decision(ranked, records, retime, FinalRule(3, 15, 0.01, noise_limit=0.25))
 
 

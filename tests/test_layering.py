@@ -166,3 +166,27 @@ def test_module_and_function_sizes(name):
 def test_the_engine_reads_as_its_pipeline():
     """engine.py holds the pipeline's steps only (plan, recall, search, remember): under 250 lines."""
     assert len((PKG / "engine.py").read_text().splitlines()) <= 250
+
+
+def _class_names(modules: dict[str, Path]) -> dict[str, list[str]]:
+    """Class name -> the modules that define a class of that name (at any depth)."""
+    where: dict[str, list[str]] = {}
+    for name, path in sorted(modules.items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(name or "gemmtune")
+    return where
+
+
+def test_every_class_name_is_used_once():
+    """One name per concept: two classes of one name in the package are two concepts sharing a name
+    (a timing is `gemmtune.Timing` everywhere, from the runner to the store and the report)."""
+    twice = {n: ms for n, ms in _class_names(MODULES).items() if len(ms) > 1}
+    assert twice == {}
+
+
+def test_the_class_name_check_finds_a_duplicate(tmp_path):
+    for mod in ("a", "b"):
+        (tmp_path / f"{mod}.py").write_text("class Measured:\n    pass\n")
+    found = _class_names({"a": tmp_path / "a.py", "b": tmp_path / "b.py"})
+    assert found == {"Measured": ["a", "b"]}

@@ -9,9 +9,8 @@ import torch
 
 import gemmtune
 from gemmtune.measure.runners import LocalRunner
-from gemmtune.measure.timers import CpuTimer, Measurement, relative_spread
+from gemmtune.measure.timers import CpuTimer, relative_spread
 from gemmtune.core.choices import Choice, Timing
-from gemmtune.search.base import Measured
 from gemmtune.search.final import FinalRule, final_decision
 from gemmtune.store import memory
 from gemmtune.store.sqlite import Row, Store
@@ -102,7 +101,7 @@ def _decide(gen_ms, spread, limit=0.1):
             records[c] = Timing(c, records[c].ms, "finalist", spread=spread)
         return [records[c].ms for c in choices]
 
-    ranked = [Measured(GEN, gen_ms, "final"), Measured(LIB, 1.0, "final")]
+    ranked = [Timing(GEN, gen_ms, "final"), Timing(LIB, 1.0, "final")]
     return final_decision(ranked, records, retime, FinalRule(3, 15, 0.01, noise_limit=limit))
 
 
@@ -165,7 +164,7 @@ class FakeTimes:
 
     def time_interleaved(self, choices, rounds):
         self.retimed += 1
-        return [Measurement(self.MS[c.template_uid], spread=self.spread) for c in choices]
+        return [Timing(c, self.MS[c.template_uid], "finalist", spread=self.spread) for c in choices]
 
 
 def _tune(store):
@@ -229,7 +228,7 @@ def test_a_finalist_left_out_of_the_retime_does_not_make_the_pick_provisional():
                 records[c] = Timing(c, records[c].ms, "finalist", spread=0.05)
         return [records[c].ms for c in cs]
 
-    ranked = [Measured(LIB, 1.0, "final"), Measured(GEN, 1.1, "final"), Measured(far, 3.0, "prescreen")]
+    ranked = [Timing(LIB, 1.0, "final"), Timing(GEN, 1.1, "final"), Timing(far, 3.0, "prescreen")]
     d = final_decision(ranked, records, retime, FinalRule(3, 15, 0.01))
     assert d.choice == LIB and not d.provisional and not d.noisy
     records[GEN] = Timing(GEN, 1.1, "final", spread=0.05)

@@ -137,3 +137,13 @@ def test_prescreen_never_times_more_than_exhaustive(sweep_path, x):
     for shape in load_sweep(sweep_path):
         pre = replay(shape, "prescreen", PrescreenOptions(top_x=x, stage1={"triton_mm": {"swizzle": 8}}))
         assert pre.benchmark_runs <= len(shape.choices)
+
+
+def test_a_ranking_is_of_timings_and_the_former_name_still_builds_one():
+    from gemmtune.core.choices import Timing
+    from gemmtune.search import ExhaustiveOptions, Measured, exhaustive
+
+    a, b = Choice("a", None), Choice("b", None)
+    ranked = exhaustive([a, b], lambda cs, stage: [2.0, None], ExhaustiveOptions())
+    assert ranked == [Timing(a, 2.0, "final"), Timing(b, None, "final")]
+    assert Measured(a, 2.0, "final") == ranked[0]

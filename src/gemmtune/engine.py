@@ -31,7 +31,6 @@ from .measure.runners import Runner
 from .pipeline.plan import Plan, plan_for
 from .pipeline.steps import Outcome, Recalled, search
 from .store import distributed
-from .store.checked import first_use_fault
 from .store.locations import shared_store
 from .store.lookup import LookupTable
 from .store.memory import Memory, recall
@@ -219,8 +218,7 @@ class _Context:
             log.warning("gemmtune: stored pick unusable, tuning again: %s", exc)
             return None
         run = lambda: _kernel(self.ki, winner, self.launchers(winner), self.out_layout)(*self.tensors)  # noqa: E731
-        key = self.plan.key
-        why = first_use_fault(self.store, key.env, key.problem, memory.pick_row(winner), run, self.ki, self.tensors)
+        why = memory.first_use_fault(winner, run, self.ki, self.tensors)
         if why is not None:  # a shared store's pick that computes something else: dropped, tuned again
             memory.drop_pick(winner, why)
             return None

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..core.choices import Choice
+from ..core.choices import Choice, Timing, as_params
 from ..core.inputs import KernelInputs
 from .compat import available, inductor_templates  # noqa: F401 - `available` is used by the doctest
 
@@ -40,14 +40,16 @@ DEFAULT_GROUP_M = 8
 ACC_TYPES = {"torch.float64": "tl.float64"}  # Inductor's accumulator: fp32, fp64 for fp64 inputs
 
 
-@dataclass(frozen=True)
-class Measured:
-    """One timed candidate (from a Selection or the store): template, config, runtime params, ms."""
+def Measured(template: str, config: Mapping[str, Any], runtime: Mapping[str, Any], ms: float | None) -> Timing:
+    """The former timed-candidate class of this module, kept for code written against it: the entries
+    now read `gemmtune.Timing`s (a Selection's `timings`, or the store's, `gemmtune.store.rows.to_timing`).
 
-    template: str
-    config: Mapping[str, Any]
-    runtime: Mapping[str, Any]
-    ms: float | None
+    Example:
+        >>> t = Measured("triton_mm", {"BLOCK_M": 64}, {"swizzle": 8}, 0.5)
+        >>> t.choice.template_uid, t.choice.config_dict, t.ms
+        ('triton_mm', {'BLOCK_M': 64}, 0.5)
+    """
+    return Timing(Choice(template, None, as_params(dict(config)), as_params(dict(runtime))), ms, "store")
 
 
 @dataclass(frozen=True)
@@ -97,13 +99,14 @@ def _nearest_tile(config: Mapping[str, Any]) -> dict[str, Any]:
             "num_warps": int(config.get("num_warps", 4))}
 
 
-def _closest(ki: KernelInputs, pick: Choice, measured: Sequence[Measured], few: int) -> list[dict[str, Any]]:
+def _closest(ki: KernelInputs, pick: Choice, measured: Sequence[Timing], few: int) -> list[dict[str, Any]]:
     """The best `few` measured plain Triton configs as Inductor mm entries (else the pick's own tile)."""
     uid = inductor_templates().triton_bmm if ki.op == "bmm" else inductor_templates().triton_mm
-    timed = sorted((m for m in measured if m.template == "triton_mm" and m.ms is not None), key=lambda m: m.ms or 0.0)
+    timed = sorted((m for m in measured if m.choice.template_uid == "triton_mm" and m.ms is not None),
+                   key=lambda m: m.ms or 0.0)
     out: list[dict[str, Any]] = []
     for m in timed:
-        e = _triton(ki, uid, m.config, m.runtime)
+        e = _triton(ki, uid, m.choice.config_dict, m.choice.runtime_dict)
         if e not in out:
             out.append(e)
         if len(out) >= few:
@@ -154,7 +157,7 @@ def fuse_gain_ms(pick: "InductorPick") -> float | None:
     return saved - (pick.companion_ms[0] - pick.ms)
 
 
-def _fusion_companions(ki: KernelInputs, pick_ms: float | None, measured: Sequence[Measured],
+def _fusion_companions(ki: KernelInputs, pick_ms: float | None, measured: Sequence[Timing],
                        n: int) -> tuple[tuple, tuple]:
     """The `n` best measured `triton_mm` configs as Inductor entries, those within `FUSION_WITHIN` of
     the library pick's time (a GPU problem; else none), and their times."""
@@ -163,8 +166,9 @@ def _fusion_companions(ki: KernelInputs, pick_ms: float | None, measured: Sequen
     uid = inductor_templates().triton_bmm if ki.op == "bmm" else inductor_templates().triton_mm
     out: list[dict[str, Any]] = []
     ms: list[float] = []
-    for m in sorted((m for m in measured if m.template == "triton_mm" and m.ms is not None), key=lambda m: m.ms or 0.0):
-        entry = _triton(ki, uid, m.config, m.runtime)
+    for m in sorted((m for m in measured if m.choice.template_uid == "triton_mm" and m.ms is not None),
+                    key=lambda m: m.ms or 0.0):
+        entry = _triton(ki, uid, m.choice.config_dict, m.choice.runtime_dict)
         if (m.ms or 0.0) > pick_ms * FUSION_WITHIN or len(out) >= n:
             break
         if entry not in out:
@@ -173,7 +177,7 @@ def _fusion_companions(ki: KernelInputs, pick_ms: float | None, measured: Sequen
     return tuple(out), tuple(ms)
 
 
-def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (), few: int = 2,
+def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Timing] = (), few: int = 2,
                 keys: tuple[str, ...] = (), fusion: int | str = FUSION) -> InductorPick:
     """The Inductor entries for `pick`, the winner of problem `ki` (`measured`: the other timings).
     `fusion`: beside a library pick, keep its best Triton configs as companions (`InductorPick`):
@@ -209,7 +213,8 @@ def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Measured] = (
         rest = _closest(ki, pick, measured, few) if on_gpu else []
         entries, exact = [*first, *rest, _aten(ki.op)], False
     source = " ".join([uid, *(f"{k}={v}" for k, v in cfg.items()), *(f"{k}={v}" for k, v in rt.items())])
-    ms = min((m.ms for m in measured if m.template == uid and dict(m.config) == cfg and m.ms is not None), default=None)
+    ms = min((m.ms for m in measured if m.choice.template_uid == uid and m.choice.config_dict == cfg and m.ms is not None),
+             default=None)
     library = exact and all(str(e["template_id"]).startswith("aten::") for e in entries)
     companions, companion_ms = _fusion_companions(ki, ms, measured, companions_for(fusion)) if library else ((), ())
     return InductorPick(ki.op, keys, tuple(entries), exact, source, ki.describe(), ms, ki, companions, companion_ms)

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..core.choices import Choice, as_params
 from ..core.errors import LookupTableError
 from ..core.inputs import KernelInputs, TensorMeta, parse_dtype
 from .compat import inductor_templates
-from .entries import InductorPick, Measured, entries_for, mm_companion
+from ..store.rows import to_timing
+from .entries import InductorPick, entries_for, mm_companion
 from .handler import warn_stale
 from .keys import mm_keys, problem_keys
 from .tuning import pick_for_selection
@@ -131,10 +131,6 @@ def recover_problem(problem_key: str, describe: str) -> KernelInputs | None:
     return None
 
 
-def _row_choice(template: str, src_hash: Any, config: Mapping, runtime: Mapping) -> Choice:
-    return Choice(template, src_hash, as_params(dict(config)), as_params(dict(runtime)))
-
-
 def store_picks(store: Any, device: str | None = None, few: int = 2) -> StoreExport:
     """Every pick in `store` (a gemmtune Store) as Inductor entries; `device` ("cuda"/"cpu") filters."""
     by_key: dict[str, InductorPick] = {}
@@ -151,11 +147,8 @@ def store_picks(store: Any, device: str | None = None, few: int = 2) -> StoreExp
         stored = store.load(p["env"], p["problem"])
         if stored.pick is None:
             continue
-        rows = [Measured(r.template, json.loads(r.config), json.loads(r.runtime), r.ms)
-                for r in stored.rows if r.status == "ok"]
-        pk = stored.pick
-        winner = _row_choice(pk.template, pk.src_hash, json.loads(pk.config), json.loads(pk.runtime))
-        pick = entries_for(ki, winner, rows, few=few, keys=problem_keys(ki))
+        timings = [to_timing(r) for r in stored.rows if r.status == "ok"]
+        pick = entries_for(ki, to_timing(stored.pick).choice, timings, few=few, keys=problem_keys(ki))
         if p["problem"].endswith("|traced") and any(k in by_key for k in pick.keys):
             continue  # the plain pick (all templates) wins over the traced one (traceable templates)
         for key in pick.keys:

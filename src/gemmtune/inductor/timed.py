@@ -27,12 +27,14 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Callable, Sequence
 
+from ..core.choices import Choice, Timing, as_params
 from ..core.inputs import KernelInputs
-from ..store.sqlite import Row, Store, canon, env_info, env_key
+from ..store.keys import Row
+from ..store.rows import to_row, to_timing
+from ..store.sqlite import Store, env_info, env_key
 
 __all__ = ["TAG", "problem_of", "remember", "recall", "plain_options", "listen"]
 
@@ -66,20 +68,24 @@ def remember(ki: KernelInputs, timed: Sequence[tuple[dict[str, Any], float]], st
     if not ok:
         return None
     env_s, info = _env(ki, env)
-    rows = []
-    for entry, ms in ok:
-        opts = {k: v for k, v in entry.items() if k not in ("template_id", "template_hash")}
-        rows.append(Row(PREFIX + str(entry["template_id"]), entry.get("template_hash"), canon(opts), "{}",
-                        float(ms), "ok", "inductor"))
+    rows = [to_row(_timing(entry, ms)) for entry, ms in ok]
     best = min(rows, key=lambda r: r.ms or 0.0)
     stored = store.save(env_s, info, problem_of(ki), ki.describe(), rows, best, replace_pick=False)
     return _entry(stored)
 
 
+def _timing(entry: dict[str, Any], ms: float) -> Timing:
+    """Inductor's timing of one entry, as the Timing of a choice named by its template id."""
+    opts = {k: v for k, v in entry.items() if k not in ("template_id", "template_hash")}
+    return Timing(Choice(PREFIX + str(entry["template_id"]), entry.get("template_hash"), as_params(opts)), float(ms),
+                  "inductor")
+
+
 def _entry(row: Row) -> dict[str, Any]:
-    entry = {"template_id": row.template[len(PREFIX):], **json.loads(row.config)}
-    if row.src_hash is not None:
-        entry["template_hash"] = row.src_hash
+    choice = to_timing(row).choice
+    entry = {"template_id": choice.template_uid[len(PREFIX):], **choice.config_dict}
+    if choice.src_hash is not None:
+        entry["template_hash"] = choice.src_hash
     return entry
 
 

@@ -19,7 +19,7 @@ from ..core.inputs import KernelInputs
 from ..core.settings import Settings
 from ..templates import INDUCTOR_TEMPLATES, default_templates
 from ..templates import inductor_pool as buildable_pool
-from .entries import FUSION, InductorPick, Measured, entries_for
+from .entries import FUSION, InductorPick, entries_for
 from .keys import problem_keys
 
 __all__ = ["EXACT_TEMPLATES", "inductor_pool", "stand_in", "tune_inductor_problem", "pick_for_selection"]
@@ -50,8 +50,7 @@ def pick_for_selection(sel: Any, few: int = 2, fusion: int | str = FUSION) -> In
         'mm'
     """
     ki: KernelInputs = sel.problem
-    measured = [Measured(t.choice.template_uid, t.choice.config_dict, t.choice.runtime_dict, t.ms)
-                for t in sel.timings if t.status == "ok"]
+    measured = [t for t in sel.timings if t.status == "ok"]
     return entries_for(ki, sel.winner, measured, few=few, keys=problem_keys(ki), fusion=fusion)
 
 

@@ -157,25 +157,28 @@ class Bench:
         timings."""
         t0 = time.perf_counter()
         again = self._worth_retiming(choices)
-        measured = {c: self._earlier(c) for c in choices}
         try:
             timed = self.runner.time_interleaved(again, rounds) if again else []
-            measured.update({c: (m.cost_ms, m.gpu_ms, m.host_ms, m.spread) for c, m in zip(again, timed)})
         except RunFailed as exc:
             log.warning("gemmtune: interleaved re-timing failed (%s); using the earlier timings", exc)
             again = list(choices)  # every finalist's earlier timing stands as its final one
+            timed = [self._earlier(c) for c in again]
         self.seconds["finalist"] = time.perf_counter() - t0
-        for c in again:
-            ms, gpu, host, spread = measured[c]
-            self.records[c] = Timing(c, ms, "finalist", gpu_ms=gpu, host_ms=host, spread=spread)
+        self.records.update(zip(again, timed))
         self.runs += len(again)
-        return [measured[c][0] for c in choices]
+        return [self._ms(c) for c in choices]
 
-    def _earlier(self, choice: Choice) -> tuple:
-        """(ms, gpu_ms, host_ms, spread) of `choice`'s separate timing (inf where it has none)."""
+    def _earlier(self, choice: Choice) -> Timing:
+        """`choice`'s timing as a finalist: its record's times (ms inf where it has none)."""
         t = self.records.get(choice)
-        return (float("inf"), None, None, None) if t is None else \
-            (t.ms if t.ms is not None else float("inf"), t.gpu_ms, t.host_ms, t.spread)
+        if t is None:
+            return Timing(choice, float("inf"), "finalist")
+        ms = t.ms if t.ms is not None else float("inf")
+        return Timing(choice, ms, "finalist", gpu_ms=t.gpu_ms, host_ms=t.host_ms, spread=t.spread)
+
+    def _ms(self, choice: Choice) -> float:
+        """`choice`'s time so far (inf where it has none)."""
+        return self._earlier(choice).ms or 0.0
 
     def _worth_retiming(self, choices: Sequence[Choice]) -> list[Choice]:
         """On CPU, the finalists whose separate timing is within `CPU_CANNOT_WIN` of the fastest one's:
@@ -186,9 +189,9 @@ class Bench:
         is left alone: its win is clear.  Elsewhere every finalist."""
         if self.device_type != "cpu":
             return list(choices)
-        fastest = min(self._earlier(c)[0] for c in choices)
-        again = [c for c in choices if self._earlier(c)[0] <= CPU_CANNOT_WIN * fastest]
-        library = reference(sorted(choices, key=lambda c: self._earlier(c)[0]))
+        fastest = min(self._ms(c) for c in choices)
+        again = [c for c in choices if self._ms(c) <= CPU_CANNOT_WIN * fastest]
+        library = reference(sorted(choices, key=self._ms))
         if library is not None and library not in again and any(c.family != library.family for c in again):
             again.append(library)  # another kernel wins only re-timed against the library kernel (torch's op)
         return again if len(again) > 1 else []  # a lone library kernel is compared with nothing: no re-time

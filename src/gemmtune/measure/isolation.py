@@ -42,7 +42,6 @@ from ..templates.base import Template
 from .jobs import Check, Reset, Setup, Time, TimeInterleaved
 from .process import Worker, WorkerLost
 from .runners import RunFailed
-from .timers import Measurement
 
 log = logging.getLogger("gemmtune")
 SETUP_TIMEOUT_S = 120.0  # copying the inputs and building the timer, on a loaded machine
@@ -231,7 +230,7 @@ class SubprocessRunner:
         except RuntimeError as exc:
             return Timing(choice, None, stage, "run_failed", str(exc))
 
-    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Measurement]:
+    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Timing]:
         try:
             return self.worker.call(TimeInterleaved(tuple(choices), rounds))
         except RuntimeError as exc:  # WorkerLost included

@@ -17,7 +17,6 @@ from ..core.choices import Choice, Timing
 from ..core.inputs import KernelInputs
 from .compile import Launchers
 from .runners import LocalRunner, local_runner
-from .timers import Measurement
 
 
 class WorkerState:
@@ -32,7 +31,7 @@ class WorkerState:
         return self.runner
 
 
-class Job:
+class WorkerJob:
     """A unit of work for the worker.
 
     Example:
@@ -50,7 +49,7 @@ class Job:
 
 
 @dataclass(frozen=True)
-class Setup(Job):
+class Setup(WorkerJob):
     """Copy the inputs into the worker and build the runner every later job uses."""
 
     op: str
@@ -73,7 +72,7 @@ class Setup(Job):
 
 
 @dataclass(frozen=True)
-class Check(Job):
+class Check(WorkerJob):
     choice: Choice
 
     def run(self, state: WorkerState) -> str | None:
@@ -84,7 +83,7 @@ class Check(Job):
 
 
 @dataclass(frozen=True)
-class Time(Job):
+class Time(WorkerJob):
     choice: Choice
     stage: str
     check: bool
@@ -97,16 +96,16 @@ class Time(Job):
 
 
 @dataclass(frozen=True)
-class TimeInterleaved(Job):
+class TimeInterleaved(WorkerJob):
     choices: tuple
     rounds: int
 
-    def run(self, state: WorkerState) -> list[Measurement]:
+    def run(self, state: WorkerState) -> list[Timing]:
         return state.require().time_interleaved(self.choices, self.rounds)
 
 
 @dataclass(frozen=True)
-class Reset(Job):
+class Reset(WorkerJob):
     """Drop the inputs and launchers, so an idle worker holds no device memory beyond its context."""
 
     def run(self, state: WorkerState) -> None:

@@ -25,7 +25,7 @@ import torch
 import torch.multiprocessing  # noqa: F401 - registers torch's tensor reductions for the connection's pickler
 
 from ..core.children import child_env
-from .jobs import Job, Setup
+from .jobs import WorkerJob, Setup
 from .runners import RunFailed
 
 START_TIMEOUT_S = 120.0  # a fresh interpreter importing torch, on a loaded machine
@@ -164,7 +164,7 @@ class Worker:
     def forget_setup(self) -> None:
         self._setup = None
 
-    def call(self, job: Job, timeout_s: float | None = None) -> Any:
+    def call(self, job: WorkerJob, timeout_s: float | None = None) -> Any:
         """Run `job` in the worker.  Raises WorkerLost (died, hung, CUDA context lost) or
         RuntimeError (the job raised there)."""
         timeout_s = timeout_s or self.timeout_s

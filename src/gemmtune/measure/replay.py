@@ -50,15 +50,14 @@ class ReplayRunner:
             return Timing(choice, None, stage, "run_failed", "no recorded timing to replay")
         if isinstance(rec, Timing) and (rec.status != "ok" or rec.ms is None):
             return Timing(choice, None, stage, rec.status if rec.status != "ok" else "run_failed", rec.detail)
-        m = _measurement(rec)
-        return Timing(choice, m.cost_ms, stage, gpu_ms=m.gpu_ms, host_ms=m.host_ms, spread=m.spread)
+        return _replayed(rec, choice, stage)
 
-    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Measurement]:
+    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Timing]:
         self.asked.extend(choices)
         missing = [c.key for c in choices if self.recorded.get(c.key) is None]
         if missing:
             raise RunFailed(f"no recorded timing to replay for {', '.join(missing)}")
-        return [_measurement(self.recorded[c.key]) for c in choices]
+        return [_replayed(self.recorded[c.key], c, "finalist") for c in choices]
 
     def close(self) -> None:
         """Nothing to release."""
@@ -82,7 +81,9 @@ class ReplayCompiled(CompileResult):
         return choice.binary_key in self.built
 
 
-def _measurement(rec: Timing | Measurement) -> Measurement:
+def _replayed(rec: Timing | Measurement, choice: Choice, stage: str) -> Timing:
+    """A recorded reading or timing as `choice`'s timing in `stage` (a recorded failure: inf)."""
     if isinstance(rec, Measurement):
-        return rec
-    return Measurement(rec.ms if rec.ms is not None else float("inf"), rec.gpu_ms, rec.host_ms, rec.spread)
+        return rec.timing(choice, stage)
+    ms = rec.ms if rec.ms is not None else float("inf")
+    return Timing(choice, ms, stage, gpu_ms=rec.gpu_ms, host_ms=rec.host_ms, spread=rec.spread)

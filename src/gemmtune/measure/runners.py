@@ -19,7 +19,7 @@ from ..core.inputs import KernelInputs
 from ..core.layout import empty_output
 from ..templates.base import Launcher
 from .correctness import Reference, verdict
-from .timers import Measurement, Timer, timer_for
+from .timers import Timer, timer_for
 
 
 class RunFailed(RuntimeError):
@@ -37,8 +37,8 @@ class Runner(Protocol):
     def time(self, choice: Choice, stage: str, *, check: bool) -> Timing:
         """Check `choice` first (when `check`), then time it; failures come back as a Timing's status."""
 
-    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Measurement]:
-        """Re-time `choices` round-robin; raises RunFailed when that cannot be done."""
+    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Timing]:
+        """Re-time `choices` round-robin (stage "finalist"); raises RunFailed when that cannot be done."""
 
     def close(self) -> None:
         """Release what the runner holds (a worker goes back to the pool)."""
@@ -84,10 +84,11 @@ class LocalRunner:
             m = self.timer.time(fn, warm=check, stage=stage)  # the check's run was the warm-up
         except Exception as exc:  # a launch failure excludes the choice, not the tuning
             return Timing(choice, None, stage, "run_failed", f"{type(exc).__name__}: {str(exc).strip()[:200]}")
-        return Timing(choice, m.cost_ms, stage, gpu_ms=m.gpu_ms, host_ms=m.host_ms, spread=m.spread)
+        return m.timing(choice, stage)
 
-    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Measurement]:
-        return self.timer.time_interleaved([self._fn(c) for c in choices], rounds)
+    def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Timing]:
+        readings = self.timer.time_interleaved([self._fn(c) for c in choices], rounds)
+        return [m.timing(c, "finalist") for c, m in zip(choices, readings)]
 
     def close(self) -> None:
         self._out = self._ref = None

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.multiprocessing  # noqa: F401 - registers torch's tensor reductions for the connection's pickler
 
-from .jobs import Job, WorkerState
+from .jobs import WorkerJob, WorkerState
 
 
 def main() -> None:
@@ -57,7 +57,7 @@ def serve(conn: Any) -> None:
             os._exit(3)
 
 
-def _answer(job: Job, state: WorkerState) -> tuple[str, Any]:
+def _answer(job: WorkerJob, state: WorkerState) -> tuple[str, Any]:
     try:
         value = job.run(state)
     except Exception as exc:  # noqa: BLE001 - report, keep serving

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.choices import Choice
+from ..core.choices import Choice, Timing
 from ..core.errors import NoCandidatesError
 from ..measure.replay import ReplayCompiled, ReplayRunner
 from ..pipeline.plan import replay_plan
 from ..pipeline.steps import Recalled, search
-from ..search import Measured, Options
+from ..search import Options
 from ..search.final import FinalRule
 from .dataset import ReplayShape, load_dataset
 
@@ -44,7 +44,7 @@ class ReplayDecision:
     """A strategy's whole decision on recorded timings: its ranking, every choice it timed (in
     order; compiles follow from these), and the final pick (None: nothing correct was timed)."""
 
-    ranked: list[Measured]
+    ranked: list[Timing]
     timed: list[Choice]
     pick: Choice | None
 

@@ -18,7 +18,7 @@ from ..measure import load
 from ..measure.bench import Bench, Listener
 from ..measure.compile import CompileResult
 from ..measure.runners import Runner
-from ..search import Measured, ranking
+from ..search import ranking
 from ..search.final import Decision, final_decision
 from .plan import Plan
 
@@ -33,7 +33,7 @@ class Outcome:
     and what was compiled."""
 
     decision: Decision
-    ranked: list[Measured]  # the strategy's ranking the final chose from
+    ranked: list[Timing]  # the strategy's ranking the final chose from
     bench: Bench
     compiled: CompileResult
     overlapped: bool  # timing began while binaries were still compiling
@@ -112,7 +112,7 @@ def search(plan: Plan, choices: Sequence[Choice], recalled: Recalled, build: Bui
 
 
 def decide(plan: Plan, bench: Bench, runnable: Sequence[Choice],
-           stored_pick: Choice | None) -> tuple[list[Measured], Decision]:
+           stored_pick: Choice | None) -> tuple[list[Timing], Decision]:
     """The strategy's search through `bench`, then the final over its ranking: (ranking, decision)."""
     if len(runnable) == 1:  # pinned (lookup table or hook): nothing to search
         bench.verify(runnable[0])
@@ -122,7 +122,7 @@ def decide(plan: Plan, bench: Bench, runnable: Sequence[Choice],
     ranked = plan.strategy.search(runnable, bench.measure, plan.options)  # pruned before compiling
     if plan.budget.runs is not None:  # what the budget let through that the strategy did not rank
         listed = {m.choice for m in ranked}
-        ranked = ranking([*ranked, *(Measured(c, t.ms if t.status == "ok" else None, t.stage)
+        ranked = ranking([*ranked, *(Timing(c, t.ms if t.status == "ok" else None, t.stage)
                                      for c, t in bench.records.items() if c not in listed)])
     # The final's re-time would end past the deadline: the ranking stands (a budget is a promise).
     # A provisional stored pick (decided under heavy noise) does not stand unchecked: the final re-times.

@@ -11,11 +11,15 @@ of their own: the plan (`gemmtune.pipeline.plan`) resolves them to a registered 
 
 from __future__ import annotations
 
-from .base import (CostModel, Measure, Measured, Options, ProblemDims, Prune, Strategy, StrategyFn, keep_all, knob,
+from ..core.choices import Timing
+from .base import (CostModel, Measure, Options, ProblemDims, Prune, Strategy, StrategyFn, keep_all, knob,
                    ranking)
 from .exhaustive import ExhaustiveOptions, exhaustive
 from .model_pruned import MODEL_PRUNED_EFFORTS, ModelPrunedOptions, model_prune, model_pruned, stage0
 from .prescreen import PRESCREEN_EFFORTS, PrescreenOptions, first_configs, prescreen
+
+Measured = Timing
+"""The former name of a ranking's entry, kept for code written against it: a ranking is of `Timing`s."""
 
 STRATEGIES: dict[str, Strategy] = {
     "exhaustive": Strategy("exhaustive", exhaustive, options=ExhaustiveOptions),

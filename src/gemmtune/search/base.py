@@ -5,19 +5,12 @@ from __future__ import annotations
 from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
 
-from ..core.choices import Choice
+from ..core.choices import Choice, Timing
 
 O = TypeVar("O", bound="Options")
 
 Measure = Callable[[Sequence[Choice], str], list["float | None"]]
 """`measure(choices, stage) -> ms per choice` (None: failed or wrong).  Every call is recorded."""
-
-
-@dataclass(frozen=True)
-class Measured:
-    choice: Choice
-    ms: float | None
-    stage: str
 
 
 class ProblemDims(NamedTuple):
@@ -84,7 +77,7 @@ Efforts = Mapping[str, Mapping[str, Any]]
 """A strategy's effort presets: effort name -> the knob values that effort sets."""
 
 
-StrategyFn = Callable[[Sequence[Choice], Measure, Any], list[Measured]]
+StrategyFn = Callable[[Sequence[Choice], Measure, Any], list[Timing]]
 """`search(choices, measure, options) -> ranking` (every measured choice, fastest first)."""
 
 Prune = Callable[[Sequence[Choice], Any], list[Choice]]
@@ -110,7 +103,7 @@ class Strategy:
     Example:
         >>> from gemmtune.core.choices import Choice
         >>> def time_all(cs, measure, options):
-        ...     return ranking([Measured(c, ms, "final") for c, ms in zip(cs, measure(cs, "final"))])
+        ...     return ranking([Timing(c, ms, "final") for c, ms in zip(cs, measure(cs, "final"))])
         >>> first = Strategy("first", time_all, pruner=lambda cs, options: list(cs[:1]))
         >>> cs = [Choice("a", None), Choice("b", None)]
         >>> [c.template_uid for c in first.prune(cs, Options())]
@@ -153,16 +146,16 @@ class Strategy:
         self.check(options)
         return self.pruner(choices, options)
 
-    def search(self, choices: Sequence[Choice], measure: Measure, options: Options) -> list[Measured]:
+    def search(self, choices: Sequence[Choice], measure: Measure, options: Options) -> list[Timing]:
         """Time `choices` through `measure` and rank them, fastest first."""
         self.check(options)
         return self.searcher(choices, measure, options)
 
-    def __call__(self, choices: Sequence[Choice], measure: Measure, options: Options) -> list[Measured]:
+    def __call__(self, choices: Sequence[Choice], measure: Measure, options: Options) -> list[Timing]:
         return self.search(self.prune(choices, options), measure, options)
 
 
-def ranking(measured: Sequence[Measured]) -> list[Measured]:
+def ranking(measured: Sequence[Timing]) -> list[Timing]:
     """Successful measurements, fastest first; failures last."""
     ok = sorted((m for m in measured if m.ms is not None), key=lambda m: m.ms or 0.0)
     return ok + [m for m in measured if m.ms is None]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..core.choices import Choice
-from .base import Measure, Measured, Options, ranking
+from ..core.choices import Choice, Timing
+from .base import Measure, Options, ranking
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class ExhaustiveOptions(Options):
     """Exhaustive search has no knobs: every choice is timed once, whatever the effort."""
 
 
-def exhaustive(choices: Sequence[Choice], measure: Measure, options: ExhaustiveOptions) -> list[Measured]:
+def exhaustive(choices: Sequence[Choice], measure: Measure, options: ExhaustiveOptions) -> list[Timing]:
     """Time every choice; return them fastest first.
 
     Example:
@@ -24,4 +24,4 @@ def exhaustive(choices: Sequence[Choice], measure: Measure, options: ExhaustiveO
         ['b', 'a']
     """
     times = measure(choices, "final")
-    return ranking([Measured(c, ms, "final") for c, ms in zip(choices, times)])
+    return ranking([Timing(c, ms, "final") for c, ms in zip(choices, times)])

@@ -42,7 +42,6 @@ from typing import Callable, Mapping, Sequence
 from ..core.choices import Choice, Timing, library_reference as reference, torch_op as _torch_op
 from ..core.errors import NoCandidatesError
 from ..core.settings import DEFAULTS as _DEFAULTS
-from .base import Measured
 
 Retime = Callable[[Sequence[Choice], int], "list[float]"]
 """`retime(choices, rounds) -> ms per choice`, timed interleaved; it may update the records it was given."""
@@ -80,7 +79,7 @@ class Decision:
     provisional: bool = False  # the finalists' timings spread more than `FinalRule.noise_limit`
 
 
-def final_pick(ranked: Sequence[Measured], records: Mapping[Choice, Timing], retime: Retime, rule: FinalRule,
+def final_pick(ranked: Sequence[Timing], records: Mapping[Choice, Timing], retime: Retime, rule: FinalRule,
                *, budget_exhausted: bool = False, stored_pick: Choice | None = None, describe: str = "") -> Choice:
     """The pick among `ranked` (a strategy's ranking, fastest first): `final_decision`'s choice.
 
@@ -94,7 +93,7 @@ def final_pick(ranked: Sequence[Measured], records: Mapping[Choice, Timing], ret
         >>> lib, gen = Choice("aten_mm", None), Choice("triton_mm", "h", family="triton")
         >>> times = {lib: 1.000, gen: 0.995}  # 0.5% faster: within the library margin
         >>> records = {c: Timing(c, ms, "final") for c, ms in times.items()}
-        >>> ranked = [Measured(gen, 0.995, "final"), Measured(lib, 1.0, "final")]
+        >>> ranked = [Timing(gen, 0.995, "final"), Timing(lib, 1.0, "final")]
         >>> retime = lambda cs, rounds: [times[c] for c in cs]
         >>> final_pick(ranked, records, retime, FinalRule(finalists=3, rounds=15, library_margin=0.01)).template_uid
         'aten_mm'
@@ -105,7 +104,7 @@ def final_pick(ranked: Sequence[Measured], records: Mapping[Choice, Timing], ret
                           stored_pick=stored_pick, describe=describe).choice
 
 
-def final_decision(ranked: Sequence[Measured], records: Mapping[Choice, Timing], retime: Retime, rule: FinalRule,
+def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], retime: Retime, rule: FinalRule,
                    *, budget_exhausted: bool = False, stored_pick: Choice | None = None,
                    describe: str = "") -> Decision:
     """`final_pick` with the noise verdicts: `noisy` (a tie within the spread of the re-timed
@@ -120,7 +119,7 @@ def final_decision(ranked: Sequence[Measured], records: Mapping[Choice, Timing],
         ...     for c in cs:
         ...         records[c] = Timing(c, records[c].ms, "finalist", spread=0.4)
         ...     return [records[c].ms for c in cs]
-        >>> ranked = [Measured(gen, 0.8, "final"), Measured(lib, 1.0, "final")]
+        >>> ranked = [Timing(gen, 0.8, "final"), Timing(lib, 1.0, "final")]
         >>> d = final_decision(ranked, records, retime, FinalRule(3, 15, 0.01))
         >>> d.choice.template_uid, d.noisy, d.provisional
         ('aten_mm', True, True)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..core.choices import Choice
-from .base import CostModel, Measure, Measured, ProblemDims, knob
+from ..core.choices import Choice, Timing
+from .base import CostModel, Measure, ProblemDims, knob
 from .prescreen import PRESCREEN_EFFORTS, PrescreenOptions, binaries, first_configs, prescreen
 
 
@@ -88,7 +88,7 @@ def stage0(choices: Sequence[Choice], options: ModelPrunedOptions) -> list[Choic
     return [c for c in choices if not modelled(c) or c.binary_key in keep]
 
 
-def model_pruned(choices: Sequence[Choice], measure: Measure, options: ModelPrunedOptions) -> list[Measured]:
+def model_pruned(choices: Sequence[Choice], measure: Measure, options: ModelPrunedOptions) -> list[Timing]:
     """Stage 0 (cost model, nothing timed), then `prescreen` on what it kept.
 
     Example:

@@ -18,8 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..core.choices import Choice
-from .base import Measure, Measured, Options, knob, ranking
+from ..core.choices import Choice, Timing
+from .base import Measure, Options, knob, ranking
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def stage1_member(group: Sequence[Choice], stage1: Mapping[str, Any]) -> Choice:
     return group[0]
 
 
-def prescreen(choices: Sequence[Choice], measure: Measure, options: PrescreenOptions) -> list[Measured]:
+def prescreen(choices: Sequence[Choice], measure: Measure, options: PrescreenOptions) -> list[Timing]:
     """Two-stage search; returns every measured choice, fastest first.
 
     Example:
@@ -80,7 +80,7 @@ def prescreen(choices: Sequence[Choice], measure: Measure, options: PrescreenOpt
     externs = [c for c in choices if c.is_extern]
     reps = [stage1_member(g, options.stage1.get(g[0].template_uid, {})) for g in groups.values()]
     # Stage 1: one runtime value per binary.
-    stage1 = [Measured(c, ms, "prescreen") for c, ms in zip(reps, measure(reps, "prescreen"))]
+    stage1 = [Timing(c, ms, "prescreen") for c, ms in zip(reps, measure(reps, "prescreen"))]
     best = [m for m in ranking(stage1)[: options.top_x] if m.ms is not None]
     if options.stage2_within and best:
         fastest = min(m.ms for m in best if m.ms is not None)
@@ -90,9 +90,9 @@ def prescreen(choices: Sequence[Choice], measure: Measure, options: PrescreenOpt
     # Stage 2: every runtime value of the kept binaries, plus the library kernels.
     done = {m.choice for m in stage1}
     todo = [c for key in best_keys for c in groups[key] if c not in done] + externs
-    stage2 = [Measured(c, ms, "final") for c, ms in zip(todo, measure(todo, "final"))]
+    stage2 = [Timing(c, ms, "final") for c, ms in zip(todo, measure(todo, "final"))]
     kept = {m.choice for m in stage1 if m.choice.binary_key in best_keys}
-    final = [Measured(m.choice, m.ms, "final") if m.choice in kept else m for m in stage1]
+    final = [Timing(m.choice, m.ms, "final") if m.choice in kept else m for m in stage1]
     return ranking(final + stage2)
 
 

@@ -20,11 +20,15 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
 
 from ..core.choices import Choice, Timing
 from ..core.inputs import KernelInputs
+from .checked import first_use_fault
 from .keys import Row, canon, env_info, env_key
+from .rows import pick_row, to_row, to_timing
 
 log = logging.getLogger("gemmtune")
 RUN_STARTED = time.time()
@@ -73,10 +77,6 @@ def later_run(mark: str | None) -> bool:
     return run != RUN_ID and float(written or 0.0) < RUN_STARTED
 
 
-def _row(choice: Choice, ms: float | None, status: str, stage: str | None) -> Row:
-    return Row(choice.template_uid, choice.src_hash, canon(choice.config), canon(choice.runtime), ms, status, stage)
-
-
 def _by_key(choices: Sequence[Choice]) -> dict[tuple[str, str, str], Choice]:
     return {(c.template_uid, canon(c.config), canon(c.runtime)): c for c in choices}
 
@@ -112,9 +112,11 @@ class Memory:
         """The choices to compile and search: not timed before (nor, re-checking a provisional pick, pruned)."""
         return [c for c in choices if c not in self.known and not (self.provisional and c in self.covered)]
 
-    def pick_row(self, choice: Choice) -> Row:
-        """The row a stored pick of `choice` has (what a shared store's first-use check names)."""
-        return _row(choice, None, "ok", None)
+    def first_use_fault(self, winner: Choice, run: Callable[[], torch.Tensor], ki: KernelInputs,
+                        tensors: Sequence[torch.Tensor]) -> str | None:
+        """Why the stored pick `winner` is wrong on its first use in this process (a shared store's pick
+        is checked against the reference; a wrong one is dropped from the store), else None."""
+        return first_use_fault(self.store, self.key.env, self.key.problem, pick_row(winner), run, ki, tensors)
 
     def drop_pick(self, choice: Choice, why: str) -> None:
         """The stored pick computes something else: forget it for this tune."""
@@ -125,20 +127,20 @@ class Memory:
         """Write new timings and the pick (marked provisional if so decided); return the stored pick
         (another process may have won the race).  `cut_short`: a budget stopped the search, so it
         decided nothing about the choices it did not reach (no `not_benchmarked` rows for them)."""
-        rows = [_row(c, t.ms, t.status, t.stage) for c, t in records.items() if t.stage != "store"]
+        rows = [to_row(t) for t in records.values() if t.stage != "store"]
         budget_cut = {k for k, v in failures.items() if v.startswith("BudgetExceeded")}
-        rows += [_row(c, None, "compile_failed", "compile") for c in choices
+        rows += [to_row(Timing(c, None, "compile", "compile_failed")) for c in choices
                  if c.binary_key in failures and c.binary_key not in budget_cut and c not in records]
         if not cut_short and not budget_cut:
-            rows += [_row(c, None, "not_benchmarked", "skipped") for c in choices
+            rows += [to_row(Timing(c, None, "skipped", "not_benchmarked")) for c in choices
                      if c.binary_key not in failures and c not in records]
         ms = records[winner].ms if winner in records else None
         # Replace a stored pick we re-tuned over (partial hit) or could not use (stale source);
         # a first pick is insert-if-absent so that racing processes agree on one.
         stored = self.store.save(self.key.env, dict(self.key.info), self.key.problem, self.key.describe, rows,
-                                 _row(winner, ms, "ok", strategy), replace_pick=self.stored_pick or False,
+                                 pick_row(winner, ms, strategy), replace_pick=self.stored_pick or False,
                                  provisional=f"{RUN_ID}@{time.time()}" if provisional else None)
-        if stored.choice_key == self.pick_row(winner).choice_key:
+        if stored.choice_key == pick_row(winner).choice_key:
             return winner
         other = _by_key(choices).get(stored.choice_key)
         return other if other is not None and other.src_hash == stored.src_hash else winner
@@ -160,7 +162,7 @@ def recall(store: Any, key: StoreKey, choices: Sequence[Choice]) -> Memory:
         elif row.status == "not_benchmarked":
             covered.add(c)
         else:
-            known[c] = Timing(c, row.ms, "store", row.status, "from the store")
+            known[c] = to_timing(row, c)
     pick = by_key.get(stored.pick.choice_key) if stored.pick else None
     if pick is not None and stored.pick is not None and (pick.src_hash != stored.pick.src_hash or pick not in known):
         pick = None
