@@ -101,10 +101,9 @@ class Job:
         self.dist = dist
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         ranks = None if group is None else tuple(dist.get_process_group_ranks(group))
-        # One exchange group per set of ranks.  A sub-group's is created by its members only (a name
-        # hashed from its ranks), so it is made once, with the timeout in effect then.
-        key = (None, timeout_s) if ranks is None else ranks
-        if key not in _GROUPS:  # collective: every rank (of the sub-group) creates it at its first shared tune
+        # One exchange group per set of ranks and timeout; a given group's is created by its members only
+        key = (ranks, timeout_s)
+        if key not in _GROUPS:  # collective: every rank (of the given group) creates it at its first shared tune
             try:
                 _GROUPS[key] = dist.new_group(None if ranks is None else list(ranks), backend="gloo",
                                               timeout=datetime.timedelta(seconds=timeout_s),
@@ -113,6 +112,7 @@ class Job:
                 raise DistributedTuneError(f"rank {self.rank}: the ranks did not all join gemmtune's exchange group "
                                            f"within {timeout_s:g} s (a rank died?): {exc}") from exc
         self.group = _GROUPS[key]
+        self.rank = dist.get_rank(self.group)  # its ranks sorted, whatever order `group` had
         self.timeout_s = timeout_s
 
     def _global(self, rank: int) -> int:
