@@ -64,7 +64,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     apart in the store (e.g. "traced": chosen among the templates a `torch.compile` trace can emit).
     Under `torch.autocast` the operands are cast as torch would cast them for the op, and that problem
     is tuned (its Selection then accepts the same autocast call).  In a torch.distributed job the problem
-    is tuned once, on one rank of `group` (a ProcessGroup; default: the default group), and shared.
+    is tuned once, on one rank of `group`, and shared (a ProcessGroup; default: the group of the
+    enclosing `gemmtune.distributed_group` block, else the default group).
 
     Example:
         >>> import torch, gemmtune

@@ -127,8 +127,9 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     more forwards per such problem, under `torch.no_grad()`.  Default: on for eager models, off in a
     torch.distributed job (it would decide per rank).  Turn it off for a forward with side effects (a
     KV cache it appends to), or for a model run under a CUDA graph (launch cost does not count there).
-    In a torch.distributed job the problems are dealt across the ranks of `group` (a ProcessGroup;
-    default: the default group), tuned at once and shared.
+    In a torch.distributed job the problems are dealt across the ranks of `group`, tuned at once and
+    shared (a ProcessGroup; default: the group of the enclosing `gemmtune.distributed_group` block,
+    else the default group).
 
     `release=True` then gives every patched layer whose problems all run torch's op its own
     `nn.Linear.forward` back (`patching.release_library_layers`, one more forward): it costs what an
