@@ -14,19 +14,19 @@ import gemmtune
 SHAPES = [(8 + 8 * i, 16 + 4 * (i % 3), 8 + 4 * (i % 4)) for i in range(8)]
 
 
-def spmd() -> dict:
+def spmd(shapes=SHAPES, **options) -> dict:
     out = {}
-    for m, k, n in SHAPES:
+    for m, k, n in shapes:
         torch.manual_seed(m * 31 + k)
         a, b = torch.randn(m, k), torch.randn(k, n)
-        sel = gemmtune.tune("mm", a, b, backends=("extern", "numpy"))
+        sel = gemmtune.tune("mm", a, b, backends=("extern", "numpy"), **options)
         assert torch.allclose(sel(a, b), a @ b, atol=1e-4)
         out[f"{m}x{k}x{n}"] = [sel.winner.key, bool(sel.cache_hit)]
     return out
 
 
-def dealt() -> dict:
-    layers = [torch.nn.Linear(k, n, bias=False) for _, k, n in SHAPES]
+def dealt(shapes=SHAPES, **options) -> dict:
+    layers = [torch.nn.Linear(k, n, bias=False) for _, k, n in shapes]
     torch.manual_seed(0)
 
     class Many(torch.nn.Module):
@@ -38,12 +38,26 @@ def dealt() -> dict:
             return [layer(x) for layer, x in zip(self.layers, xs)]
 
     model = Many()
-    xs = [torch.randn(m, k) for m, k, _ in SHAPES]
-    report = gemmtune.warmup(model, xs, backends=("extern", "numpy"), progress=False)
+    xs = [torch.randn(m, k) for m, k, _ in shapes]
+    report = gemmtune.warmup(model, xs, backends=("extern", "numpy"), progress=False, **options)
     with torch.no_grad():
         for layer, x, y in zip(layers, xs, model(xs)):
             assert torch.allclose(y, x @ layer.weight.t(), atol=1e-4)
     return {r.problem: [r.winner, bool(r.from_store)] for r in report.rows}
+
+
+def groups() -> dict:
+    """Ranks {0, 1} and {2, 3}: each pair shares its tunes within itself, given as `group=`."""
+    pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # every rank creates both, in the same order
+    mine = pairs[dist.get_rank() // 2]
+    try:
+        gemmtune.tune("mm", torch.randn(8, 4), torch.randn(4, 2), backends=("extern",), group="pairs")
+        refused = None
+    except TypeError as exc:
+        refused = str(exc)
+    return {"tune": spmd(SHAPES[:4], group=mine), "warmup": dealt(SHAPES[4:], group=mine),
+            "off": spmd([(12, 12, 6)], group=mine, settings=gemmtune.Settings.from_env().with_(distributed="off")),
+            "refused": refused}
 
 
 def dies() -> dict:
@@ -58,7 +72,7 @@ def dies() -> dict:
 
 if __name__ == "__main__":
     dist.init_process_group("gloo")
-    result = {"spmd": spmd, "dealt": dealt, "dies": dies}[sys.argv[1]]()
+    result = {"spmd": spmd, "dealt": dealt, "groups": groups, "dies": dies}[sys.argv[1]]()
     # One file per rank: torchrun merges the ranks' standard outputs, and two lines can interleave.
     with open(os.path.join(sys.argv[2], f"rank{dist.get_rank()}.json"), "w") as f:
         json.dump({"rank": dist.get_rank(), "result": result}, f)

@@ -48,7 +48,7 @@ def _torchrun(mode: str, tmp_path: Path) -> dict[int, dict]:
 
 
 def _agree_and_tuned_once(results: dict[int, dict]) -> None:
-    problems = results[0].keys()
+    problems = next(iter(results.values())).keys()
     assert all(r.keys() == problems for r in results.values())
     for p in problems:
         assert len({r[p][0] for r in results.values()}) == 1, p  # the same pick on every rank
@@ -66,6 +66,21 @@ def test_warmup_deals_the_problems_across_the_ranks(tmp_path):
     assert len(results[0]) == 8
     _agree_and_tuned_once(results)
     assert all(sum(not v[1] for v in r.values()) == 2 for r in results.values())  # 8 problems, 2 per rank
+
+
+def test_a_given_group_tunes_each_problem_once_within_itself(tmp_path):
+    """`group=` to tune and warmup: ranks {0, 1} and {2, 3} each tune every problem once, apart."""
+    results = _torchrun("groups", tmp_path)
+    for pair in ({0: results[0], 1: results[1]}, {2: results[2], 3: results[3]}):
+        _agree_and_tuned_once({r: v["tune"] for r, v in pair.items()})
+        _agree_and_tuned_once({r: v["warmup"] for r, v in pair.items()})
+        assert all(sum(not hit for _, hit in v["warmup"].values()) == 2 for v in pair.values())  # 4 problems, 2 each
+    for kind in ("tune", "warmup"):  # the pairs share nothing: each tuned every problem itself
+        tuned = [sum(not results[r][kind][p][1] for r in range(RANKS)) for p in results[0][kind]]
+        assert len(tuned) == 4 and set(tuned) == {2}, (kind, tuned)
+    assert all(not hit for r in results.values() for _, hit in r["off"].values())  # distributed="off" wins
+    assert all("expected a torch.distributed ProcessGroup" in r["refused"] and "str" in r["refused"]
+               for r in results.values())
 
 
 def test_a_rank_that_dies_gives_every_other_rank_a_clear_error(tmp_path):
@@ -98,3 +113,19 @@ def test_distributed_off_tunes_on_every_rank(tmp_path, mode):
     assert done.returncode == 0, done.stderr[-3000:]
     results = _results(out)
     assert all(not hit for r in results.values() for _, hit in r.values())  # every rank tuned every problem
+
+
+@pytest.mark.parametrize("group", ["world", -100, object()])
+def test_a_group_that_is_not_a_process_group_is_a_type_error(group):
+    import torch
+
+    import gemmtune
+
+    a, b = torch.randn(8, 4), torch.randn(4, 2)
+    with pytest.raises(TypeError, match="group: expected a torch.distributed ProcessGroup"):
+        gemmtune.tune("mm", a, b, backends=("extern",), group=group)
+    with pytest.raises(TypeError, match="group: expected a torch.distributed ProcessGroup"):
+        gemmtune.warmup(torch.nn.Linear(4, 2), a, backends=("extern",), progress=False, group=group)
+    with pytest.raises(TypeError, match="group: expected a torch.distributed ProcessGroup"):
+        with gemmtune.distributed_group(group):
+            pass

@@ -28,6 +28,7 @@ _EXPORTS = {
     "report": ("autotune_table", "selection_dict"),
     "core.settings": ("FAMILIES", "Settings"),
     "engine": ("tune",),
+    "store.distributed": ("DistributedTuneError", "distributed_group"),
     "dispatch": ("WarmupReport", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "unpatch",
                  "warmup"),
 }

@@ -49,7 +49,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
          settings: Settings | None = None, alpha: float = 1.0, beta: float = 1.0,
          out_layout: str | None = None, finalize: Sequence[heuristics.FinalizeHook] = (),
          templates: Sequence[Template] | None = None, store: Store | None = None,
-         listener: Listener | None = None, store_tag: str | None = None) -> Selection:
+         listener: Listener | None = None, store_tag: str | None = None, group: Any = None) -> Selection:
     """Tune one `mm`, `addmm` or `bmm` problem and return the Selection.
 
     `tensors` are the op's arguments in torch order (addmm: bias, mat1, mat2).
@@ -62,7 +62,9 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     tune of the same problem is a cache hit.  `store_tag` keeps a pick made for another purpose
     apart in the store (e.g. "traced": chosen among the templates a `torch.compile` trace can emit).
     Under `torch.autocast` the operands are cast as torch would cast them for the op, and that problem
-    is tuned (its Selection then accepts the same autocast call).
+    is tuned (its Selection then accepts the same autocast call).  In a torch.distributed job the problem
+    is tuned once, on one rank of `group`, and shared (a ProcessGroup; default: the group of the
+    enclosing `gemmtune.distributed_group` block, else the default group).
 
     Example:
         >>> import torch, gemmtune
@@ -80,7 +82,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     layout = _check_out_layout(ki, choices, out_layout)
     ctx = _Context(ki, tensors, plan, listener or (lambda event, **info: None), out_layout,
                    store if store is not None else shared_store(plan.store))
-    job = distributed.current(*plan.distributed)
+    job = distributed.current(*plan.distributed, group=group)
     if job is not None:  # a torch.distributed job: tuned once, on the problem's owner, and shared
         return job.share(ctx.store, plan.key.where(), lambda: _tune_here(ctx, choices, layout, started))
     return _tune_here(ctx, choices, layout, started)

@@ -111,7 +111,7 @@ class WarmupReport:
 
 def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | None = None,
            progress: bool | None = None, for_compile: bool = False, in_model: bool | None = None,
-           release: bool = False, **example_kwargs: Any) -> WarmupReport:
+           release: bool = False, group: Any = None, **example_kwargs: Any) -> WarmupReport:
     """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
 
     `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are; calls of
@@ -127,7 +127,9 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     more forwards per such problem, under `torch.no_grad()`.  Default: on for eager models, off in a
     torch.distributed job (it would decide per rank).  Turn it off for a forward with side effects (a
     KV cache it appends to), or for a model run under a CUDA graph (launch cost does not count there).
-    In a torch.distributed job the problems are dealt across the ranks, tuned at once and shared.
+    In a torch.distributed job the problems are dealt across the ranks of `group`, tuned at once and
+    shared (a ProcessGroup; default: the group of the enclosing `gemmtune.distributed_group` block,
+    else the default group).
 
     `release=True` then gives every patched layer whose problems all run torch's op its own
     `nn.Linear.forward` back (`patching.release_library_layers`, one more forward): it costs what an
@@ -143,6 +145,12 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     if release and for_compile:
         raise InputError("warmup: release=True applies to eager use; a torch.compile trace of a released "
                          "layer would not see gemmtune (pass for_compile=False, or release=False)")
+    with distributed.distributed_group(group) if group is not None else contextlib.nullcontext():
+        return _warmup(model, example_inputs, example_kwargs, backends, progress, for_compile, in_model, release)
+
+
+def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backends: Sequence[str] | None,
+            progress: bool | None, for_compile: bool, in_model: bool | None, release: bool) -> WarmupReport:
     started = time.perf_counter()
     if not patched_modules(model) or backends is not None:
         patch(model, backends=backends)

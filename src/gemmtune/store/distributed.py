@@ -1,7 +1,9 @@
 """One tune per problem across the ranks of a torch.distributed job.
 
-When a process group is initialised with more than one rank (or one is given with `use_group`),
-and `Settings.distributed` is "auto" (the default), every new problem is tuned once in the job:
+When a process group is initialised with more than one rank, and `Settings.distributed` is "auto"
+(the default), every new problem is tuned once in the job.  A group given to `gemmtune.tune(...,
+group=pg)`, `gemmtune.warmup(..., group=pg)` or `with gemmtune.distributed_group(pg):` takes the
+place of the default one: each problem is then tuned once in that group, on one of its ranks.
 
 - **In SPMD order** (eager calls, `gemmtune.tune`, the Inductor handler's tunes): the problem's
   owner (a hash of its store key, modulo the world size) tunes it; the others wait.  The owner then
@@ -39,18 +41,45 @@ class DistributedTuneError(GemmtuneError, RuntimeError):
 
 
 @contextlib.contextmanager
-def use_group(group: Any) -> Iterator[None]:
-    """Share tunes over `group` (a `torch.distributed` process group) inside the block.
+def distributed_group(group: Any) -> Iterator[None]:
+    """Share the tunes made inside the block over `group`, a `torch.distributed` ProcessGroup that
+    this rank is a member of (None: the default group), in place of the default group.
+
+    For the calls that take no `group=` argument: eager `gemmtune.mm`/`addmm`/`bmm`, patched layers
+    and the Inductor handler's tunes.  Every rank of `group` must make the same new tunes in the same
+    order (SPMD).  A `group` that is not a ProcessGroup is a TypeError.
 
     Example:
-        >>> with use_group(None):   # None: the default group, when one is initialised
+        >>> import gemmtune
+        >>> with gemmtune.distributed_group(None):   # None: the default group, when one is initialised
         ...     pass
     """
-    _GIVEN.append(group)
+    _GIVEN.append(checked_group(group))
     try:
         yield
     finally:
         _GIVEN.pop()
+
+
+def checked_group(group: Any) -> Any:
+    """`group` when it is None or a `torch.distributed` ProcessGroup; else a TypeError naming what
+    was given.
+
+    Example:
+        >>> checked_group(None) is None
+        True
+    """
+    if group is None:
+        return None
+    import torch.distributed as dist
+
+    kind = getattr(dist, "ProcessGroup", None) if dist.is_available() else None
+    if kind is None or not isinstance(group, kind):
+        outside = isinstance(group, int) and group == getattr(dist, "GroupMember").NON_GROUP_MEMBER
+        raise TypeError(f"group: expected a torch.distributed ProcessGroup that this rank is a member of (or None "
+                        f"for the default group), got {type(group).__name__} {group!r:.60}"
+                        + (" (what dist.new_group returns on a rank outside the group)" if outside else ""))
+    return group
 
 
 def owner_of(problem: str, world: int) -> int:
@@ -71,15 +100,19 @@ class Job:
 
         self.dist = dist
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
-        key = (id(group), timeout_s)
-        if key not in _GROUPS:  # collective: every rank creates it at its first shared tune
-            ranks = None if group is None else dist.get_process_group_ranks(group)
+        ranks = None if group is None else tuple(dist.get_process_group_ranks(group))
+        # One exchange group per set of ranks and timeout; a given group's is created by its members only
+        key = (ranks, timeout_s)
+        if key not in _GROUPS:  # collective: every rank (of the given group) creates it at its first shared tune
             try:
-                _GROUPS[key] = dist.new_group(ranks, backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+                _GROUPS[key] = dist.new_group(None if ranks is None else list(ranks), backend="gloo",
+                                              timeout=datetime.timedelta(seconds=timeout_s),
+                                              use_local_synchronization=ranks is not None)
             except RuntimeError as exc:  # DistStoreError (a rank that never came) is one
                 raise DistributedTuneError(f"rank {self.rank}: the ranks did not all join gemmtune's exchange group "
                                            f"within {timeout_s:g} s (a rank died?): {exc}") from exc
         self.group = _GROUPS[key]
+        self.rank = dist.get_rank(self.group)  # its ranks sorted, whatever order `group` had
         self.timeout_s = timeout_s
 
     def _global(self, rank: int) -> int:
@@ -139,9 +172,11 @@ class Job:
                 _write(store, where, payload)
 
 
-def current(mode: str, timeout_s: float) -> Job | None:
-    """The job this tune is shared in; None when sharing is off, no group is initialised, a single
-    rank runs, or this thread is already inside a shared tune."""
+def current(mode: str, timeout_s: float, group: Any = None) -> Job | None:
+    """The job this tune is shared in, over `group` (None: the innermost `distributed_group`'s, else
+    the default group); None when sharing is off, no group is initialised, a single rank runs, or
+    this thread is already inside a shared tune.  A `group` that is not a ProcessGroup: TypeError."""
+    group = checked_group(group)
     if mode == "off" or getattr(_STATE, "inside", False):
         return None
     try:
@@ -150,7 +185,8 @@ def current(mode: str, timeout_s: float) -> Job | None:
         return None
     if not dist.is_available() or not dist.is_initialized():
         return None
-    group = _GIVEN[-1] if _GIVEN else None
+    if group is None and _GIVEN:
+        group = _GIVEN[-1]
     if dist.get_world_size(group) < 2:
         return None
     return Job(group, timeout_s)
