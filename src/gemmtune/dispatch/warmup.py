@@ -232,7 +232,8 @@ def _show(progress: bool | None) -> bool:
 def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool, traced: bool) -> Iterator[tuple[Any, int]]:
     """Tune (or read from the store) each recorded problem; yield (timed outcome, calls).  In a
     torch.distributed job the problems are dealt first: each rank tunes its share, and the rows are
-    exchanged (`store.distributed`), so the loop below finds every problem in the store."""
+    exchanged (`store.distributed`), so the loop below finds every problem in the store.  On more than
+    one GPU of the model's kind, each GPU's worker tunes its share first (`dispatch.spread`), likewise."""
     items = list(seen.values())
     job = _job()
     if job is not None:
@@ -241,8 +242,14 @@ def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool, traced: bool) -> 
         with job.dealing(shared_store(Settings.from_env().store)):
             for rec in items[job.rank::job.world]:
                 _tune_one(rec, traced)
-    with distributed.alone() if job is not None else contextlib.nullcontext():
-        yield from _tune_each(items, show, traced)
+        with distributed.alone():
+            yield from _tune_each(items, show, traced)
+        return
+    from .spread import as_tuned, spread
+
+    dealt = spread(items, traced)  # more than one GPU of the model's kind: each tunes its share first
+    for i, (outcome, calls) in enumerate(_tune_each(items, show, traced)):
+        yield as_tuned(outcome, dealt.get(i)), calls
 
 
 def _job() -> Any:
@@ -269,12 +276,17 @@ def _tune_each(items: "list[eager.Recorded]", show: bool, traced: bool) -> Itera
 
 def _tune_one(rec: "eager.Recorded", traced: bool) -> tuple[Any, float]:
     t0 = time.perf_counter()
+    sel = prepare_for(rec, traced)
+    return sel, time.perf_counter() - t0
+
+
+def prepare_for(rec: "eager.Recorded", traced: bool) -> Any:
+    """Tune (or read from the store) one recorded problem as the warm-up does; its Selection."""
     prepare = eager.prepare
     if traced:  # as the compile will meet it: built by Inductor from the store (dispatch.route), or traced
         inductor = route.to_inductor(rec.tensors, rec.backends, rec.out_layout)
         prepare = compiled.prepare_inductor if inductor else compiled.prepare_traced
-    sel = prepare(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
-    return sel, time.perf_counter() - t0
+    return prepare(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
 
 
 def _row(outcome: tuple[Any, float], calls: int) -> WarmupRow:

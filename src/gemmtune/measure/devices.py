@@ -109,6 +109,26 @@ def device_kind(index: int) -> str:
     return f"{torch.cuda.get_device_name(index)} sm_{major}{minor}"
 
 
+def slots_for(device: str, gpus: int | None) -> list[Slot]:
+    """The GPUs a suite or sweep on `device` is dealt across: none (tune here, as with one GPU) on CPU,
+    with `gpus=1`, or where fewer than two CUDA devices are visible; else at most `gpus` of them.
+
+    Example:
+        >>> slots_for("cpu", None), slots_for("cuda", 1)
+        ([], [])
+    """
+    if not device.startswith("cuda") or gpus == 1:
+        return []
+    found = slots(gpus)
+    return found if len(found) > 1 else []
+
+
+def home_kind(slots: Sequence[Slot], device: str) -> str:
+    """The kind of `device` among `slots` (the first slot's where `device` is not one of them)."""
+    label = "cuda:0" if device == "cuda" else device
+    return next((s.kind for s in slots if s.label == label), slots[0].kind)
+
+
 def start_worker(slot: Slot, timeout_s: float = PROBLEM_TIMEOUT_S) -> Worker:
     """The worker process of `slot` (the default worker factory of `deal`)."""
     return Worker(slot.device, timeout_s, env=slot.env)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 from ..core.settings import Settings
 from ..measure import devices
-from ..measure.devices import Dealt, Slot
+from ..measure.devices import Dealt, Slot, home_kind, slots_for  # noqa: F401 - slots_for: the CLI's
 from ..store.relay import RelayStore, Saved
 from .suite import ProblemSpec
 
@@ -29,26 +29,6 @@ FACTS = ("strategy", "benchmark_runs", "compile_s", "benchmark_s", "prescreen_s"
          "from_store", "stale_entries", "budget_exhausted", "isolation", "overlapped", "noisy", "provisional",
          "background_load")
 """The Selection fields a worker's tune sends back with its saves (the caller's Selection is a store hit)."""
-
-
-def slots_for(device: str, gpus: int | None) -> list[Slot]:
-    """The GPUs a suite or sweep on `device` is dealt across: none (tune here, as with one GPU) on CPU,
-    with `gpus=1`, or where fewer than two CUDA devices are visible; else at most `gpus` of them.
-
-    Example:
-        >>> slots_for("cpu", None), slots_for("cuda", 1)
-        ([], [])
-    """
-    if not device.startswith("cuda") or gpus == 1:
-        return []
-    found = devices.slots(gpus)
-    return found if len(found) > 1 else []
-
-
-def home_kind(slots: Sequence[Slot], device: str) -> str:
-    """The kind of `device` among `slots` (the first slot's where `device` is not one of them)."""
-    label = "cuda:0" if device == "cuda" else device
-    return next((s.kind for s in slots if s.label == label), slots[0].kind)
 
 
 @dataclass(frozen=True)
@@ -133,3 +113,24 @@ def sweep_shapes(specs: Sequence[ProblemSpec], settings: Settings, slots: Sequen
     devices.deal([RecordShape(s, settings) for s in specs], [s for s in slots if s.kind == kind], start=start,
                  on_done=done)
     return added[0]
+
+
+def deal_suite(specs: Sequence[ProblemSpec], settings: Settings, location: str | None, device: str,
+               slots: Sequence[Slot], log_line: Callable[[str], None],
+               start: Callable[[Slot], Any] = devices.start_worker) -> tuple[Any, dict[int, Dealt]]:
+    """`tune_suite` for `gemmtune tune --suite`: (the store the picks were written to, to tune from;
+    the Dealt of each shape on `device`'s kind by index).  A line per shape as it finishes."""
+    from ..store.locations import shared_store
+
+    store = shared_store(location)  # held: "off" is a fresh store each time, this one serves the suite
+    kind = home_kind(slots, device)
+    log_line(f"dealing {len(specs)} shapes across {len(slots)} GPUs: " + ", ".join(f"{s.label} ({s.kind})"
+                                                                                  for s in slots))
+
+    def done(d: Dealt) -> None:
+        where = d.label if d.ok else "failed"
+        log_line(f"[{specs[d.index].name or specs[d.index].describe()}] {d.kind}: {where}"
+                 + (f" ({d.error})" if d.error else f", {d.value.facts['tuning_s']:.1f} s"))
+
+    dealt = tune_suite(specs, settings, location, store, slots, start=start, on_done=done)
+    return store, {d.index: d for d in dealt if d.kind == kind}
