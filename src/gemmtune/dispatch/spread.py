@@ -21,6 +21,7 @@ from ..measure import devices
 from ..measure.devices import Dealt, Slot
 from ..store.locations import shared_store
 from ..store.relay import relaying
+from . import compiled, eager, route
 from .table import Recorded
 
 log = logging.getLogger("gemmtune")
@@ -36,8 +37,6 @@ class WarmProblem:
 
     def run_on(self, device: str) -> tuple[tuple, bool, float]:
         """(the saves, whether the store had it, the seconds it took) of this problem, on `device`."""
-        from .warmup import prepare_for
-
         rec = dataclasses.replace(self.rec, tensors=tuple(t.to(device) for t in self.rec.tensors))
         t0 = time.perf_counter()
         with relaying(self.location) as relay:
@@ -79,3 +78,12 @@ def as_tuned(outcome: tuple[Any, float], dealt: Dealt | None) -> tuple[Any, floa
     if dealt is None or sel is None:
         return outcome
     return dataclasses.replace(sel, cache_hit=dealt.value[1]), dealt.value[2]
+
+
+def prepare_for(rec: Recorded, traced: bool) -> Any:
+    """Tune (or read from the store) one recorded problem as the warm-up does; its Selection."""
+    prepare = eager.prepare
+    if traced:  # as the compile will meet it: built by Inductor from the store (dispatch.route), or traced
+        inductor = route.to_inductor(rec.tensors, rec.backends, rec.out_layout)
+        prepare = compiled.prepare_inductor if inductor else compiled.prepare_traced
+    return prepare(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)

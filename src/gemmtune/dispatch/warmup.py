@@ -27,12 +27,13 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from . import compiled, eager, route
+from . import eager
 from .in_model import InModel, Switch, check_in_model
 from ..core.errors import InputError
 from ..core.settings import Settings
 from ..store import distributed
 from .patching import patch, patched_modules, release_library_layers
+from .spread import as_tuned, prepare_for, spread
 
 __all__ = ["warmup", "WarmupReport", "WarmupRow"]
 
@@ -245,8 +246,6 @@ def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool, traced: bool) -> 
         with distributed.alone():
             yield from _tune_each(items, show, traced)
         return
-    from .spread import as_tuned, spread
-
     dealt = spread(items, traced)  # more than one GPU of the model's kind: each tunes its share first
     for i, (outcome, calls) in enumerate(_tune_each(items, show, traced)):
         yield as_tuned(outcome, dealt.get(i)), calls
@@ -279,14 +278,6 @@ def _tune_one(rec: "eager.Recorded", traced: bool) -> tuple[Any, float]:
     sel = prepare_for(rec, traced)
     return sel, time.perf_counter() - t0
 
-
-def prepare_for(rec: "eager.Recorded", traced: bool) -> Any:
-    """Tune (or read from the store) one recorded problem as the warm-up does; its Selection."""
-    prepare = eager.prepare
-    if traced:  # as the compile will meet it: built by Inductor from the store (dispatch.route), or traced
-        inductor = route.to_inductor(rec.tensors, rec.backends, rec.out_layout)
-        prepare = compiled.prepare_inductor if inductor else compiled.prepare_traced
-    return prepare(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
 
 
 def _row(outcome: tuple[Any, float], calls: int) -> WarmupRow:

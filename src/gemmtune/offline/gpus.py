@@ -81,24 +81,11 @@ def with_facts(sel: Any, dealt: Dealt) -> Any:
     return dataclasses.replace(sel, **dealt.value.facts)
 
 
-@dataclass(frozen=True)
-class RecordShape:
-    """One sweep shape recorded in a worker, on the worker's device: the dataset's shape record."""
-
-    spec: ProblemSpec
-    settings: Settings
-
-    def run_on(self, device: str) -> tuple[dict, str]:
-        from ..measure.timers import timer_for
-        from .sweep import record_shape
-
-        return record_shape(self.spec, device, self.settings, timer_for(device, self.settings))
-
-
-def sweep_shapes(specs: Sequence[ProblemSpec], settings: Settings, slots: Sequence[Slot], device: str,
+def sweep_shapes(specs: Sequence[ProblemSpec], jobs: Sequence[devices.Item], slots: Sequence[Slot], device: str,
                  append: Callable[[dict, str], None], start: Callable[[Slot], Any] = devices.start_worker) -> int:
-    """Record `specs` across the slots of `device`'s kind; `append(record, line)` as each finishes, in
-    the order they finish.  Returns how many were recorded; a shape that failed is logged."""
+    """Record `specs` (their `jobs`: each returns (record, line)) across the slots of `device`'s kind;
+    `append(record, line)` as each finishes, in the order they finish.  Returns how many were
+    recorded; a shape that failed is logged."""
     kind = home_kind(slots, device)
     lock, added = threading.Lock(), [0]
 
@@ -110,8 +97,7 @@ def sweep_shapes(specs: Sequence[ProblemSpec], settings: Settings, slots: Sequen
             else:
                 log.warning("gemmtune sweep: %s: not recorded: %s", specs[d.index].name, d.error)
 
-    devices.deal([RecordShape(s, settings) for s in specs], [s for s in slots if s.kind == kind], start=start,
-                 on_done=done)
+    devices.deal(jobs, [s for s in slots if s.kind == kind], start=start, on_done=done)
     return added[0]
 
 

@@ -15,6 +15,7 @@ import json
 import os
 import time
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -83,10 +84,21 @@ def sweep(specs: Sequence[ProblemSpec], out: str | Path, device: str, settings: 
     if slots:
         from .gpus import sweep_shapes
 
-        return sweep_shapes(todo, settings, slots, device, append)
+        return sweep_shapes(todo, [RecordShape(s, settings) for s in todo], slots, device, append)
     for spec in todo:
         append(*record_shape(spec, device, settings, timer))
     return len(todo)
+
+
+@dataclass(frozen=True)
+class RecordShape:
+    """One sweep shape recorded in a worker, on the worker's device: the dataset's shape record."""
+
+    spec: ProblemSpec
+    settings: Settings
+
+    def run_on(self, device: str) -> tuple[dict, str]:
+        return record_shape(self.spec, device, self.settings, timer_for(device, self.settings))
 
 
 def record_shape(spec: ProblemSpec, device: str, settings: Settings, timer: Any) -> tuple[dict, str]:
