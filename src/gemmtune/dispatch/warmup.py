@@ -130,7 +130,8 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     KV cache it appends to), or for a model run under a CUDA graph (launch cost does not count there).
     In a torch.distributed job the problems are dealt across the ranks of `group`, tuned at once and
     shared (a ProcessGroup; default: the group of the enclosing `gemmtune.distributed_group` block,
-    else the default group).
+    else the default group).  On a host with more than one GPU of the model's kind (at most
+    `Settings.gpus`), the problems are tuned at once in one worker process per GPU (docs/SCALE.md).
 
     `release=True` then gives every patched layer whose problems all run torch's op its own
     `nn.Linear.forward` back (`patching.release_library_layers`, one more forward): it costs what an
