@@ -88,8 +88,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     device = check_device(args.device)
     for spec in specs:
         check_fits(spec, device, "--suite")
-    added = sweep(specs, args.out, device, Settings.from_env(backends=args.backends),
-                  log=lambda m: out.print(m), command="gemmtune sweep " + " ".join(sys.argv[2:]))
+    from ..offline.gpus import slots_for
+
+    settings = Settings.from_env(backends=args.backends, gpus=args.gpus)
+    added = sweep(specs, args.out, device, settings, log=lambda m: out.print(m),
+                  command="gemmtune sweep " + " ".join(sys.argv[2:]), slots=slots_for(device, settings.gpus))
     out.print(f"recorded {added} new shapes in {args.out}")
     return 0
 
@@ -182,7 +185,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     settings = Settings.from_env(strategy=args.strategy, top_x=args.top_x, backends=args.backends,
                                  effort=args.effort, budget_s=args.budget_s, isolation=args.isolation,
                                  report_rows=args.rows, verbose=bool(args.verbose) or None, store=args.store,
-                                 lookup_table=args.lookup_table)
+                                 lookup_table=args.lookup_table, gpus=args.gpus)
     if args.suite:
         specs = load_suite(args.suite, dtype=args.dtype)
     else:
@@ -191,13 +194,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                    b_layout=args.b_layout)]
     for spec in specs:  # before anything is allocated
         check_fits(spec, device, "--suite" if args.suite else "--shape")
+    store, dealt = _deal(specs, settings, device) if args.suite else (None, {})
     results = []
     for i, spec in enumerate(specs, 1):
+        if i - 1 in dealt and not dealt[i - 1].ok:
+            out.print(f"{spec.describe()}: failed on {', '.join(dealt[i - 1].lost_on) or dealt[i - 1].label}: "
+                      f"{dealt[i - 1].error}")
+            continue
         if len(specs) > 1 and not args.no_progress:  # a suite: which shape, of how many
             err.print(f"[{i}/{len(specs)}] {spec.name or spec.describe()}", highlight=False)
         tensors = spec.tensors(device)
         with _listener(args) as listen:  # the bar is gone before the table prints
-            sel = tune(spec.op, *tensors, settings=settings, listener=listen)
+            sel = tune(spec.op, *tensors, settings=settings, listener=listen, store=store)
+        if dealt:  # a worker tuned it: this was the store's answer
+            from ..offline.gpus import with_facts
+
+            sel = with_facts(sel, dealt[i - 1])
+            out.print(f"tuned on {dealt[i - 1].label} ({dealt[i - 1].kind})")
         _print_selection(spec, sel, settings)
         results.append((spec, sel))
     if len(results) > 1:
@@ -208,7 +221,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
         docs = [{"name": spec.name, **selection_dict(sel)} for spec, sel in results]
         doc = docs[0] if len(docs) == 1 and not args.suite else {"results": docs}
         write_json({**doc, **run_info()}, args.json_path)
-    return 0
+    return 1 if any(not d.ok for d in dealt.values()) else 0
+
+
+def _deal(specs: "list[ProblemSpec]", settings: Settings, device: str) -> tuple:
+    """A suite on more than one GPU (`--gpus`): each shape tuned in one GPU's worker (offline/gpus.py)."""
+    from ..offline import gpus
+
+    slots = gpus.slots_for(device, settings.gpus)
+    if not slots:
+        return None, {}
+    return gpus.deal_suite(specs, settings, settings.store, device, slots,
+                           lambda line: err.print(f"gemmtune: {line}", highlight=False))
 
 
 INTERRUPTED = "interrupted; nothing was stored for the current problem"

@@ -57,6 +57,9 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--store", default=None, help="where picks are kept: a SQLite path, 'memory', 'off' or "
                    "redis://HOST:PORT/DB (default: store.sqlite in $GEMMTUNE_CACHE_DIR or ~/.cache/gemmtune)")
     t.add_argument("--lookup-table", default=None, help="JSON table of pinned choices (e.g. a `cache export` file)")
+    t.add_argument("--gpus", type=int, default=None,
+                   help="--suite on cuda: deal the shapes across at most N of the visible GPUs, one worker process each "
+                   "(default: every visible GPU; 1: one GPU; docs/SCALE.md)")
     t.add_argument("--isolation", choices=("auto", "off", "subprocess"), default=None,
                    help="subprocess: checks and timings run in a worker process that may crash or hang safely")
     t.add_argument("--no-progress", action="store_true",
@@ -75,6 +78,9 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--only", default="", help="comma-separated shape names")
     w.add_argument("--backends", default=None,
                    help="comma-separated families to sweep (default: the device's own; e.g. extern,cutlass)")
+    w.add_argument("--gpus", type=int, default=None,
+                   help="on cuda: deal the shapes across at most N of the visible GPUs, one worker process each "
+                   "(default: every visible GPU; 1: one GPU; docs/SCALE.md)")
 
 
 def add_cache_parser(sub: argparse._SubParsersAction) -> None:

@@ -165,3 +165,15 @@ def warn_unknown(env: Mapping[str, str], known: Collection[str]) -> list[str]:
         warnings.warn(f"gemmtune: {var} is not a gemmtune setting and is ignored{hint} "
                       "(docs/SETTINGS.md lists the settings)", SettingsWarning, stacklevel=4)
     return unknown
+
+
+def isolation_for(mode: str, device_type: str) -> str:
+    """The isolation a tune on `device_type` uses: "auto" is "subprocess" on GPUs and "off" on CPU.
+
+    Example:
+        >>> isolation_for("auto", "cuda"), isolation_for("auto", "cpu"), isolation_for("off", "cuda")
+        ('subprocess', 'off', 'off')
+    """
+    if mode == "auto":
+        return "subprocess" if device_type == "cuda" else "off"
+    return mode

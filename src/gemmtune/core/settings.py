@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from .environment import (OTHER_VARIABLES, cache_dir, check_other_variables, check_runtime, check_store,
-                          parse_runtime, runtime_pairs, warn_unknown)
+from .environment import (OTHER_VARIABLES, cache_dir, check_other_variables, check_runtime, check_store,  # noqa: F401
+                          isolation_for, parse_runtime, runtime_pairs, warn_unknown)
 from .errors import BackendError, SettingsError
 from .spec import Spec
 
@@ -70,18 +70,6 @@ def check_backends(backends: Any) -> tuple[str, ...] | None:
         (('extern', 'triton'), None)
     """
     return None if backends is None else _SPECS["backends"].validate("backends", backends)
-
-
-def isolation_for(mode: str, device_type: str) -> str:
-    """The isolation a tune on `device_type` uses: "auto" is "subprocess" on GPUs and "off" on CPU.
-
-    Example:
-        >>> isolation_for("auto", "cuda"), isolation_for("auto", "cpu"), isolation_for("off", "cuda")
-        ('subprocess', 'off', 'off')
-    """
-    if mode == "auto":
-        return "subprocess" if device_type == "cuda" else "off"
-    return mode
 
 
 def _f(default: Any, spec: Spec) -> Any:
@@ -161,6 +149,8 @@ class Settings:
         "subprocess: checks and timings in a worker process; off: in-process; auto: subprocess on GPU",
         ISOLATION_MODES))
     run_timeout_s: float = _f(60.0, _pos("isolation: a choice whose run takes longer is a hang"))
+    gpus: int | None = _f(None, _int("a suite, sweep or warm-up on CUDA uses at most this many of the visible GPUs, "
+                                     "one worker each (docs/SCALE.md); 1: one GPU; none: all", 1, optional=True))
     config_space: str = _f("default", _choice("Triton config spaces; max: >= 100 configs per template",
                                               ("default", "max")))
     hopper_templates: bool = _f(True, _bool("the split-K and persistent-TMA templates (false: plain template only)"))

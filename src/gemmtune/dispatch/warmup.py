@@ -27,12 +27,13 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from . import compiled, eager, route
+from . import eager
 from .in_model import InModel, Switch, check_in_model
 from ..core.errors import InputError
 from ..core.settings import Settings
 from ..store import distributed
 from .patching import patch, patched_modules, release_library_layers
+from .spread import as_tuned, prepare_for, spread
 
 __all__ = ["warmup", "WarmupReport", "WarmupRow"]
 
@@ -129,7 +130,8 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     KV cache it appends to), or for a model run under a CUDA graph (launch cost does not count there).
     In a torch.distributed job the problems are dealt across the ranks of `group`, tuned at once and
     shared (a ProcessGroup; default: the group of the enclosing `gemmtune.distributed_group` block,
-    else the default group).
+    else the default group).  On a host with more than one GPU of the model's kind (at most
+    `Settings.gpus`), the problems are tuned at once in one worker process per GPU (docs/SCALE.md).
 
     `release=True` then gives every patched layer whose problems all run torch's op its own
     `nn.Linear.forward` back (`patching.release_library_layers`, one more forward): it costs what an
@@ -232,7 +234,8 @@ def _show(progress: bool | None) -> bool:
 def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool, traced: bool) -> Iterator[tuple[Any, int]]:
     """Tune (or read from the store) each recorded problem; yield (timed outcome, calls).  In a
     torch.distributed job the problems are dealt first: each rank tunes its share, and the rows are
-    exchanged (`store.distributed`), so the loop below finds every problem in the store."""
+    exchanged (`store.distributed`), so the loop below finds every problem in the store.  On more than
+    one GPU of the model's kind, each GPU's worker tunes its share first (`dispatch.spread`), likewise."""
     items = list(seen.values())
     job = _job()
     if job is not None:
@@ -241,8 +244,12 @@ def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool, traced: bool) -> 
         with job.dealing(shared_store(Settings.from_env().store)):
             for rec in items[job.rank::job.world]:
                 _tune_one(rec, traced)
-    with distributed.alone() if job is not None else contextlib.nullcontext():
-        yield from _tune_each(items, show, traced)
+        with distributed.alone():
+            yield from _tune_each(items, show, traced)
+        return
+    dealt = spread(items, traced)  # more than one GPU of the model's kind: each tunes its share first
+    for i, (outcome, calls) in enumerate(_tune_each(items, show, traced)):
+        yield as_tuned(outcome, dealt.get(i)), calls
 
 
 def _job() -> Any:
@@ -269,12 +276,9 @@ def _tune_each(items: "list[eager.Recorded]", show: bool, traced: bool) -> Itera
 
 def _tune_one(rec: "eager.Recorded", traced: bool) -> tuple[Any, float]:
     t0 = time.perf_counter()
-    prepare = eager.prepare
-    if traced:  # as the compile will meet it: built by Inductor from the store (dispatch.route), or traced
-        inductor = route.to_inductor(rec.tensors, rec.backends, rec.out_layout)
-        prepare = compiled.prepare_inductor if inductor else compiled.prepare_traced
-    sel = prepare(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
+    sel = prepare_for(rec, traced)
     return sel, time.perf_counter() - t0
+
 
 
 def _row(outcome: tuple[Any, float], calls: int) -> WarmupRow:

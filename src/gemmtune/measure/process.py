@@ -19,7 +19,7 @@ import threading
 import time
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 import torch.multiprocessing  # noqa: F401 - registers torch's tensor reductions for the connection's pickler
@@ -131,10 +131,12 @@ def _poke(address: Any) -> None:
 
 
 class Worker:
-    """One worker process for one device; `call(job)` runs a job there and returns its value."""
+    """One worker process for one device; `call(job)` runs a job there and returns its value.
+    `env`: the worker's whole environment (default: the caller's, pinned to `device`'s GPU)."""
 
-    def __init__(self, device: str, timeout_s: float):
+    def __init__(self, device: str, timeout_s: float, env: Mapping[str, str] | None = None):
         self.device, self.timeout_s = device, timeout_s
+        self.env = dict(env) if env is not None else None
         self.restarts = 0
         self._setup: Setup | None = None  # re-sent after a restart
         self._start()
@@ -147,7 +149,7 @@ class Worker:
         authkey = multiprocessing.current_process().authkey
         listener = Listener(authkey=authkey)
         self.proc = subprocess.Popen([sys.executable, "-m", "gemmtune.measure.worker"], stdin=subprocess.PIPE,
-                                     env=_worker_env(self.device))
+                                     env=self.env if self.env is not None else _worker_env(self.device))
         hello = {"address": listener.address, "authkey": authkey.hex(), "path": [str(p) for p in sys.path]}
         try:
             assert self.proc.stdin is not None  # started with stdin=PIPE
