@@ -16,12 +16,13 @@ from typing import Any
 import torch
 
 from .errors import InputError
+from .validate_fp8 import FP8_DTYPES, SCALE_KINDS, validate_scaled_mm
+
+__all__ = ["OPS", "SUPPORTED_DTYPES", "FP8_DTYPES", "SCALE_KINDS", "KernelInputs", "TensorMeta", "dtype_name",
+           "parse_dtype", "device_str", "place_operands"]
 
 OPS = ("mm", "addmm", "bmm", "scaled_mm")
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-"""The operand dtypes of `scaled_mm` (docs/FP8.md)."""
-SCALE_KINDS = ("tensorwise", "rowwise")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -101,8 +102,6 @@ class KernelInputs:
         from .validate import validate_operands
 
         if op == "scaled_mm":
-            from .validate_fp8 import validate_scaled_mm
-
             out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
             validate_scaled_mm(tensors, out_dtype, fast_accum, alpha, beta)
             return cls(op, tuple(TensorMeta.of(t) for t in tensors), 1.0, 1.0, out_dtype, bool(fast_accum))

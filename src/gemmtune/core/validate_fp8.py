@@ -21,9 +21,12 @@ from typing import Any, Sequence
 import torch
 
 from .errors import InputError
-from .inputs import FP8_DTYPES
 
-__all__ = ["validate_scaled_mm", "OUT_DTYPES", "ARG_NAMES"]
+__all__ = ["validate_scaled_mm", "FP8_DTYPES", "SCALE_KINDS", "OUT_DTYPES", "ARG_NAMES"]
+
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+"""The operand dtypes of `scaled_mm` (docs/FP8.md)."""
+SCALE_KINDS = ("tensorwise", "rowwise")
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 ARG_NAMES = ("a", "b", "scale_a", "scale_b", "bias")
