@@ -199,3 +199,25 @@ def test_second_tune_is_a_store_hit_and_fast_accum_is_another_problem():
     assert again.winner == first.winner
     assert torch.equal(fast(*tensors), torch_scaled(tensors, fast=True))
     assert "scaled_mm(32x64, 64x48, rowwise, bfloat16)" in gemmtune.autotune_table(first)
+
+
+def test_a_worker_rebuilds_the_problem_with_its_out_dtype_and_fast_accum():
+    from gemmtune.core.settings import Settings
+    from gemmtune.measure.jobs import Setup, WorkerState
+
+    tensors = quantised(False)
+    state = WorkerState()
+    Setup("scaled_mm", tensors, 1.0, 1.0, (AtenScaledMMTemplate(),), Settings(), None, "cpu",
+          (("out_dtype", torch.float32), ("fast_accum", True))).run(state)
+    runner = state.require()
+    assert (runner.ki.result_dtype, runner.ki.fast_accum) == (torch.float32, True)
+    assert runner.check(Choice("aten_scaled_mm", None)) is None
+
+
+def test_the_json_form_names_the_fp8_problem():
+    from gemmtune.report import selection_dict
+
+    doc = selection_dict(gemmtune.tune("scaled_mm", *quantised(True)))
+    assert doc["winner"] == "aten_scaled_mm"
+    assert {k: doc["problem"][k] for k in ("op", "out_dtype", "fast_accum", "scales", "M", "K", "N")} == {
+        "op": "scaled_mm", "out_dtype": "bfloat16", "fast_accum": False, "scales": "rowwise", "M": M, "K": K, "N": N}
