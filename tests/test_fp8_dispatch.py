@@ -176,3 +176,10 @@ def test_the_fp8_suite_is_the_llama_projections():
                                scales="rowwise").tensors("cpu")
     assert b.t().is_contiguous() and sa.shape == (16, 1) and sb.shape == (1, 16)
     assert torch.equal(gemmtune.scaled_mm(a, b, sa, sb), torch._scaled_mm(a, b, sa, sb, out_dtype=BF16))
+
+
+def test_under_torch_compile_it_traces_to_torch_op():
+    tensors = tensorwise_operands()
+    compiled = torch.compile(lambda *t: gemmtune.scaled_mm(*t), fullgraph=True, backend="eager")
+    assert torch.equal(compiled(*tensors), torch._scaled_mm(*tensors, out_dtype=BF16))
+    assert gemmtune.dispatch_stats()["tunes"] == 0  # nothing tuned at trace time (docs/FP8.md)
