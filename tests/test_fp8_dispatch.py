@@ -183,3 +183,15 @@ def test_under_torch_compile_it_traces_to_torch_op():
     compiled = torch.compile(lambda *t: gemmtune.scaled_mm(*t), fullgraph=True, backend="eager")
     assert torch.equal(compiled(*tensors), torch._scaled_mm(*tensors, out_dtype=BF16))
     assert gemmtune.dispatch_stats()["tunes"] == 0  # nothing tuned at trace time (docs/FP8.md)
+
+
+def test_a_deep_copy_of_a_routed_model_runs_its_own_layers():
+    import copy
+
+    m, x = model(), torch.randn(4, 32)
+    gemmtune.patch(m, scaled_mm=True)
+    twin = copy.deepcopy(m)
+    twin[0].w = rowwise(torch.randn(64, 32))[0]  # the copy's weight differs from the original's
+    assert fp8.is_routed(twin) and not torch.equal(twin(x), m(x))
+    gemmtune.unpatch(twin)
+    assert not fp8.is_routed(twin) and "forward" not in vars(twin)

@@ -17,6 +17,7 @@ under it and routes a model whose forward met `torch._scaled_mm`).  docs/FP8.md.
 from __future__ import annotations
 
 import functools
+import types
 from typing import Any, Callable, Sequence
 
 import torch
@@ -34,6 +35,7 @@ _HITS = TABLE.hits
 _is_compiling = torch.compiler.is_compiling
 _torch_scaled_mm = torch._scaled_mm
 _ROUTED = "_gemmtune_scaled_mm_forward"  # instance attribute of a routed module: its own forward
+_BACKENDS = "_gemmtune_scaled_mm_backends"  # and the backends its calls are tuned with
 
 
 def scaled_key(tensors: Sequence[torch.Tensor], out_dtype: Any, fast: Any, backends: Any) -> tuple:
@@ -203,30 +205,34 @@ def _as_call(args: tuple, kwargs: dict) -> tuple | None:
 
 def route(module: nn.Module, backends: Sequence[str] | str | None = None) -> nn.Module:
     """Run `module`'s forward under a `ScaledMMRouter`: its `torch._scaled_mm` calls are tuned.  Routing
-    a routed module again changes its `backends`; `unroute` undoes it.
+    a routed module again changes its `backends`; `unroute` undoes it.  The routed forward is a method
+    bound to the module, so a `copy.deepcopy` of it runs its own forward.
 
     Example:
         >>> m = route(torch.nn.Identity())
         >>> is_routed(m), is_routed(unroute(m))
         (True, False)
     """
-    original = module.__dict__.get(_ROUTED) or module.forward
-    router = ScaledMMRouter(backends)
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        with router:
-            return original(*args, **kwargs)
-
-    module.__dict__[_ROUTED] = original
-    module.forward = forward  # type: ignore[method-assign]
+    if _ROUTED not in module.__dict__:
+        module.__dict__[_ROUTED] = module.forward
+    module.__dict__[_BACKENDS] = tuple(backends) if isinstance(backends, list) else backends
+    module.forward = types.MethodType(_routed_forward, module)  # type: ignore[method-assign]
     return module
+
+
+def _routed_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    with ScaledMMRouter(self.__dict__[_BACKENDS]):
+        return self.__dict__[_ROUTED](*args, **kwargs)
 
 
 def unroute(module: nn.Module) -> nn.Module:
     """Give a routed module its own forward back (a module never routed is returned unchanged)."""
     if _ROUTED in module.__dict__:
-        module.__dict__.pop(_ROUTED)
+        original = module.__dict__.pop(_ROUTED)
+        module.__dict__.pop(_BACKENDS, None)
         module.__dict__.pop("forward", None)
+        if getattr(original, "__func__", None) is not type(module).forward:  # a forward set on the instance
+            module.__dict__["forward"] = original
     return module
 
 

@@ -94,7 +94,7 @@ class Recorded:
     options: tuple = ()  # scaled_mm's (name, value) pairs: out_dtype, fast_accum
 
     def describe(self) -> str:
-        shapes = ", ".join("x".join(map(str, t.shape)) for t in self.tensors)
+        shapes = ", ".join("x".join(map(str, t.shape)) or "scalar" for t in self.tensors)
         return f"{self.op}({shapes})"
 
 
