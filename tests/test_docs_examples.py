@@ -15,7 +15,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-DOCS = [REPO / "README.md", REPO / "docs" / "USAGE.md", REPO / "docs" / "INDUCTOR.md", REPO / "docs" / "CUTLASS.md"]
+DOCS = [REPO / "README.md", REPO / "docs" / "USAGE.md", REPO / "docs" / "INDUCTOR.md", REPO / "docs" / "CUTLASS.md",
+        REPO / "docs" / "FP8.md"]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 
 

@@ -29,8 +29,8 @@ _EXPORTS = {
     "core.settings": ("FAMILIES", "Settings"),
     "engine": ("tune",),
     "store.distributed": ("DistributedTuneError", "distributed_group"),
-    "dispatch": ("WarmupReport", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "unpatch",
-                 "warmup"),
+    "dispatch": ("WarmupReport", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "scaled_mm",
+                 "unpatch", "warmup"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

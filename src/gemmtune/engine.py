@@ -49,10 +49,12 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
          settings: Settings | None = None, alpha: float = 1.0, beta: float = 1.0,
          out_layout: str | None = None, finalize: Sequence[heuristics.FinalizeHook] = (),
          templates: Sequence[Template] | None = None, store: Store | None = None,
-         listener: Listener | None = None, store_tag: str | None = None, group: Any = None) -> Selection:
-    """Tune one `mm`, `addmm` or `bmm` problem and return the Selection.
+         listener: Listener | None = None, store_tag: str | None = None, group: Any = None,
+         out_dtype: torch.dtype | None = None, use_fast_accum: bool = False) -> Selection:
+    """Tune one `mm`, `addmm`, `bmm` or `scaled_mm` problem and return the Selection.
 
-    `tensors` are the op's arguments in torch order (addmm: bias, mat1, mat2).
+    `tensors` are the op's arguments in torch order (addmm: bias, mat1, mat2; scaled_mm: a, b, scale_a,
+    scale_b[, bias], with its `out_dtype` (default bfloat16) and `use_fast_accum`: docs/FP8.md).
     `device` moves them first; `backends` is a tuple of family names from
     `gemmtune.FAMILIES` (`("extern",)`: library kernels only); `strategy` names one
     of `gemmtune.search.STRATEGIES` (default `settings.strategy`, "model_pruned": a cost
@@ -76,7 +78,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     started = time.perf_counter()
     asked = {k: v for k, v in (("backends", backends), ("strategy", strategy)) if v is not None}
     settings = (settings or Settings.from_env()).with_(**asked)
-    ki, tensors = _problem(op, tensors, device, alpha, beta, out_layout)
+    ki, tensors = _problem(op, tensors, device, alpha, beta, out_layout, out_dtype, use_fast_accum)
     plan = plan_for(settings, ki, templates, started=started, out_layout=out_layout, store_tag=store_tag)
     choices = _choices(ki, plan, op, finalize)
     layout = _check_out_layout(ki, choices, out_layout)
@@ -115,12 +117,12 @@ def _log_pick(ki: KernelInputs, winner: Choice, outcome: Outcome) -> None:
 
 
 def _problem(op: str, tensors: Sequence[Any], device: str | torch.device | None, alpha: float, beta: float,
-             out_layout: str | None) -> tuple[KernelInputs, tuple]:
+             out_layout: str | None, out_dtype: Any, fast: Any) -> tuple[KernelInputs, tuple]:
     """The validated problem and its operands (moved to `device`, detached)."""
     if out_layout not in OUT_LAYOUTS:
         raise InputError(f"out_layout: expected None, 'row' or 'col', got {out_layout!r}")
     placed = place_operands(tensors, device)
-    ki = KernelInputs.from_tensors(op, *placed, alpha=alpha, beta=beta)
+    ki = KernelInputs.from_tensors(op, *placed, alpha=alpha, beta=beta, out_dtype=out_dtype, fast_accum=fast)
     empty = [f"{k}={v}" for k, v in {"M": ki.M, "N": ki.N, "K": ki.K, "batch": ki.batch}.items() if v == 0]
     if empty:
         raise InputError(f"{ki.describe()}: nothing to tune, {', '.join(empty)} (the product is empty or all bias)")
@@ -154,7 +156,7 @@ def _kernel(ki: KernelInputs, winner: Choice, launch, out_layout: str | None) ->
 
     def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if out is None and out_layout == "col":
-            out = empty_output(ki.out_size, ki.dtype, ki.device, "col")
+            out = empty_output(ki.out_size, ki.result_dtype, ki.device, "col")
         return launch(tensors, out, **rt)
 
     if hasattr(launch, "bound") and out_layout != "col":  # the eager dispatch binds it (dispatch/binding.py)

@@ -35,13 +35,19 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     src = t.add_mutually_exclusive_group()
     src.add_argument("--shape", help="MxKxN, for C[M,N] = A[M,K] @ B[K,N] (default 512x512x512)")
     src.add_argument("--suite", help="JSON file of shapes (format of bench/shapes.json)")
-    t.add_argument("--op", choices=("mm", "addmm", "bmm"), default="mm",
-                   help="mm: A @ B; addmm: bias + A @ B (a bias of N); bmm: batched, --batch B (default mm)")
+    t.add_argument("--op", choices=("mm", "addmm", "bmm", "scaled_mm"), default="mm",
+                   help="mm: A @ B; addmm: bias + A @ B (a bias of N); bmm: batched, --batch B; scaled_mm: "
+                   "torch._scaled_mm, fp8 A and B with scales, bfloat16 out (docs/FP8.md) (default mm)")
     t.add_argument("--batch", type=int, default=1, help="batch size for bmm")
-    t.add_argument("--dtype", default=None, help="float16|bfloat16|float32|float64 (default: bfloat16 on cuda, "
-                   "float32 on cpu; for --suite, each shape's own)")
-    t.add_argument("--b-layout", choices=("row", "col"), default="row",
-                   help="col: B is the transpose of a contiguous [N,K] weight, as in nn.Linear")
+    t.add_argument("--dtype", default=None, help="float16|bfloat16|float32|float64, or for scaled_mm "
+                   "float8_e4m3fn|float8_e5m2 (default: bfloat16 on cuda, float32 on cpu, float8_e4m3fn for "
+                   "scaled_mm; for --suite, each shape's own)")
+    t.add_argument("--scales", choices=("tensorwise", "rowwise"), default=None,
+                   help="scaled_mm's scales: one per tensor, or per row of A and per column of B "
+                   "(default tensorwise)")
+    t.add_argument("--b-layout", choices=("row", "col"), default=None,
+                   help="col: B is the transpose of a contiguous [N,K] weight, as in nn.Linear (default row; "
+                   "scaled_mm: col, the only layout torch allows)")
     t.add_argument("--device", default=None, help="cuda|cpu (default: cuda when present)")
     t.add_argument("--strategy", choices=sorted(STRATEGY_NAMES), default=None)
     t.add_argument("--top-x", type=int, default=None, help="prescreen: configs kept after stage 1")

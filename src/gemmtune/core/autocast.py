@@ -65,10 +65,11 @@ def active_for(tensors: tuple) -> bool:
 def tunes_cast_problem(tune: Callable[..., R]) -> Callable[..., R]:
     """Wrap `tune(op, *tensors, device=..., **options)`: under autocast it tunes the problem torch would
     compute (the operands cast as `cast` casts them, after moving them to `device`), with autocast off
-    while every candidate runs, so that aten and the generated kernels are timed in the same dtype."""
+    while every candidate runs, so that aten and the generated kernels are timed in the same dtype.
+    scaled_mm is not cast (torch's autocast leaves `torch._scaled_mm` alone: its operands are float8)."""
     @functools.wraps(tune)
     def wrapper(op: Any, *tensors: Any, device: Any = None, **options: Any) -> R:
-        if enabled():
+        if enabled() and op != "scaled_mm":
             placed = place_operands(tensors, device)
             if active_for(placed):
                 cast_ = cast(placed)

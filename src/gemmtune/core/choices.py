@@ -182,7 +182,7 @@ class Selection:
         """
         if self.kernel is None:
             raise RuntimeError("this Selection has no kernel attached")
-        if autocast.enabled() and autocast.active_for(tensors):
+        if autocast.enabled() and self.problem.op != "scaled_mm" and autocast.active_for(tensors):
             cast = autocast.cast(tensors)
             if _operand_key(cast) != self._expected_key:
                 raise InputError(self._mismatch(cast, torch.get_autocast_dtype(tensors[-2].device.type)))
@@ -195,7 +195,8 @@ class Selection:
     @cached_property
     def _expected(self) -> tuple[tuple[str, tuple, tuple, Any, torch.device], ...]:
         """(argument name, shape, strides, dtype, device) of each operand of the tuned problem."""
-        names = {"mm": ("mat1", "mat2"), "bmm": ("batch1", "batch2"), "addmm": ("input", "mat1", "mat2")}
+        names = {"mm": ("mat1", "mat2"), "bmm": ("batch1", "batch2"), "addmm": ("input", "mat1", "mat2"),
+                 "scaled_mm": ("a", "b", "scale_a", "scale_b", "bias")}
         return tuple((name, tuple(m.size), tuple(m.stride), m.dtype, torch.device(m.device))
                      for name, m in zip(names[self.problem.op], self.problem.operands))
 
@@ -228,7 +229,7 @@ class Selection:
 
 def _operand_key(tensors: tuple) -> tuple | None:
     """Shape, strides, dtype, device and negative bit of each operand, in one flat tuple (None: not
-    tensors, or not 2 or 3 of them).  Built inline: this is `Selection.__call__`'s per-call check."""
+    tensors, or not 2 to 5 of them).  Built inline: this is `Selection.__call__`'s per-call check."""
     try:
         if len(tensors) == 2:
             a, b = tensors
@@ -237,6 +238,8 @@ def _operand_key(tensors: tuple) -> tuple | None:
             c, a, b = tensors
             return (c.shape, c.stride(), c.dtype, c.device, c.is_neg(), a.shape, a.stride(), a.dtype, a.device,
                     a.is_neg(), b.shape, b.stride(), b.dtype, b.device, b.is_neg())
+        if len(tensors) in (4, 5):  # scaled_mm's a, b, scale_a, scale_b[, bias]
+            return tuple(x for t in tensors for x in (t.shape, t.stride(), t.dtype, t.device, t.is_neg()))
     except (AttributeError, TypeError, RuntimeError):  # not tensors, or tensors without strides (sparse)
         pass
     return None

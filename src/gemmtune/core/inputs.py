@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .errors import InputError
+from .validate_fp8 import FP8_DTYPES, SCALE_KINDS, validate_scaled_mm
 
-OPS = ("mm", "addmm", "bmm")
+__all__ = ["OPS", "SUPPORTED_DTYPES", "FP8_DTYPES", "SCALE_KINDS", "KernelInputs", "TensorMeta", "dtype_name",
+           "parse_dtype", "device_str", "place_operands"]
+
+OPS = ("mm", "addmm", "bmm", "scaled_mm")
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -28,13 +33,14 @@ def dtype_name(dtype: torch.dtype) -> str:
 def parse_dtype(name: str) -> torch.dtype:
     """Parse a dtype name (`bf16`, `bfloat16`, `torch.float16`, `fp32`, ...)."""
     aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16",
-               "fp32": "float32", "float": "float32", "fp64": "float64", "double": "float64"}
+               "fp32": "float32", "float": "float32", "fp64": "float64", "double": "float64",
+               "e4m3": "float8_e4m3fn", "fp8": "float8_e4m3fn", "e5m2": "float8_e5m2"}
     key = name.replace("torch.", "").lower()
     key = aliases.get(key, key)
     dtype = getattr(torch, key, None)
-    if not isinstance(dtype, torch.dtype) or dtype not in SUPPORTED_DTYPES:
+    if not isinstance(dtype, torch.dtype) or dtype not in SUPPORTED_DTYPES + FP8_DTYPES:
         raise InputError(f"dtype: unsupported dtype {name!r}; use one of "
-                         f"{', '.join(dtype_name(d) for d in SUPPORTED_DTYPES)}")
+                         f"{', '.join(dtype_name(d) for d in SUPPORTED_DTYPES + FP8_DTYPES)}")
     return dtype
 
 
@@ -69,7 +75,9 @@ class KernelInputs:
     """The inputs of one GEMM op, described without their data.
 
     `operands` follows the op's argument order: mm(a, b), addmm(bias, a, b),
-    bmm(a, b).  Shapes use M, K, N for C[M, N] = A[M, K] @ B[K, N].
+    bmm(a, b), scaled_mm(a, b, scale_a, scale_b[, bias]).  Shapes use M, K, N for
+    C[M, N] = A[M, K] @ B[K, N].  `out_dtype` and `fast_accum` are scaled_mm's
+    (None and False for the other ops, whose output has the operands' dtype).
 
     Example:
         >>> import torch
@@ -82,15 +90,37 @@ class KernelInputs:
     operands: tuple[TensorMeta, ...]
     alpha: float = 1.0
     beta: float = 1.0
+    out_dtype: torch.dtype | None = None
+    fast_accum: bool = False
 
     # -- construction -----------------------------------------------------
     @classmethod
-    def from_tensors(cls, op: str, *tensors: Any, alpha: float = 1.0, beta: float = 1.0) -> "KernelInputs":
-        """Validate `tensors` for `op` and describe them; raises InputError naming the problem."""
+    def from_tensors(cls, op: str, *tensors: Any, alpha: float = 1.0, beta: float = 1.0,
+                     out_dtype: torch.dtype | None = None, fast_accum: bool = False) -> "KernelInputs":
+        """Validate `tensors` for `op` and describe them; raises InputError naming the problem.
+        `out_dtype` (default bfloat16) and `fast_accum` belong to scaled_mm only."""
         from .validate import validate_operands
 
+        if op == "scaled_mm":
+            out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+            validate_scaled_mm(tensors, out_dtype, fast_accum, alpha, beta)
+            return cls(op, tuple(TensorMeta.of(t) for t in tensors), 1.0, 1.0, out_dtype, bool(fast_accum))
+        if out_dtype is not None or fast_accum:
+            raise InputError(f"{op}: out_dtype and use_fast_accum belong to scaled_mm only "
+                             f"(got out_dtype={out_dtype!r}, use_fast_accum={fast_accum!r})")
         validate_operands(op, tensors, alpha, beta)
         return cls(op, tuple(TensorMeta.of(t) for t in tensors), float(alpha), float(beta))
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments that rebuild this problem with `from_tensors` from its operands.
+
+        Example:
+            >>> KernelInputs.from_tensors("mm", torch.ones(2, 2), torch.ones(2, 2)).options()
+            {'alpha': 1.0, 'beta': 1.0}
+        """
+        if self.op == "scaled_mm":
+            return {"out_dtype": self.out_dtype, "fast_accum": self.fast_accum}
+        return {"alpha": self.alpha, "beta": self.beta}
 
     # -- shape views ------------------------------------------------------
     @property
@@ -103,7 +133,22 @@ class KernelInputs:
 
     @property
     def bias(self) -> TensorMeta | None:
+        if self.op == "scaled_mm":
+            return self.operands[4] if len(self.operands) > 4 else None
         return self.operands[0] if self.op == "addmm" else None
+
+    @property
+    def scales(self) -> str | None:
+        """scaled_mm's scale kind: "tensorwise" (one scale per operand) or "rowwise" ([M, 1] and [1, N]);
+        None for the other ops."""
+        if self.op != "scaled_mm":
+            return None
+        return "tensorwise" if math.prod(self.operands[2].size) == 1 else "rowwise"
+
+    @property
+    def result_dtype(self) -> torch.dtype:
+        """The output's dtype: scaled_mm's `out_dtype`, else the operands' dtype."""
+        return self.out_dtype if self.out_dtype is not None else self.dtype
 
     @property
     def batch(self) -> int:
@@ -151,7 +196,13 @@ class KernelInputs:
         return "strided"
 
     def describe(self) -> str:
-        """Inductor-style `op(AxB, CxD)` listing every operand's size."""
+        """Inductor-style `op(AxB, CxD)` listing every operand's size (scaled_mm: the two matrices, the
+        scale kind, the bias's length, the output dtype and fast accumulation)."""
+        if self.op == "scaled_mm":
+            bias = f", bias {self.N}" if self.bias is not None else ""
+            fast = ", fast_accum" if self.fast_accum else ""
+            return (f"scaled_mm({self.M}x{self.K}, {self.K}x{self.N}, {self.scales}{bias}, "
+                    f"{dtype_name(self.result_dtype)}{fast})")
         return f"{self.op}(" + ", ".join("x".join(map(str, m.size)) or "scalar" for m in self.operands) + ")"
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,6 +214,9 @@ class KernelInputs:
             "device": self.device,
             "alpha": self.alpha,
             "beta": self.beta,
+            # scaled_mm's own fields, only there (the other ops' keys are unchanged)
+            **({"out_dtype": dtype_name(self.result_dtype), "fast_accum": self.fast_accum, "scales": self.scales}
+               if self.op == "scaled_mm" else {}),
         }
 
     @property

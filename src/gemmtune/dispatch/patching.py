@@ -31,6 +31,7 @@ from torch import nn
 
 from . import autocast as _ac
 from . import eager as api
+from . import fp8
 from .table import TABLE
 
 __all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library", "release_library_layers"]
@@ -216,7 +217,8 @@ def _patchable(m: nn.Module) -> bool:
             and not isinstance(m.weight, nn.parameter.UninitializedParameter))
 
 
-def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, report: bool = False) -> nn.Module:
+def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, report: bool = False,
+          scaled_mm: bool = False) -> nn.Module:
     """Route every `nn.Linear` in `module` through gemmtune (in place); returns `module`.
 
     `backends` is passed to `gemmtune.mm` / `gemmtune.addmm` (a tuple of family
@@ -225,7 +227,9 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
     The `nn.Linear` layers inside an `nn.MultiheadAttention` are left alone: it
     calls `F.linear` on their weights, so they would never reach gemmtune.
     `report=True` prints `patch_report(module)` (what is routed, what is not
-    and why) to stderr.
+    and why) to stderr.  `scaled_mm=True` also runs `module`'s forward under `dispatch.fp8.ScaledMMRouter`,
+    so the `torch._scaled_mm` calls of its fp8 layers are tuned (`gemmtune.warmup` does it by itself for
+    a model whose forward calls `torch._scaled_mm`; docs/FP8.md).
 
     Example:
         >>> import torch, gemmtune
@@ -248,13 +252,16 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
             object.__setattr__(m, _DECIDED_ATTR, _new_decided())
             object.__setattr__(m, "forward", types.MethodType(_linear_forward, m))
             object.__setattr__(m, "_apply", types.MethodType(_apply_clearing, m))
+    if scaled_mm:
+        fp8.route(module, backends)
     if report:
         print(patch_report(module), file=sys.stderr)
     return module
 
 
 def unpatch(module: nn.Module) -> nn.Module:
-    """Undo `patch`: every patched `nn.Linear` in `module` runs `nn.Linear.forward` again; returns `module`.
+    """Undo `patch`: every patched `nn.Linear` in `module` runs `nn.Linear.forward` again, and a routed
+    module (`patch(scaled_mm=True)`) its own forward; returns `module`.
 
     Example:
         >>> import torch, gemmtune
@@ -262,6 +269,7 @@ def unpatch(module: nn.Module) -> nn.Module:
         >>> "forward" in vars(gemmtune.unpatch(lin))
         False
     """
+    fp8.unroute(module)
     for m in module.modules():
         if _FLAG in vars(m):
             for attr in (_FLAG, _DECIDED_ATTR, "forward", "_apply"):

@@ -50,7 +50,7 @@ def spread(items: Sequence[Recorded], traced: bool, slots: Sequence[Slot] | None
     than one to use, and write their picks into the store; `slots` given: every item across those.
     Returns what was dealt, by position in `items` (nothing on one GPU, on CPU, or with the store off)."""
     settings = Settings.from_env()
-    at = list(range(len(items)))
+    at = [i for i in range(len(items)) if items[i].op != "scaled_mm"]  # fp8: tuned by the warm-up's own loop
     if slots is None:  # the model's GPUs: those of its device's kind
         at = [i for i in at if items[i].tensors and items[i].tensors[0].is_cuda]
         device = device_str(items[at[0]].tensors[0].device) if at else "cpu"

@@ -40,7 +40,7 @@ import torch
 
 __all__ = ["DispatchTable", "Recorded", "TABLE", "dispatch_key", "is_empty", "OPS"]
 
-OPS = ("mm", "addmm", "bmm")
+OPS = ("mm", "addmm", "bmm", "scaled_mm")
 Runner = Callable[..., torch.Tensor]
 
 
@@ -91,9 +91,10 @@ class Recorded:
     backends: tuple[str, ...] | None
     out_layout: str | None
     calls: int = 0
+    options: tuple = ()  # scaled_mm's (name, value) pairs: out_dtype, fast_accum
 
     def describe(self) -> str:
-        shapes = ", ".join("x".join(map(str, t.shape)) for t in self.tensors)
+        shapes = ", ".join("x".join(map(str, t.shape)) or "scalar" for t in self.tensors)
         return f"{self.op}({shapes})"
 
 
@@ -234,7 +235,7 @@ class DispatchTable:
                     hook(False)
 
     def record(self, canon: tuple, op: str, tensors: tuple, alpha: float, beta: float,
-               backends: tuple[str, ...] | None, out_layout: str | None) -> Recorded:
+               backends: tuple[str, ...] | None, out_layout: str | None, options: tuple = ()) -> Recorded:
         """Count one call of a problem met inside `recording()` (its operands kept detached, once)."""
         with self.lock:
             if self.recorder is None:
@@ -242,7 +243,7 @@ class DispatchTable:
             rec = self.recorder.get(canon)
             if rec is None:
                 rec = self.recorder[canon] = Recorded(op, tuple(t.detach() for t in tensors), alpha, beta,
-                                                      backends, out_layout)
+                                                      backends, out_layout, options=options)
             rec.calls += 1
             return rec
 

@@ -27,7 +27,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from . import eager
+from . import eager, fp8
 from .in_model import InModel, Switch, check_in_model
 from ..core.errors import InputError
 from ..core.settings import Settings
@@ -38,7 +38,7 @@ from .spread import as_tuned, prepare_for, spread
 __all__ = ["warmup", "WarmupReport", "WarmupRow"]
 
 log = logging.getLogger("gemmtune")
-TORCH_OPS = frozenset({"aten_mm", "aten_addmm", "aten_bmm", "aten_bias_addmm"})
+TORCH_OPS = frozenset({"aten_mm", "aten_addmm", "aten_bmm", "aten_bias_addmm", "aten_scaled_mm"})
 """Library picks that are torch's own op: what the in-model check compares the others against."""
 
 
@@ -116,7 +116,10 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
 
     `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are; calls of
-    `gemmtune.mm` / `addmm` / `bmm` made by the model's own code are collected too.  The forward runs
+    `gemmtune.mm` / `addmm` / `bmm` made by the model's own code are collected too, and so are its
+    `torch._scaled_mm` calls (fp8 linear layers: the forward runs under `dispatch.fp8.ScaledMMRouter`);
+    a model whose forward met one is routed (`gemmtune.patch(model, scaled_mm=True)`), so its later
+    forwards run the picks (docs/FP8.md).  The forward runs
     once under `torch.no_grad()`.  `for_compile=True` decides the problems for a later `torch.compile`
     of the model, in any mode: tuned among the kernels Inductor builds and stored where gemmtune's
     Inductor handler (`gemmtune.inductor`) reads them, so the compile tunes and benchmarks nothing
@@ -158,6 +161,8 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
         patch(model, backends=backends)
     forward = functools.partial(model, *example_inputs, **example_kwargs)
     rows, seen, forward_end = _record_and_tune(forward, model, _show(progress), for_compile)
+    if any(rec.op == "scaled_mm" for rec in seen.values()) and not fp8.is_routed(model):
+        fp8.route(model, backends)  # its torch._scaled_mm calls dispatch to the picks from now on
     # On by default (GPU picks for launch cost, CPU ones for thread pools); in a distributed job only if asked.
     check_s = 0.0
     if not for_compile and (in_model or (in_model is None and _job() is None)):
@@ -175,7 +180,7 @@ def _record_and_tune(forward: Any, model: nn.Module, show: bool,
     record, `time.perf_counter()` when the forward ended)."""
     cancel = _prestart_worker(model)  # its start overlaps the recording forward and the first compiles
     try:
-        with eager.recording() as seen, torch.no_grad():
+        with eager.recording() as seen, torch.no_grad(), fp8.ScaledMMRouter():
             forward()
         forward_end = time.perf_counter()
         return [_row(problem, calls) for problem, calls in _tune_all(seen, show, for_compile)], seen, forward_end
@@ -207,7 +212,7 @@ def _checked(rows: list[WarmupRow], seen: "dict[tuple, eager.Recorded]", forward
     selections = eager.selections()
     for i, (canon, rec) in enumerate(seen.items()):
         sel = selections.get(canon)
-        if (sel is None or sel.winner.template_uid in TORCH_OPS
+        if (sel is None or sel.winner.template_uid in TORCH_OPS or rec.op == "scaled_mm"
                 or (rec.backends is not None and "extern" not in rec.backends)):
             continue
         switches.append(Switch(rec.op, canon, sel, rec.alpha, rec.beta, rec.out_layout))
@@ -276,9 +281,10 @@ def _tune_each(items: "list[eager.Recorded]", show: bool, traced: bool) -> Itera
 
 def _tune_one(rec: "eager.Recorded", traced: bool) -> tuple[Any, float]:
     t0 = time.perf_counter()
+    if rec.op == "scaled_mm":  # eager and traced alike: a traced scaled_mm runs torch's op (dispatch/fp8.py)
+        return fp8.prepare(rec.tensors, dict(rec.options), rec.backends), time.perf_counter() - t0
     sel = prepare_for(rec, traced)
     return sel, time.perf_counter() - t0
-
 
 
 def _row(outcome: tuple[Any, float], calls: int) -> WarmupRow:

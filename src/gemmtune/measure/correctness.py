@@ -14,6 +14,11 @@ from ..templates.base import split_operands
 # correct kernels measured fp32 far under 1e-3, tf32 near 3e-4, bf16 operands 1e-3 to 1e-2.
 _TOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 _TF32_TOL = 5e-3
+# scaled_mm: dequantised fp8 operands are exact in float64, so a correct kernel's error is its output's
+# rounding (the output dtype's tolerance above) plus its accumulation's: none to speak of in float32,
+# and up to about 1e-2 relative where fast accumulation keeps fewer bits (Hopper's fp8 tensor cores,
+# `use_fast_accum=True`), which that problem's tolerance adds.  docs/FP8.md.
+_FAST_ACCUM_TOL = 2e-2
 
 
 def tolerance(ki: KernelInputs) -> float:
@@ -23,6 +28,8 @@ def tolerance(ki: KernelInputs) -> float:
         >>> tolerance(KernelInputs.from_tensors("mm", torch.randn(2, 2), torch.randn(2, 2)))
         0.0001
     """
+    if ki.op == "scaled_mm":
+        return _TOL[ki.result_dtype] + (_FAST_ACCUM_TOL if ki.fast_accum else 0.0)
     if ki.dtype == torch.float32 and ki.device_type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
         return _TF32_TOL
     return _TOL[ki.dtype]
@@ -42,6 +49,8 @@ def reference(ki: KernelInputs, tensors: Sequence[torch.Tensor]) -> torch.Tensor
         >>> reference(KernelInputs.from_tensors("addmm", bias, a, b, alpha=0.0), (bias, a, b)).isnan().any().item()
         False
     """
+    if ki.op == "scaled_mm":
+        return scaled_reference(tensors)
     bias, a, b = split_operands(ki, tensors)
     if bias is None:
         return torch.matmul(a.double(), b.double())
@@ -52,6 +61,21 @@ def reference(ki: KernelInputs, tensors: Sequence[torch.Tensor]) -> torch.Tensor
     if ki.beta != 0.0:
         out = out + ki.beta * bias.double()
     return out
+
+
+def scaled_reference(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """scaled_mm in float64: the product of the dequantised operands, `(a * scale_a) @ (b * scale_b)`
+    (+ bias); a row-wise `scale_a` [M, 1] scales a's rows, `scale_b` [1, N] b's columns.
+
+    Example:
+        >>> a = torch.full((2, 16), 2.0).to(torch.float8_e4m3fn)
+        >>> b = torch.ones(3, 16).to(torch.float8_e4m3fn).t()
+        >>> scaled_reference((a, b, torch.tensor(0.5), torch.tensor(3.0)))[0].tolist()
+        [48.0, 48.0, 48.0]
+    """
+    a, b, scale_a, scale_b = tensors[:4]
+    out = torch.matmul(a.double() * scale_a.double(), b.double() * scale_b.double())
+    return out + tensors[4].double() if len(tensors) > 4 else out
 
 
 def check(ki: KernelInputs, out: torch.Tensor, ref: torch.Tensor) -> str | None:
@@ -123,7 +147,7 @@ class Reference:
             torch.float32
         """
         exact = reference(ki, tensors)
-        rounded = exact.to(ki.dtype)
+        rounded = exact.to(ki.result_dtype)
         fast = bool(torch.isfinite(rounded).all())
         scale = float(torch.linalg.vector_norm(exact)) if fast else 0.0
         peak = float(exact.abs().max()) if fast and exact.numel() else 0.0

@@ -196,7 +196,7 @@ class SubprocessRunner:
         index = torch.device(ki.device).index if ki.device_type == "cuda" else None
         payload = tuple(tensors) if not index else tuple(t.cpu() for t in tensors)
         setup = Setup(ki.op, payload, ki.alpha, ki.beta, tuple(templates.values()), settings, out_layout,
-                      ki.device_type)
+                      ki.device_type, tuple(ki.options().items()) if ki.op == "scaled_mm" else ())
         self.worker = _acquire(ki.device, settings.run_timeout_s)
         try:
             self._set_up(setup, ki.device, settings.run_timeout_s)

@@ -60,12 +60,13 @@ class Setup(WorkerJob):
     settings: Any
     out_layout: str | None
     device_type: str
+    options: tuple = ()  # scaled_mm's (name, value) pairs: out_dtype, fast_accum (KernelInputs.options)
 
     def run(self, state: WorkerState) -> None:
         local = "cuda:0" if self.device_type == "cuda" else "cpu"  # the one device this worker sees
         # Our own copies: a kernel that writes out of bounds here writes into the worker's memory.
         tensors = tuple(t.to(local).clone() for t in self.tensors)
-        ki = KernelInputs.from_tensors(self.op, *tensors, alpha=self.alpha, beta=self.beta)
+        ki = KernelInputs.from_tensors(self.op, *tensors, alpha=self.alpha, beta=self.beta, **dict(self.options))
         launchers = Launchers({t.uid: t for t in self.templates}, ki, tensors,
                               timeout_s=self.settings.compile_timeout_s)
         state.runner = local_runner(ki, tensors, launchers, self.settings, self.out_layout)

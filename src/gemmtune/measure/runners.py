@@ -126,4 +126,4 @@ def local_runner(ki: KernelInputs, tensors: Sequence[torch.Tensor], launchers: C
         (1, 8)
     """
     return LocalRunner(ki, tensors, launchers, timer_for(ki.device, settings),
-                       lambda: empty_output(ki.out_size, ki.dtype, ki.device, out_layout))
+                       lambda: empty_output(ki.out_size, ki.result_dtype, ki.device, out_layout))

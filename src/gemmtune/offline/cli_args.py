@@ -12,7 +12,8 @@ __all__ = ["FLAGS", "check_store_arg", "flag_named", "join_negative_values"]
 
 FLAGS = {"top_x": "--top-x", "budget_s": "--budget-s", "report_rows": "--rows", "backends": "--backends",
          "strategy": "--strategy", "effort": "--effort", "isolation": "--isolation", "store": "--store",
-         "lookup_table": "--lookup-table", "dtype": "--dtype", "gpus": "--gpus"}
+         "lookup_table": "--lookup-table", "dtype": "--dtype", "gpus": "--gpus",
+         "scales": "--scales", "b_layout": "--b-layout"}
 """Settings fields (and the dtype check) by the `gemmtune` flag that sets them: errors name the flag."""
 
 

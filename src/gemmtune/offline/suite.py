@@ -10,6 +10,7 @@ import torch
 
 from ..core.errors import InputError
 from ..core.inputs import OPS, parse_dtype
+from .fp8_spec import check_fp8_spec, fp8_operands
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class ProblemSpec:
     dtype: str = "float32"
     b_layout: str = "row"
     name: str = ""
+    scales: str = ""  # scaled_mm: "tensorwise" or "rowwise" (offline/fp8_spec.py)
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -41,7 +43,7 @@ class ProblemSpec:
                 raise InputError(f"shape: {dim} must be a positive integer, got {v!r}")
         if not isinstance(self.dtype, str) or not isinstance(self.name, str):
             raise InputError(f"dtype and name: expected strings, got {self.dtype!r} and {self.name!r}")
-        parse_dtype(self.dtype)
+        check_fp8_spec(self.op, self.dtype, self.scales, self.b_layout)
 
     @classmethod
     def parse(cls, shape: str, **kw) -> "ProblemSpec":
@@ -53,11 +55,14 @@ class ProblemSpec:
 
     def describe(self) -> str:
         b = f"{self.batch}x" if self.op == "bmm" else ""
-        return f"{self.op} {b}{self.M}x{self.K}x{self.N} {self.dtype} B={self.b_layout}"
+        scales = f" {self.scales}" if self.scales else ""
+        return f"{self.op} {b}{self.M}x{self.K}x{self.N} {self.dtype}{scales} B={self.b_layout}"
 
     def tensors(self, device: str, seed: int = 0) -> tuple[torch.Tensor, ...]:
         """Random normal operands (never zeros: they hide unwritten outputs and time faster)."""
         g = torch.Generator(device="cpu").manual_seed(seed)
+        if self.op == "scaled_mm":
+            return fp8_operands(self.M, self.K, self.N, self.dtype, self.scales, device, g)
         dtype = parse_dtype(self.dtype)
         lead = (self.batch,) if self.op == "bmm" else ()
 
@@ -71,7 +76,7 @@ class ProblemSpec:
         return (a, b)
 
 
-SHAPE_KEYS = ("name", "op", "M", "K", "N", "batch", "dtype", "b_layout")
+SHAPE_KEYS = ("name", "op", "M", "K", "N", "batch", "dtype", "b_layout", "scales")
 """The keys of one shape in a suite file; M, K and N are required."""
 
 
@@ -111,12 +116,15 @@ def _shape(s: object, i: int, path: str | Path, dtype: str | None) -> ProblemSpe
         v = s.get(key, 1)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"{where}: {key} must be a positive integer, got {v!r}")
-    for key in ("name", "op", "dtype", "b_layout"):
+    for key in ("name", "op", "dtype", "b_layout", "scales"):
         if key in s and not isinstance(s[key], str):
             raise InputError(f"{where}: {key} must be a string, got {s[key]!r}")
+    op = s.get("op", "mm")
+    fp8 = op == "scaled_mm"
     try:
-        return ProblemSpec(M=s["M"], K=s["K"], N=s["N"], op=s.get("op", "mm"), batch=s.get("batch", 1),
-                           dtype=dtype or s.get("dtype", "float32"), b_layout=s.get("b_layout", "row"),
-                           name=s.get("name", f"shape-{i}"))
+        return ProblemSpec(M=s["M"], K=s["K"], N=s["N"], op=op, batch=s.get("batch", 1),
+                           dtype=dtype or s.get("dtype", "float8_e4m3fn" if fp8 else "float32"),
+                           b_layout=s.get("b_layout", "col" if fp8 else "row"), name=s.get("name", f"shape-{i}"),
+                           scales=s.get("scales", "tensorwise" if fp8 else ""))
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None

@@ -71,12 +71,14 @@ class Template(ABC):
     """A family of kernels sharing one source.
 
     Subclasses set `uid`, `family` and `src_hash` (None for library kernels)
-    and implement `supports`, `configs` and `compile`.
+    and implement `supports`, `configs` and `compile`.  `ops` names the ops the
+    template offers candidates for: the registry asks `supports` only for those.
     """
 
     uid: str
     family: str
     src_hash: str | None = None
+    ops: tuple[str, ...] = ("mm", "addmm", "bmm")  # a scaled_mm template says ("scaled_mm",)
     runtime_space: Mapping[str, Sequence[Any]] = {}
     default_runtime: Mapping[str, Any] = {}  # the stage-1 value for prescreening
     # Device types where the template is active by default; elsewhere (e.g. the

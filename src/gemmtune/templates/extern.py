@@ -69,6 +69,33 @@ class AtenBiasAddmmTemplate(Template):
         return self.compile(choice, ki, ())
 
 
+class AtenScaledMMTemplate(Template):
+    """`torch._scaled_mm`: cuBLASLt on GPU, torch's own kernel on CPU; the library kernel of scaled_mm.
+
+    Its launcher passes the problem's `out_dtype` and `use_fast_accum` (the flag is part of the problem:
+    a fast-accumulating kernel competes only where the caller asked for it)."""
+
+    uid = "aten_scaled_mm"
+    family = "extern"
+    ops = ("scaled_mm",)
+
+    def supports(self, ki: KernelInputs) -> bool:
+        return ki.op == "scaled_mm"
+
+    def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
+        out_dtype, fast = ki.result_dtype, ki.fast_accum
+
+        def launch(tensors, out=None):
+            a, b, scale_a, scale_b = tensors[:4]
+            bias = tensors[4] if len(tensors) > 4 else None
+            if out is None:
+                return torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, use_fast_accum=fast)
+            return torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, use_fast_accum=fast,
+                                    out=out)
+
+        return launch
+
+
 class NumpyTemplate(Template):
     """NumPy's matmul (its BLAS: OpenBLAS or MKL) on CPU float32/float64.
 

@@ -33,7 +33,7 @@ def add_finalize_hook(hook: FinalizeHook) -> Callable[[], None]:
 
 def output_layout(ki: KernelInputs, choices: Sequence[Choice]) -> FlexibleLayout | FixedLayout:
     """Flexible while every choice is a library kernel; fixed (row-major) once a template competes."""
-    flexible = FlexibleLayout(ki.out_size, ki.dtype, ki.device)
+    flexible = FlexibleLayout(ki.out_size, ki.result_dtype, ki.device)
     return flexible if all(c.is_extern for c in choices) else flexible.fix()
 
 

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from ..core.inputs import KernelInputs
 from .base import Template
-from .extern import AtenBiasAddmmTemplate, AtenTemplate, NumpyTemplate
+from .extern import AtenBiasAddmmTemplate, AtenScaledMMTemplate, AtenTemplate, NumpyTemplate
 
 
 PREVIEW_TEMPLATES: tuple = ()
@@ -38,7 +38,7 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
     from .triton.mm import TritonMMTemplate
 
     pool = [AtenTemplate("mm"), AtenTemplate("addmm"), AtenTemplate("bmm"), AtenBiasAddmmTemplate(),
-            NumpyTemplate(), TritonMMTemplate(size=size)]
+            AtenScaledMMTemplate(), NumpyTemplate(), TritonMMTemplate(size=size)]
     if hopper:
         from .triton.gemv import TritonGemvTemplate
         from .triton.skinny import TritonSkinnyTemplate
@@ -70,7 +70,7 @@ def optional_templates(size: str = "default") -> list[Template]:
 def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
                      templates: Sequence[Template] | None = None, hopper: bool = True,
                      size: str = "default", preview: bool = False) -> list[Template]:
-    """Templates of the requested families that can run `ki`.
+    """Templates of the requested families that can run `ki` (those whose `ops` name its op).
 
     With `backends=None`, every family native to the device (GPU: extern + triton;
     CPU: extern + numba), less an opt-in template (`Template.opt_in`: NumPy's BLAS) unless `templates`
@@ -83,7 +83,7 @@ def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
             return ki.device_type in t.native_devices and (templates is not None or not t.opt_in)
         return t.family in backends
 
-    return [t for t in pool if wanted(t) and t.supports(ki)]
+    return [t for t in pool if ki.op in t.ops and wanted(t) and t.supports(ki)]
 
 
 
