@@ -3,11 +3,11 @@
 Per call it builds the library's `GemmArguments` for the call's tensors (kept for the next call while
 the tensors' pointers, shapes and strides stay the same, as in a timing loop) and runs
 `op.run(args, artifact, stream, assume_supported_args=True)` on torch's current stream.  addmm adds
-the bias after the GEMM where the operator does not fuse it (`operators.bias_after`); alpha 0 runs no
+the bias after the GEMM where the operator does not fuse it (`bias_after`); alpha 0 runs no
 GEMM (`base.bias_only`).
 
 Example:
-    >>> signature(torch.ones(2, 3), torch.ones(3, 4))[0][1:]
+    >>> signature(torch.ones(2, 3), torch.ones(3, 4))[0][1:3]
     ((2, 3), (3, 1))
 """
 
@@ -36,11 +36,23 @@ def disk_key(cfg: Mapping[str, Any], ki: KernelInputs, target: str) -> tuple:
     return (tuple(sorted(cfg.items())), str(ki.dtype), ki.op, len(ki.a.size), layouts, target, sms)
 
 
+def bias_after(out: torch.Tensor, bias: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
+    """addmm's `alpha * out + beta * bias`, in place, after an unfused GEMM wrote `out = A @ B`.
+
+    Example:
+        >>> bias_after(torch.ones(2, 2), torch.tensor([1.0, 2.0]), 2.0, 1.0).tolist()
+        [[3.0, 4.0], [3.0, 4.0]]
+    """
+    if alpha != 1.0:
+        out.mul_(alpha)
+    if bias is not None and beta != 0.0:
+        out.add_(bias, alpha=beta)
+    return out
+
+
 def launcher(lib: Any, op: Any, cfg: Mapping[str, Any], ki: KernelInputs, example: Sequence[torch.Tensor],
              src_hash: str, target: str) -> Launcher:
     """Compile `op` against `example` (or load it from disk) and return `launch(tensors, out=None)`."""
-    from .operators import bias_after
-
     fused = cfg.get("epilogue") == "fused"
     alpha, beta = float(ki.alpha), float(ki.beta)
     bias0, a0, b0 = split_operands(ki, example)

@@ -220,18 +220,5 @@ class CutlassOperatorsTemplate(Template):
         return launch.launcher(self.library, op, cfg, ki, example, choice.src_hash or "", self.target())
 
 
-def bias_after(out: torch.Tensor, bias: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
-    """addmm's `alpha * out + beta * bias`, in place, after an unfused GEMM wrote `out = A @ B`.
 
-    Example:
-        >>> bias_after(torch.ones(2, 2), torch.tensor([1.0, 2.0]), 2.0, 1.0).tolist()
-        [[3.0, 4.0], [3.0, 4.0]]
-    """
-    if alpha != 1.0:
-        out.mul_(alpha)
-    if bias is not None and beta != 0.0:
-        out.add_(bias, alpha=beta)
-    return out
-
-
-__all__ = ["CutlassOperatorsTemplate", "bias_after"]
+__all__ = ["CutlassOperatorsTemplate"]
