@@ -17,10 +17,12 @@ are made on the CPU machine into the git-ignored .whl/ and carried (64 MiB at mo
   .whl/dsl/   nvidia_cutlass_dsl{,_libs_base,_libs_core} wheels + cu13.tar.xz (the
               nvidia-cutlass-dsl-libs-cu13 wheel unzipped, tar | xz -9e);
   .whl/deps/  cuda-bindings (cp312), cuda-pathfinder, protobuf: needed only where `cutlass-setup`
-              prints "MISSING DEPS".
+              prints "MISSING DEPS";
+  .whl/ops/   nvidia-cutlass-operators and its dependencies: apache-tvm-ffi, torch-c-dlpack-ext (cp312),
+              networkx.
 `cutlass-setup` (carry .whl/dsl) unpacks them into .cutedsl/, which stays while the machine is warm;
-`cutlass-deps` (carry .whl/deps) adds the dependencies; the jobs marked [DSL] run with .cutedsl/ on
-the path and are skipped without it.  cuda-bindings 13 needs a driver for CUDA 13 (>= 580).
+`cutlass-deps` (carry .whl/deps) adds the dependencies, `cutlass-ops-setup` (carry .whl/ops) the
+operators library; the jobs marked [DSL] run with .cutedsl/ on the path and are skipped without it.  cuda-bindings 13 needs a driver for CUDA 13 (>= 580).
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ class Job:
     call: Callable[[TextIO], int] | None = None
 
 
+IMPORT_CHECK = {"dsl": "import cutlass, cutlass.cute; print('cutlass', cutlass.__version__)",
+                "ops": "import cutlass.operators as ops; print('cutlass.operators', ops.__version__)"}
+
+
 def _unpack(folder: str, log: TextIO) -> int:
     """Extract every wheel of .whl/<folder> (and a .tar.xz) into .cutedsl/; report what imports."""
     src = ROOT / ".whl" / folder
@@ -90,7 +96,7 @@ def _unpack(folder: str, log: TextIO) -> int:
     if deps.returncode:
         log.write("MISSING DEPS: run cutlass-deps with .whl/deps carried\n")
     log.flush()
-    found = subprocess.run([PY, "-c", "import cutlass, cutlass.cute; print('cutlass', cutlass.__version__)"],
+    found = subprocess.run([PY, "-c", IMPORT_CHECK.get(folder, IMPORT_CHECK["dsl"])],
                            env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
     return 0 if folder == "dsl" else found.returncode
 
@@ -155,6 +161,12 @@ JOBS: dict[str, Job] = {
     # the CuTe DSL template (docs/CUTLASS.md)
     "cutlass-setup": Job("unpack the carried .whl/dsl into .cutedsl/", timeout_s=90, call=lambda log: _unpack("dsl", log)),
     "cutlass-deps": Job("add the carried .whl/deps to .cutedsl/", call=lambda log: _unpack("deps", log)),
+    "cutlass-ops-setup": Job("add the carried .whl/ops (nvidia-cutlass-operators) to .cutedsl/", timeout_s=90,
+                             call=lambda log: _unpack("ops", log)),
+    "cutlass-ops-test": Job("[DSL] tests/gpu/test_cutlass_operators_gpu.py: the library's operators, mm and addmm",
+                            (*PYTEST, "-s", "-x", "tests/gpu/test_cutlass_operators_gpu.py"), 400, dsl=True),
+    "cutlass-ops-bench": Job("[DSL] bench/cutlass_operators.py: compile s, run time, cuBLAS, per operator",
+                             (PY, "bench/cutlass_operators.py", "--out", "{out}/{job}.json"), 560, dsl=True),
     "cutlass-compile": Job("[DSL] JIT compile time per config, 3 configs x 4 variants",
                            (PY, "bench/cutlass_compile.py"), dsl=True),
     "cutlass-compile-all": Job("[DSL] compile all 84 configs x 4 variants", (PY, "bench/cutlass_compile.py", "all"), dsl=True),
@@ -174,12 +186,14 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "warmup": ("first-runs,fed-first-runs", "rounds-release,tests-warmup"),
     "rounds": ("rounds-eager,patch-overhead,rounds-inductor", "tests-dispatch,rounds-llama"),
     "cutlass": ("cutlass-setup,cutlass-test,cutlass-sweep", "compare-without-cutlass,compare-with-cutlass"),
+    "cutlass-ops": ("cutlass-ops-setup,cutlass-ops-test,cutlass-ops-bench",),
 }
 PRESET_DOCS = {
     "checks": "the GPU tests over two GPUs; on GPU 0 also the six-shape comparison and the dispatch probes",
     "warmup": "first runs in fresh processes and fed Inductor | release rounds and the warm-up GPU tests",
     "rounds": "eager and Inductor rounds, host time per layer | the dispatch GPU tests and the Llama rounds",
     "cutlass": "carry .whl/dsl: set-up, tests and sweep of the CuTe DSL template | compare without and with it",
+    "cutlass-ops": "after cutlass-setup, carry .whl/ops: the operators library's set-up, GPU tests and benchmark",
 }
 
 

@@ -119,3 +119,26 @@ def test_every_bench_file_the_docs_cite_exists():
                if not (ROOT / m).exists()  # a script's default output path is not a citation
                and not (f.parent.name == "bench" and m.startswith("bench/results/"))]
     assert missing == []
+
+
+def test_cutlass_ops_setup_adds_the_operators_library_beside_the_dsl(runner, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "ROOT", tmp_path)
+    monkeypatch.setattr(runner, "DSL", tmp_path / ".cutedsl")
+    job = runner.JOBS["cutlass-ops-setup"]
+    assert runner.run_job("cutlass-ops-setup", job, tmp_path, None) == "rc=2"
+    assert ".whl/ops/ is not here" in (tmp_path / "cutlass-ops-setup.log").read_text()
+    (tmp_path / ".cutedsl" / "kept").mkdir(parents=True)  # what cutlass-setup unpacked stays
+    ops = tmp_path / ".whl" / "ops"
+    ops.mkdir(parents=True)
+    with zipfile.ZipFile(ops / "fake_operators-0.3.0-py3-none-any.whl", "w") as whl:
+        whl.writestr("cutlass/__init__.py", "")
+        whl.writestr("cutlass/operators/__init__.py", "__version__ = '0.3.0'\n")
+    with zipfile.ZipFile(ops / "fake_ffi-0.1-py3-none-any.whl", "w") as whl:
+        whl.writestr("fake_ffi/__init__.py", "")
+    assert runner.run_job("cutlass-ops-setup", job, tmp_path, None) == "ok"
+    log = (tmp_path / "cutlass-ops-setup.log").read_text()
+    assert "cutlass.operators 0.3.0" in log
+    assert (tmp_path / ".cutedsl" / "kept").is_dir() and (tmp_path / ".cutedsl" / "fake_ffi" / "__init__.py").is_file()
+    (ops / "fake_operators-0.3.0-py3-none-any.whl").unlink()
+    (tmp_path / ".cutedsl" / "cutlass" / "operators" / "__init__.py").unlink()
+    assert runner.run_job("cutlass-ops-setup", job, tmp_path, None) == "rc=1"  # the library does not import

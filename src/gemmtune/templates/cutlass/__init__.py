@@ -1,13 +1,14 @@
 """CUTLASS CuTe DSL templates (optional extra `gemmtune[cutlass]`; docs/CUTLASS.md).
 
-Nothing here imports the DSL at import time: `hopper_kernel` is imported by `compile` only.
+Nothing here imports the DSL at import time: `hopper_kernel` and `cutlass.operators` are imported on first use.
 
 Example:
     >>> from gemmtune.templates.cutlass import CutlassHopperTemplate
-    >>> CutlassHopperTemplate.uid
-    'cutlass_hopper'
+    >>> CutlassHopperTemplate.uid, CutlassOperatorsTemplate.uid
+    ('cutlass_hopper', 'cutlass_operators')
 """
 
 from .hopper import CutlassHopperTemplate
+from .operators import CutlassOperatorsTemplate
 
-__all__ = ["CutlassHopperTemplate"]
+__all__ = ["CutlassHopperTemplate", "CutlassOperatorsTemplate"]

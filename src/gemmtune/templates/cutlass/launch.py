@@ -1,0 +1,80 @@
+"""The launcher of one `cutlass_operators` choice: the library's `Operator.run` on a compiled artifact.
+
+Per call it builds the library's `GemmArguments` for the call's tensors (kept for the next call while
+the tensors' pointers, shapes and strides stay the same, as in a timing loop) and runs
+`op.run(args, artifact, stream, assume_supported_args=True)` on torch's current stream.  addmm adds
+the bias after the GEMM where the operator does not fuse it (`bias_after`); alpha 0 runs no
+GEMM (`base.bias_only`).
+
+Example:
+    >>> signature(torch.ones(2, 3), torch.ones(3, 4))[0][1:3]
+    ((2, 3), (3, 1))
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from ...core.inputs import KernelInputs
+from ..base import Launcher, bias_only, split_operands
+from . import operators_lib
+
+
+def signature(*tensors: torch.Tensor | None) -> tuple:
+    """What a `GemmArguments` depends on: each tensor's pointer, shape, strides and dtype."""
+    return tuple(None if t is None else (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) for t in tensors)
+
+
+def disk_key(cfg: Mapping[str, Any], ki: KernelInputs, target: str) -> tuple:
+    """What a compiled operator depends on besides its `src_hash`: config, dtype, op, operand layouts,
+    the target and the GPU's SM count (the max-active-clusters bound is traced in)."""
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count \
+        if torch.cuda.is_available() else 0
+    layouts = tuple(t.stride.index(min(t.stride)) if t.stride else None for t in ki.operands)
+    return (tuple(sorted(cfg.items())), str(ki.dtype), ki.op, len(ki.a.size), layouts, target, sms)
+
+
+def bias_after(out: torch.Tensor, bias: torch.Tensor | None, alpha: float, beta: float) -> torch.Tensor:
+    """addmm's `alpha * out + beta * bias`, in place, after an unfused GEMM wrote `out = A @ B`.
+
+    Example:
+        >>> bias_after(torch.ones(2, 2), torch.tensor([1.0, 2.0]), 2.0, 1.0).tolist()
+        [[3.0, 4.0], [3.0, 4.0]]
+    """
+    if alpha != 1.0:
+        out.mul_(alpha)
+    if bias is not None and beta != 0.0:
+        out.add_(bias, alpha=beta)
+    return out
+
+
+def launcher(lib: Any, op: Any, cfg: Mapping[str, Any], ki: KernelInputs, example: Sequence[torch.Tensor],
+             src_hash: str, target: str) -> Launcher:
+    """Compile `op` against `example` (or load it from disk) and return `launch(tensors, out=None)`."""
+    fused = cfg.get("epilogue") == "fused"
+    alpha, beta = float(ki.alpha), float(ki.beta)
+    bias0, a0, b0 = split_operands(ki, example)
+    out0 = torch.empty(ki.out_size, dtype=ki.dtype, device=a0.device)
+    args0 = operators_lib.gemm_arguments(lib, a0, b0, out0, bias0 if fused else None, alpha, beta)
+    artifact = operators_lib.compiled(lib, op, args0, disk_key(cfg, ki, target), src_hash, target)
+    last: dict[str, Any] = {}
+
+    def launch(tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+        bias, a, b = split_operands(ki, tensors)
+        if out is None:
+            out = torch.empty(ki.out_size, dtype=ki.dtype, device=a.device)
+        if ki.op == "addmm" and alpha == 0.0:
+            return bias_only(out, bias if beta != 0.0 else None, beta)
+        sig = signature(a, b, out, bias if fused else None)
+        if last.get("sig") != sig:
+            last["args"] = operators_lib.gemm_arguments(lib, a, b, out, bias if fused else None, alpha, beta)
+            last["sig"] = sig
+        stream = torch.cuda.current_stream() if out.is_cuda else None
+        op.run(last["args"], artifact, stream=stream, assume_supported_args=True)
+        if ki.op == "addmm" and not fused:
+            bias_after(out, bias, alpha, beta)
+        return out
+
+    return launch

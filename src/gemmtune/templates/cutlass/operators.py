@@ -1,0 +1,224 @@
+"""The `cutlass_operators` template: NVIDIA's maintained CuTe DSL GEMMs from nvidia-cutlass-operators.
+
+Compile-time configs are the operators `cutlass.operators.get_operators(GemmArguments(...))` returns for
+the problem on this GPU: on Hopper (0.3.0) 24 `Sm90StaticPersistentGemmOperator` designs (tile M 64/128
+x N 64/128/256 x K 64, clusters 1x1, 1x2, 2x1, 2x2; stages chosen by the operator) and 4
+`Sm80TensorOpGemmOperator` designs.  There are **no runtime params**: `Operator.run(args, artifact,
+stream, workspace)` takes nothing per call but the operands (the library's `PerformanceControls` has no
+fields, and its Hopper design metadata refuses any), and the tile order (swizzle 1, along M) and the
+max-active-clusters bound are fixed when the kernel is traced.  So every choice is its own binary and
+the prescreen ranks across compile-time configs (docs/CUTLASS.md).
+
+addmm: where the library offers operators that fuse the bias (`EpilogueArguments`; 0.3.0 has them for
+SM100 only) they are the configs (`epilogue="fused"`); on Hopper the bias is added after the GEMM
+(`epilogue="separate"`: one more pass over the output).
+
+Each choice's `src_hash` covers this template's source, the library's and the DSL's versions, and the
+operator's identity (module, class, design).  Compiled kernels are kept on disk (`operators_lib.compiled`).
+Opt-in, as `cutlass_hopper`: only a `backends` naming "cutlass" pools it; without the library or a
+Hopper GPU it is skipped with one log line.
+
+Example:
+    >>> CutlassOperatorsTemplate.uid, dict(CutlassOperatorsTemplate.runtime_space)
+    ('cutlass_operators', {})
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from ...core.choices import Choice, as_params
+from ...core.inputs import KernelInputs
+from ..base import Launcher, Template, source_hash, unique_configs
+from .hopper import DSL_DISTRIBUTION, dsl_version, ensure_cache_dir
+
+log = logging.getLogger("gemmtune.templates.cutlass")
+
+LIBRARY_DISTRIBUTION = "nvidia-cutlass-operators"
+SOURCES = (Path(__file__), Path(__file__).with_name("operators_lib.py"))
+DTYPES = (torch.float16, torch.bfloat16)
+OPS = ("mm", "addmm", "bmm")
+
+
+def library_version() -> str | None:
+    """The installed nvidia-cutlass-operators version, or None.
+
+    Example:
+        >>> v = library_version(); v is None or v[0].isdigit()
+        True
+    """
+    try:
+        return importlib.metadata.version(LIBRARY_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def template_src_hash(library: str | None = None, dsl: str | None = None) -> str:
+    """The template's part of every `src_hash`: its source and the library's and DSL's versions.
+
+    Example:
+        >>> template_src_hash("0.3.0", "4.8.1") != template_src_hash("0.3.1", "4.8.1")
+        True
+    """
+    return source_hash(*SOURCES, f"{LIBRARY_DISTRIBUTION}=={library or library_version()}",
+                       f"{DSL_DISTRIBUTION}=={dsl or dsl_version()}")
+
+
+def choice_src_hash(base: str, identity: str) -> str:
+    """One choice's `src_hash`: the template's (`template_src_hash`) and the operator's identity.
+
+    Example:
+        >>> choice_src_hash("h", "m.Op:design(1)") != choice_src_hash("h", "m.Op:design(2)")
+        True
+    """
+    return source_hash(base, identity)
+
+
+def target_sm(capability: tuple[int, int]) -> str:
+    """The library's target for a compute capability: arch-conditional ("90a") from Hopper on.
+
+    Example:
+        >>> target_sm((9, 0)), target_sm((10, 0))
+        ('90a', '100a')
+    """
+    return f"{capability[0]}{capability[1]}a"
+
+
+def library_importable() -> bool:
+    """Whether `import cutlass.operators` would find the library and the DSL (nothing imported)."""
+    try:
+        return (importlib.util.find_spec("cutlass") is not None and dsl_version() is not None
+                and library_version() is not None)
+    except (ImportError, ValueError):
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def unavailable_reason() -> str | None:
+    """Why the template is skipped here (None: usable); logged once, at INFO.
+
+    Example:
+        >>> unavailable_reason() is None or isinstance(unavailable_reason(), str)
+        True
+    """
+    reason: str | None = None
+    if not library_importable():
+        reason = f"{LIBRARY_DISTRIBUTION} is not installed (pip install 'gemmtune[cutlass]')"
+    elif not torch.cuda.is_available():
+        reason = "no CUDA device"
+    elif torch.cuda.get_device_capability()[0] < 9:
+        reason = "compute capability %d.%d < 9.0" % torch.cuda.get_device_capability()
+    if reason is not None:
+        log.info("cutlass_operators template skipped: %s", reason)
+    return reason
+
+
+class CutlassOperatorsTemplate(Template):
+    """NVIDIA's nvidia-cutlass-operators GEMMs (mm, addmm, bmm; fp16/bf16) as one template family.
+
+    `library` (the `cutlass.operators` module, imported on first use) and `target` (e.g. "90a"; default:
+    this GPU's) are for tests; `operators` keeps only the named operator classes.
+
+    Example:
+        >>> t = CutlassOperatorsTemplate()
+        >>> t.family, t.native_devices, t.available() == (unavailable_reason() is None)
+        ('cutlass', (), True)
+    """
+
+    uid = "cutlass_operators"
+    family = "cutlass"
+    src_hash = template_src_hash()
+    native_devices: tuple[str, ...] = ()  # opt-in, as cutlass_hopper: only a `backends` naming "cutlass"
+    runtime_space: Mapping[str, Sequence[Any]] = {}  # the library takes no per-call parameter (module doc)
+
+    def __init__(self, size: str = "default", operators: Sequence[str] | None = None, library: Any = None,
+                 target: str | None = None):
+        self.keep = tuple(operators) if operators is not None else None
+        self._library = library
+        self._target = target
+        self._found: dict[tuple, tuple[list[Any], str]] = {}
+
+    @property
+    def library(self) -> Any:
+        """The library module (`cutlass.operators`, or the fake a test gave)."""
+        if self._library is None:
+            from . import operators_lib
+
+            self._library = operators_lib.load()
+        return self._library
+
+    def target(self) -> str:
+        """The library's target for this GPU ("90a" on Hopper), or the one given."""
+        return self._target or target_sm(torch.cuda.get_device_capability())
+
+    def available(self) -> bool:
+        return self._library is not None or unavailable_reason() is None
+
+    def unavailable(self) -> str | None:
+        return None if self.available() else unavailable_reason()
+
+    def supports(self, ki: KernelInputs) -> bool:
+        if not (ki.device_type == "cuda" and ki.op in OPS and ki.dtype in DTYPES and self.available()):
+            return False
+        return bool(self.operators(ki)[0])
+
+    def operators(self, ki: KernelInputs) -> tuple[list[Any], str]:
+        """The library's operators for `ki` (those `keep` names) and their epilogue, found once per layout."""
+        from . import operators_lib
+
+        key = (ki.op, ki.dtype, ki.a.size, ki.a.stride, ki.b.size, ki.b.stride,
+               ki.bias.stride if ki.bias is not None else None, ki.beta != 0.0, self.target())
+        if key not in self._found:
+            found, epilogue = operators_lib.operators(self.library, ki, self.target())
+            kept = [op for op in found if self.keep is None or type(op).__name__ in self.keep]
+            self._found[key] = (kept, epilogue)
+        return self._found[key]
+
+    def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
+        from . import operators_lib
+
+        found, epilogue = self.operators(ki)
+        return unique_configs(operators_lib.config_of(op, epilogue) for op in found)
+
+    def configs(self, ki: KernelInputs) -> list[Choice]:
+        """One choice per operator, each with its own `src_hash` (`choice_src_hash`)."""
+        from . import operators_lib
+
+        found, epilogue = self.operators(ki)
+        base = self.src_hash or ""
+        choices, seen = [], set()
+        for op in found:
+            cfg = as_params(operators_lib.config_of(op, epilogue))
+            if cfg not in seen:
+                seen.add(cfg)
+                choices.append(Choice(self.uid, choice_src_hash(base, operators_lib.identity(op)), cfg, as_params({}),
+                                      family=self.family))
+        return choices
+
+    def _operator(self, ki: KernelInputs, cfg: Mapping[str, Any]) -> Any:
+        from . import operators_lib
+
+        for op in self.operators(ki)[0]:
+            if operators_lib.matches(op, cfg):
+                return op
+        raise ValueError(f"cutlass_operators: no operator of the library matches {dict(cfg)} for {ki.describe()}")
+
+    def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
+        """Compile (or load from disk) the operator of `choice` for `ki`'s layouts."""
+        ensure_cache_dir()
+        from . import launch
+
+        cfg = choice.config_dict
+        op = self._operator(ki, cfg)
+        return launch.launcher(self.library, op, cfg, ki, example, choice.src_hash or "", self.target())
+
+
+
+__all__ = ["CutlassOperatorsTemplate"]

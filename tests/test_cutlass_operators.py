@@ -1,0 +1,161 @@
+"""The `cutlass_operators` template's logic on the CPU, against a fake of nvidia-cutlass-operators'
+API (`get_operators`, `GemmArguments`, `EpilogueArguments`, operators with `metadata.design`,
+`compile`, `run`): its configs are the operators the library returns, it has no runtime params,
+each choice's src_hash names the library version and the operator, addmm's bias is fused where the
+library offers it and added after the GEMM where not, and without the library it is skipped."""
+
+import types
+
+import pytest
+import torch
+
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.templates.cutlass import operators as tmod
+from gemmtune.templates.cutlass.operators import CutlassOperatorsTemplate, choice_src_hash, template_src_hash
+
+
+class Design(types.SimpleNamespace):
+    def __repr__(self):
+        return f"BLASDesignMetadata(tile_shape={self.tile_shape}, cluster_shape={self.cluster_shape})"
+
+
+class Sm90StaticPersistentGemmOperator:
+    """Shaped as the library's: `metadata.design`, `compile(args, target_sm)`, `run(args, artifact, ...)`."""
+
+    compiles = 0
+
+    def __init__(self, tile, cluster, lib):
+        self.metadata = types.SimpleNamespace(design=Design(tile_shape=tile, cluster_shape=cluster, num_smem_stages=None))
+        self.lib = lib
+
+    def compile(self, args, target_sm=None):
+        type(self).compiles += 1
+        return self.lib.CompiledArtifact(compiled_obj="binary", operator_obj=self, compiled_for=target_sm)
+
+    def run(self, args, compiled_artifact=None, stream=None, workspace=None, assume_supported_args=False):
+        assert compiled_artifact.operator_obj is self
+        acc = (args.A.float() @ args.B.float())
+        if args.epilogue is not None:
+            e = args.epilogue.kw
+            acc = acc * e["alpha"] + e["C"].float() * e["beta"]
+        args.out.copy_(acc)
+
+
+def fake_library(fuses_bias=False):
+    lib = types.SimpleNamespace(__version__="0.3.0", calls=[])
+    lib.GemmArguments = lambda A, B, out, accumulator_type, epilogue=None: types.SimpleNamespace(
+        A=A, B=B, out=out, accumulator_type=accumulator_type, epilogue=epilogue)
+    lib.EpilogueArguments = lambda fn, **kw: types.SimpleNamespace(fn=fn, kw=kw)
+    lib.GlobalOptions = lambda: types.SimpleNamespace(use_tvm_ffi=False)
+    lib.CompiledArtifact = lambda **kw: types.SimpleNamespace(**kw)
+    lib.TargetSm = str
+
+    def get_operators(args, target_sm=None):
+        lib.calls.append((args, target_sm))
+        if args.epilogue is not None and not fuses_bias:
+            return []
+        return [Sm90StaticPersistentGemmOperator((m, n, 64), (cm, cn, 1), lib)
+                for m in (64, 128) for n in (64, 128, 256) for cm in (1, 2) for cn in (1, 2)]
+
+    lib.get_operators = get_operators
+    return lib
+
+
+A, W, BIAS = torch.randn(64, 32), torch.randn(48, 32), torch.randn(48)
+
+
+def ki_of(op, *tensors, **kw):
+    ki = KernelInputs.from_tensors(op, *tensors, **kw)
+    return ki
+
+
+def test_configs_are_the_operators_the_library_returns_and_no_runtime_params():
+    lib = fake_library()
+    t = CutlassOperatorsTemplate(library=lib, target="90a")
+    ki = ki_of("mm", A, W.t())
+    cfgs = t.compile_configs(ki)
+    assert len(cfgs) == 24 and {c["operator"] for c in cfgs} == {"Sm90StaticPersistentGemmOperator"}
+    assert {(c["tile_m"], c["tile_n"]) for c in cfgs} == {(m, n) for m in (64, 128) for n in (64, 128, 256)}
+    assert {c["epilogue"] for c in cfgs} == {"none"} and {c["stages"] for c in cfgs} == {0}
+    args, target = lib.calls[-1]
+    assert target == "90a" and args.accumulator_type == torch.float32 and args.A.device.type == "meta"
+    assert args.B.stride() == W.t().stride()  # the problem's layouts, not copies
+    choices = t.configs(ki)
+    assert len(choices) == 24 and all(dict(c.runtime) == {} for c in choices)
+    assert dict(t.runtime_space) == {}
+
+
+def test_each_choice_src_hash_names_the_library_version_and_the_operator():
+    t = CutlassOperatorsTemplate(library=fake_library(), target="90a")
+    choices = t.configs(ki_of("mm", A, W.t()))
+    assert len({c.src_hash for c in choices}) == len(choices)  # the design enters each hash
+    assert template_src_hash("0.3.0", "4.8.1") != template_src_hash("0.3.1", "4.8.1")
+    assert template_src_hash("0.3.0", "4.8.1") != template_src_hash("0.3.0", "4.9.0")
+    op = t.operators(ki_of("mm", A, W.t()))[0][0]
+    identity = f"{__name__}.Sm90StaticPersistentGemmOperator:{op.metadata.design!r}"
+    assert choices[0].src_hash == choice_src_hash(t.src_hash, identity)
+
+
+def test_operators_keeps_only_the_named_classes():
+    t = CutlassOperatorsTemplate(library=fake_library(), target="90a", operators=["Sm80TensorOpGemmOperator"])
+    assert t.compile_configs(ki_of("mm", A, W.t())) == []
+
+
+@pytest.mark.parametrize("fuses", [False, True])
+def test_addmm_bias_is_fused_where_the_library_offers_it_else_added_after(fuses):
+    lib = fake_library(fuses_bias=fuses)
+    t = CutlassOperatorsTemplate(library=lib, target="90a")
+    tensors = (BIAS, A, W.t())
+    ki = ki_of("addmm", *tensors, alpha=0.5, beta=2.0)
+    cfgs = t.compile_configs(ki)
+    assert {c["epilogue"] for c in cfgs} == {"fused" if fuses else "separate"}
+    asked = lib.calls[0][0].epilogue
+    assert asked is not None and asked.kw["beta"] == 2.0 and asked.kw["C"].shape == (64, 48)
+    choice = t.configs(ki)[5]
+    launch = t.compile(choice, ki, tensors)
+    out = launch(tensors)
+    torch.testing.assert_close(out, torch.addmm(BIAS, A, W.t(), alpha=0.5, beta=2.0), rtol=1e-5, atol=1e-5)
+
+
+def test_one_compile_per_choice_and_the_call_arguments_are_reused_for_the_same_tensors():
+    lib = fake_library()
+    t = CutlassOperatorsTemplate(library=lib, target="90a")
+    ki = ki_of("mm", A, W.t())
+    before = Sm90StaticPersistentGemmOperator.compiles
+    launch = t.compile(t.configs(ki)[0], ki, (A, W.t()))
+    out = torch.empty(64, 48)
+    built = []
+    real = lib.GemmArguments
+    lib.GemmArguments = lambda *a, **k: built.append(1) or real(*a, **k)
+    launch((A, W.t()), out)
+    launch((A, W.t()), out)
+    assert Sm90StaticPersistentGemmOperator.compiles == before + 1 and len(built) == 1
+    torch.testing.assert_close(out, A @ W.t())
+    launch((A, W.t()))  # a new output: new arguments
+    assert len(built) == 2
+
+
+def test_a_config_no_operator_matches_is_a_clear_error():
+    t = CutlassOperatorsTemplate(library=fake_library(), target="90a")
+    ki = ki_of("mm", A, W.t())
+    bad = t.configs(ki)[0]
+    bad = type(bad)(bad.template_uid, bad.src_hash, tuple((k, 96 if k == "tile_n" else v) for k, v in bad.config),
+                    bad.runtime, family=bad.family)
+    with pytest.raises(ValueError, match="no operator of the library matches"):
+        t.compile(bad, ki, (A, W.t()))
+
+
+def test_without_the_library_it_is_skipped_with_a_reason(monkeypatch):
+    monkeypatch.setattr(tmod, "library_importable", lambda: False)
+    tmod.unavailable_reason.cache_clear()
+    try:
+        t = CutlassOperatorsTemplate()
+        assert not t.available() and "nvidia-cutlass-operators is not installed" in t.unavailable()
+        assert not t.supports(ki_of("mm", A.cuda() if torch.cuda.is_available() else A, W.t()))
+    finally:
+        tmod.unavailable_reason.cache_clear()
+
+
+def test_cpu_problems_are_not_supported():
+    t = CutlassOperatorsTemplate(library=fake_library(), target="90a")
+    assert not t.supports(ki_of("mm", A, W.t()))  # a CPU tensor
