@@ -181,8 +181,23 @@ def _print_selection(spec: "ProblemSpec", sel, settings: Settings) -> None:
     out.print()
 
 
-def cmd_tune(args: argparse.Namespace) -> int:
+def _specs(args: argparse.Namespace, device: str) -> "list[ProblemSpec]":
+    """The problems `gemmtune tune` was asked for: the suite's, or the one of `--shape` and its flags."""
     from ..offline.suite import ProblemSpec, load_suite
+
+    if args.suite:
+        if args.scales:
+            raise InputError("argument --scales: a suite gives each shape's scales (its \"scales\" key); "
+                             "pass --scales with --shape")
+        return load_suite(args.suite, dtype=args.dtype)
+    fp8 = args.op == "scaled_mm"
+    dtype = args.dtype or ("float8_e4m3fn" if fp8 else "bfloat16" if device.startswith("cuda") else "float32")
+    return [ProblemSpec.parse(args.shape or "512x512x512", op=args.op, batch=args.batch, dtype=dtype,
+                              b_layout=args.b_layout or ("col" if fp8 else "row"),
+                              scales=args.scales or ("tensorwise" if fp8 else ""))]
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
     from ..report import run_info, selection_dict, write_json
 
     device = check_device(args.device)
@@ -190,17 +205,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                  effort=args.effort, budget_s=args.budget_s, isolation=args.isolation,
                                  report_rows=args.rows, verbose=bool(args.verbose) or None, store=args.store,
                                  lookup_table=args.lookup_table, gpus=args.gpus)
-    if args.suite:
-        if args.scales:
-            raise InputError("argument --scales: a suite gives each shape's scales (its \"scales\" key); "
-                             "pass --scales with --shape")
-        specs = load_suite(args.suite, dtype=args.dtype)
-    else:
-        fp8 = args.op == "scaled_mm"
-        dtype = args.dtype or ("float8_e4m3fn" if fp8 else "bfloat16" if device.startswith("cuda") else "float32")
-        specs = [ProblemSpec.parse(args.shape or "512x512x512", op=args.op, batch=args.batch, dtype=dtype,
-                                   b_layout=args.b_layout or ("col" if fp8 else "row"),
-                                   scales=args.scales or ("tensorwise" if fp8 else ""))]
+    specs = _specs(args, device)
     for spec in specs:  # before anything is allocated
         check_fits(spec, device, "--suite" if args.suite else "--shape")
     store, dealt = _deal(specs, settings, device) if args.suite else (None, {})
