@@ -21,6 +21,7 @@ graduated after its H200 measurements (docs/HOPPER_TEMPLATES.md)."""
 
 def default_templates(hopper: bool = True, size: str = "default", preview: bool = False) -> list[Template]:
     """Every shipped template, extern first.  Templates not usable here report supports()=False.
+    `triton_scaled_mm` (fp8, compute capability >= 8.9) serves the scaled_mm op only.
 
     `hopper=True` (the default; `Settings(hopper_templates=False)` or `GEMMTUNE_HOPPER_TEMPLATES=0`
     turns it off) adds `triton_splitk` (offered for small M*N with a deep K), `triton_skinny`
@@ -36,9 +37,10 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
     """
     from .cpu_numba import NumbaMMTemplate
     from .triton.mm import TritonMMTemplate
+    from .triton.scaled_mm import TritonScaledMMTemplate
 
     pool = [AtenTemplate("mm"), AtenTemplate("addmm"), AtenTemplate("bmm"), AtenBiasAddmmTemplate(),
-            AtenScaledMMTemplate(), NumpyTemplate(), TritonMMTemplate(size=size)]
+            AtenScaledMMTemplate(), NumpyTemplate(), TritonScaledMMTemplate(size=size), TritonMMTemplate(size=size)]
     if hopper:
         from .triton.gemv import TritonGemvTemplate
         from .triton.skinny import TritonSkinnyTemplate

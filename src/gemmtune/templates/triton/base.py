@@ -160,10 +160,10 @@ def gemm_args(ki: KernelInputs, tensors: Sequence[torch.Tensor], out: torch.Tens
 
 
 def output(ki: KernelInputs, tensors: Sequence[torch.Tensor], out: torch.Tensor | None) -> torch.Tensor:
-    """`out`, or a new row-major output on the operands' device."""
+    """`out`, or a new row-major output (of the result dtype: scaled_mm's `out_dtype`) on the operands' device."""
     if out is not None:
         return out
-    return torch.empty(ki.out_size, dtype=ki.dtype, device=tensors[-1].device)
+    return torch.empty(ki.out_size, dtype=ki.result_dtype, device=tensors[-1].device)
 
 
 # -- compiling and launching --------------------------------------------------------------------------
@@ -212,7 +212,7 @@ def warmed(ki: KernelInputs, example: Sequence[torch.Tensor], make_args: Callabl
     if interpreting():
         return runs
     device = example[-1].device
-    out = torch.empty(ki.out_size, dtype=ki.dtype, device=device)
+    out = torch.empty(ki.out_size, dtype=ki.result_dtype, device=device)
     with torch.cuda.device(device):
         return tuple(run.warmed(args) for run, args in zip(runs, make_args(out)))
 
@@ -271,7 +271,7 @@ def bound_launcher(ki: KernelInputs, run: KernelLaunch, args: Callable[..., tupl
     bind = run.fast.bind(args(tensors, first, swizzle), (*tensors, *scratch()), first)
     if bind is None:
         return None
-    size, dtype, empty = ki.out_size, ki.dtype, torch.empty
+    size, dtype, empty = ki.out_size, ki.result_dtype, torch.empty
 
     def bound(*operands: torch.Tensor) -> torch.Tensor:
         out = empty(size, dtype=dtype, device=device)

@@ -1,0 +1,105 @@
+"""The `triton_scaled_mm` template through Triton's interpreter (CPU): every config and swizzle passes
+the fp8 correctness gate for tensor-wise and row-wise scales, with and without a bias, for each output
+dtype torch allows and both `use_fast_accum` settings."""
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("interpreter tests run on machines without CUDA (tests/gpu covers CUDA)", allow_module_level=True)
+
+from gemmtune.core.inputs import KernelInputs  # noqa: E402
+from gemmtune.measure.correctness import Reference, check, reference, verdict  # noqa: E402
+from gemmtune.templates import default_templates  # noqa: E402
+from gemmtune.templates.registry import active_templates  # noqa: E402
+from gemmtune.templates.triton import base as triton_base  # noqa: E402
+from gemmtune.templates.triton.base import SWIZZLES  # noqa: E402
+from gemmtune.templates.triton.scaled_mm import TritonScaledMMTemplate, fit_configs  # noqa: E402
+
+E4M3, E5M2, BF16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16
+SMALL = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, num_stages=2, num_warps=4),
+         dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, num_stages=2, num_warps=4)]
+
+
+def quantised(M, K, N, rowwise, a_dtype=E4M3):
+    """(a, b, scale_a, scale_b) quantised as torchao does: scale = amax / the dtype's max, B = w.t()."""
+    x, w = torch.randn(M, K), torch.randn(N, K)
+    dim = {"dim": 1, "keepdim": True} if rowwise else {}
+    sa = x.abs().amax(**dim).float() / torch.finfo(a_dtype).max
+    sw = w.abs().amax(**dim).float() / torch.finfo(E4M3).max
+    return (x / sa).to(a_dtype), (w / sw).to(E4M3).t(), sa, (sw.t().contiguous() if rowwise else sw)
+
+
+def run_all(tensors, out_dtype=BF16, fast=False):
+    """Every config x swizzle of the template on `tensors`, each output checked against the reference."""
+    ki = KernelInputs.from_tensors("scaled_mm", *tensors, out_dtype=out_dtype, fast_accum=fast)
+    template = TritonScaledMMTemplate(space=SMALL)
+    assert template.supports(ki), ki.describe()
+    choices = template.configs(ki)
+    assert {c.runtime_dict["swizzle"] for c in choices} == set(SWIZZLES)
+    assert len({c.binary_key for c in choices}) == len(choices) // len(SWIZZLES)  # one binary, every swizzle
+    ref, exact = Reference.of(ki, tensors), reference(ki, tensors)
+    launchers = {}
+    for c in choices:
+        launch = launchers.setdefault(c.binary_key, template.compile(c, ki, tensors))
+        out = torch.full(ki.out_size, float("nan"), dtype=out_dtype)  # poison: every element must be written
+        launch(tensors, out, **c.runtime_dict)
+        assert verdict(ki, out, ref) is None and check(ki, out, exact) is None, (c.key, check(ki, out, exact))
+    return ki, template, choices
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast_accum"])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["", "bias"])
+@pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])
+def test_every_config_and_swizzle_passes_the_gate(rowwise, with_bias, fast):
+    tensors = quantised(32, 64, 48, rowwise)
+    bias = (torch.randn(48).to(BF16),) if with_bias else ()
+    run_all(tensors + bias, fast=fast)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_other_output_dtypes_and_an_e5m2_a(out_dtype):
+    ki, template, choices = run_all(quantised(32, 64, 48, False, a_dtype=E5M2), out_dtype=out_dtype)
+    out = template.compile(choices[0], ki, quantised(32, 64, 48, False))(quantised(32, 64, 48, False))
+    assert out.dtype == out_dtype and out.shape == (32, 48)  # the launcher's own output has the out_dtype
+
+
+def test_edges_an_odd_m_and_a_k_not_a_multiple_of_block_k():
+    tensors = quantised(37, 80, 48, True)  # 37 rows: a partial tile; K = 80: the last K step is masked
+    ki, _, choices = run_all(tensors + (torch.randn(48).to(BF16),))
+    assert any(ki.K % c.config_dict["BLOCK_K"] for c in choices)
+
+
+def test_the_result_matches_torch_scaled_mm():
+    tensors = quantised(32, 64, 48, True)
+    ki = KernelInputs.from_tensors("scaled_mm", *tensors, out_dtype=BF16)
+    template = TritonScaledMMTemplate(space=SMALL)
+    choice = template.configs(ki)[0]
+    out = template.compile(choice, ki, tensors)(tensors, **choice.runtime_dict)
+    want = torch._scaled_mm(*tensors, out_dtype=BF16)
+    torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2)
+
+
+def test_src_hash_follows_the_kernel_source(tmp_path, monkeypatch):
+    source = (triton_base.Path(triton_base.__file__).with_name("scaled_mm_kernel.py")).read_text()
+    assert TritonScaledMMTemplate.src_hash == triton_base.kernel_hash("scaled_mm_kernel.py")
+    assert TritonScaledMMTemplate.src_hash not in {t.src_hash for t in default_templates() if t.uid != "triton_scaled_mm"}
+    edited = tmp_path / "scaled_mm_kernel.py"
+    edited.write_text(source.replace("acc += tl.dot", "acc = acc + tl.dot"))
+    monkeypatch.setattr(triton_base, "Path", lambda p: tmp_path / "base.py" if p == triton_base.__file__
+                        else triton_base.Path(p))
+    assert triton_base.kernel_hash("scaled_mm_kernel.py") != TritonScaledMMTemplate.src_hash
+
+
+def test_offered_only_for_scaled_mm_and_not_pooled_on_cpu():
+    tensors = quantised(32, 64, 48, False)
+    ki = KernelInputs.from_tensors("scaled_mm", *tensors)
+    template = TritonScaledMMTemplate()
+    mm = KernelInputs.from_tensors("mm", torch.randn(4, 4), torch.randn(4, 4))
+    assert template.supports(ki) and not template.supports(mm)
+    assert "triton_scaled_mm" in [t.uid for t in default_templates()]
+    assert [t.uid for t in active_templates(ki, None)] == ["aten_scaled_mm"]  # CPU: the library kernel only
+    assert all(c["BLOCK_K"] >= 32 for c in fit_configs(template.space, 32, 48, 16, triton_base.DEFAULT_SMEM))
