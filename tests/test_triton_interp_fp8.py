@@ -87,10 +87,12 @@ def test_src_hash_follows_the_kernel_source(tmp_path, monkeypatch):
     source = (triton_base.Path(triton_base.__file__).with_name("scaled_mm_kernel.py")).read_text()
     assert TritonScaledMMTemplate.src_hash == triton_base.kernel_hash("scaled_mm_kernel.py")
     assert TritonScaledMMTemplate.src_hash not in {t.src_hash for t in default_templates() if t.uid != "triton_scaled_mm"}
-    edited = tmp_path / "scaled_mm_kernel.py"
-    edited.write_text(source.replace("acc += tl.dot", "acc = acc + tl.dot"))
+    copy = tmp_path / "scaled_mm_kernel.py"
     monkeypatch.setattr(triton_base, "Path", lambda p: tmp_path / "base.py" if p == triton_base.__file__
                         else triton_base.Path(p))
+    copy.write_text(source)  # the same source elsewhere: the same hash
+    assert triton_base.kernel_hash("scaled_mm_kernel.py") == TritonScaledMMTemplate.src_hash
+    copy.write_text(source.replace("acc += tl.dot", "acc = acc + tl.dot"))  # one statement rewritten
     assert triton_base.kernel_hash("scaled_mm_kernel.py") != TritonScaledMMTemplate.src_hash
 
 

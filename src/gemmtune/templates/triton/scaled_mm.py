@@ -10,7 +10,7 @@ tensor cores) and, for tests, on the CPU through Triton's interpreter.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -62,7 +62,7 @@ def _space(tiles_m: Sequence[int], tiles_n: Sequence[int], tiles_k: Sequence[int
     return space
 
 
-def fit_configs(space: Sequence[dict[str, int]], M: int, N: int, K: int, smem: int) -> list[dict[str, int]]:
+def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, smem: int) -> list[dict[str, int]]:
     """`space` fitted to an fp8 problem: tiles clamped to it (`fit_tiles`, one-byte elements), BLOCK_K
     raised to `MIN_BLOCK_K`, duplicates dropped.
 
