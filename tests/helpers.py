@@ -4,6 +4,7 @@ import ctypes
 import os
 import time
 
+import pytest
 import torch
 
 from gemmtune.core.choices import Choice
@@ -103,3 +104,32 @@ def wait_child(pid: int, timeout_s: float) -> int:
         time.sleep(0.05)
     os.kill(pid, 9)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.fixture
+def fresh_inductor(monkeypatch):
+    """A memory store, an empty dispatch cache and Dynamo, Inductor's caches off; every handler this test
+    installed uninstalled after it (tests of the Inductor handler: `usefixtures("fresh_inductor")`)."""
+    import gemmtune
+    import gemmtune.inductor as gi
+    from torch._inductor import config
+
+    monkeypatch.setenv("GEMMTUNE_STORE", "memory")
+    gemmtune.clear_dispatch_cache()
+    torch._dynamo.reset()
+    with config.patch(fx_graph_cache=False, autotune_local_cache=False):
+        yield
+    while gi.installer._PRIOR:
+        gi.uninstall()
+    torch._dynamo.reset()
+
+
+def fp8_operands(M: int, K: int, N: int, rowwise: bool, a_dtype: torch.dtype = torch.float8_e4m3fn,
+                 device: str = "cpu") -> tuple:
+    """(a, b, scale_a, scale_b) of a random scaled_mm, quantised as torchao does (the project's own
+    `offline.fp8_spec.quantise`: scale = amax / the dtype's max), B = w.t() column-major."""
+    from gemmtune.offline.fp8_spec import quantise
+
+    a, sa = quantise(torch.randn(M, K), a_dtype, rowwise)
+    w, sw = quantise(torch.randn(N, K), torch.float8_e4m3fn, rowwise)
+    return tuple(t.to(device) for t in (a, w.t(), sa, sw.t().contiguous() if rowwise else sw))

@@ -16,17 +16,15 @@ from gemmtune.templates.base import Template
 from gemmtune.templates.extern import AtenScaledMMTemplate
 from gemmtune.templates.registry import active_templates
 
+from helpers import fp8_operands
+
 E4M3, E5M2, BF16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16
 M, K, N = 32, 64, 48
 
 
 def quantised(rowwise: bool, a_dtype: torch.dtype = E4M3):
-    """(a, b, scale_a, scale_b) quantised as torchao does: scale = amax / the dtype's max, B = w.t()."""
-    x, w = torch.randn(M, K), torch.randn(N, K)
-    dim = {"dim": 1, "keepdim": True} if rowwise else {}
-    sa = x.abs().amax(**dim).float() / torch.finfo(a_dtype).max
-    sw = w.abs().amax(**dim).float() / torch.finfo(E4M3).max
-    return (x / sa).to(a_dtype), (w / sw).to(E4M3).t(), sa, (sw.t().contiguous() if rowwise else sw)
+    """(a, b, scale_a, scale_b) of this file's problem, quantised as torchao does (tests/helpers.py)."""
+    return fp8_operands(M, K, N, rowwise, a_dtype)
 
 
 def torch_scaled(tensors, out_dtype=BF16, fast=False):

@@ -19,21 +19,10 @@ from gemmtune.inductor import timed, window
 from gemmtune.inductor.entries import InductorPick, fuse_gain_ms
 from gemmtune.store.sqlite import Store
 
-pytestmark = pytest.mark.skipif(not gi.available(), reason="this torch has no Inductor lookup table")
+from helpers import fresh_inductor  # noqa: F401 - the fixture
 
-
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    from torch._inductor import config
-
-    monkeypatch.setenv("GEMMTUNE_STORE", "memory")
-    gemmtune.clear_dispatch_cache()
-    torch._dynamo.reset()
-    with config.patch(fx_graph_cache=False, autotune_local_cache=False):
-        yield
-    while gi.installer._PRIOR:
-        gi.uninstall()
-    torch._dynamo.reset()
+pytestmark = [pytest.mark.skipif(not gi.available(), reason="this torch has no Inductor lookup table"),
+              pytest.mark.usefixtures("fresh_inductor")]
 
 
 class _Arg:

@@ -19,18 +19,14 @@ from gemmtune.templates.triton import base as triton_base  # noqa: E402
 from gemmtune.templates.triton.base import SWIZZLES  # noqa: E402
 from gemmtune.templates.triton.scaled_mm import TritonScaledMMTemplate, fit_configs  # noqa: E402
 
+from helpers import fp8_operands  # noqa: E402
+
 E4M3, E5M2, BF16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16
 SMALL = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, num_stages=2, num_warps=4),
          dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, num_stages=2, num_warps=4)]
 
 
-def quantised(M, K, N, rowwise, a_dtype=E4M3):
-    """(a, b, scale_a, scale_b) quantised as torchao does: scale = amax / the dtype's max, B = w.t()."""
-    x, w = torch.randn(M, K), torch.randn(N, K)
-    dim = {"dim": 1, "keepdim": True} if rowwise else {}
-    sa = x.abs().amax(**dim).float() / torch.finfo(a_dtype).max
-    sw = w.abs().amax(**dim).float() / torch.finfo(E4M3).max
-    return (x / sa).to(a_dtype), (w / sw).to(E4M3).t(), sa, (sw.t().contiguous() if rowwise else sw)
+quantised = fp8_operands  # (a, b, scale_a, scale_b) quantised as torchao does (tests/helpers.py)
 
 
 def run_all(tensors, out_dtype=BF16, fast=False):

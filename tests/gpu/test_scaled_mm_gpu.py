@@ -23,11 +23,13 @@ SPACE = [dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, num_stages=4, num_warps=4),
 
 
 def quantised(M, K, N, rowwise):
-    """(a, b, scale_a, scale_b) on the GPU, quantised as torchao does (scale = amax / 448, B = w.t())."""
-    x, w = torch.randn(M, K, device="cuda"), torch.randn(N, K, device="cuda")
-    dim = {"dim": 1, "keepdim": True} if rowwise else {}
-    sa, sw = x.abs().amax(**dim).float() / 448.0, w.abs().amax(**dim).float() / 448.0
-    return (x / sa).to(E4M3), (w / sw).to(E4M3).t(), sa, (sw.t().contiguous() if rowwise else sw)
+    """(a, b, scale_a, scale_b) on the GPU, quantised as torchao does (`offline.fp8_spec.quantise`:
+    scale = amax / 448), B = w.t() column-major."""
+    from gemmtune.offline.fp8_spec import quantise
+
+    a, sa = quantise(torch.randn(M, K, device="cuda"), E4M3, rowwise)
+    w, sw = quantise(torch.randn(N, K, device="cuda"), E4M3, rowwise)
+    return a, w.t(), sa, (sw.t().contiguous() if rowwise else sw)
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast_accum"])
