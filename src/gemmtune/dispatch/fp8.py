@@ -126,8 +126,7 @@ def _build(tensors: tuple, out_dtype: torch.dtype, fast: bool, backends: tuple[s
     TABLE.add_selection(canon, sel)
     if sel.winner.template_uid == "aten_scaled_mm":
         return _library(out_dtype, fast)
-    kernel = sel.kernel
-    return lambda *t: kernel(*t)
+    return sel.kernel  # the winner's launcher itself: no wrapper on the warm path
 
 
 def _library(out_dtype: torch.dtype, fast: bool) -> Callable[..., torch.Tensor]:
