@@ -19,6 +19,7 @@ per shape) and `PREFIX_tuning.png` (tuning wall time vs Inductor) if matplotlib 
     python bench/compare.py --suite bench/shapes.json --out compare.json --plot compare \\
         --exhaustive square-2048,llama3-8b-down-m16
     python bench/compare.py --dry-run          # CPU: parse the suite, print the plan, time nothing
+    python bench/compare.py --suite bench/shapes_fp8.json   # fp8 scaled_mm; the library: torch._scaled_mm
     # two GPUs of one host at once, then one table:
     CUDA_VISIBLE_DEVICES=0 python bench/compare.py --part 1/2 --out a.json & \
     CUDA_VISIBLE_DEVICES=1 python bench/compare.py --part 2/2 --out b.json; wait
@@ -71,7 +72,7 @@ def build_plan(specs, exhaustive: set[str], inductor: bool = True, rounds: int =
     """What will be measured for each shape, in order."""
     plan = []
     for spec in specs:
-        steps = ["cublas: torch op as is",
+        steps = [f"cublas: {'torch._scaled_mm (cuBLASLt)' if spec.op == 'scaled_mm' else 'torch op'} as is",
                  "gemmtune: tune (store off), cold compile cache",
                  "gemmtune: tune (store off), warm compile cache"]
         timed = ["gemmtune pick", "cublas"]
@@ -84,7 +85,7 @@ def build_plan(specs, exhaustive: set[str], inductor: bool = True, rounds: int =
         steps.append(f"interleaved timing ({rounds} rounds): " + ", ".join(timed))
         plan.append({"name": spec.name, "problem": spec.describe(), "op": spec.op, "M": spec.M, "K": spec.K,
                      "N": spec.N, "batch": spec.batch, "dtype": spec.dtype, "b_layout": spec.b_layout,
-                     "steps": steps, "timed": timed})
+                     "scales": spec.scales, "steps": steps, "timed": timed})
     return plan
 
 
@@ -99,8 +100,11 @@ def print_plan(plan: list[dict[str, Any]]) -> None:
 # -- measurements (GPU) ----------------------------------------------------------------------------
 
 def op_fn(op: str) -> Callable:
+    """The library call of `op`: cuBLAS through aten; for scaled_mm, `torch._scaled_mm` (cuBLASLt), bf16 out."""
     import torch
 
+    if op == "scaled_mm":
+        return lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
     return {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}[op]
 
 
@@ -129,11 +133,8 @@ def run_inductor(spec, tensors) -> tuple[Callable, dict[str, Any]]:
     compiled(*tensors)
     torch.cuda.synchronize()
     seen["tune_s"] = time.perf_counter() - t0
-    if saver is not None:
-        try:
-            select_algorithm.clear_feedback_savers()
-        except AttributeError:
-            pass
+    if saver is not None and hasattr(select_algorithm, "clear_feedback_savers"):
+        select_algorithm.clear_feedback_savers()
     return compiled, seen
 
 
@@ -146,7 +147,8 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     shape_t0 = time.perf_counter()
     tensors = spec.tensors("cuda")
     row: dict[str, Any] = {"name": spec.name, "problem": spec.describe(), "M": spec.M, "K": spec.K, "N": spec.N,
-                           "batch": spec.batch, "op": spec.op, "dtype": spec.dtype, "b_layout": spec.b_layout}
+                           "batch": spec.batch, "op": spec.op, "dtype": spec.dtype, "b_layout": spec.b_layout,
+                           "scales": spec.scales}
     t0 = time.perf_counter()
     cold = gemmtune.tune(spec.op, *tensors, settings=settings)
     row["gemmtune_cold_s"] = time.perf_counter() - t0

@@ -73,6 +73,19 @@ def time_both(fn, reps: int) -> dict:
 
 
 def bench_operator(template, choice, ki, x, out, reps: int) -> dict:
+    """One operator: compile seconds, error against float32, both timers; an operator that fails says why."""
+    t0 = time.perf_counter()
+    try:
+        row = measure_operator(template, choice, ki, x, out, reps)
+    except Exception as exc:  # noqa: BLE001 - one operator's failure is a result, not the end of the run
+        row = {"config": dict(choice.config), "error": f"{type(exc).__name__}: {exc}"[:300],
+               "compile_s": time.perf_counter() - t0, "events_ms": float("inf")}
+    print(f"  {choice.key}: " + (row.get("error") or f"{row['events_ms']:.4f} ms (do_bench {row['do_bench_ms']:.4f}), "
+                                 f"compile {row['compile_s']:.1f} s, rel err {row['max_rel_err']:.2e}"), flush=True)
+    return row
+
+
+def measure_operator(template, choice, ki, x, out, reps: int) -> dict:
     t0 = time.perf_counter()
     launch = template.compile(choice, ki, x)
     row = {"config": dict(choice.config), "compile_s": time.perf_counter() - t0}
@@ -112,6 +125,8 @@ def bench_shape(shape: dict, reps: int, orders: bool, limit: int | None) -> dict
     choices = template.configs(ki)[:limit]
     result = {"shape": shape["name"], "cublas": time_both(lambda: torch.mm(*x, out=out), reps),
               "operators": [bench_operator(template, c, ki, x, out, reps) for c in choices]}
+    if all("error" in o for o in result["operators"]):
+        return result
     best = min(range(len(choices)), key=lambda i: result["operators"][i]["events_ms"])
     launch = template.compile(choices[best], ki, x)
     op = template._operator(ki, choices[best].config_dict)
@@ -136,6 +151,9 @@ def table(results: list[dict]) -> str:
             "|---|---|---|---|---|---|"]
     for r in results:
         best = min(r["operators"], key=lambda o: o["events_ms"])
+        if "error" in best:
+            rows.append(f"| {r['shape']} | {r['cublas']['events_ms']:.4f} | every operator failed: {best['error']} |")
+            continue
         cfg = best["config"]
         rows.append(f"| {r['shape']} | {r['cublas']['events_ms']:.4f} | {best['events_ms']:.4f} / "
                     f"{best['do_bench_ms']:.4f} | {r['cublas']['events_ms'] / best['events_ms']:.3f} | "
@@ -163,11 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("cutlass_operators.py: needs a CUDA GPU (try --dry-run)", file=sys.stderr)
         return 2
-    results = [bench_shape(s, args.reps, not args.no_orders, args.limit) for s in shapes]
+    results = []
+    for s in shapes:  # the JSON is rewritten after every shape: a run cut short keeps what it measured
+        print(f"{s['name']}:", flush=True)
+        results.append(bench_shape(s, args.reps, not args.no_orders, args.limit))
+        if args.out:
+            Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                                  "results": results}, indent=1, default=str))
     print(table(results))
-    if args.out:
-        Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                              "results": results}, indent=1))
     return 0
 
 

@@ -18,8 +18,9 @@ are made on the CPU machine into the git-ignored .whl/ and carried (64 MiB at mo
               nvidia-cutlass-dsl-libs-cu13 wheel unzipped, tar | xz -9e);
   .whl/deps/  cuda-bindings (cp312), cuda-pathfinder, protobuf: needed only where `cutlass-setup`
               prints "MISSING DEPS";
-  .whl/ops/   nvidia-cutlass-operators and its dependencies: apache-tvm-ffi, torch-c-dlpack-ext (cp312),
-              networkx.
+  .whl/ops/   nvidia-cutlass-operators and its dependencies: apache-tvm-ffi, torch-c-dlpack-ext (cp312)
+              (networkx, which it needs too, is on the GPU machine already); .whl/dsl and .whl/ops together fit
+              one call's 64 MiB.
 `cutlass-setup` (carry .whl/dsl) unpacks them into .cutedsl/, which stays while the machine is warm;
 `cutlass-deps` (carry .whl/deps) adds the dependencies, `cutlass-ops-setup` (carry .whl/ops) the
 operators library; the jobs marked [DSL] run with .cutedsl/ on the path and are skipped without it.  cuda-bindings 13 needs a driver for CUDA 13 (>= 580).
@@ -58,7 +59,7 @@ class Job:
     doc: str
     argv: tuple[str, ...] = ()
     timeout_s: float | None = None
-    dsl: bool = False  # runs with .cutedsl/ on the path; skipped without it
+    dsl: bool | None = False  # True: runs with .cutedsl/ on the path, skipped without it; None: on the path if there
     env: tuple[tuple[str, str], ...] = ()
     call: Callable[[TextIO], int] | None = None
 
@@ -105,6 +106,12 @@ CUTLASS_SHAPES = ("square-2048,square-4096,square-8192,odd-4097,llama3-8b-qkv-m4
                   "llama3-8b-gate_up-m4096")
 COMPARE_CUTLASS = (PY, "bench/compare.py", "--no-inductor", "--only", "square-4096,square-8192,odd-4097,llama3-8b-qkv-m4096",
                    "--rounds", "20")
+FP8_SHAPES = ("llama3-8b-q_o-m16-rowwise,llama3-8b-gate_up-m128-tensorwise,llama3-8b-down-m1024-rowwise,"
+              "llama3-70b-q_o-m8192-tensorwise")
+FP8_EXHAUSTIVE = "llama3-8b-gate_up-m128-tensorwise,llama3-8b-down-m1024-rowwise"
+FP8_MORE = ("llama3-8b-q_o-m16-tensorwise,llama3-8b-kv-m128-rowwise,llama3-8b-gate_up-m1024-rowwise,"
+            "llama3-8b-down-m8192-tensorwise,llama3-70b-gate_up-m16-rowwise,llama3-70b-down-m128-tensorwise,"
+            "llama3-70b-kv-m1024-tensorwise,llama3-70b-q_o-m8192-rowwise")
 SIX_SHAPES = "square-2048,square-8192,odd-4097,llama3-8b-qkv-m1,llama3-8b-o-m16,llama3-8b-gate_up-m128"
 
 
@@ -125,11 +132,28 @@ JOBS: dict[str, Job] = {
     "tests-warmup": Job("tests/gpu: warm-up, patched layer, isolation faults, API, compiled paths",
                         gpu_tests("test_in_model_gpu", "test_patch_fast_gpu", "test_faults_gpu", "test_api_gpu",
                                   "test_compiled_gpu"), 300),
+    "tests-all": Job("tests/gpu, all of it, 4 pytest-xdist workers sharing the GPU (a file per worker); the "
+                     "CuTe DSL tests too where .cutedsl/ is there", (*PYTEST[:-2], "-n", "4", "--dist", "loadfile",
+                                                                     "--durations", "25", "tests/gpu"), 540, dsl=None),
+    "tests-rerun-failed": Job("tests/gpu: only what tests-all failed, again, one at a time (timing checks that "
+                              "sharing the GPU disturbed)", (*PYTEST[:-2], "--lf", "--lfnf", "none", "tests/gpu"),
+                              300, dsl=None),
+    "tests-fp8": Job("tests/gpu/test_scaled_mm_gpu.py: fp8 scaled_mm, eager and the Triton template",
+                     gpu_tests("test_scaled_mm_gpu", show=True), 240),
     "tests-autocast": Job("tests/gpu: kernels, skinny shapes, autocast",
                           gpu_tests("test_gpu", "test_skinny_gpu", "test_autocast_gpu"), 260),
     # benchmarks (docs/MODELS.md, docs/PERFORMANCE.md, docs/INDUCTOR.md)
     "compare-six": Job("bench/compare.py --no-inductor on six public shapes",
                        (PY, "bench/compare.py", "--no-inductor", "--only", SIX_SHAPES, "--out", "{out}/{job}.json")),
+    "compare-fp8": Job("bench/compare.py on the fp8 suite: torch._scaled_mm, gemmtune and Inductor max-autotune",
+                       (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--only", FP8_SHAPES, "--exhaustive",
+                        FP8_EXHAUSTIVE, "--rounds", "20", "--out", "{out}/{job}.json"), 420),
+    "compare-fp8-library": Job("bench/compare.py --no-inductor on the rest of the fp8 suite",
+                               (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
+                                FP8_MORE, "--rounds", "20", "--out", "{out}/{job}.json"), 300),
+    "distributed-warmup": Job("bench/distributed_warmup.py --ranks 1,4 --warm-numba: gloo on the CPUs, no GPU",
+                              (PY, "bench/distributed_warmup.py", "--ranks", "1,4", "--warm-numba", "--out",
+                               "{out}/{job}.json"), 240, env=(("CUDA_VISIBLE_DEVICES", ""),)),
     "compiled-overhead": Job("bench/compiled_overhead.py", (PY, "bench/compiled_overhead.py", "--out", "{out}/{job}.json")),
     "eager-probe": Job("bench/eager_probe.py --m 64", (PY, "bench/eager_probe.py", "--m", "64", "--out", "{out}/{job}.json")),
     "patch-overhead": Job("bench/patch_overhead.py --m 64: where a patched layer's host time goes",
@@ -167,6 +191,9 @@ JOBS: dict[str, Job] = {
                             (*PYTEST, "-s", "-x", "tests/gpu/test_cutlass_operators_gpu.py"), 400, dsl=True),
     "cutlass-ops-bench": Job("[DSL] bench/cutlass_operators.py: compile s, run time, cuBLAS, per operator",
                              (PY, "bench/cutlass_operators.py", "--out", "{out}/{job}.json"), 560, dsl=True),
+    "cutlass-ops-quick": Job("[DSL] bench/cutlass_operators.py on 8192^3 and Llama-3-8B gate_up at M = 4096, no tile "
+                             "orders", (PY, "bench/cutlass_operators.py", "--shapes", "square-8192,llama3-8b-gate_up-m4096",
+                                        "--no-orders", "--reps", "30", "--out", "{out}/{job}.json"), 300, dsl=True),
     "cutlass-compile": Job("[DSL] JIT compile time per config, 3 configs x 4 variants",
                            (PY, "bench/cutlass_compile.py"), dsl=True),
     "cutlass-compile-all": Job("[DSL] compile all 84 configs x 4 variants", (PY, "bench/cutlass_compile.py", "all"), dsl=True),
@@ -228,14 +255,15 @@ def count_gpus() -> int:
 
 def _env(job: Job, gpu: int | None) -> dict[str, str]:
     path = [str(ROOT / "src")]
-    if job.dsl:
+    dsl = job.dsl or (job.dsl is None and DSL.is_dir())
+    if dsl:
         path[:0] = [str(DSL / "nvidia_cutlass_dsl" / "dsl_packages"), str(DSL)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(path), **dict(job.env)}
-    if job.dsl:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(path)}
+    if dsl:
         env.setdefault("CUTE_DSL_CACHE_DIR", str(DSL / "cache"))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    return env
+    return {**env, **dict(job.env)}  # the job's own variables last (a CPU-only job hides the GPUs)
 
 
 def run_job(name: str, job: Job, out: Path, gpu: int | None) -> str:

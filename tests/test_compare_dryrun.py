@@ -90,3 +90,15 @@ def test_merge_orders_rows_and_computes_the_targets(compare, tmp_path, capsys):
     assert s["cold_vs_inductor"] == pytest.approx(3.0 / 5.0)
     assert s["best_template_vs_library"]["square-2048"] == pytest.approx(0.02 / 0.018)
     assert "| square-2048 |" in capsys.readouterr().out
+
+
+def test_dry_run_of_the_fp8_suite_names_the_library_call_and_the_scales(compare, tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    only = "llama3-8b-q_o-m16-tensorwise,llama3-8b-q_o-m16-rowwise"
+    assert compare.main(["--dry-run", "--suite", str(ROOT / "bench" / "shapes_fp8.json"), "--only", only,
+                         "--out", str(out)]) == 0
+    plan = json.loads(out.read_text())["plan"]
+    assert [(p["op"], p["scales"], p["dtype"]) for p in plan] == [("scaled_mm", "tensorwise", "float8_e4m3fn"),
+                                                                   ("scaled_mm", "rowwise", "float8_e4m3fn")]
+    assert all("torch._scaled_mm" in p["steps"][0] for p in plan)
+    assert "scaled_mm 16x4096x4096 float8_e4m3fn rowwise" in capsys.readouterr().out

@@ -24,14 +24,17 @@ def runner(monkeypatch):
 
 
 def test_every_job_names_files_and_shapes_that_exist(runner):
-    shapes = {s["name"] for s in json.loads((ROOT / "bench" / "shapes.json").read_text())["shapes"]}
+    def names(suite):
+        return {s["name"] for s in json.loads((ROOT / suite).read_text())["shapes"]}
+
     for name, job in runner.JOBS.items():
         assert job.argv or job.call, name
+        suite = next((job.argv[i + 1] for i, a in enumerate(job.argv[:-1]) if a == "--suite"), "bench/shapes.json")
         for i, arg in enumerate(job.argv):
             if arg.startswith(("bench/", "tests/")):
-                assert (ROOT / arg).is_file(), f"{name}: {arg}"
-            if i and job.argv[i - 1] == "--only":
-                assert set(arg.split(",")) <= shapes, f"{name}: {arg}"
+                assert (ROOT / arg).exists(), f"{name}: {arg}"
+            if i and job.argv[i - 1] in ("--only", "--exhaustive"):
+                assert set(arg.split(",")) <= names(suite), f"{name}: {arg}"
     for preset, lanes in runner.PRESETS.items():
         assert all(n in runner.JOBS for lane in lanes for n in lane.split(",")), preset
     assert set(runner.PRESET_DOCS) == set(runner.PRESETS)
