@@ -2,7 +2,9 @@
 `gemmtune.warmup` deals the problems across the ranks (store/distributed.py).
 
 Each run is a fresh `torchrun` job with its own empty caches; the time is the slowest rank's
-`warmup` call.  Each rank writes its result to a file of its own, which this script reads.  Prints a
+`warmup` call, after gemmtune's lazy import of its dispatch layer (timed apart: a cost of each
+process, not of the warm-up), with its parts: its own tunes, the store hits of the problems other
+ranks tuned, the recording forward and the in-model check.  Each rank writes its result to a file of its own, which this script reads.  Prints a
 table and writes JSON.
 
     python bench/distributed_warmup.py --ranks 1,4 --out bench/results/distributed_warmup.json
@@ -30,24 +32,41 @@ class Many(torch.nn.Module):
     def forward(self, xs):
         return [l(x) for l, x in zip(self.layers, xs)]
 model, xs = Many(), [torch.randn(m, k) for m, k, _ in shapes]
-dist.barrier()
 t = time.perf_counter()
-report = gemmtune.warmup(model, xs, progress=False)
+warmup = gemmtune.warmup  # gemmtune imports its dispatch layer on first use: a cost of the process, apart
+import_s = time.perf_counter() - t
+dist.barrier()
+profile = os.environ.get("GEMMTUNE_BENCH_PROFILE") == "1" and dist.get_rank() == 0
+if profile:
+    import cProfile, io, pstats
+    prof = cProfile.Profile(); prof.enable()
+t = time.perf_counter()
+report = warmup(model, xs, progress=False)
 seconds = time.perf_counter() - t
+if profile:
+    prof.disable(); text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
+    open(os.path.join(sys.argv[1], "rank0.profile.txt"), "w").write(text.getvalue())
 # One file per rank (sys.argv[1] is the folder): torchrun merges the ranks' standard outputs.
 with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as f:
-    json.dump({"rank": dist.get_rank(), "seconds": seconds, "tuned": report.tuned,
+    json.dump({"rank": dist.get_rank(), "seconds": seconds, "import_s": import_s, "tuned": report.tuned,
+               "tune_s": sum(r.seconds for r in report.rows if not r.from_store),
+               "from_store_s": sum(r.seconds for r in report.rows if r.from_store),
+               "forward_s": report.forward_s, "check_s": report.check_s,
                "winners": [r.winner for r in report.rows]}, f)
 dist.barrier()
 dist.destroy_process_group()
 """
 
 
-def run(ranks: int, cache: Path | None = None, backends: str | None = None) -> dict:
+def run(ranks: int, cache: Path | None = None, backends: str | None = None, profile: bool = False,
+        share_cores: bool = False) -> dict:
     root = Path(tempfile.mkdtemp())
     (root / "child.py").write_text(CHILD)
     env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(cache or root / "cache"), "GEMMTUNE_STORE": "memory",
-           "OMP_NUM_THREADS": "1", "GEMMTUNE_NOISE_LIMIT": "1e9", **({"GEMMTUNE_BACKENDS": backends} if backends else {})}
+           "OMP_NUM_THREADS": "1", "GEMMTUNE_NOISE_LIMIT": "1e9", **({"GEMMTUNE_BACKENDS": backends} if backends else {}),
+           **({"GEMMTUNE_BENCH_PROFILE": "1"} if profile else {}),
+           **({"NUMBA_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks))} if share_cores else {})}
     out = root / "out"
     out.mkdir()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
@@ -55,10 +74,15 @@ def run(ranks: int, cache: Path | None = None, backends: str | None = None) -> d
     started = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     rows = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    if (out / "rank0.profile.txt").is_file():
+        print(f"-- ranks={ranks}: rank 0's warm-up, cProfile by cumulative time\n" + (out / "rank0.profile.txt").read_text())
     if done.returncode != 0 or sorted(r["rank"] for r in rows) != list(range(ranks)):
         raise SystemExit(f"ranks={ranks}: rc {done.returncode}: {done.stderr[-2000:]}")
-    return dict(ranks=ranks, warmup_s=max(r["seconds"] for r in rows), job_s=time.perf_counter() - started,
-                tuned=[r["tuned"] for r in rows], same_picks=len({tuple(r["winners"]) for r in rows}) == 1)
+    slowest = max(rows, key=lambda r: r["seconds"])
+    return dict(ranks=ranks, warmup_s=slowest["seconds"], job_s=time.perf_counter() - started,
+                with_import_s=max(r["seconds"] + r["import_s"] for r in rows),
+                tuned=[r["tuned"] for r in rows], same_picks=len({tuple(r["winners"]) for r in rows}) == 1,
+                slowest={k: slowest[k] for k in ("rank", "import_s", "tune_s", "from_store_s", "forward_s", "check_s")})
 
 
 def main() -> None:
@@ -71,6 +95,10 @@ def main() -> None:
     p.add_argument("--warm-numba", action="store_true",
                    help="fill numba's on-disk cache first (one rank), so that every timed run tunes but compiles "
                         "nothing: the comparison is then of the tuning work alone")
+    p.add_argument("--profile", action="store_true", help="print a cProfile of rank 0's warm-up in each run")
+    p.add_argument("--share-cores", action="store_true",
+                   help="give each rank's numba kernels its share of the cores (NUMBA_NUM_THREADS = cores / ranks), "
+                        "as a job of one process per device would; default: numba's own (every core, each rank)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     cache = Path(tempfile.mkdtemp()) if args.warm_numba else None
@@ -78,12 +106,17 @@ def main() -> None:
         run(1, cache, args.backends)
     res = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "cpus": os.cpu_count(),
            "warm_numba": args.warm_numba, "backends": args.backends,
-           "runs": [run(int(r), cache, args.backends) for r in args.ranks.split(",")]}
+           "share_cores": args.share_cores,
+           "runs": [run(int(r), cache, args.backends, args.profile, args.share_cores) for r in args.ranks.split(",")]}
     base = res["runs"][0]["warmup_s"]
-    print("| ranks | warm-up s (slowest rank) | x one rank | problems tuned per rank | same picks on every rank |")
-    print("|---|---|---|---|---|")
+    print("| ranks | warm-up s (slowest rank) | x one rank | its tunes s | store hits s | forward s | in-model check s "
+          "| with gemmtune's import s | problems tuned per rank | same picks on every rank |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in res["runs"]:
-        print(f"| {r['ranks']} | {r['warmup_s']:.2f} | {r['warmup_s'] / base:.2f} | {r['tuned']} | {r['same_picks']} |")
+        w = r["slowest"]
+        print(f"| {r['ranks']} | {r['warmup_s']:.2f} | {r['warmup_s'] / base:.2f} | {w['tune_s']:.2f} | "
+              f"{w['from_store_s']:.2f} | {w['forward_s']:.2f} | {w['check_s']:.2f} | {r['with_import_s']:.2f} | "
+              f"{r['tuned']} | {r['same_picks']} |")
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
 
