@@ -30,8 +30,8 @@ RUNTIME_PARAM_NAMES = ("group", "raster", "swizzle")
 Kept here because core/ imports no template; tests/test_settings.py checks it against the templates."""
 
 OTHER_VARIABLES: Mapping[str, str] = {
-    "GEMMTUNE_CACHE_DIR": "where the store, numba's rendered kernels and compiled cutlass_hopper kernels live",
-    "GEMMTUNE_CUTLASS_DISK": "a boolean: keep compiled cutlass_hopper kernels on disk (default on)",
+    "GEMMTUNE_CACHE_DIR": "where the store, numba's rendered kernels and compiled CUTLASS kernels live",
+    "GEMMTUNE_CUTLASS_DISK": "a boolean: keep compiled CUTLASS kernels (cutlass_hopper, cutlass_operators) on disk (default on)",
     "GEMMTUNE_WORKER_PROCESS": "set by gemmtune in the worker processes it starts",
     "GEMMTUNE_PROTOCOL_CHILD": "set by bench/protocol.py in the processes it starts",
     "GEMMTUNE_REDIS_PASSWORD": "the password of a redis:// store whose URL has none (store/redis_store.py)",

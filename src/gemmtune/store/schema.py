@@ -145,9 +145,12 @@ def _unbuildable(template: Any, pin: Mapping[str, Any], problem: str) -> str | N
     if template.is_extern and pin.get("config"):
         return f"a library kernel has no config, got {dict(pin['config'])}"
     config = dict(pin.get("config") or {})
-    odd = {k: v for k, v in config.items() if isinstance(v, bool) or not isinstance(v, int)}
+    text = template.config_text_keys
+    odd = {k: v for k, v in config.items()
+           if not (k in text and isinstance(v, str)) and (isinstance(v, bool) or not isinstance(v, int))}
     if odd:
-        return f"config values must be integers, got {odd}"
+        names = f" (names for {', '.join(text)})" if text else ""
+        return f"config values must be integers{names}, got {odd}"
     if match and template.uid == "numba_mm" and config:
         fitted = _numba_candidates(template, match)
         if fitted is not None and config not in fitted:

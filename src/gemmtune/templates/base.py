@@ -80,6 +80,7 @@ class Template(ABC):
     src_hash: str | None = None
     ops: tuple[str, ...] = ("mm", "addmm", "bmm")  # a scaled_mm template says ("scaled_mm",)
     runtime_space: Mapping[str, Sequence[Any]] = {}
+    config_text_keys: tuple[str, ...] = ()  # config keys whose values are names (strings); the rest are integers
     default_runtime: Mapping[str, Any] = {}  # the stage-1 value for prescreening
     # Device types where the template is active by default; elsewhere (e.g. the
     # Triton interpreter on CPU) only when its family is asked for by name.

@@ -14,9 +14,10 @@ SM100 only) they are the configs (`epilogue="fused"`); on Hopper the bias is add
 (`epilogue="separate"`: one more pass over the output).
 
 Each choice's `src_hash` covers this template's source, the library's and the DSL's versions, and the
-operator's identity (module, class, design).  Compiled kernels are kept on disk (`operators_lib.compiled`).
-Opt-in, as `cutlass_hopper`: only a `backends` naming "cutlass" pools it; without the library or a
-Hopper GPU it is skipped with one log line.
+operator's identity (module, class, design).  Compiled kernels are kept on disk (`operators_lib.compiled`);
+a tune about to compile many hands them to compile processes first (`prepare_compiles`, `parallel`).
+Opt-in, as `cutlass_hopper` (`registry.optional_templates`): only a `backends` naming "cutlass" pools
+it; without the library or a Hopper GPU it is skipped with one log line.
 
 Example:
     >>> CutlassOperatorsTemplate.uid, dict(CutlassOperatorsTemplate.runtime_space)
@@ -37,7 +38,7 @@ import torch
 from ...core.choices import Choice, as_params
 from ...core.inputs import KernelInputs
 from ..base import Launcher, Template, source_hash, unique_configs
-from .hopper import DSL_DISTRIBUTION, dsl_version, ensure_cache_dir
+from .hopper import DSL_DISTRIBUTION, _hopper_gpu, dsl_version, ensure_cache_dir
 
 log = logging.getLogger("gemmtune.templates.cutlass")
 
@@ -108,13 +109,10 @@ def unavailable_reason() -> str | None:
         >>> unavailable_reason() is None or isinstance(unavailable_reason(), str)
         True
     """
-    reason: str | None = None
     if not library_importable():
-        reason = f"{LIBRARY_DISTRIBUTION} is not installed (pip install 'gemmtune[cutlass]')"
-    elif not torch.cuda.is_available():
-        reason = "no CUDA device"
-    elif torch.cuda.get_device_capability()[0] < 9:
-        reason = "compute capability %d.%d < 9.0" % torch.cuda.get_device_capability()
+        reason: str | None = f"{LIBRARY_DISTRIBUTION} is not installed (pip install 'gemmtune[cutlass]')"
+    else:
+        reason = _hopper_gpu()  # "no CUDA device", "compute capability 8.0 < 9.0", as cutlass_hopper's
     if reason is not None:
         log.info("cutlass_operators template skipped: %s", reason)
     return reason
@@ -137,6 +135,7 @@ class CutlassOperatorsTemplate(Template):
     src_hash = template_src_hash()
     native_devices: tuple[str, ...] = ()  # opt-in, as cutlass_hopper: only a `backends` naming "cutlass"
     runtime_space: Mapping[str, Sequence[Any]] = {}  # the library takes no per-call parameter (module doc)
+    config_text_keys = ("operator", "epilogue")  # the operator's class name; "none", "fused" or "separate"
 
     def __init__(self, size: str = "default", operators: Sequence[str] | None = None, library: Any = None,
                  target: str | None = None):
@@ -210,8 +209,26 @@ class CutlassOperatorsTemplate(Template):
                 return op
         raise ValueError(f"cutlass_operators: no operator of the library matches {dict(cfg)} for {ki.describe()}")
 
+    def prepare_compiles(self, choices: Sequence[Choice], ki: KernelInputs, example: Sequence[torch.Tensor]) -> None:
+        """Hand the kernels of `choices` not yet on disk to compile processes (`parallel`), when there are
+        enough of them to pay for the processes' start; `compile` then waits for each and loads it."""
+        ensure_cache_dir()
+        from . import launch, operators_lib, parallel
+
+        if not operators_lib.keeps_on_disk(self.library):
+            return
+        target = self.target()
+        jobs = [job for c in choices
+                if (job := operators_lib.job_for(c.config_dict, ki, example, operators_lib.kernel_path(
+                    launch.disk_key(c.config_dict, ki, target), c.src_hash or "", target), target)) is not None]
+        device = example[-1].device
+        if jobs:
+            parallel.start(jobs, env={"CUTE_DSL_ARCH": f"sm_{target}"}, label=self.uid,
+                           cuda_index=(device.index or 0) if device.type == "cuda" else None)
+
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
-        """Compile (or load from disk) the operator of `choice` for `ki`'s layouts."""
+        """Compile (or load from disk, or wait for a compile process's) the operator of `choice` for
+        `ki`'s layouts."""
         ensure_cache_dir()
         from . import launch
 

@@ -13,7 +13,10 @@ library's API.  The library is imported by `load()` only.
 - `identity(op)`: module, class and design, the operator's part of a choice's `src_hash`.
 - `compiled(lib, op, args, key, src_hash, arch)`: `op.compile(args)`, kept on disk with the DSL's
   `export_to_c` and read back with `cutlass.runtime.load_module` (`disk`), wrapped in the library's
-  `CompiledArtifact` so that `op.run(args, artifact)` runs a loaded kernel as a compiled one.
+  `CompiledArtifact` so that `op.run(args, artifact)` runs a loaded kernel as a compiled one; a
+  kernel a compile process is building (`parallel`) is waited for and loaded.
+- `job_for(cfg, ki, example, path, target)` and `compile_job(job)`: what a compile process needs to
+  build one operator's kernel, and the build itself (kind "operators" of `compile_process`).
 
 Example:
     >>> BIAS_EPILOGUE.splitlines()[0]
@@ -25,15 +28,19 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
 from ...core.inputs import KernelInputs
+from ..base import split_operands
 from . import disk
 
 log = logging.getLogger("gemmtune.templates.cutlass")
+_COMPILE_LOCK = threading.Lock()  # the library compiles with the DSL's `cute.compile`, whose tracing is not
+# thread-safe: a tune's compile threads build one kernel at a time here (loads from disk need no lock)
 
 PREFIX = "gemmtune_operator"  # the exported function's symbol (one function per file)
 BIAS_EPILOGUE = "def bias_epilogue(accum, alpha, C, beta):\n    D = (accum * alpha) + (C * beta)\n    return D\n"
@@ -151,17 +158,70 @@ def _load(path: Path, tvm_ffi: bool) -> Any | None:
         return None
 
 
+def keeps_on_disk(lib: Any) -> bool:
+    """Whether compiled kernels go to disk: with TVM-FFI (the library's default where apache-tvm-ffi
+    is installed; its compiled functions export to C) and the disk on (`disk.enabled`)."""
+    return bool(lib.GlobalOptions().use_tvm_ffi) and disk.enabled()
+
+
+def kernel_path(key: tuple, src_hash: str, target: str) -> Path:
+    """Where the kernel of `key` (`launch.disk_key`) and `src_hash` is kept (`disk.kernel_path`).
+
+    Example:
+        >>> p = kernel_path(("k",), "h", "90a")
+        >>> p.parent.name, p != kernel_path(("k",), "h", "100a")
+        ('cutedsl_kernels', True)
+    """
+    return disk.kernel_path(("operators", key), src_hash, target)
+
+
 def compiled(lib: Any, op: Any, args: Any, key: tuple, src_hash: str, target: str) -> Any:
-    """`op.compile(args, target_sm=target)`, or the artifact of an earlier process from disk (a
-    `lib.CompiledArtifact` around the loaded function).  Kept on disk only with TVM-FFI (the
-    library's default where apache-tvm-ffi is installed), whose compiled functions export to C."""
-    tvm_ffi = bool(lib.GlobalOptions().use_tvm_ffi)
-    if not (tvm_ffi and disk.enabled()):
-        return op.compile(args, target_sm=target)
-    path = disk.kernel_path(("operators", key), src_hash, target)
-    kept = _load(path, tvm_ffi)
+    """`op.compile(args, target_sm=target)`, or the artifact of an earlier process (or of a compile
+    process, waited for) from disk: a `lib.CompiledArtifact` around the loaded function.  Kept on
+    disk only where `keeps_on_disk(lib)`."""
+    if not keeps_on_disk(lib):
+        with _COMPILE_LOCK:
+            return op.compile(args, target_sm=target)
+    from . import parallel
+
+    path = kernel_path(key, src_hash, target)
+    why = parallel.wait(str(path))
+    if why not in (None, "not pending"):
+        log.info("gemmtune: cutlass_operators: compile process: %s; compiling here", why)
+    kept = _load(path, True)
     if kept is not None:
         return lib.CompiledArtifact(compiled_obj=kept, operator_obj=op, compiled_for=lib.TargetSm(target))
-    artifact = op.compile(args, target_sm=target)
+    with _COMPILE_LOCK:
+        artifact = op.compile(args, target_sm=target)
     _save(artifact.compiled_obj, path)
     return artifact
+
+
+def job_for(cfg: Mapping[str, Any], ki: KernelInputs, example: Any, path: Path, target: str) -> dict | None:
+    """What a compile process needs to build the kernel of `cfg` for `ki` into `path` (`compile_job`);
+    None when the disk has it already."""
+    if path.is_file():
+        return None
+    return {"kind": "operators", "path": str(path), "cfg": dict(cfg), "target": target, "op": ki.op,
+            "dtype": str(ki.dtype).removeprefix("torch."), "alpha": float(ki.alpha), "beta": float(ki.beta),
+            "device": example[-1].device.type, "operands": [[list(t.shape), list(t.stride())] for t in example]}
+
+
+def compile_job(job: Mapping[str, Any]) -> None:
+    """In a compile process: find `job`'s operator for operands of its shapes, strides and device type
+    (contents unset), compile it and keep it at `job["path"]`; raises if it could not be kept."""
+    lib = load()
+    device, dtype = torch.device(job["device"]), getattr(torch, job["dtype"])
+    tensors = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride in job["operands"]]
+    ki = KernelInputs.from_tensors(job["op"], *tensors, alpha=job["alpha"], beta=job["beta"])
+    cfg, target = job["cfg"], job["target"]
+    op = next((o for o in operators(lib, ki, target)[0] if matches(o, cfg)), None)
+    if op is None:
+        raise ValueError(f"no operator of the library matches {cfg} for {ki.describe()}")
+    fused = cfg.get("epilogue") == "fused"
+    bias, a, b = split_operands(ki, tensors)
+    out = torch.empty(ki.out_size, dtype=dtype, device=device)
+    args = gemm_arguments(lib, a, b, out, bias if fused else None, ki.alpha, ki.beta)
+    artifact = op.compile(args, target_sm=target)
+    if not (keeps_on_disk(lib) and _save(artifact.compiled_obj, Path(job["path"]))):
+        raise RuntimeError("compiled, but it could not be kept on disk")
