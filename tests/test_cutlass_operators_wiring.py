@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -292,3 +293,22 @@ def test_simulate_replays_recorded_cutlass_operators_timings():
         (r,) = result.per_shape
         assert r.winner.startswith("cutlass_operators_") and "tile_m128_tile_n256" in r.winner, (result.name, r.winner)
         assert r.regret_pct == 0.0
+
+
+def test_both_cute_dsl_templates_compile_under_one_lock():
+    """A pool with cutlass_hopper and cutlass_operators (backends naming cutlass) must not trace two DSL
+    kernels at once in one process; the hand-written kernel's module needs the DSL to import, so its
+    source is read for the shared lock."""
+    import ast
+
+    from gemmtune.templates.cutlass import operators_lib, tracing
+
+    assert operators_lib._COMPILE_LOCK is tracing.DSL_COMPILE_LOCK
+    src = (Path(operators_lib.__file__).parent / "hopper_kernel.py").read_text()
+    tree = ast.parse(src)
+    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "tracing"
+                for a in n.names}
+    assigned = [n for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "_COMPILE_LOCK"
+                                                                        for t in n.targets)]
+    assert "DSL_COMPILE_LOCK" in imported
+    assert [ast.unparse(n.value) for n in assigned] == ["DSL_COMPILE_LOCK"]

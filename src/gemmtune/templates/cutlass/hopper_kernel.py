@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -33,11 +32,12 @@ from cutlass.cute.runtime import from_dlpack
 from cutlass.tensor_utils import LayoutEnum
 
 from . import disk, parallel
+from .tracing import DSL_COMPILE_LOCK
 from .order import tile_order
 
 WG_THREADS = 128
 log = logging.getLogger("gemmtune")
-_COMPILE_LOCK = threading.Lock()
+_COMPILE_LOCK = DSL_COMPILE_LOCK  # shared with cutlass_operators (tracing.py)
 """The DSL's tracing is not thread-safe (4.8.1, checked on CPU: two compiles in two threads fail
 with "An MLIR function requires a Location"; one at a time in a worker thread works), and gemmtune
 compiles in a thread pool: DSL compiles are serialised here.  Parallel compiles would need processes."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -37,10 +36,12 @@ import torch
 from ...core.inputs import KernelInputs
 from ..base import split_operands
 from . import disk
+from .tracing import DSL_COMPILE_LOCK
 
 log = logging.getLogger("gemmtune.templates.cutlass")
-_COMPILE_LOCK = threading.Lock()  # the library compiles with the DSL's `cute.compile`, whose tracing is not
-# thread-safe: a tune's compile threads build one kernel at a time here (loads from disk need no lock)
+# the library compiles with the DSL's `cute.compile`, whose tracing is not thread-safe: a tune's compile
+# threads build one kernel at a time, under the lock cutlass_hopper takes too (loads from disk need none)
+_COMPILE_LOCK = DSL_COMPILE_LOCK
 
 PREFIX = "gemmtune_operator"  # the exported function's symbol (one function per file)
 BIAS_EPILOGUE = "def bias_epilogue(accum, alpha, C, beta):\n    D = (accum * alpha) + (C * beta)\n    return D\n"
