@@ -61,7 +61,7 @@ def test_a_compiled_scaled_mm_is_keyed_as_the_eager_problem_tuned_and_built_as_t
     assert handler.stats["scaled_mm_tuned"] == 1 and handler.stats["scaled_mm_hit"] == 1
     assert handler.stats["scaled_mm_fallback"] == 0 and probe.choices == 0
     assert handler.built == [("scaled_mm", ATEN, {})]  # CPU: the library kernel is the only candidate
-    assert "_scaled_mm" in code
+    assert f"extern_kernels._scaled_mm(" in code and f"out_dtype=torch.bfloat16, use_fast_accum={fast}" in code
 
 
 def test_a_fresh_handler_takes_the_pick_from_the_warm_store():
