@@ -22,7 +22,7 @@ import torch
 
 from .errors import InputError
 
-__all__ = ["validate_scaled_mm", "FP8_DTYPES", "SCALE_KINDS", "OUT_DTYPES", "ARG_NAMES"]
+__all__ = ["validate_scaled_mm", "check_rules", "FP8_DTYPES", "SCALE_KINDS", "OUT_DTYPES", "ARG_NAMES"]
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 """The operand dtypes of `scaled_mm` (docs/FP8.md)."""
@@ -54,16 +54,35 @@ def validate_scaled_mm(tensors: Sequence[Any], out_dtype: Any, fast_accum: Any, 
         raise InputError(f"{_OP}: expected 4 or 5 tensors (a, b, scale_a, scale_b[, bias]), got {len(tensors)}")
     for name, t in zip(ARG_NAMES, tensors):
         _check_tensor(name, t)
+    check_rules(tensors, out_dtype, fast_accum)
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise InputError(f"{_OP}: tensors are on different devices {sorted(map(str, devices))}; move them to one device")
+    _check_memory(tensors[0], tensors[1], out_dtype)
+
+
+def check_rules(tensors: Sequence[torch.Tensor], out_dtype: Any, fast_accum: Any) -> None:
+    """The rules of `validate_scaled_mm` that read only sizes, strides and dtypes (no data, no device),
+    so they also judge meta tensors: e.g. the inputs of an Inductor lowering (`gemmtune.inductor`).
+
+    Example:
+        >>> import torch
+        >>> meta = lambda *s, st, dt=torch.float8_e4m3fn: torch.empty_strided(s, st, dtype=dt, device="meta")
+        >>> a, b, one = meta(16, 32, st=(32, 1)), meta(32, 16, st=(1, 32)), meta(st=(), dt=torch.float32)
+        >>> check_rules((a, b, one, one), torch.bfloat16, False)
+        >>> check_rules((a, b, one, one), torch.float8_e4m3fn, False)
+        Traceback (most recent call last):
+        ...
+        gemmtune.core.errors.InputError: scaled_mm: out_dtype must be one of torch.bfloat16, torch.float16, torch.float32, got torch.float8_e4m3fn (gemmtune does not tune float8 outputs)
+    """
+    if len(tensors) not in (4, 5):
+        raise InputError(f"{_OP}: expected 4 or 5 tensors (a, b, scale_a, scale_b[, bias]), got {len(tensors)}")
     a, b, scale_a, scale_b = tensors[:4]
     _check_options(out_dtype, fast_accum)
     _check_matrices(a, b)
     _check_scales(scale_a, scale_b, a.shape[0], b.shape[1], out_dtype)
     if len(tensors) == 5:
         _check_bias(tensors[4], b.shape[1], out_dtype)
-    devices = {t.device for t in tensors}
-    if len(devices) > 1:
-        raise InputError(f"{_OP}: tensors are on different devices {sorted(map(str, devices))}; move them to one device")
-    _check_memory(a, b, out_dtype)
 
 
 def _check_tensor(name: str, t: Any) -> None:

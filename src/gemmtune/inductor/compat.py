@@ -61,7 +61,7 @@ def available() -> bool:
 class InductorTemplates:
     """The uids and source hashes of the Inductor templates gemmtune's picks map onto."""
 
-    aten: dict  # op ("mm", "addmm", "bmm", "bias_addmm") -> uid
+    aten: dict  # op ("mm", "addmm", "bmm", "bias_addmm", "scaled_mm": aten._scaled_mm) -> uid
     triton_mm: str
     triton_bmm: str
     tma: str | None  # None: this torch has no such template (its picks then map as "closest")
@@ -87,7 +87,7 @@ def inductor_templates() -> InductorTemplates:
         return getattr(getattr(module, name, None), "uid", None)
 
     objs = {"mm": mm.aten_mm, "addmm": mm.aten_addmm, "bias_addmm": getattr(mm, "aten_bias_addmm", None),
-            "bmm": bmm.aten_bmm}
+            "bmm": bmm.aten_bmm, "scaled_mm": getattr(mm, "aten__fp8_mm", None)}
     templates: list[Any] = [*objs.values(), getattr(mm, "mm_template", None), getattr(bmm, "bmm_template", None),
                             getattr(mm, "persistent_tma_mm_template", None),
                             getattr(mm, "decompose_k_subgraph_template", None)]

@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -31,8 +32,8 @@ from ..core.choices import Choice, Timing, as_params
 from ..core.inputs import KernelInputs
 from .compat import available, inductor_templates  # noqa: F401 - `available` is used by the doctest
 
-__all__ = ["Measured", "InductorPick", "entries_for", "mm_companion", "fuse_gain_ms", "companions_for", "TILE_KEYS",
-           "LIBRARY"]
+__all__ = ["Measured", "InductorPick", "entries_for", "mm_companion", "triton_entry", "entry_options", "fuse_gain_ms",
+           "companions_for", "TILE_KEYS", "LIBRARY"]
 
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
 LIBRARY = {"aten_mm", "aten_addmm", "aten_bmm", "numpy_blas"}
@@ -78,11 +79,22 @@ class InductorPick:
         return [dict(e) for e in (*self.entries, *self.companions)]
 
 
+def entry_options(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry as its template's keyword arguments (what LookupTableChoices passes on): a copy without
+    `template_id` and `template_hash`.
+
+    Example:
+        >>> entry_options({"template_id": "triton::mm", "template_hash": "h", "BLOCK_M": 64})
+        {'BLOCK_M': 64}
+    """
+    return {k: copy.deepcopy(v) for k, v in entry.items() if k not in ("template_id", "template_hash")}
+
+
 def _aten(op: str) -> dict[str, Any]:
     return {"template_id": inductor_templates().aten[op]}
 
 
-def _triton(ki: KernelInputs, uid: str, config: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
+def triton_entry(ki: KernelInputs, uid: str, config: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
     """A Triton template entry: the tile, GROUP_M from the swizzle, EVEN_K for this K (the base config's
     EVEN_K belongs to another BLOCK_K, so it must be set here)."""
     tile = {k: int(config[k]) for k in TILE_KEYS}
@@ -106,13 +118,13 @@ def _closest(ki: KernelInputs, pick: Choice, measured: Sequence[Timing], few: in
                    key=lambda m: m.ms or 0.0)
     out: list[dict[str, Any]] = []
     for m in timed:
-        e = _triton(ki, uid, m.choice.config_dict, m.choice.runtime_dict)
+        e = triton_entry(ki, uid, m.choice.config_dict, m.choice.runtime_dict)
         if e not in out:
             out.append(e)
         if len(out) >= few:
             return out
     if not out and not pick.is_extern:
-        out.append(_triton(ki, uid, _nearest_tile(pick.config_dict), pick.runtime_dict))
+        out.append(triton_entry(ki, uid, _nearest_tile(pick.config_dict), pick.runtime_dict))
     return out
 
 
@@ -168,7 +180,7 @@ def _fusion_companions(ki: KernelInputs, pick_ms: float | None, measured: Sequen
     ms: list[float] = []
     for m in sorted((m for m in measured if m.choice.template_uid == "triton_mm" and m.ms is not None),
                     key=lambda m: m.ms or 0.0):
-        entry = _triton(ki, uid, m.choice.config_dict, m.choice.runtime_dict)
+        entry = triton_entry(ki, uid, m.choice.config_dict, m.choice.runtime_dict)
         if (m.ms or 0.0) > pick_ms * FUSION_WITHIN or len(out) >= n:
             break
         if entry not in out:
@@ -203,9 +215,9 @@ def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Timing] = (),
     elif uid == "aten_bias_addmm" and "bias_addmm" in t.aten:
         entries, exact = [_aten("bias_addmm"), _aten("addmm")], True
     elif uid == "triton_mm" and on_gpu:
-        entries, exact = [_triton(ki, t.triton_bmm if ki.op == "bmm" else t.triton_mm, cfg, rt)], True
+        entries, exact = [triton_entry(ki, t.triton_bmm if ki.op == "bmm" else t.triton_mm, cfg, rt)], True
     elif uid == "triton_tma_persistent" and on_gpu and ki.op != "bmm" and t.tma is not None:
-        entries, exact = [_triton(ki, t.tma, cfg, rt)], True
+        entries, exact = [triton_entry(ki, t.tma, cfg, rt)], True
     else:
         split = int(cfg.get("SPLIT_K", 1))
         first = ([{"template_id": t.decompose_k, "k_split": split}]

@@ -14,12 +14,11 @@ known problem whose pick is not among a call's templates gets no choice from tha
 call builds it.  When no call can build it, a stand-in does: a Triton pick's tile on Inductor's plain
 Triton template (a TMA pick where TMA is off), else the op's library kernel; a mm/bmm call that can
 build neither keeps Inductor's own list.  Entries whose template source changed are dropped with a
-RuntimeWarning.
+RuntimeWarning.  `torch._scaled_mm` (Inductor's op name "scaled_mm") is answered in `inductor.scaled`.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -30,9 +29,9 @@ from typing import Any, Mapping
 import torch
 
 from .compat import inductor_templates, require
-from .entries import FUSION, InductorPick, fuse_gain_ms
+from .entries import FUSION, InductorPick, entry_options as _kwargs, fuse_gain_ms
 from .shortlist import SHORTLIST, shortlist_choices
-from .window import has_epilogue, in_window, user_autotunes
+from .window import current_node, has_epilogue, in_window, user_autotunes
 
 log = logging.getLogger("gemmtune")
 
@@ -45,11 +44,6 @@ def warn_stale(uid: str, have: Any, want: Any, where: str) -> None:
            f"{str(have)[:12]}, the installed torch's is {str(want)[:12]}: entry dropped")
     log.warning(msg)
     warnings.warn(msg, RuntimeWarning, stacklevel=3)
-
-
-def _kwargs(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """An entry as the template's keyword arguments (what LookupTableChoices passes on)."""
-    return {k: copy.deepcopy(v) for k, v in entry.items() if k not in ("template_id", "template_hash")}
 
 
 def pick_of_entries(op: str, key: str, entries: list[Mapping[str, Any]]) -> InductorPick:
@@ -76,16 +70,6 @@ def _autotuning() -> bool:
 def is_gemmtune_handler(handler: Any) -> bool:
     """Whether `handler` (Inductor's `V.choices`) is an installed gemmtune handler."""
     return isinstance(handler, _Mixin)
-
-
-def _current_node() -> Any:
-    """The FX node Inductor is lowering (the GEMM), or None."""
-    from torch._inductor.virtualized import V
-
-    try:
-        return V.graph.current_node
-    except Exception:  # noqa: BLE001 - no graph being lowered (a direct call in a test)
-        return None
 
 
 def _must_answer(pick: InductorPick, op_name: str) -> bool:
@@ -147,6 +131,10 @@ class _Mixin:
     # -- the one override ----------------------------------------------------------------------
     def _finalize_template_configs(self, template_choices, kernel_inputs, templates, op_name,
                                    kwarg_overrides=None):
+        if op_name == "scaled_mm":  # Inductor's `tuned_scaled_mm`: answered in inductor/scaled.py
+            from .scaled import answer
+
+            return answer(self, template_choices, kernel_inputs, templates, kwarg_overrides)
         if op_name not in OPS:
             return super()._finalize_template_configs(  # type: ignore[misc]
                 template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
@@ -324,7 +312,7 @@ class _Mixin:
         first = pick.companions[0]
         uid = str(first.get("template_id"))
         fresh = first.get("template_hash") in (None, inductor_templates().hash_of(uid))
-        gain = fuse_gain_ms(pick) if fresh and has_epilogue(_current_node()) else None
+        gain = fuse_gain_ms(pick) if fresh and has_epilogue(current_node()) else None
         return ((first,), ()) if gain is not None and gain > 0 else (pick.entries, ())
 
     def _fresh(self, entry: Mapping[str, Any], uid: str, want: Any, op_name: str, pick: InductorPick) -> bool:

@@ -1,6 +1,7 @@
 """Installing the handler for `torch.compile`, and counting what Inductor benchmarks.
 
-`install()` makes Inductor build gemmtune's pick for every mm / addmm / bmm it lowers.  Its options:
+`install()` makes Inductor build gemmtune's pick for every mm / addmm / bmm it lowers, and for every
+`torch._scaled_mm` (fp8; `inductor.scaled`: tuned by gemmtune, whatever `measure` says).  Its options:
 
 - `table`: entries to start from (a JSON file or dict from `export_table`; stale ones are dropped
   with a warning).
@@ -57,6 +58,7 @@ from .compat import require
 from .export import drop_stale, read_table
 from .entries import FUSION, companions_for
 from .handler import is_gemmtune_handler, make_handler
+from .scaled import note_lowering
 from .shortlist import SHORTLIST
 from .window import open_window
 
@@ -70,7 +72,7 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
             fusion: int | str = FUSION, measure: str = "inductor", shortlist: int | None = SHORTLIST,
             gemv: bool | str = "autotune") -> Any:
-    """Make Inductor build gemmtune's pick for every mm / addmm / bmm it lowers; returns the handler.
+    """Make Inductor build gemmtune's pick for every mm / addmm / bmm / `_scaled_mm` it lowers; returns the handler.
 
     Its options (`table`, `tune_on_miss`, `templates`, `all_threads`, `fusion`, `measure`,
     `shortlist`, `gemv`) and the compile modes it serves: the docstring of `gemmtune.inductor.installer`
@@ -97,6 +99,7 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
         raise ValueError(f"gemv: expected True, False or 'autotune', got {gemv!r}")
     handler.measure, handler.shortlist, handler.gemv = measure, shortlist, gemv
     open_window(is_gemmtune_handler)
+    note_lowering()  # `_scaled_mm` is answered where this torch lowers it through the handler (inductor/scaled.py)
     from torch._inductor import virtualized
 
     prior_thread = virtualized._choices._get_handler(False)

@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-__all__ = ["open_window", "in_window", "user_autotunes", "window_applies", "cpu_pick_alone", "has_epilogue"]
+__all__ = ["open_window", "in_window", "user_autotunes", "window_applies", "cpu_pick_alone", "has_epilogue",
+           "current_node"]
 
 _STATE = threading.local()
 _VIEWS = {"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "squeeze", "unsqueeze", "alias",
@@ -157,6 +158,16 @@ def open_window(is_ours: Callable[[Any], bool]) -> int:
             lowering.lowerings[op] = _wrap(fn, is_ours, op)
         wrapped += 1
     return wrapped
+
+
+def current_node() -> Any:
+    """The FX node Inductor is lowering (the GEMM), or None outside a lowering."""
+    from torch._inductor.virtualized import V
+
+    try:
+        return V.graph.current_node
+    except Exception:  # noqa: BLE001 - no graph being lowered (a direct call in a test)
+        return None
 
 
 def _numel(node: Any) -> int | None:
