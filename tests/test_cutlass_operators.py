@@ -4,6 +4,7 @@ API (`get_operators`, `GemmArguments`, `EpilogueArguments`, operators with `meta
 each choice's src_hash names the library version and the operator, addmm's bias is fused where the
 library offers it and added after the GEMM where not, and without the library it is skipped."""
 
+import json
 import types
 
 import pytest
@@ -159,3 +160,15 @@ def test_without_the_library_it_is_skipped_with_a_reason(monkeypatch):
 def test_cpu_problems_are_not_supported():
     t = CutlassOperatorsTemplate(library=fake_library(), target="90a")
     assert not t.supports(ki_of("mm", A, W.t()))  # a CPU tensor
+
+
+def test_the_template_pickles_for_an_isolated_worker_with_its_library_by_name():
+    """A worker process gets the template by pickle; the library is a module, which does not pickle
+    (on the H200 a pool naming cutlass fell back to measuring in the caller).  The module travels by
+    name and the operators found so far stay behind."""
+    import pickle
+
+    t = CutlassOperatorsTemplate(library=json, target="90a")
+    t._found[("mm",)] = ([object()], "none")
+    back = pickle.loads(pickle.dumps(t))
+    assert back.library is json and back._found == {} and back.target() == "90a" and t._found

@@ -27,9 +27,11 @@ Example:
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.metadata
 import importlib.util
 import logging
+import types
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -143,6 +145,19 @@ class CutlassOperatorsTemplate(Template):
         self._library = library
         self._target = target
         self._found: dict[tuple, tuple[list[Any], str]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What an isolated worker gets: the library by its module name (a module does not pickle), and
+        no operators found yet (the worker finds its own)."""
+        state = dict(self.__dict__, _found={})
+        if isinstance(self._library, types.ModuleType):
+            state["_library"] = self._library.__name__
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state.get("_library"), str):
+            state = dict(state, _library=importlib.import_module(state["_library"]))
+        self.__dict__.update(state)
 
     @property
     def library(self) -> Any:
