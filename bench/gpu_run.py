@@ -151,6 +151,12 @@ JOBS: dict[str, Job] = {
     "compare-fp8-library": Job("bench/compare.py --no-inductor on the rest of the fp8 suite",
                                (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
                                 FP8_MORE, "--rounds", "20", "--out", "{out}/{job}.json"), 300),
+    "fp8-call-probe": Job("bench/fp8_call_probe.py: one cuBLASLt kernel by each call path, two timers",
+                          (PY, "bench/fp8_call_probe.py", "--only", "llama3-8b-down-m8192-tensorwise,"
+                           "llama3-8b-gate_up-m1024-rowwise", "--out", "{out}/{job}.json"), 120),
+    "tests-fixed": Job("tests/gpu: the files the last full run failed in, and those the fixes touch",
+                       gpu_tests("test_cutlass_gpu", "test_scaled_mm_inductor_gpu", "test_inductor_gpu",
+                                 "test_cutlass_operators_gpu"), 420, dsl=None),
     "distributed-warmup": Job("bench/distributed_warmup.py --ranks 1,4 --warm-numba: gloo on the CPUs, no GPU",
                               (PY, "bench/distributed_warmup.py", "--ranks", "1,4", "--warm-numba", "--profile",
                                "--out", "{out}/{job}.json"), 240, env=(("CUDA_VISIBLE_DEVICES", ""),)),

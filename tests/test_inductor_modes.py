@@ -46,10 +46,24 @@ def test_the_window_opens_for_gemmtunes_handler_on_a_gpu_gemm_only():
     assert not config.max_autotune_gemm and not window.in_window()  # restored after the lowering
 
 
-def test_open_window_wraps_the_three_gemm_lowerings_once():
+def test_a_scaled_mm_lowering_opens_the_window_by_its_b_matrix():
+    """_scaled_mm's arguments end in scales and options, not in B: the window finds the GPU by mat_b,
+    so a default-mode compile offers Inductor's fp8 templates and a Triton pick can be built."""
+    from torch._inductor import config
+
+    seen = []
+    lowering = window._wrap(lambda *a, **k: seen.append((config.max_autotune_gemm, window.in_window())),
+                            lambda h: True, torch.ops.aten._scaled_mm.default)
+    lowering(_Arg("cuda"), _Arg("cuda"), _Arg("cuda"), _Arg("cuda"), None, None, torch.bfloat16)
+    lowering(_Arg("cpu"), _Arg("cpu"), _Arg("cpu"), _Arg("cpu"), None, None, torch.bfloat16)
+    assert seen == [(True, True), (False, False)]
+
+
+def test_open_window_wraps_the_gemm_lowerings_once():
     from torch._inductor import lowering
 
-    assert gi.installer.open_window(handler_mod.is_gemmtune_handler) == 3
+    assert gi.installer.open_window(handler_mod.is_gemmtune_handler) == 4
+    assert hasattr(lowering.lowerings[torch.ops.aten._scaled_mm.default], "__gemmtune_window__")
     fn = lowering.lowerings[torch.ops.aten.mm.default]
     gi.installer.open_window(handler_mod.is_gemmtune_handler)
     assert lowering.lowerings[torch.ops.aten.mm.default] is fn and hasattr(fn, "__gemmtune_window__")

@@ -120,6 +120,9 @@ from gemmtune.measure.correctness import check, reference
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.templates.cutlass.hopper import CutlassHopperTemplate
 from gpu_operands import operands
+import cutlass.cute as cute
+traced, real_compile = [], cute.compile
+cute.compile = lambda *a, **k: traced.append(1) or real_compile(*a, **k)  # counts the DSL compiles
 template = CutlassHopperTemplate(space=[dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, stages=4, cluster_m=1, cluster_n=1)],
                                  require_validation=False)
 tensors = operands("mm", 333, 264, 520, torch.bfloat16, "col")
@@ -130,7 +133,7 @@ launch = template.compile(choices[0], ki, tensors)
 seconds = time.perf_counter() - t0
 ref = reference(ki, tensors)
 bad = [c.key for c in choices if check(ki, launch(tensors, **c.runtime_dict), ref) is not None]
-print(json.dumps({{"compile_s": seconds, "bad": bad}}))
+print(json.dumps({{"compile_s": seconds, "bad": bad, "compiles": len(traced)}}))
 """
 
 
@@ -153,7 +156,9 @@ def test_a_kernel_kept_on_disk_runs_right_in_a_later_process(tmp_path):
     print(f"\ncompile {runs[0]['compile_s']:.2f} s, then loaded from disk in {runs[1]['compile_s']:.3f} s")
     assert runs[0]["bad"] == [] and runs[1]["bad"] == []
     assert len(list((tmp_path / "cutedsl_kernels").iterdir())) == 1
-    assert runs[1]["compile_s"] < runs[0]["compile_s"] / 5
+    # what the second process did not do, rather than how long it took: the DSL's own JIT cache (shared by
+    # the tests before this one) can make the first process's compile as quick as a load
+    assert (runs[0]["compiles"], runs[1]["compiles"]) == (1, 0)
 
 
 def test_a_whole_space_compiles_in_compile_processes_and_runs_right(tmp_path, monkeypatch):

@@ -1,8 +1,8 @@
 """Default-mode compiles with gemmtune's GEMMs: a template window around Inductor's GEMM lowerings.
 
-A default `torch.compile` offers Inductor's GEMM lowerings (`tuned_mm`, `tuned_addmm`, `tuned_bmm`)
-only the library kernel, so a Triton pick could never be built there.  `open_window()` wraps those
-three lowerings: while the installed gemmtune handler is the active choices handler and the compile
+A default `torch.compile` offers Inductor's GEMM lowerings (`tuned_mm`, `tuned_addmm`, `tuned_bmm`,
+`tuned_scaled_mm`) only the library kernel, so a Triton pick could never be built there.  `open_window()`
+wraps those lowerings: while the installed gemmtune handler is the active choices handler and the compile
 does not autotune GEMMs itself, each lowering runs with `config.max_autotune_gemm` switched on for
 its own duration.  Inductor then offers its templates, the handler answers with exactly one choice
 (the pick), and with one choice Inductor builds it without timing anything (a problem the store does
@@ -48,16 +48,16 @@ def user_autotunes() -> bool:
     return bool(config.max_autotune or config.max_autotune_gemm)
 
 
-def window_applies(args: tuple, is_ours: Callable[[Any], bool]) -> bool:
+def window_applies(args: tuple, is_ours: Callable[[Any], bool], at: int = -1) -> bool:
     """Open the window for this lowering: the gemmtune handler is active and the GEMM runs on a CUDA
     device (elsewhere Inductor's templates are not the ones gemmtune maps onto).  In a max-autotune
-    compile it changes nothing but what `in_window()` says."""
+    compile it changes nothing but what `in_window()` says.  `args[at]` is the B matrix."""
     from torch._inductor.virtualized import V
 
     try:
         if not is_ours(V.choices):
             return False
-        device = args[-1].get_device()  # mat2 of mm/bmm/addmm: an Inductor IR node
+        device = args[at].get_device()  # mat2 of mm/bmm/addmm, mat_b of _scaled_mm: an Inductor IR node
     except Exception:  # noqa: BLE001 - not the IR we know: leave the lowering as it is
         return False
     return getattr(device, "type", None) == "cuda"
@@ -82,7 +82,7 @@ def _opened() -> Iterator[None]:
         _STATE.autotunes = prior
 
 
-def cpu_pick_alone(args: tuple, is_ours: Callable[[Any], bool]) -> str | None:
+def cpu_pick_alone(args: tuple, is_ours: Callable[[Any], bool], at: int = -1) -> str | None:
     """In a max-autotune compile of a CPU GEMM under gemmtune's handler: the GEMM backends without
     Inductor's C++ micro-GEMM (else None).  Inductor adds that template to a CPU bmm (and to a mm of
     frozen weights) itself, past the choices handler, so it would be benchmarked against the pick;
@@ -91,7 +91,7 @@ def cpu_pick_alone(args: tuple, is_ours: Callable[[Any], bool]) -> str | None:
     from torch._inductor.virtualized import V
 
     try:
-        if not user_autotunes() or not is_ours(V.choices) or getattr(args[-1].get_device(), "type", None) != "cpu":
+        if not user_autotunes() or not is_ours(V.choices) or getattr(args[at].get_device(), "type", None) != "cpu":
             return None
     except Exception:  # noqa: BLE001 - not the IR we know: leave the lowering as it is
         return None
@@ -118,9 +118,12 @@ def _vector_product(args: tuple, kwargs: dict) -> bool:
 
 
 def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool], op: Any = None) -> Callable[..., Any]:
+    scaled = getattr(getattr(torch.ops.aten, "_scaled_mm", None), "default", None)
+    at = 1 if op is not None and op is scaled else -1  # where B is: _scaled_mm's args end in scales and options
+
     @functools.wraps(fn)
     def lowering(*args: Any, **kwargs: Any) -> Any:
-        opened = window_applies(args, is_ours)
+        opened = window_applies(args, is_ours, at)
         if opened and op is torch.ops.aten.mm.default and _vector_product(args, kwargs):
             from torch._inductor.virtualized import V
 
@@ -128,7 +131,7 @@ def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool], op: Any = None
 
             return gemv_lowering(args[0], args[1], getattr(V.choices, "gemv", True))
         if not opened:
-            backends = cpu_pick_alone(args, is_ours)
+            backends = cpu_pick_alone(args, is_ours, at)
             if backends is None:
                 return fn(*args, **kwargs)
             from torch._inductor import config
@@ -143,14 +146,15 @@ def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool], op: Any = None
 
 
 def open_window(is_ours: Callable[[Any], bool]) -> int:
-    """Wrap Inductor's mm / addmm / bmm lowerings once per process (a no-op where they are wrapped);
+    """Wrap Inductor's mm / addmm / bmm / _scaled_mm lowerings once per process (a no-op where they are wrapped);
     returns how many lowerings are wrapped.  `is_ours(handler)` says whether a choices handler is
     gemmtune's: only then does the window open, so an uninstalled handler leaves Inductor as it was."""
     from torch._inductor import lowering
 
     aten = torch.ops.aten
     wrapped = 0
-    for op in (aten.mm.default, aten.addmm.default, aten.bmm.default):
+    scaled = getattr(getattr(aten, "_scaled_mm", None), "default", None)
+    for op in (aten.mm.default, aten.addmm.default, aten.bmm.default, *([scaled] if scaled is not None else [])):
         fn = lowering.lowerings.get(op)
         if fn is None:
             continue
