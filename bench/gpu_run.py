@@ -152,7 +152,8 @@ JOBS: dict[str, Job] = {
                                (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
                                 FP8_MORE, "--rounds", "20", "--out", "{out}/{job}.json"), 300),
     "fp8-call-probe": Job("bench/fp8_call_probe.py: one cuBLASLt kernel by each call path, two timers",
-                          (PY, "bench/fp8_call_probe.py", "--only", "llama3-8b-down-m8192-tensorwise,"
+                          (PY, "bench/fp8_call_probe.py", "--suite", "bench/shapes_fp8.json", "--only",
+                           "llama3-8b-down-m8192-tensorwise,"
                            "llama3-8b-gate_up-m1024-rowwise", "--out", "{out}/{job}.json"), 120),
     "tests-fixed": Job("tests/gpu: the files the last full run failed in, and those the fixes touch",
                        gpu_tests("test_cutlass_gpu", "test_scaled_mm_inductor_gpu", "test_inductor_gpu",
