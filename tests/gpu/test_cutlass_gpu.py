@@ -165,9 +165,12 @@ def test_a_whole_space_compiles_in_compile_processes_and_runs_right(tmp_path, mo
     """`precompile` of the template's whole space hands its binaries to compile processes
     (templates/cutlass/parallel.py); each binary is then loaded from disk and computes right."""
     from gemmtune.measure.compile import precompile
-    from gemmtune.templates.cutlass import parallel
+    from gemmtune.templates.cutlass import hopper_kernel, parallel
 
     monkeypatch.setenv("GEMMTUNE_CACHE_DIR", str(tmp_path))
+    # binaries this process compiled in earlier tests (same layout) are reused from memory and never sent to
+    # a compile process, so they would be missing from this test's disk: start from an empty process cache
+    monkeypatch.setattr(hopper_kernel, "_COMPILED", {})
     template = CutlassHopperTemplate(require_validation=False)
     tensors = operands("mm", 1000, 1032, 776, torch.bfloat16, "col")
     ki = KernelInputs.from_tensors("mm", *tensors)
