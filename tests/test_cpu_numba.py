@@ -324,3 +324,45 @@ def test_a_truncated_numba_cache_file_is_rebuilt_not_a_dropped_config(tmp_path):
     run()  # loads the damaged files, then compiles again
     assert all(p.stat().st_size > sizes[p] // 3 for p in cached)  # written anew, whole
     assert run() == (1, 0)  # the rewritten files load: no compile
+
+
+def test_numba_kernels_leave_torchs_thread_count_as_the_user_set_it(tmp_path):
+    """Launching numba's OpenMP threading layer reset torch's intra-op threads (torch.set_num_threads(1)
+    read 2 afterwards), so a job run with OMP_NUM_THREADS=1 per process got a thread per core in every
+    process once gemmtune's numba kernels ran.  A fresh process: the layer is launched by the kernel."""
+    script = textwrap.dedent("""
+        import torch, numba
+        torch.set_num_threads(1)
+        from gemmtune.core.inputs import KernelInputs
+        from gemmtune.templates.cpu_numba import NumbaMMTemplate
+        t = NumbaMMTemplate(space=[(8, 64, 8)])
+        a, b = torch.randn(20, 72), torch.randn(72, 90)
+        ki = KernelInputs.from_tensors("mm", a, b)
+        c = t.configs(ki)[0]
+        t.compile(c, ki, (a, b))((a, b), **c.runtime_dict)
+        print(torch.get_num_threads(), numba.get_num_threads())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "2", "NUMBA_NUM_THREADS": "2"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["1", "1"], done.stdout
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_launch_runs_numba_on_torchs_thread_count_and_the_result_holds(threads):
+    """In a job of several processes on one host, each with OMP_NUM_THREADS=1, numba's loops used a
+    thread per core in every process; now a launch follows torch's intra-op count (at most numba's)."""
+    from gemmtune.core.choices import Choice
+
+    prior = torch.get_num_threads()
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)  # first: it may launch the layer, which resets torch's
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(20, 72), torch.randn(72, 90)
+        ki = KernelInputs.from_tensors("mm", a, b)
+        choice = SMALL.configs(ki)[0]
+        out = SMALL.compile(choice, ki, (a, b))((a, b), **choice.runtime_dict)
+        assert numba.get_num_threads() == min(threads, numba.config.NUMBA_NUM_THREADS)
+        torch.testing.assert_close(out.double(), reference("mm", (a, b)), rtol=1e-4, atol=1e-4)
+    finally:
+        torch.set_num_threads(prior)

@@ -19,7 +19,8 @@ bias) runs through the one compiled specialisation per dtype.  Each parallel
 iteration computes one BLOCK_M x BLOCK_N output tile: B's BLOCK_K x BLOCK_N
 block is packed (zero-padded) into a contiguous, 64-byte-aligned buffer, and
 the i-k-j loop updates a local accumulator tile whose innermost loop runs
-contiguously over N with a constant trip count.
+contiguously over N with a constant trip count.  The parallel loop runs on as many
+threads as torch's intra-op pool (`match_torch_threads`).
 """
 
 from __future__ import annotations
@@ -335,9 +336,43 @@ class NumbaMMTemplate(Template):
         return launch
 
 
+_LAYER_UP = False  # numba's threading layer launched (by `match_torch_threads`) in this process
+
+
+def match_torch_threads() -> int:
+    """Give this thread's numba parallel loops as many threads as torch's intra-op pool has (at most
+    numba's own count), and return it.  aten's kernels and the numba ones then compete on the same
+    cores, and in a job of several processes on one host (torchrun sets OMP_NUM_THREADS=1) each
+    process's kernels keep to their share instead of every process starting a thread per core.
+    Launching numba's OpenMP threading layer resets the process's OpenMP thread count, torch's
+    included (torch.set_num_threads(1) read 2 on the 2-core CPU machine afterwards): the count torch
+    had is put back.
+
+    Example:
+        >>> import numba, torch
+        >>> match_torch_threads() == numba.get_num_threads() == min(torch.get_num_threads(),
+        ...                                                         numba.config.NUMBA_NUM_THREADS)
+        True
+    """
+    global _LAYER_UP
+    import numba
+
+    torch_threads = torch.get_num_threads()
+    if not _LAYER_UP:
+        numba.get_num_threads()  # launches the threading layer, once
+        _LAYER_UP = True
+        if torch.get_num_threads() != torch_threads:
+            torch.set_num_threads(torch_threads)
+    n = max(1, min(torch_threads, numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != n:  # numba's setting is per calling thread
+        numba.set_num_threads(n)
+    return n
+
+
 def _call(gemm, bias: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
           batch: int, M: int, N: int, K: int, alpha: float, beta: float, group: int) -> None:
     """Run the compiled kernel on torch tensors (any non-negative strides); bias=None means no bias."""
+    match_torch_threads()
     dtype = out.dtype
     gemm = fork_safe(gemm)
     fa, sa = _flat(a, dtype)
