@@ -3,8 +3,8 @@
 For each shape (bench/shapes.json names) and each operator the library offers: JIT compile seconds,
 run time by CUDA events (back-to-back launches through the template's launcher) cross-checked with
 `triton.testing.do_bench`, and cuBLAS (`torch.mm`) with the same timers.  The library has no runtime
-parameter; what stands in for the runtime-param cost check: the launcher's host cost per call (call
-arguments kept, against `GemmArguments` built per call), and with `--orders` the best operator
+parameter; what stands in for the runtime-param cost check: the launcher's host cost per call (it
+builds `GemmArguments` per call, against the same arguments kept), and with `--orders` the best operator
 recompiled with each tile order the kernel class fixes at trace time (swizzle x raster, set on the
 operator's `impl` before compiling: not a public parameter of the library) to show what a runtime
 order would be worth.  Prints a table and writes JSON.
@@ -131,9 +131,10 @@ def bench_shape(shape: dict, reps: int, orders: bool, limit: int | None) -> dict
     launch = template.compile(choices[best], ki, x)
     op = template._operator(ki, choices[best].config_dict)
     lib = template.library
-    result["host_us"] = {"launcher": host_us(lambda: launch(x, out)),
-                         "arguments_per_call": host_us(lambda: op.run(
-                             operators_lib.gemm_arguments(lib, *x, out), launch_artifact(launch), assume_supported_args=True)),
+    kept = operators_lib.gemm_arguments(lib, *x, out)
+    result["host_us"] = {"launcher": host_us(lambda: launch(x, out)),  # builds the arguments per call
+                         "arguments_kept": host_us(lambda: op.run(kept, launch_artifact(launch),
+                                                                  assume_supported_args=True)),
                          "torch_mm": host_us(lambda: torch.mm(*x, out=out))}
     if orders:
         result["orders"] = order_rows(template, choices[best], ki, x, out, reps)
