@@ -363,7 +363,7 @@ def match_torch_threads() -> int:
         _LAYER_UP = True
         if torch.get_num_threads() != torch_threads:
             torch.set_num_threads(torch_threads)
-    n = max(1, min(torch_threads, numba.config.NUMBA_NUM_THREADS))
+    n = max(1, min(torch_threads, int(getattr(numba.config, "NUMBA_NUM_THREADS", torch_threads))))
     if numba.get_num_threads() != n:  # numba's setting is per calling thread
         numba.set_num_threads(n)
     return n
