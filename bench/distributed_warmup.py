@@ -35,14 +35,14 @@ model, xs = Many(), [torch.randn(m, k) for m, k, _ in shapes]
 t = time.perf_counter()
 warmup = gemmtune.warmup  # gemmtune imports its dispatch layer on first use: a cost of the process, apart
 import_s = time.perf_counter() - t
-if os.environ.get("GEMMTUNE_BENCH_PRELOAD") == "1":  # load the CPU backends (numba's kernels) on an unrelated problem
+if os.environ.get("DISTRIBUTED_WARMUP_PRELOAD") == "1":  # load the CPU backends (numba's kernels) on an unrelated problem
     from gemmtune.core.settings import Settings
     t = time.perf_counter()
     gemmtune.tune("mm", torch.randn(24, 40), torch.randn(40, 56), settings=Settings.from_env().with_(
         distributed="off", store="off"))
     import_s += time.perf_counter() - t
 dist.barrier()
-profile = os.environ.get("GEMMTUNE_BENCH_PROFILE") == "1" and dist.get_rank() == 0
+profile = os.environ.get("DISTRIBUTED_WARMUP_PROFILE") == "1" and dist.get_rank() == 0
 if profile:
     import cProfile, io, pstats
     prof = cProfile.Profile(); prof.enable()
@@ -71,7 +71,7 @@ def run(ranks: int, cache: Path | None = None, backends: str | None = None, prof
     (root / "child.py").write_text(CHILD)
     env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(cache or root / "cache"), "GEMMTUNE_STORE": "memory",
            "OMP_NUM_THREADS": "1", "GEMMTUNE_NOISE_LIMIT": "1e9", **({"GEMMTUNE_BACKENDS": backends} if backends else {}),
-           **({"GEMMTUNE_BENCH_PROFILE": "1"} if profile else {}), **({"GEMMTUNE_BENCH_PRELOAD": "1"} if preload else {}),
+           **({"DISTRIBUTED_WARMUP_PROFILE": "1"} if profile else {}), **({"DISTRIBUTED_WARMUP_PRELOAD": "1"} if preload else {}),
            **({"NUMBA_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks))} if share_cores else {})}
     out = root / "out"
     out.mkdir()

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.skipif(not gi.available(), reason="this torch has no I
 
 def _forced_open(monkeypatch):
     """The window as on a GPU: open for gemmtune's handler whatever the device."""
-    monkeypatch.setattr(window, "window_applies", lambda args, is_ours: is_ours(
+    monkeypatch.setattr(window, "window_applies", lambda args, is_ours, at=-1: is_ours(
         __import__("torch._inductor.virtualized", fromlist=["V"]).V.choices))
 
 

@@ -193,9 +193,9 @@ def plan(handler: Any, pick: InductorPick, offered: Mapping[str, Any]) -> list[t
 def scaled_pool(device_type: str, templates: str, settings: Any) -> list:
     """The gemmtune templates that compete for a scaled_mm problem Inductor will build (`templates`:
     "inductor": those Inductor builds exactly; "all": every shipped one)."""
-    from ..templates import default_templates
+    from ..templates.registry import settings_pool
 
-    pool = default_templates(settings.hopper_templates, settings.config_space, settings.preview_templates)
+    pool = settings_pool(settings)
     keep = POOL.get(device_type, (LIBRARY,))
     return pool if templates == "all" else [t for t in pool if t.uid in keep]
 

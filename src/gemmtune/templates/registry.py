@@ -119,5 +119,16 @@ def inductor_pool(device_type: str, settings: Any) -> list:
         ['aten_mm', 'aten_addmm', 'aten_bmm']
     """
     keep = INDUCTOR_TEMPLATES if device_type == "cuda" else INDUCTOR_TEMPLATES[:3]
-    pool = default_templates(settings.hopper_templates, settings.config_space, settings.preview_templates)
-    return [t for t in pool if t.uid in keep]
+    return [t for t in settings_pool(settings) if t.uid in keep]
+
+
+def settings_pool(settings: Any) -> list:
+    """The shipped pool as `settings` (a `Settings`) shapes it: its Hopper templates, config space and
+    preview templates.
+
+    Example:
+        >>> from gemmtune.core.settings import Settings
+        >>> "aten_scaled_mm" in [t.uid for t in settings_pool(Settings())]
+        True
+    """
+    return default_templates(settings.hopper_templates, settings.config_space, settings.preview_templates)
