@@ -4,7 +4,8 @@ Each case draws M, K and N (odd sizes included: any M, and now and then a K or N
 multiple of 16, which torch refuses), tensor-wise or row-wise scales (now and then one of each,
 refused), an e4m3 or e5m2 A and B (two e5m2 refused), the output dtype, a bias (none, the output's
 dtype, now and then another dtype or a strided view) and `use_fast_accum`; the data are random
-normal rows of spread magnitudes, quantised as torchao does (`gemmtune.offline.fp8_spec.quantise`).
+normal rows of spread magnitudes, quantised as torchao does (`gemmtune.offline.fp8_spec.quantise`),
+now and then with a NaN (or, in an e5m2 A, an infinity) in A.
 
 Then, on the device given:
 - torch's verdict: on CUDA, `torch._scaled_mm` itself; on CPU, whose kernel takes calls the GPU
@@ -72,11 +73,13 @@ class Case:
     b_layout: str
     seed: int
     probe: str = ""
+    special: str = ""  # "nan" or "inf" (e5m2 A only: e4m3fn has no infinity): one such element of A
 
     def describe(self) -> str:
         bias = f" bias {self.bias}" + ("/step 2" if self.bias_step > 1 else "") if self.bias else ""
         return (f"{self.M}x{self.K}x{self.N} {self.scales} {self.a_dtype}x{self.b_dtype}->{self.out_dtype}{bias}"
-                f"{' fast' if self.fast_accum else ''}{' b row-major' if self.b_layout == 'row' else ''}")
+                f"{' fast' if self.fast_accum else ''}{' b row-major' if self.b_layout == 'row' else ''}"
+                f"{' ' + self.special + ' in a' if self.special else ''}")
 
 
 PROBES = ("odd K", "odd N", "mixed scales", "two e5m2", "row-major b", "bias of another dtype",
@@ -94,9 +97,11 @@ def _dim(rng: random.Random, max_dim: int, multiple_of_16: bool | None) -> int:
     return d if d % 16 else d + rng.choice((-1, 1))
 
 
-def draw(rng: random.Random, index: int, max_dim: int, probes: float = 0.3) -> Case:
+def draw(rng: random.Random, index: int, max_dim: int, probes: float = 0.3, e4m3_nan: bool = True) -> Case:
     """One case: with probability `probes` a call torch refuses for one reason (`PROBES`), else one
-    every GPU takes: M any size (now and then empty, often 1 to 4 rows), K and N multiples of 16."""
+    every GPU takes: M any size (now and then empty, often 1 to 4 rows), K and N multiples of 16.
+    `e4m3_nan` False: no NaN in an e4m3 A (Triton's interpreter reads e4m3fn's NaN as 480); the
+    draws are the same either way, that case only loses its NaN."""
     u = rng.random()
     M = 0 if u < 0.02 else rng.randint(1, 4) if u < 0.15 else _dim(rng, max_dim, None)
     probe = rng.choice(PROBES) if rng.random() < probes else ""
@@ -114,8 +119,10 @@ def draw(rng: random.Random, index: int, max_dim: int, probes: float = 0.3) -> C
         bias = rng.choice([d for d in ("bf16", "fp16", "fp32") if d != out])
     bias = "bf16" if probe == "bias with float32 out" else bias
     out = "fp32" if probe == "bias with float32 out" else out
+    special = rng.choice(("nan", "inf") if a == "e5m2" else ("nan",)) if M and rng.random() < 0.06 else ""
+    special = "" if probe or (a == "e4m3" and not e4m3_nan) else special
     return Case(index, M, K, N, scales, a, b, out, bias, 2 if bias and rng.random() < 0.15 else 1,
-                rng.random() < 0.5, "row" if probe == "row-major b" else "col", rng.getrandbits(31), probe)
+                rng.random() < 0.5, "row" if probe == "row-major b" else "col", rng.getrandbits(31), probe, special)
 
 
 def _quantise(x: torch.Tensor, dtype: torch.dtype, rowwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,13 +135,16 @@ def _quantise(x: torch.Tensor, dtype: torch.dtype, rowwise: bool) -> tuple[torch
 
 def operands(case: Case, device: str) -> tuple[torch.Tensor, ...]:
     """(a, b, scale_a, scale_b[, bias]) of `case` on `device`: rows of random normal data scaled by
-    2**U(-3, 3) each (so row-wise scales differ), quantised; b a [N, K] weight transposed."""
+    2**U(-3, 3) each (so row-wise scales differ), quantised (then `special` in one element of a); b a
+    [N, K] weight transposed."""
     g = torch.Generator().manual_seed(case.seed)
 
     def rows(r: int) -> torch.Tensor:
         return torch.randn(r, case.K, generator=g) * 2.0 ** (torch.rand(r, 1, generator=g) * 6 - 3)
 
     a, sa = _quantise(rows(case.M), DTYPES[case.a_dtype], case.scales == "rowwise")
+    if case.special:  # NaN and Inf are data: they reach the output where the reference has them
+        a[int(torch.randint(case.M, (), generator=g)), int(torch.randint(case.K, (), generator=g))] = float(case.special)
     w, sw = _quantise(rows(case.N), DTYPES[case.b_dtype], case.scales != "tensorwise")
     b = w.to(device).t() if case.b_layout == "col" else w.t().contiguous().to(device)
     sb = sw.t().contiguous() if case.scales != "tensorwise" else sw
@@ -143,6 +153,10 @@ def operands(case: Case, device: str) -> tuple[torch.Tensor, ...]:
         full = torch.randn(case.N * case.bias_step, generator=g) * case.K ** 0.5
         tensors.append(full.to(DTYPES[case.bias]).to(device)[::case.bias_step])
     return tuple(tensors)
+
+
+def _first_line(exc: BaseException) -> str:
+    return next(iter(str(exc).splitlines()), type(exc).__name__)
 
 
 def _call(tensors: Sequence[torch.Tensor], case: Case) -> dict[str, Any]:
@@ -160,7 +174,7 @@ def cuda_rules(tensors: Sequence[torch.Tensor], case: Case) -> str | None:
     try:
         torch._scaled_mm(*meta[:4], **_call(meta, case))
     except TORCH_REFUSALS as exc:
-        return f"torch (meta): {str(exc).splitlines()[0]}"
+        return f"torch (meta): {_first_line(exc)}"
     a, b, scale_a, scale_b = tensors[:4]
     out = DTYPES[case.out_dtype]
     if a.dtype == b.dtype == E5M2:
@@ -181,7 +195,7 @@ def torch_verdict(tensors: Sequence[torch.Tensor], case: Case) -> tuple[str | No
     try:
         out = torch._scaled_mm(*tensors[:4], **_call(tensors, case))
     except TORCH_REFUSALS as exc:
-        return refusal or f"torch: {str(exc).splitlines()[0]}", None
+        return refusal or f"torch: {_first_line(exc)}", None
     if not cpu:
         torch.cuda.synchronize()
     return refusal, out
@@ -315,7 +329,7 @@ def fuzz(cases: int, seed: int, max_dim: int, device: str, space: Sequence[dict[
     """Run `cases` seeded cases; the tally (written to `out` every `every` cases and at the end)."""
     rng, tally = random.Random(seed), Tally()
     for i in range(cases):
-        case = draw(rng, i, max_dim)
+        case = draw(rng, i, max_dim, e4m3_nan=device != "cpu")
         run_case(case, device, space, tally)
         if out and ((i + 1) % every == 0 or i + 1 == cases):
             write(out, tally, device, space)
