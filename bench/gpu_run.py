@@ -140,6 +140,8 @@ JOBS: dict[str, Job] = {
                               300, dsl=None),
     "tests-fp8": Job("tests/gpu/test_scaled_mm_gpu.py: fp8 scaled_mm, eager and the Triton template",
                      gpu_tests("test_scaled_mm_gpu", show=True), 240),
+    "fp8-fuzz": Job("bench/fp8_fuzz.py: 200 seeded fp8 problems through the pool's kernels, gemmtune and torch",
+                    (PY, "bench/fp8_fuzz.py", "--device", "cuda", "--cases", "200", "--out", "{out}/{job}.json"), 560),
     "tests-autocast": Job("tests/gpu: kernels, skinny shapes, autocast",
                           gpu_tests("test_gpu", "test_skinny_gpu", "test_autocast_gpu"), 260),
     # benchmarks (docs/MODELS.md, docs/PERFORMANCE.md, docs/INDUCTOR.md)

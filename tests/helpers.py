@@ -133,3 +133,17 @@ def fp8_operands(M: int, K: int, N: int, rowwise: bool, a_dtype: torch.dtype = t
     a, sa = quantise(torch.randn(M, K), a_dtype, rowwise)
     w, sw = quantise(torch.randn(N, K), torch.float8_e4m3fn, rowwise)
     return tuple(t.to(device) for t in (a, w.t(), sa, sw.t().contiguous() if rowwise else sw))
+
+
+def load_bench(name: str):
+    """The bench script bench/<name>.py as a module (registered in sys.modules: dataclasses look it up)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"gemmtune_bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -105,6 +105,34 @@ def _bad_cases():
     }
 
 
+def test_one_row_with_row_wise_scales_is_a_row_wise_problem():
+    """M = 1: scale_a [1, 1] holds one element as a tensor-wise scale does, but scale_b [1, N] still
+    scales each column: the problem is row-wise (its kind, description and key say so)."""
+    a, b, sa, sb = fp8_operands(1, K, N, True)
+    ki = KernelInputs.from_tensors("scaled_mm", a, b, sa, sb)
+    assert sa.shape == (1, 1) and ki.scales == "rowwise" and "rowwise" in ki.describe()
+    tensorwise = KernelInputs.from_tensors("scaled_mm", a, b, sa.reshape(()), sb[:, :1].reshape(()))
+    assert tensorwise.scales == "tensorwise" and tensorwise.problem_key != ki.problem_key
+
+
+def test_row_wise_scales_take_the_output_dtypes_torch_takes_on_the_device(monkeypatch):
+    """bf16 everywhere (the CPU keeps the GPUs' common rule); on a CUDA device also what torch's kernel
+    there takes (`rowwise_out_dtypes`, asked of torch): the validator follows that answer."""
+    from gemmtune.core import validate_fp8
+
+    ar, br, sar, sbr = quantised(True)
+    assert validate_fp8.rowwise_out_dtypes(torch.device("cpu")) == (BF16,)
+    with pytest.raises(gemmtune.InputError, match="need out_dtype=torch.bfloat16, got torch.float16"):
+        validate_fp8.validate_scaled_mm((ar, br, sar, sbr), torch.float16, False)
+    monkeypatch.setattr(validate_fp8, "rowwise_out_dtypes", lambda device: (BF16, torch.float16))
+    validate_fp8.validate_scaled_mm((ar, br, sar, sbr), torch.float16, False)  # a device whose torch takes it
+    with pytest.raises(gemmtune.InputError, match="got torch.float32"):
+        validate_fp8.validate_scaled_mm((ar, br, sar, sbr), torch.float32, False)
+    meta = [t.to("meta") for t in (ar, br, sar, sbr)]
+    with pytest.raises(gemmtune.InputError, match="need out_dtype"):  # no device to ask: the common rule
+        validate_fp8.check_rules(meta, torch.float16, False)
+
+
 @pytest.mark.parametrize("case", list(_bad_cases()))
 def test_every_bad_input_is_a_typed_error_naming_it(case):
     tensors, kwargs, needle = _bad_cases()[case]

@@ -1,6 +1,6 @@
 """The `triton_scaled_mm` template through Triton's interpreter (CPU): every config and swizzle passes
-the fp8 correctness gate for tensor-wise and row-wise scales, with and without a bias, for each output
-dtype torch allows and both `use_fast_accum` settings."""
+the fp8 correctness gate for tensor-wise and row-wise scales (one row included), with and without a
+bias (a strided one included), for each output dtype torch allows and both `use_fast_accum` settings."""
 
 import os
 
@@ -67,6 +67,20 @@ def test_edges_an_odd_m_and_a_k_not_a_multiple_of_block_k():
     tensors = quantised(37, 80, 48, True)  # 37 rows: a partial tile; K = 80: the last K step is masked
     ki, _, choices = run_all(tensors + (torch.randn(48).to(BF16),))
     assert any(ki.K % c.config_dict["BLOCK_K"] for c in choices)
+
+
+def test_one_row_with_row_wise_scales_scales_each_column():
+    a, b, sa, sb = quantised(1, 64, 48, True)  # scale_a [1, 1]: one element, yet a row-wise problem
+    sb = sb * torch.logspace(-3, 3, 48, base=2.0)  # columns scaled 1/8 to 8 apart
+    ki, _, _ = run_all((a, b, sa, sb))
+    assert ki.scales == "rowwise"
+
+
+@pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])
+def test_a_strided_bias_is_read_with_its_stride(rowwise):
+    bias = (torch.randn(96) * 8).to(BF16)[::2]  # every other element of a longer vector
+    ki, _, _ = run_all(quantised(20, 64, 48, rowwise) + (bias,))
+    assert ki.bias.stride == (2,)
 
 
 def test_the_result_matches_torch_scaled_mm():

@@ -140,10 +140,12 @@ class KernelInputs:
     @property
     def scales(self) -> str | None:
         """scaled_mm's scale kind: "tensorwise" (one scale per operand) or "rowwise" ([M, 1] and [1, N]);
-        None for the other ops."""
+        None for the other ops.  Both scales decide: with M = 1 a row-wise `scale_a` [1, 1] holds one
+        element too, and `scale_b` [1, N] still scales each column."""
         if self.op != "scaled_mm":
             return None
-        return "tensorwise" if math.prod(self.operands[2].size) == 1 else "rowwise"
+        one = all(math.prod(s.size) == 1 for s in self.operands[2:4])
+        return "tensorwise" if one else "rowwise"
 
     @property
     def result_dtype(self) -> torch.dtype:

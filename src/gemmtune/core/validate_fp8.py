@@ -8,7 +8,8 @@ K or N not a multiple of 16, a float32 bias with a bfloat16 output).  docs/FP8.m
 - `a` is row-major (contiguous), `b` column-major (`b.t()` contiguous: a `[N, K]` weight transposed);
 - K and N are multiples of 16;
 - scales are float32: tensor-wise, one element each; or row-wise, `scale_a` [M, 1] and `scale_b`
-  [1, N], contiguous (then the output is bfloat16);
+  [1, N], contiguous (then the output is bfloat16, the rule of every GPU torch runs fp8 on; on a CUDA
+  device also float16 or float32 where torch's kernel there takes them: `rowwise_out_dtypes`);
 - `out_dtype` is bfloat16, float16 or float32 (gemmtune does not tune float8 outputs);
 - `bias` is 1-D of N elements, of the output's dtype (bfloat16 or float16; none with float32);
 - `use_fast_accum` is a bool.
@@ -16,13 +17,15 @@ K or N not a multiple of 16, a float32 bias with a bfloat16 output).  docs/FP8.m
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import torch
 
 from .errors import InputError
 
-__all__ = ["validate_scaled_mm", "check_rules", "FP8_DTYPES", "SCALE_KINDS", "OUT_DTYPES", "ARG_NAMES"]
+__all__ = ["validate_scaled_mm", "check_rules", "rowwise_out_dtypes", "FP8_DTYPES", "SCALE_KINDS", "OUT_DTYPES",
+           "ARG_NAMES"]
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 """The operand dtypes of `scaled_mm` (docs/FP8.md)."""
@@ -54,16 +57,18 @@ def validate_scaled_mm(tensors: Sequence[Any], out_dtype: Any, fast_accum: Any, 
         raise InputError(f"{_OP}: expected 4 or 5 tensors (a, b, scale_a, scale_b[, bias]), got {len(tensors)}")
     for name, t in zip(ARG_NAMES, tensors):
         _check_tensor(name, t)
-    check_rules(tensors, out_dtype, fast_accum)
     devices = {t.device for t in tensors}
+    check_rules(tensors, out_dtype, fast_accum, rowwise_out=lambda: rowwise_out_dtypes(tensors[0].device))
     if len(devices) > 1:
         raise InputError(f"{_OP}: tensors are on different devices {sorted(map(str, devices))}; move them to one device")
     _check_memory(tensors[0], tensors[1], out_dtype)
 
 
-def check_rules(tensors: Sequence[torch.Tensor], out_dtype: Any, fast_accum: Any) -> None:
+def check_rules(tensors: Sequence[torch.Tensor], out_dtype: Any, fast_accum: Any,
+                rowwise_out: Any = lambda: (torch.bfloat16,)) -> None:
     """The rules of `validate_scaled_mm` that read only sizes, strides and dtypes (no data, no device),
     so they also judge meta tensors: e.g. the inputs of an Inductor lowering (`gemmtune.inductor`).
+    `rowwise_out()`: the output dtypes row-wise scales take (default: bfloat16, the rule of every GPU).
 
     Example:
         >>> import torch
@@ -80,7 +85,7 @@ def check_rules(tensors: Sequence[torch.Tensor], out_dtype: Any, fast_accum: Any
     a, b, scale_a, scale_b = tensors[:4]
     _check_options(out_dtype, fast_accum)
     _check_matrices(a, b)
-    _check_scales(scale_a, scale_b, a.shape[0], b.shape[1], out_dtype)
+    _check_scales(scale_a, scale_b, a.shape[0], b.shape[1], out_dtype, rowwise_out)
     if len(tensors) == 5:
         _check_bias(tensors[4], b.shape[1], out_dtype)
 
@@ -126,7 +131,8 @@ def _check_matrices(a: torch.Tensor, b: torch.Tensor) -> None:
         raise InputError(f"{_OP}: K ({K}) and N ({N}) must be multiples of 16 (b is {tuple(b.shape)}); pad them")
 
 
-def _check_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, M: int, N: int, out_dtype: torch.dtype) -> None:
+def _check_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, M: int, N: int, out_dtype: torch.dtype,
+                  rowwise_out: Any) -> None:
     for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         if s.dtype != torch.float32:
             raise InputError(f"{_OP}: {name} must be float32, got {s.dtype}")
@@ -140,8 +146,41 @@ def _check_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, M: int, N: int, 
     if not (scale_a.is_contiguous() and scale_b.is_contiguous()):
         raise InputError(f"{_OP}: row-wise scales must be contiguous (got strides {scale_a.stride()} and "
                          f"{scale_b.stride()}); pass .contiguous()")
-    if out_dtype != torch.bfloat16:
-        raise InputError(f"{_OP}: row-wise scales need out_dtype=torch.bfloat16, got {out_dtype}")
+    if out_dtype != torch.bfloat16 and out_dtype not in rowwise_out():
+        raise InputError(f"{_OP}: row-wise scales need out_dtype=torch.bfloat16, got {out_dtype} (torch takes "
+                         f"float16 and float32 outputs only on some GPUs: Hopper with cuBLASLt 12.9 or later)")
+
+
+def rowwise_out_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
+    """The output dtypes row-wise scales take on `device`: bfloat16, the rule of every GPU torch runs
+    fp8 on (where it computes row-wise scaling with its own CUTLASS kernel) and so of the CPU, where
+    gemmtune keeps the GPUs' rules; on a CUDA device also float16 and float32 where torch's kernel
+    there takes them (on Hopper with cuBLASLt 12.9 or later torch hands row-wise scaling to cuBLASLt),
+    asked of torch once per device with a 16x16x16 problem (not while a CUDA graph is captured).
+
+    Example:
+        >>> rowwise_out_dtypes(torch.device("cpu"))
+        (torch.bfloat16,)
+    """
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return (torch.bfloat16,)
+    return _torch_rowwise_out(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.cache
+def _torch_rowwise_out(index: int) -> tuple[torch.dtype, ...]:
+    device = torch.device("cuda", index)
+    a = torch.zeros(16, 16, device=device).to(torch.float8_e4m3fn)
+    sa, sb = torch.ones(16, 1, device=device), torch.ones(1, 16, device=device)
+    taken = [torch.bfloat16]
+    for out_dtype in (torch.float16, torch.float32):
+        try:
+            with torch._C.DisableTorchFunction():  # a ScaledMMRouter around the caller would route the probe
+                torch._scaled_mm(a, a.t(), sa, sb, out_dtype=out_dtype)
+        except (RuntimeError, ValueError, NotImplementedError):
+            continue
+        taken.append(out_dtype)
+    return tuple(taken)
 
 
 def _check_bias(bias: torch.Tensor, N: int, out_dtype: torch.dtype) -> None:

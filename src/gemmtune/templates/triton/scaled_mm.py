@@ -76,10 +76,11 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, smem
 
 def scaled_mm_args(ki: KernelInputs, tensors: Sequence[torch.Tensor], out: torch.Tensor, swizzle: int) -> tuple:
     """The kernel's runtime arguments: the operands, the scales, the bias (or `out`, never read without
-    one), the sizes, the strides and the swizzle."""
+    one), the sizes, the strides (the bias's too: a 1-D view may step over elements) and the swizzle."""
     a, b, scale_a, scale_b = tensors[:4]
-    bias = tensors[4] if len(tensors) > 4 else out
-    return (a, b, out, scale_a, scale_b, bias, ki.M, ki.N, ki.K, *a.stride(), *b.stride(), *out.stride(), swizzle)
+    bias, bias_step = (tensors[4], tensors[4].stride(0)) if len(tensors) > 4 else (out, 1)
+    return (a, b, out, scale_a, scale_b, bias, ki.M, ki.N, ki.K, *a.stride(), *b.stride(), *out.stride(), bias_step,
+            swizzle)
 
 
 class TritonScaledMMTemplate(TritonTemplate):

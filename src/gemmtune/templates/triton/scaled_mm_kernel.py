@@ -2,7 +2,8 @@
 
 fp8 A [M, K] (row-major) times fp8 B [K, N] (column-major, as torch requires), accumulated in
 float32; the epilogue multiplies by the scales (ROWWISE: `scale_a` [M, 1] per row and `scale_b`
-[1, N] per column; else one scalar each), adds the bias (N elements) and stores in C's dtype.
+[1, N] per column; else one scalar each), adds the bias (N elements, `stride_bias` apart: a 1-D
+bias may be a strided view) and stores in C's dtype.
 FAST_ACCUM (the problem's `use_fast_accum`) lets `tl.dot` accumulate into the running sum, where
 the tensor cores may keep fewer bits; without it each K step's product is added in float32.
 M, N, K, the strides and the tile swizzle GROUP_M are runtime arguments, as in `mm_kernel.py`.
@@ -45,7 +46,7 @@ def fp8_dot(A, B, ram, rbn, K, stride_am, stride_ak, stride_bk, stride_bn,
 def scaled_mm_kernel(
     A, B, C, SCALE_A, SCALE_B, BIAS,
     M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_bias,
     GROUP_M,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ROWWISE: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, FAST_ACCUM: tl.constexpr,
@@ -66,6 +67,6 @@ def scaled_mm_kernel(
     else:
         acc = acc * (tl.load(SCALE_A) * tl.load(SCALE_B))
     if HAS_BIAS:
-        acc = acc + tl.load(BIAS + rbn).to(tl.float32)[None, :]
+        acc = acc + tl.load(BIAS + rbn * stride_bias).to(tl.float32)[None, :]
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     tl.store(C + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(C.dtype.element_ty), mask=mask)
