@@ -156,12 +156,6 @@ def test_cli_bad_fp8_values_exit_2_with_one_line(args, needle, capsys):
     assert needle in err and len(err.splitlines()) == 1
 
 
-def test_sweep_refuses_scaled_mm_with_one_line(tmp_path, capsys):
-    assert main(["sweep", "--suite", "bench/shapes_fp8.json", "--out", str(tmp_path / "d.jsonl")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "sweep does not record scaled_mm yet" in err and len(err.splitlines()) == 1
-
-
 def test_the_fp8_suite_is_the_llama_projections():
     from gemmtune.offline.suite import ProblemSpec, load_suite
 

@@ -257,8 +257,10 @@ def test_json_schema(sweep):
                           "compiles", "est_tuning_s", "per_shape"}
         assert len(s["per_shape"]) == 6
         for r in s["per_shape"]:
-            assert set(r) == {"shape", "name", "winner", "regret_pct", "benchmark_runs"}
+            assert set(r) == {"shape", "name", "problem", "winner", "regret_pct", "benchmark_runs"}
             assert isinstance(r["winner"], str) and isinstance(r["benchmark_runs"], int)
+            M, K, N = r["shape"]
+            assert r["problem"] == f"mm {M}x{K}x{N} bfloat16 B=row"  # the reference sweep's: bf16 mm
 
 
 def test_default_specs_cover_the_grid(sweep):

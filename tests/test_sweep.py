@@ -66,3 +66,17 @@ def test_a_sweep_of_a_lone_untimed_candidate_records_it(tmp_path, capsys):
     (rec,) = [json.loads(line) for line in out.read_text().splitlines()][1:]
     assert [c["template"] for c in rec["choices"]] == ["aten_mm"]
     assert "best aten_mm untimed" in capsys.readouterr().out
+
+
+def test_a_last_line_cut_short_by_a_kill_is_dropped_and_its_shape_recorded_again(tmp_path, capsys):
+    out = tmp_path / "torn.jsonl"
+    args = ["sweep", "--suite", str(suite(tmp_path)), "--out", str(out), "--device", "cpu", "--backends", "extern"]
+    assert main(args) == 0
+    whole = out.read_text()
+    out.write_text(whole[: whole.rindex("\n", 0, len(whole) - 1) + 40])  # the last record torn after 39 characters
+    capsys.readouterr()
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "dropped a last line cut short" in printed and "a: already recorded, skipped" in printed
+    assert "recorded 1 new shapes" in printed
+    assert [json.loads(line)["name"] for line in out.read_text().splitlines()[1:]] == ["a", "b"]

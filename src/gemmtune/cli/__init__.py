@@ -85,10 +85,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     specs = load_suite(args.suite, dtype=args.dtype)
     only = {s for s in args.only.split(",") if s}
     specs = [s for s in specs if not only or s.name in only]
-    fp8 = [s.name or s.describe() for s in specs if s.op == "scaled_mm"]
-    if fp8:  # the dataset format and the cost models know mm/addmm/bmm only (docs/FP8.md)
-        raise InputError(f"--suite: sweep does not record scaled_mm yet ({len(fp8)} shapes, e.g. {fp8[0]}); "
-                         f"tune them with `gemmtune tune --suite`")
     device = check_device(args.device)
     for spec in specs:
         check_fits(spec, device, "--suite")
@@ -219,7 +215,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             err.print(f"[{i}/{len(specs)}] {spec.name or spec.describe()}", highlight=False)
         tensors = spec.tensors(device)
         with _listener(args) as listen:  # the bar is gone before the table prints
-            sel = tune(spec.op, *tensors, settings=settings, listener=listen, store=store)
+            sel = tune(spec.op, *tensors, settings=settings, listener=listen, store=store, **spec.tune_kwargs)
         if dealt:  # a worker tuned it: this was the store's answer
             from ..offline.gpus import with_facts
 

@@ -22,13 +22,17 @@ FORMAT = "gemmtune-dataset/1"
 
 @dataclass(frozen=True)
 class ReplayShape:
-    """Every recorded choice of one problem with its time (None: failed or wrong)."""
+    """Every recorded choice of one problem with its time (None: failed or wrong).  `problem` keys it
+    (the record's `problem_key`: op, sizes, dtypes and, for scaled_mm, scales, output dtype and fast
+    accumulation), so an fp8 problem and a bf16 one of the same M, K, N are two problems; `op` is its op."""
 
     shape: tuple[int, int, int]
     times: dict[Choice, float]
     name: str = ""
     compile_s: dict[tuple, float] = field(default_factory=dict)  # binary_key -> seconds
     failed: tuple[Choice, ...] = ()
+    op: str = "mm"
+    problem: str = ""
 
     @property
     def choices(self) -> list[Choice]:
@@ -76,8 +80,22 @@ def load_dataset(path: str | Path) -> tuple[dict[str, Any], list[ReplayShape]]:
                 failed.append(choice)
             if c.get("compile_s") is not None:
                 compile_s[choice.binary_key] = c["compile_s"]
-        shapes.append(ReplayShape((rec["M"], rec["K"], rec["N"]), times, rec.get("name", ""), compile_s, tuple(failed)))
+        shapes.append(ReplayShape((rec["M"], rec["K"], rec["N"]), times, rec.get("name", ""), compile_s, tuple(failed),
+                                  rec.get("op", "mm"), problem_of(rec)))
     return meta, shapes
+
+
+def problem_of(rec: dict[str, Any]) -> str:
+    """A shape record's problem: its `problem_key`, else (a record written by hand) the problem its fields
+    describe (`ProblemSpec.describe`); a ValueError names a record whose fields are no valid problem."""
+    if rec.get("problem_key"):
+        return str(rec["problem_key"])
+    from .suite import ProblemSpec
+
+    try:
+        return ProblemSpec.from_record(rec).describe()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"dataset: shape {rec.get('name', '')!r} is no valid problem: {exc}") from None
 
 
 def load_reference_sweep(path: str | Path) -> list[ReplayShape]:
@@ -102,5 +120,5 @@ def load_reference_sweep(path: str | Path) -> list[ReplayShape]:
         if cublas:
             times[Choice("aten_mm", None)] = statistics.median(cublas) if isinstance(cublas, list) else cublas
         M, K, N = rec["shape"]
-        shapes.append(ReplayShape((M, K, N), times, f"{M}x{K}x{N}", compile_s))
+        shapes.append(ReplayShape((M, K, N), times, f"{M}x{K}x{N}", compile_s, problem=f"mm {M}x{K}x{N} bfloat16 B=row"))
     return shapes

@@ -53,7 +53,8 @@ class TuneSpec:
         from ..store.locations import shared_store
 
         relay = RelayStore(shared_store(self.location))
-        sel = tune(self.spec.op, *self.spec.tensors(device), settings=self.settings, store=relay)
+        sel = tune(self.spec.op, *self.spec.tensors(device), settings=self.settings, store=relay,
+                   **self.spec.tune_kwargs)
         return Tuned(tuple(relay.saved), {f: getattr(sel, f) for f in FACTS}, sel.winner.key)
 
 

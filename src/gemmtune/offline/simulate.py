@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..core.inputs import OPS, parse_dtype
 from ..measure.timers import planned_runs
 from ..pipeline.plan import default_options, template_stage1
 from ..search import ALIASES, STRATEGIES, Options, PrescreenOptions, ProblemDims, for_device
@@ -28,7 +29,6 @@ from .simulate_report import plot_regret_vs_work, render_table
 from .simulate_results import ShapeResult, SimulationReport, StrategyResult
 
 SHIPPED = "data/h200_suite.jsonl.gz"
-_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def run_one(shape: ReplayShape, spec: StrategySpec, dims: ProblemDims, parallel:
     est = sum(shape.compile_s.get(k, 0.0) for k in binaries) / max(1, parallel)
     est += sum(choice_seconds(ms, rep_ms) for ms in (shape.times.get(c) for c in d.timed) if ms)
     return ShapeResult(shape.shape, shape.name, d.pick.key if d.pick else None, regret, len(d.timed),
-                       len(shape.choices), len(binaries), est)
+                       len(shape.choices), len(binaries), est, shape.problem)
 
 
 def simulate(shapes: Sequence[ReplayShape], strategies: Sequence[StrategySpec],
@@ -169,19 +169,20 @@ def select_specs(specs: Sequence[StrategySpec], names: Sequence[str]) -> list[St
 
 def without_library(shapes: Sequence[ReplayShape]) -> list[ReplayShape]:
     """The shapes with library kernels removed, so regret measures the template search alone."""
-    return [ReplayShape(s.shape, {c: ms for c, ms in s.times.items() if not c.is_extern}, s.name, s.compile_s,
-                        tuple(c for c in s.failed if not c.is_extern)) for s in shapes]
+    return [replace(s, times={c: ms for c, ms in s.times.items() if not c.is_extern},
+                    failed=tuple(c for c in s.failed if not c.is_extern)) for s in shapes]
 
 
 def load(path: str | Path) -> tuple[list[ReplayShape], list[ProblemDims]]:
-    """Replay shapes and their problem dims (batch and element size from gemmtune datasets)."""
+    """Replay shapes and their problem dims (batch and element size from gemmtune datasets: the size of
+    A's dtype, as `tune` gives its cost model, so one byte for an fp8 problem)."""
     meta, shapes = load_dataset(path)
     recs = [r for r in read_lines(path) if r.get("type") == "shape"] if meta.get("type") == "meta" else []
     dims = []
     for i, s in enumerate(shapes):
         rec = recs[i] if i < len(recs) else {}
         dims.append(ProblemDims(s.shape[0], s.shape[2], s.shape[1], int(rec.get("batch") or 1),
-                                _DTYPE_BYTES.get(rec.get("dtype", "bfloat16"), 2)))
+                                parse_dtype(rec.get("dtype") or "bfloat16").itemsize))
     return shapes, dims
 
 
@@ -197,43 +198,90 @@ def load_shipped() -> tuple[list[ReplayShape], list[ProblemDims]]:
         return load(p)
 
 
+def by_op(shapes: Sequence[ReplayShape], dims: Sequence[ProblemDims], op: str | None = None,
+          ) -> dict[str, tuple[list[ReplayShape], list[ProblemDims]]]:
+    """The shapes (and dims) of each op, in the order the data first holds them; `op`: that op's alone.
+    Each op is replayed and reported on its own, so an fp8 sweep's regret never pools with a bf16 one's.
+    A shape with no correct timing (a lone candidate is not timed) says nothing about a search: left out.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice
+        >>> s = [ReplayShape((8, 8, 8), {Choice("a", None): 1.0}, op=op) for op in ("mm", "scaled_mm", "mm")]
+        >>> {op: len(group[0]) for op, group in by_op(s, [ProblemDims(8, 8, 8)] * 3).items()}
+        {'mm': 2, 'scaled_mm': 1}
+    """
+    groups: dict[str, tuple[list[ReplayShape], list[ProblemDims]]] = {}
+    for shape, dim in zip(shapes, dims):
+        if shape.times and op in (None, shape.op):
+            group = groups.setdefault(shape.op, ([], []))
+            group[0].append(shape)
+            group[1].append(dim)
+    if not groups:
+        held = sorted({s.op for s in shapes if s.times})
+        raise ValueError(f"--op: the dataset holds no timed {op} shape (it holds {', '.join(held) or 'none'})" if op
+                         else "the dataset holds no shape with a correct timing")
+    return groups
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gemmtune simulate", description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", help=f"recorded timings (default: the shipped gemmtune/{SHIPPED})")
+    p.add_argument("--strategy", nargs="+", action="extend", default=[], metavar="NAME",
+                   help="spec names (e.g. 'model_pruned[n=20]') or strategy names (all their specs); default: all")
+    p.add_argument("--op", choices=OPS, default=None,
+                   help="replay this op's shapes alone (default: each op of the data, reported apart)")
+    p.add_argument("--json", dest="json_path", help="write the report as JSON here")
+    p.add_argument("--plot", help="write a regret-vs-work plot here (needs matplotlib; one per op, "
+                   "PATH-OP.png, when the data holds several)")
+    p.add_argument("--no-library", action="store_true", help="drop library kernels: regret of the template search alone")
+    p.add_argument("--parallel", type=int, default=16, help="compile workers assumed by est_tuning_s")
+    return p
+
+
 def simulate_main(argv: Sequence[str] | None = None) -> int:
-    """`gemmtune simulate [--dataset FILE] [--strategy NAME ...] [--json PATH] [--plot PATH]`.
+    """`gemmtune simulate [--dataset FILE] [--strategy NAME ...] [--op OP] [--json PATH] [--plot PATH]`.
 
     Example:
         gemmtune simulate --dataset sweep.jsonl.gz --strategy default prescreen
     """
     from rich.console import Console
 
-    p = argparse.ArgumentParser(prog="gemmtune simulate", description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", help=f"recorded timings (default: the shipped gemmtune/{SHIPPED})")
-    p.add_argument("--strategy", nargs="+", action="extend", default=[], metavar="NAME",
-                   help="spec names (e.g. 'model_pruned[n=20]') or strategy names (all their specs); default: all")
-    p.add_argument("--json", dest="json_path", help="write the report as JSON here")
-    p.add_argument("--plot", help="write a regret-vs-work plot here (needs matplotlib)")
-    p.add_argument("--no-library", action="store_true", help="drop library kernels: regret of the template search alone")
-    p.add_argument("--parallel", type=int, default=16, help="compile workers assumed by est_tuning_s")
-    args = p.parse_args(argv)
+    args = _parser().parse_args(argv)
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=max(console.width, 120))
     try:
         shapes, dims = load(args.dataset) if args.dataset else load_shipped()
-        if args.no_library:
-            shapes = without_library(shapes)
-        specs = default_specs(shapes)
-        report = simulate(shapes, select_specs(specs, args.strategy) if args.strategy else specs, dims, args.parallel)
-        console.print(render_table(report, title=f"gemmtune simulate: {len(shapes)} shapes"))
-        if args.json_path:
-            Path(args.json_path).write_text(json.dumps(report.to_json(), indent=1) + "\n")
-        if args.plot:
-            plot_regret_vs_work(report, args.plot)
+        shapes = without_library(shapes) if args.no_library else shapes
+        groups = by_op(shapes, dims, args.op)
+        untimed = [s.name for s in shapes if not s.times and args.op in (None, s.op)]
+        if untimed:
+            console.print(f"left out {len(untimed)} shapes with no correct timing: {', '.join(untimed)}", markup=False)
+        reports = {}
+        for op, (op_shapes, op_dims) in groups.items():
+            specs = default_specs(op_shapes)
+            reports[op] = simulate(op_shapes, select_specs(specs, args.strategy) if args.strategy else specs, op_dims,
+                                   args.parallel)
+            console.print(render_table(reports[op], title=f"gemmtune simulate: {len(op_shapes)} shapes ({op})"))
+        _write(reports, args.json_path, args.plot)
     except (ValueError, OSError, RuntimeError) as exc:
         import sys  # one plain line: no rich markup, which would eat the specs' "[x=5,...]"
 
         sys.stderr.write(f"gemmtune simulate: error: {' '.join(str(exc).split())}\n")
         return 2
     return 0
+
+
+def _write(reports: dict[str, SimulationReport], json_path: str | None, plot: str | None) -> None:
+    """The JSON (one op: its report; several: `{"ops": {op: report}}`) and the plots (one per op)."""
+    if json_path:
+        (doc,) = [r.to_json() for r in reports.values()] if len(reports) == 1 else [
+            {"ops": {op: r.to_json() for op, r in reports.items()}}]
+        Path(json_path).write_text(json.dumps(doc, indent=1) + "\n")
+    if plot:
+        for op, report in reports.items():
+            path = Path(plot)
+            plot_regret_vs_work(report, path if len(reports) == 1 else path.with_name(f"{path.stem}-{op}{path.suffix}"))
 
 
 if __name__ == "__main__":
@@ -243,4 +291,4 @@ if __name__ == "__main__":
 
 __all__ = ["StrategySpec", "ShapeResult", "StrategyResult", "SimulationReport", "simulate", "run_one",
            "default_specs", "select_specs", "stage1_values", "without_library", "load", "load_shipped",
-           "simulate_main", "render_table", "plot_regret_vs_work"]
+           "by_op", "simulate_main", "render_table", "plot_regret_vs_work"]

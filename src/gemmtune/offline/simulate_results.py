@@ -21,6 +21,7 @@ class ShapeResult:
     exhaustive_runs: int
     compiles: int
     est_tuning_s: float
+    problem: str = ""  # the shape's problem key (`ReplayShape.problem`)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,6 @@ class SimulationReport:
             {"name": s.name, "max_regret_pct": fin(s.max_regret_pct), "median_regret_pct": fin(s.median_regret_pct),
              "work_fraction": s.work_fraction, "benchmark_runs": s.benchmark_runs, "compiles": s.compiles,
              "est_tuning_s": s.est_tuning_s,
-             "per_shape": [{"shape": list(r.shape), "name": r.name, "winner": r.winner, "regret_pct": fin(r.regret_pct),
-                            "benchmark_runs": r.benchmark_runs} for r in s.per_shape]}
+             "per_shape": [{"shape": list(r.shape), "name": r.name, "problem": r.problem, "winner": r.winner,
+                            "regret_pct": fin(r.regret_pct), "benchmark_runs": r.benchmark_runs} for r in s.per_shape]}
             for s in self.strategies]}

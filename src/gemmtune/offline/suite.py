@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 import torch
 
 from ..core.errors import InputError
-from ..core.inputs import OPS, parse_dtype
-from .fp8_spec import check_fp8_spec, fp8_operands
+from ..core.inputs import OPS, KernelInputs, parse_dtype
+from .fp8_spec import check_fp8_spec, fp8_operands, out_dtype_name
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class ProblemSpec:
     b_layout: str = "row"
     name: str = ""
     scales: str = ""  # scaled_mm: "tensorwise" or "rowwise" (offline/fp8_spec.py)
+    out_dtype: str = ""  # scaled_mm: bfloat16 (the default, also for ""), float16 or float32
+    fast_accum: bool = False  # scaled_mm: torch's use_fast_accum
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -43,7 +46,9 @@ class ProblemSpec:
                 raise InputError(f"shape: {dim} must be a positive integer, got {v!r}")
         if not isinstance(self.dtype, str) or not isinstance(self.name, str):
             raise InputError(f"dtype and name: expected strings, got {self.dtype!r} and {self.name!r}")
-        check_fp8_spec(self.op, self.dtype, self.scales, self.b_layout)
+        check_fp8_spec(self.op, self.dtype, self.scales, self.b_layout, self.out_dtype, self.fast_accum)
+        if self.op == "scaled_mm":  # one spelling, so a spec rebuilt from a dataset record is equal to it
+            object.__setattr__(self, "out_dtype", out_dtype_name(self.out_dtype))
 
     @classmethod
     def parse(cls, shape: str, **kw) -> "ProblemSpec":
@@ -53,10 +58,43 @@ class ProblemSpec:
         M, K, N = (int(p) for p in parts)
         return cls(M, K, N, **kw)
 
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "ProblemSpec":
+        """The spec of a suite shape or a dataset's shape record (its `SHAPE_KEYS`; other keys ignored).
+
+        Example:
+            >>> rec = {"op": "scaled_mm", "M": 16, "K": 32, "N": 16, "dtype": "float8_e4m3fn", "b_layout": "col",
+            ...        "scales": "tensorwise", "out_dtype": "float32", "fast_accum": True, "choices": []}
+            >>> ProblemSpec.from_record(rec).describe()
+            'scaled_mm 16x32x16 float8_e4m3fn tensorwise out=float32 fast_accum B=col'
+        """
+        return cls(**{k: record[k] for k in SHAPE_KEYS if record.get(k) is not None})
+
     def describe(self) -> str:
         b = f"{self.batch}x" if self.op == "bmm" else ""
-        scales = f" {self.scales}" if self.scales else ""
-        return f"{self.op} {b}{self.M}x{self.K}x{self.N} {self.dtype}{scales} B={self.b_layout}"
+        extra = ""
+        if self.op == "scaled_mm":  # the output dtype where it is not the default, bfloat16
+            out = f" out={self.out_dtype}" if self.out_dtype != "bfloat16" else ""
+            extra = f" {self.scales}{out}" + (" fast_accum" if self.fast_accum else "")
+        return f"{self.op} {b}{self.M}x{self.K}x{self.N} {self.dtype}{extra} B={self.b_layout}"
+
+    @property
+    def tune_kwargs(self) -> dict[str, Any]:
+        """The keywords `gemmtune.tune` takes besides the tensors: scaled_mm's `out_dtype` and `use_fast_accum`.
+
+        Example:
+            >>> ProblemSpec(16, 32, 16).tune_kwargs
+            {}
+        """
+        if self.op != "scaled_mm":
+            return {}
+        return {"out_dtype": parse_dtype(self.out_dtype), "use_fast_accum": self.fast_accum}
+
+    def kernel_inputs(self, tensors: tuple[torch.Tensor, ...]) -> KernelInputs:
+        """The problem of `tensors` (this spec's, from `tensors()`), as `tune` keys it."""
+        kw = self.tune_kwargs
+        return KernelInputs.from_tensors(self.op, *tensors, out_dtype=kw.get("out_dtype"),
+                                         fast_accum=kw.get("use_fast_accum", False))
 
     def tensors(self, device: str, seed: int = 0) -> tuple[torch.Tensor, ...]:
         """Random normal operands (never zeros: they hide unwritten outputs and time faster)."""
@@ -76,7 +114,7 @@ class ProblemSpec:
         return (a, b)
 
 
-SHAPE_KEYS = ("name", "op", "M", "K", "N", "batch", "dtype", "b_layout", "scales")
+SHAPE_KEYS = ("name", "op", "M", "K", "N", "batch", "dtype", "b_layout", "scales", "out_dtype", "fast_accum")
 """The keys of one shape in a suite file; M, K and N are required."""
 
 
@@ -116,7 +154,7 @@ def _shape(s: object, i: int, path: str | Path, dtype: str | None) -> ProblemSpe
         v = s.get(key, 1)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"{where}: {key} must be a positive integer, got {v!r}")
-    for key in ("name", "op", "dtype", "b_layout", "scales"):
+    for key in ("name", "op", "dtype", "b_layout", "scales", "out_dtype"):
         if key in s and not isinstance(s[key], str):
             raise InputError(f"{where}: {key} must be a string, got {s[key]!r}")
     op = s.get("op", "mm")
@@ -125,6 +163,7 @@ def _shape(s: object, i: int, path: str | Path, dtype: str | None) -> ProblemSpe
         return ProblemSpec(M=s["M"], K=s["K"], N=s["N"], op=op, batch=s.get("batch", 1),
                            dtype=dtype or s.get("dtype", "float8_e4m3fn" if fp8 else "float32"),
                            b_layout=s.get("b_layout", "col" if fp8 else "row"), name=s.get("name", f"shape-{i}"),
-                           scales=s.get("scales", "tensorwise" if fp8 else ""))
+                           scales=s.get("scales", "tensorwise" if fp8 else ""), out_dtype=s.get("out_dtype", ""),
+                           fast_accum=s.get("fast_accum", False))
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
