@@ -160,6 +160,27 @@ def test_bad_fp8_sweep_input_exits_2_with_one_line_and_writes_nothing(tmp_path, 
     assert not out.exists()
 
 
+def test_tune_shape_takes_scaled_mms_out_dtype_and_fast_accum(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GEMMTUNE_CACHE_DIR", str(tmp_path))
+    assert main(["tune", "--op", "scaled_mm", "--shape", "16x32x16", "--out-dtype", "float32", "--fast-accum",
+                 "--store", "off", "--device", "cpu"]) == 0
+    assert "AUTOTUNE scaled_mm(16x32, 32x16, tensorwise, float32, fast_accum)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--op", "mm", "--shape", "16x32x16", "--out-dtype", "float32"], "belongs to op scaled_mm"),
+    (["--op", "scaled_mm", "--shape", "16x32x16", "--scales", "rowwise", "--out-dtype", "float16"],
+     "row-wise scales need out_dtype bfloat16"),
+    (["--suite", "SUITE", "--fast-accum"], "argument --fast-accum: a suite gives each shape's own"),
+    (["--suite", "SUITE", "--out-dtype", "float32"], "argument --out-dtype: a suite gives each shape's own"),
+])
+def test_tune_refuses_out_dtype_and_fast_accum_where_they_do_not_belong(tmp_path, capsys, argv, needle):
+    suite = write_suite(tmp_path, [{"name": "s", "M": 16, "K": 32, "N": 16, **FP8, "scales": "tensorwise"}])
+    assert main(["tune", *[str(suite) if a == "SUITE" else a for a in argv], "--store", "off", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+
+
 # -- simulate keys fp8 rows apart from bf16 rows -----------------------------------------------------
 
 def choice(template, ms, family, block=None, swizzle=None):

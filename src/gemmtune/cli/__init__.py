@@ -182,15 +182,18 @@ def _specs(args: argparse.Namespace, device: str) -> "list[ProblemSpec]":
     from ..offline.suite import ProblemSpec, load_suite
 
     if args.suite:
-        if args.scales:
-            raise InputError("argument --scales: a suite gives each shape's scales (its \"scales\" key); "
-                             "pass --scales with --shape")
+        for flag, key, given in (("--scales", "scales", args.scales), ("--out-dtype", "out_dtype", args.out_dtype),
+                                 ("--fast-accum", "fast_accum", args.fast_accum)):
+            if given:
+                raise InputError(f"argument {flag}: a suite gives each shape's own (its \"{key}\" key); "
+                                 f"pass {flag} with --shape")
         return load_suite(args.suite, dtype=args.dtype)
     fp8 = args.op == "scaled_mm"
     dtype = args.dtype or ("float8_e4m3fn" if fp8 else "bfloat16" if device.startswith("cuda") else "float32")
     return [ProblemSpec.parse(args.shape or "512x512x512", op=args.op, batch=args.batch, dtype=dtype,
                               b_layout=args.b_layout or ("col" if fp8 else "row"),
-                              scales=args.scales or ("tensorwise" if fp8 else ""))]
+                              scales=args.scales or ("tensorwise" if fp8 else ""), out_dtype=args.out_dtype or "",
+                              fast_accum=args.fast_accum)]
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

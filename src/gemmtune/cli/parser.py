@@ -45,6 +45,11 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--scales", choices=("tensorwise", "rowwise"), default=None,
                    help="scaled_mm's scales: one per tensor, or per row of A and per column of B "
                    "(default tensorwise)")
+    t.add_argument("--out-dtype", choices=("bfloat16", "float16", "float32"), default=None,
+                   help="scaled_mm's output dtype (default bfloat16; row-wise scales take float16 and float32 only "
+                   "where torch does: docs/FP8.md)")
+    t.add_argument("--fast-accum", action="store_true",
+                   help="scaled_mm with use_fast_accum=True: fast-accumulating kernels compete (docs/FP8.md)")
     t.add_argument("--b-layout", choices=("row", "col"), default=None,
                    help="col: B is the transpose of a contiguous [N,K] weight, as in nn.Linear (default row; "
                    "scaled_mm: col, the only layout torch allows)")
