@@ -60,6 +60,19 @@ DTYPES = (torch.float16, torch.bfloat16)
 OPS = ("mm", "addmm", "bmm")
 
 
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a Python distribution, or None when it is not installed.
+
+    Example:
+        >>> installed_version("no-such-distribution-here") is None
+        True
+    """
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def dsl_version() -> str | None:
     """The installed nvidia-cutlass-dsl version, or None when it is not installed.
 
@@ -67,10 +80,7 @@ def dsl_version() -> str | None:
         >>> v = dsl_version(); v is None or v[0].isdigit()
         True
     """
-    try:
-        return importlib.metadata.version(DSL_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return installed_version(DSL_DISTRIBUTION)
 
 
 def dsl_importable() -> bool:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.metadata
 import importlib.util
 import logging
 import types
@@ -40,7 +39,7 @@ import torch
 from ...core.choices import Choice, as_params
 from ...core.inputs import KernelInputs
 from ..base import Launcher, Template, source_hash, unique_configs
-from .hopper import DSL_DISTRIBUTION, _hopper_gpu, dsl_version, ensure_cache_dir
+from .hopper import DSL_DISTRIBUTION, _hopper_gpu, dsl_version, ensure_cache_dir, installed_version
 
 log = logging.getLogger("gemmtune.templates.cutlass")
 
@@ -57,10 +56,7 @@ def library_version() -> str | None:
         >>> v = library_version(); v is None or v[0].isdigit()
         True
     """
-    try:
-        return importlib.metadata.version(LIBRARY_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return installed_version(LIBRARY_DISTRIBUTION)
 
 
 def template_src_hash(library: str | None = None, dsl: str | None = None) -> str:
