@@ -120,6 +120,16 @@ def _rounds(ms: str, variants: str, models: str = "stack") -> tuple[str, ...]:
             "--out", "{out}/{job}.json")
 
 
+def _protocol(case: str) -> tuple[str, ...]:
+    """bench/models.py's protocol on one case: every first call but the compile warm-up's, the steady
+    state with a training step (31 rounds of 20 calls) and the GPU time by kernel kind."""
+    first = "default,max_autotune,max_autotune_again,gemmtune,gemmtune_store,gemmtune_again,eager_warmup," \
+            "eager_warmup_store"
+    return (PY, "bench/models.py", "--cases", case, "--first", first, "--steady",
+            "eager,eager_warmup,default,max_autotune,gemmtune", "--train", "--kernels", "--rounds", "31",
+            "--iters", "20", "--out", "{out}/{job}.json")
+
+
 JOBS: dict[str, Job] = {
     # the GPU tests
     "tests-core": Job("tests/gpu: kernels, Hopper templates, skinny shapes, compiled programs",
@@ -189,12 +199,12 @@ JOBS: dict[str, Job] = {
                          _rounds("128,64", "inductor,inductor_gemmtune,inductor_gemmtune2"), 330),
     "rounds-llama": Job("bench/model_rounds.py: the transformers Llama model, eager against patched eager",
                         _rounds("64,1", "eager,gemmtune,gemmtune_library", models="llama"), 200),
-    "models-inductor": Job("bench/models.py: max-autotune alone and fed by gemmtune, M = 16..4096",
-                           (PY, "bench/models.py", "--m", "16,128,512,4096", "--models", "stack", "--variants",
-                            "inductor,inductor_gemmtune", "--out", "{out}/{job}.json"), 500),
-    "models-first-run": Job("bench/models.py: first runs and steady state (max-autotune, fed, gemmtune)",
-                            (PY, "bench/models.py", "--m", "16,128", "--models", "stack", "--variants",
-                             "inductor,inductor_gemmtune,gemmtune", "--iters", "10", "--out", "{out}/{job}.json"), 300),
+    "models-stack1": Job("bench/models.py: the protocol on the stack at M = 1, training step and kernel split",
+                         _protocol("stack:1"), 470),
+    "models-stack512": Job("bench/models.py: the protocol on the stack at M = 512, training step and kernel split",
+                           _protocol("stack:512"), 470),
+    "models-llama64": Job("bench/models.py: the protocol on the transformers Llama at M = 64, training step and "
+                          "kernel split", _protocol("llama:64"), 470),
     "first-runs": Job("bench/warmup_profile.py: first runs in fresh processes beside max-autotune",
                       (PY, "bench/warmup_profile.py", "--cases", "1+inductor,16+inductor,64+inductor,128+inductor",
                        "--out", "{out}/{job}.json"), 330),

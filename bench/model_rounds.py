@@ -116,6 +116,55 @@ def profile(fn: Callable[[], Any]) -> dict[str, float]:
     return {"gpu_kernel_ms": sum(e.device_time for e in kernels) / 1e3, "kernels": len(kernels)}
 
 
+ATTENTION = ("flash", "fmha", "attention", "sdpa", "efficient")
+GEMM_WORDS = ("gemm", "gemv", "nvjet", "cutlass", "xmma", "cublas", "splitk")
+GEMM_TOKENS = {"mm", "bmm", "addmm", "tem", "scaled"}
+
+
+def kernel_kind(name: str) -> str:
+    """The category of one CUDA kernel by its name: gemm, attention, triton (Inductor's pointwise and
+    reduction kernels) or other.  A kernel Inductor generated from a GEMM (a template, or a matrix-vector
+    reduction lowered from an `mm`) has the token `mm` (or `tem`) in its name.
+
+        >>> [kernel_kind(n) for n in ("nvjet_tst_128x64", "triton_tem_fused_mm_0", "triton_red_fused_mm_mul_sum_1",
+        ...                          "triton_poi_fused_add_2", "flash_fwd_kernel", "elementwise_kernel")]
+        ['gemm', 'gemm', 'gemm', 'triton', 'attention', 'other']
+    """
+    low = name.lower()
+    if any(w in low for w in ATTENTION):
+        return "attention"
+    if any(w in low for w in GEMM_WORDS) or GEMM_TOKENS & set(low.replace("-", "_").split("_")):
+        return "gemm"
+    return "triton" if low.startswith("triton_") else "other"
+
+
+def kernel_split(fn: Callable[[], Any], iters: int = 5, top: int = 6) -> dict[str, Any]:
+    """GPU ms per call by kernel kind (`kernel_kind`), kernels per call, and the `top` kernels by time,
+    over `iters` profiled calls of `fn` (torch.profiler)."""
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+
+    fn()
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    kinds: Counter = Counter()
+    names: Counter = Counter()
+    count = 0
+    for e in p.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        count += 1
+        kinds[kernel_kind(e.name)] += e.device_time / 1e3 / iters
+        names[e.name[:80]] += e.device_time / 1e3 / iters
+    return {"ms": {k: round(v, 4) for k, v in kinds.items()}, "total_ms": round(sum(kinds.values()), 4),
+            "kernels": count / iters, "top": [[n, round(v, 4)] for n, v in names.most_common(top)]}
+
+
 def run(name: str, m: int, variants: list[str], rounds: int, iters: int) -> list[dict[str, Any]]:
     # One set of cache directories for the whole process (set when `models` was imported): these rounds
     # time steady states, and a Triton directory changed between Ms would make the isolation worker

@@ -308,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steady", default=",".join(protocol.STEADY), help="steady-state variants ('' for none)")
     p.add_argument("--breakdown", action="store_true", help="also the breakdown variants (protocol.BREAKDOWN)")
     p.add_argument("--train", action="store_true", help="also a training step (forward + backward)")
+    p.add_argument("--kernels", action="store_true",
+                   help="also each steady variant's GPU time by kernel kind (gemm, attention, triton, other)")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--first-timeout", type=float, default=300.0)
@@ -354,6 +356,14 @@ def print_tables(cases: list[dict], meta: dict) -> None:
             err = "-" if r.get("rel_err") is None else f"{r['rel_err']:.1e}"
             print(f"| {c['case']} | {r['variant']} | {r['ms']:.3f} | {r['ratio_vs_max_autotune']:.3f} | "
                   f"{q[0]:.3f}-{q[1]:.3f} | {err} |")
+    split = [(c["case"], r) for c in cases for r in c["steady"] if "kernels" in r]
+    if split:
+        print("\n| case | variant | GPU ms per call: gemm | attention | triton | other | kernels per call |")
+        print("|---|---|---|---|---|---|---|")
+        for case, r in split:
+            k = r["kernels"]["ms"]
+            print(f"| {case} | {r['variant']} | " + " | ".join(f"{k.get(n, 0.0):.4f}" for n in
+                  ("gemm", "attention", "triton", "other")) + f" | {r['kernels']['kernels']:.0f} |")
 
 
 if __name__ == "__main__":

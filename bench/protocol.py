@@ -194,9 +194,11 @@ def steady_variants(model_name: str, m: int, variants: list[str], root: Path, tr
 
 
 def steady_child(model_name: str, m: int, variants: list[str], root: Path, rounds: int, iters: int,
-                 train: bool) -> list[dict[str, Any]]:
+                 train: bool, kernels: bool = False) -> list[dict[str, Any]]:
     """Interleaved rounds of every variant in this one process; per variant its median ms and the
-    median of per-round ratios to max_autotune (forward) or max_autotune+train (training step)."""
+    median of per-round ratios to max_autotune (forward) or max_autotune+train (training step).  With
+    `kernels` (CUDA only) also each variant's GPU time per call by kernel kind, from torch.profiler
+    after the rounds (`model_rounds.kernel_split`): where a variant's time differs, which kernels."""
     sys.path.insert(0, str(HERE))
     import torch
     import gemmtune
@@ -215,6 +217,13 @@ def steady_child(model_name: str, m: int, variants: list[str], root: Path, round
             ctx = torch.enable_grad() if v.endswith("+train") else torch.no_grad()
             with ctx:
                 times[v].append(time_round(fns[v], iters, torch))
+    split: dict[str, Any] = {}
+    if kernels and torch.cuda.is_available():
+        import model_rounds
+
+        for v in order:
+            with torch.enable_grad() if v.endswith("+train") else torch.no_grad():
+                split[v] = model_rounds.kernel_split(fns[v])
     rows = []
     for v, ms in times.items():
         ref_v = "max_autotune+train" if v.endswith("+train") else "max_autotune"
@@ -222,7 +231,7 @@ def steady_child(model_name: str, m: int, variants: list[str], root: Path, round
         rows.append({"model": model_name, "M": m, "variant": v, "ms": statistics.median(ms),
                      "ratio_vs_max_autotune": statistics.median(ratio),
                      "ratio_q1_q3": statistics.quantiles(ratio, n=4)[::2] if len(ratio) > 1 else ratio * 2,
-                     "rel_err": errs.get(v)})
+                     "rel_err": errs.get(v), **({"kernels": split[v]} if v in split else {})})
     return rows
 
 
@@ -253,7 +262,8 @@ def run_case(case: str, first: list[str], steady: list[str], root: Path, opts: A
         print(json.dumps(rec), flush=True)
         write(out)
     rows = spawn(["steady", model_name, str(m), ",".join(steady), str(root / case), str(opts.rounds),
-                  str(opts.iters), "1" if opts.train else "0"], {}, opts.steady_timeout)
+                  str(opts.iters), "1" if opts.train else "0", "1" if getattr(opts, "kernels", False) else "0"],
+                 {}, opts.steady_timeout)
     out["steady"] = rows if isinstance(rows, list) else [rows]
     write(out)
     return out
@@ -264,6 +274,7 @@ if __name__ == "__main__":
     if kind == "first":
         print(json.dumps(first_child(model_arg, int(m_arg), sys.argv[4]), default=str))
     else:
-        variants_arg, root_arg, rounds_arg, iters_arg, train_arg = sys.argv[4:9]
+        variants_arg, root_arg, rounds_arg, iters_arg, train_arg, kernels_arg = (sys.argv[4:10] + ["0"])[:6]
         print(json.dumps(steady_child(model_arg, int(m_arg), variants_arg.split(","), Path(root_arg),
-                                      int(rounds_arg), int(iters_arg), train_arg == "1"), default=str))
+                                      int(rounds_arg), int(iters_arg), train_arg == "1", kernels_arg == "1"),
+                         default=str))
