@@ -205,6 +205,17 @@ JOBS: dict[str, Job] = {
                            _protocol("stack:512"), 470),
     "models-llama64": Job("bench/models.py: the protocol on the transformers Llama at M = 64, training step and "
                           "kernel split", _protocol("llama:64"), 470),
+    "warm-store-profile": Job("bench/warmup_profile.py: eager warm-ups from a warm store with new Triton caches, "
+                              "under cProfile (the Llama at M = 64, the stack at M = 1)",
+                              (PY, "-c", "import subprocess, sys; sys.exit(max(subprocess.call([sys.executable, "
+                               "'bench/warmup_profile.py', '--model', mdl, '--cases', c, '--out', "
+                               "'{out}/warm-store-profile-' + mdl + '.json']) for mdl, c in "
+                               "(('llama', '64,64+warm+cprofile'), ('stack', '1,1+warm+cprofile'))))"), 200),
+    "models-stack512-steady": Job("bench/models.py: the steady state alone on the stack at M = 512, with the "
+                                  "kernel split (every variant compiled in that process)",
+                                  (PY, "bench/models.py", "--cases", "stack:512", "--first", "", "--steady",
+                                   "default,max_autotune,gemmtune", "--kernels", "--rounds", "31", "--iters", "20",
+                                   "--out", "{out}/{job}.json"), 300),
     "first-runs": Job("bench/warmup_profile.py: first runs in fresh processes beside max-autotune",
                       (PY, "bench/warmup_profile.py", "--cases", "1+inductor,16+inductor,64+inductor,128+inductor",
                        "--out", "{out}/{job}.json"), 330),

@@ -12,6 +12,7 @@ with flags appended:
   caches: Inductor's compile-and-autotune and gemmtune's first run side by side in one process;
 - `+fed`: instead of `gemmtune.warmup`, Inductor max-autotune fed by gemmtune
   (`gemmtune.inductor.installed()`): its compile, tuning and first forward;
+- `+cprofile`: the warm-up under cProfile, its top entries by cumulative time printed and kept;
 - `+warm`: reuse the gemmtune store of the case before with the same M (a second program start:
   every other cache new).
 
@@ -65,11 +66,33 @@ def child(m: int, model: str, isolation: str | None, flags: set[str]) -> dict:
         caches("after-inductor")
     torch.cuda.synchronize()
     t0 = time.perf_counter()
+    prof = _profiler() if "cprofile" in flags else None
     with models.Stamped() as stamped:
+        if prof is not None:
+            prof.enable()
         out.update(fed(torch, net, inputs) if "fed" in flags else warmed(models, net, inputs))
+        if prof is not None:
+            prof.disable()
+            out["cprofile"] = _top(prof)
     out.update(warmup_s=time.perf_counter() - t0, ptxas=os.environ.get("TRITON_PTXAS_PATH"),
                facts=models.selection_facts(), timeline=stamped.lines)
     return out
+
+
+def _profiler():  # type: ignore[no-untyped-def]
+    import cProfile
+
+    return cProfile.Profile()
+
+
+def _top(prof, lines: int = 45) -> str:  # type: ignore[no-untyped-def]
+    """The profile's top entries by cumulative time, as pstats prints them."""
+    import io
+    import pstats
+
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(lines)
+    return buf.getvalue()
 
 
 def warmed(models, net, inputs) -> dict:  # type: ignore[no-untyped-def]
@@ -133,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                                          if "fed_stats" in res else ""))
         for t, msg in res["timeline"]:
             print(f"  {t:8.3f}  {msg}")
+        if "cprofile" in res:
+            print(res["cprofile"])
         print("  | problem | winner | tune s | compile s | binaries | sum of binaries s | prescreen s | final s | runs |")
         for f in res["facts"]:
             print(f"  | {f['problem']} | {f['winner']} | {f['tuning_s']:.2f} | {f['compile_s']:.2f} | {f['binaries']} | "
