@@ -216,6 +216,11 @@ JOBS: dict[str, Job] = {
                                   (PY, "bench/models.py", "--cases", "stack:512", "--first", "", "--steady",
                                    "default,max_autotune,gemmtune", "--kernels", "--rounds", "31", "--iters", "20",
                                    "--out", "{out}/{job}.json"), 300),
+    "prologue-steady": Job("bench/models.py: the steady state alone, stack M = 512 and the Llama at M = 64, with "
+                           "gemmtune_noprologue (Inductor's prologue fusion off) beside the others, kernel split",
+                           (PY, "bench/models.py", "--cases", "stack:512,llama:64", "--first", "", "--steady",
+                            "default,max_autotune,gemmtune,gemmtune_noprologue", "--kernels", "--rounds", "31",
+                            "--iters", "20", "--out", "{out}/{job}.json"), 420),
     "first-runs": Job("bench/warmup_profile.py: first runs in fresh processes beside max-autotune",
                       (PY, "bench/warmup_profile.py", "--cases", "1+inductor,16+inductor,64+inductor,128+inductor",
                        "--out", "{out}/{job}.json"), 330),

@@ -138,7 +138,7 @@ def kernel_kind(name: str) -> str:
     return "triton" if low.startswith("triton_") else "other"
 
 
-def kernel_split(fn: Callable[[], Any], iters: int = 5, top: int = 6) -> dict[str, Any]:
+def kernel_split(fn: Callable[[], Any], iters: int = 5, top: int = 14) -> dict[str, Any]:
     """GPU ms per call by kernel kind (`kernel_kind`), kernels per call, and the `top` kernels by time,
     over `iters` profiled calls of `fn` (torch.profiler)."""
     from collections import Counter

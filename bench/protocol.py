@@ -11,6 +11,8 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
      tuned by gemmtune (empty store) and built by Inductor from the pick;
    - `gemmtune_store`: the same on a new machine that shares the store: new Inductor and Triton
      caches, the store of `gemmtune` kept;  `gemmtune_again`: a second start, every cache kept;
+   - `gemmtune_noprologue`: `gemmtune` with Inductor's prologue fusion off (`prologue_fusion`: no
+     pointwise producer, such as RMSNorm's scaling, is fused into a GEMM template's loads);
    - `gemmtune_gemv`: `gemmtune` with `install(gemv=True)`: a matrix-vector mm becomes a reduction
      tuned by coordinate descent too, as in max-autotune (`gemmtune.inductor.gemv`); `gemmtune_mm`:
      `install(gemv=False)`, it stays a GEMM;
@@ -50,7 +52,7 @@ FIRST = {
     "gemmtune": ("gt", "new"), "gemmtune_store": ("gt", "store"), "gemmtune_again": ("gt", "keep"),
     "gemmtune_warmup": ("gw", "new"), "eager_warmup": ("ew", "new"), "eager_warmup_store": ("ew", "store"),
     "default_cd": ("cd", "new"), "autotune_gemm": ("ag", "new"), "gemmtune_gemv": ("gv", "new"),
-    "gemmtune_mm": ("gm", "new"),
+    "gemmtune_mm": ("gm", "new"), "gemmtune_noprologue": ("gn", "new"),
 }
 BREAKDOWN = ("default_cd", "autotune_gemm")
 FIRST_DEFAULT = ("default", "max_autotune", "max_autotune_again", "gemmtune", "gemmtune_store", "gemmtune_again",
@@ -73,6 +75,9 @@ def cache_env(root: Path, group: str, phase: str) -> dict[str, str]:
     return env
 
 
+_PROLOGUE: bool | None = None  # Inductor's prologue_fusion as the installed torch sets it
+
+
 def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtune: Any) -> tuple[Callable, dict]:
     """The callable of one variant (compiled, warmed up) and what it reports; nothing run yet."""
     import gemmtune.inductor as gi
@@ -93,6 +98,10 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
 
     inductor_config.coordinate_descent_tuning = variant == "default_cd"
     inductor_config.max_autotune_gemm = variant == "autotune_gemm"
+    global _PROLOGUE
+    if _PROLOGUE is None:
+        _PROLOGUE = inductor_config.prologue_fusion  # the installed torch's default
+    inductor_config.prologue_fusion = _PROLOGUE and not variant.endswith("_noprologue")
     if variant.startswith("gemmtune") or variant == "max_autotune_fed":
         os.environ["GEMMTUNE_COMPILE_PATH"] = "traced" if variant == "gemmtune_traced" else "inductor"
         if variant in ("gemmtune_warmup", "gemmtune_traced"):

@@ -1,6 +1,12 @@
-"""Calls into tuned kernels: eager ops, torch.library ops (registered on import) and module patching."""
+"""Calls into tuned kernels: eager ops, torch.library ops and module patching.
 
-from . import compiled, library  # noqa: F401  registers torch.ops.gemmtune.*
+`torch.ops.gemmtune.mm` / `addmm` / `bmm` (`dispatch.library`) are registered on import.  The traced
+ops of `dispatch.compiled` (`torch.ops.gemmtune.traced_*`) are registered when a `torch.compile`
+trace first meets a gemmtune GEMM, or on `import gemmtune.dispatch.compiled`: registering them loads
+torch's compiler stack (`torch._dynamo`, about 1.5 s), which eager use never needs.
+"""
+
+from . import library  # noqa: F401  registers torch.ops.gemmtune.mm / addmm / bmm
 from .eager import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
 from .fp8 import scaled_mm
 from .patching import patch, unpatch

@@ -68,7 +68,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | None
     """
     if _is_compiling():
         a, b = _ac.cast((a, b))
-        return torch.ops.gemmtune.traced_mm.default(a, b, _backends_arg(backends), out_layout)
+        return _traced().traced_mm.default(a, b, _backends_arg(backends), out_layout)
     if _autocast_on():  # one C call; casts only under torch.autocast (gemmtune.dispatch.autocast)
         a, b = _ac.cast((a, b))
     try:
@@ -96,7 +96,7 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | Non
     """
     if _is_compiling():
         a, b = _ac.cast((a, b))
-        return torch.ops.gemmtune.traced_bmm.default(a, b, _backends_arg(backends), out_layout)
+        return _traced().traced_bmm.default(a, b, _backends_arg(backends), out_layout)
     if _autocast_on():  # one C call; casts only under torch.autocast (gemmtune.dispatch.autocast)
         a, b = _ac.cast((a, b))
     try:
@@ -126,7 +126,7 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
     """
     if _is_compiling():
         bias, a, b = _ac.cast((bias, a, b))
-        return torch.ops.gemmtune.traced_addmm.default(bias, a, b, float(beta), float(alpha),
+        return _traced().traced_addmm.default(bias, a, b, float(beta), float(alpha),
                                                        _backends_arg(backends), out_layout)
     if _autocast_on():
         bias, a, b = _ac.cast((bias, a, b))
@@ -142,6 +142,14 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
 
 
 _OPS: dict[str, Callable[..., torch.Tensor]] = {"mm": mm, "addmm": addmm, "bmm": bmm}  # the Functions call them again
+
+
+def _traced() -> Any:
+    """`torch.ops.gemmtune`, with the traced ops registered (`dispatch.compiled`).  Called while a
+    `torch.compile` trace runs: dynamo performs the import itself, so the first trace registers them."""
+    from . import compiled  # noqa: F401
+
+    return torch.ops.gemmtune
 
 
 def clear_dispatch_cache() -> None:

@@ -21,7 +21,7 @@ from ..measure import devices
 from ..measure.devices import Dealt, Slot
 from ..store.locations import shared_store
 from ..store.relay import relaying
-from . import compiled, eager, route
+from . import eager, route
 from .table import Recorded
 
 log = logging.getLogger("gemmtune")
@@ -84,6 +84,8 @@ def prepare_for(rec: Recorded, traced: bool) -> Any:
     """Tune (or read from the store) one recorded problem as the warm-up does; its Selection."""
     prepare = eager.prepare
     if traced:  # as the compile will meet it: built by Inductor from the store (dispatch.route), or traced
+        from . import compiled  # registers the traced ops (torch's compiler stack): only for a compile
+
         inductor = route.to_inductor(rec.tensors, rec.backends, rec.out_layout)
         prepare = compiled.prepare_inductor if inductor else compiled.prepare_traced
     return prepare(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
