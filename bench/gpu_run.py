@@ -211,6 +211,9 @@ JOBS: dict[str, Job] = {
                                "'bench/warmup_profile.py', '--model', mdl, '--cases', c, '--out', "
                                "'{out}/warm-store-profile-' + mdl + '.json']) for mdl, c in "
                                "(('llama', '64,64+warm+cprofile'), ('stack', '1,1+warm+cprofile'))))"), 200),
+    "warm-store-stack1": Job("bench/warmup_profile.py: the stack's eager warm-up at M = 1, cold then from its store "
+                             "with new Triton caches", (PY, "bench/warmup_profile.py", "--model", "stack", "--cases",
+                                                        "1,1+warm", "--out", "{out}/{job}.json"), 120),
     "models-stack512-steady": Job("bench/models.py: the steady state alone on the stack at M = 512, with the "
                                   "kernel split (every variant compiled in that process)",
                                   (PY, "bench/models.py", "--cases", "stack:512", "--first", "", "--steady",
