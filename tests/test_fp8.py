@@ -247,3 +247,23 @@ def test_the_json_form_names_the_fp8_problem():
     assert doc["winner"] == "aten_scaled_mm"
     assert {k: doc["problem"][k] for k in ("op", "out_dtype", "fast_accum", "scales", "M", "K", "N")} == {
         "op": "scaled_mm", "out_dtype": "bfloat16", "fast_accum": False, "scales": "rowwise", "M": M, "K": K, "N": N}
+
+
+def test_the_library_kernel_is_handed_a_strided_bias_as_a_contiguous_copy(monkeypatch):
+    """torch 2.11's cuBLASLt `_scaled_mm` reads a strided 1-D bias as contiguous (wrong by 0.16-0.19 on
+    an H200): the tune and the dispatched call both give torch's op a contiguous copy."""
+    real, seen = torch._scaled_mm, []
+
+    def recording(*args, **kwargs):
+        bias = kwargs.get("bias")
+        seen.append(None if bias is None else bias.is_contiguous())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "_scaled_mm", recording)
+    a, b, sa, sb = fp8_operands(8, 32, 16, False)
+    bias = (torch.randn(32) * 4).to(torch.bfloat16)[::2]
+    out = gemmtune.scaled_mm(a, b, sa, sb, bias, backends=("extern",))
+    again = gemmtune.scaled_mm(a, b, sa, sb, bias, backends=("extern",))
+    want = real(a, b, sa, sb, bias=bias.contiguous(), out_dtype=torch.bfloat16)
+    assert torch.equal(out, want) and torch.equal(again, want)
+    assert seen and all(seen), seen  # every call torch's op saw had a contiguous bias

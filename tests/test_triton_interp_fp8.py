@@ -29,10 +29,10 @@ SMALL = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, num_stages=2, num_warps=4),
 quantised = fp8_operands  # (a, b, scale_a, scale_b) quantised as torchao does (tests/helpers.py)
 
 
-def run_all(tensors, out_dtype=BF16, fast=False):
+def run_all(tensors, out_dtype=BF16, fast=False, space=SMALL):
     """Every config x swizzle of the template on `tensors`, each output checked against the reference."""
     ki = KernelInputs.from_tensors("scaled_mm", *tensors, out_dtype=out_dtype, fast_accum=fast)
-    template = TritonScaledMMTemplate(space=SMALL)
+    template = TritonScaledMMTemplate(space=space)
     assert template.supports(ki), ki.describe()
     choices = template.configs(ki)
     assert {c.runtime_dict["swizzle"] for c in choices} == set(SWIZZLES)
@@ -81,6 +81,17 @@ def test_a_strided_bias_is_read_with_its_stride(rowwise):
     bias = (torch.randn(96) * 8).to(BF16)[::2]  # every other element of a longer vector
     ki, _, _ = run_all(quantised(20, 64, 48, rowwise) + (bias,))
     assert ki.bias.stride == (2,)
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast_accum"])
+def test_a_deep_k_step_promotes_its_partial_sums_at_most_every_128_elements(fast):
+    """Without fast accumulation a K step of 256 is promoted to float32 every 128 elements (Triton's
+    `max_num_imprecise_acc`; its sm_90 default is never, which read 1.6e-4 relative error on an H200)."""
+    deep = [dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, num_stages=2, num_warps=4),
+            dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_stages=2, num_warps=4)]
+    ki, template, choices = run_all(quantised(16, 512, 32, False), out_dtype=torch.float32, fast=fast, space=deep)
+    bound = {c.config_dict["BLOCK_K"]: template.launch_spec(c, ki)[0].meta["MAX_IMPRECISE"] for c in choices}
+    assert bound == {256: 128, 64: 64}
 
 
 def test_the_result_matches_torch_scaled_mm():

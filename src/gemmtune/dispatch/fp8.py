@@ -125,6 +125,8 @@ def _build(tensors: tuple, out_dtype: torch.dtype, fast: bool, backends: tuple[s
         raise NoCandidatesError(f"{sel.problem.describe()}: the selection has no kernel to run")
     TABLE.add_selection(canon, sel)
     if sel.winner.template_uid == "aten_scaled_mm":
+        if len(tensors) > 4 and not tensors[4].is_contiguous():  # torch's op misreads a strided bias
+            return sel.kernel
         return _library(out_dtype, fast)
     return sel.kernel  # the winner's launcher itself: no wrapper on the warm path
 

@@ -24,6 +24,9 @@ from .base import (ACC_REGS_MAX, DEFAULT_SMEM, TILE_KEYS, KernelLaunch, TritonTe
 _TILES_M = (16, 32, 64, 128, 256)
 _TILES_N = (32, 64, 128, 256)
 MIN_BLOCK_K = 32
+MAX_IMPRECISE = 128
+"""Without fast accumulation, the K elements a tensor-core partial sum may span before float32 (the kernel's
+`max_num_imprecise_acc`)."""
 FP8_CAPABILITY = (8, 9)
 
 
@@ -111,6 +114,7 @@ class TritonScaledMMTemplate(TritonTemplate):
 
         cfg = choice.config_dict
         meta = dict({k: cfg[k] for k in TILE_KEYS}, ROWWISE=ki.scales == "rowwise", HAS_BIAS=ki.bias is not None,
-                    EVEN_K=ki.K % cfg["BLOCK_K"] == 0, FAST_ACCUM=ki.fast_accum)
+                    EVEN_K=ki.K % cfg["BLOCK_K"] == 0, FAST_ACCUM=ki.fast_accum,
+                    MAX_IMPRECISE=min(cfg["BLOCK_K"], MAX_IMPRECISE))
         run = KernelLaunch(scaled_mm_kernel, (cdiv(ki.M, cfg["BLOCK_M"]) * cdiv(ki.N, cfg["BLOCK_N"]), 1, 1), meta)
         return run, lambda tensors, out, swizzle=STAGE1_SWIZZLE: scaled_mm_args(ki, tensors, out, swizzle)
