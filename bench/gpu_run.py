@@ -150,6 +150,9 @@ JOBS: dict[str, Job] = {
                               300, dsl=None),
     "tests-fp8": Job("tests/gpu/test_scaled_mm_gpu.py: fp8 scaled_mm, eager and the Triton template",
                      gpu_tests("test_scaled_mm_gpu", show=True), 240),
+    "tests-scaled-tma": Job("tests/gpu/test_scaled_tma_gpu.py and test_fp8_fuzz_gpu.py: the persistent TMA fp8 "
+                            "preview template, and the fuzz cases of the last fixes",
+                            gpu_tests("test_scaled_tma_gpu", "test_fp8_fuzz_gpu", "test_scaled_mm_gpu"), 300),
     "fp8-fuzz": Job("bench/fp8_fuzz.py: 200 seeded fp8 problems through the pool's kernels, gemmtune and torch",
                     (PY, "bench/fp8_fuzz.py", "--device", "cuda", "--cases", "200", "--out", "{out}/{job}.json"), 560),
     "tests-autocast": Job("tests/gpu: kernels, skinny shapes, autocast",

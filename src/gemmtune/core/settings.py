@@ -154,7 +154,7 @@ class Settings:
     config_space: str = _f("default", _choice("Triton config spaces; max: >= 100 configs per template",
                                               ("default", "max")))
     hopper_templates: bool = _f(True, _bool("the split-K and persistent-TMA templates (false: plain template only)"))
-    preview_templates: bool = _f(False, _bool("templates not yet proven on a GPU (none today)"))
+    preview_templates: bool = _f(False, _bool("templates not yet proven on a GPU (triton_scaled_tma, fp8)"))
     gpu_rep_ms: float = _f(10.0, _pos("per-choice timing budget on GPU (finalists are re-timed interleaved)"))
     count_host_overhead: bool = _f(True, _bool("GPU: a choice costs max(GPU time, host launch time), "
                                                "as in an eager loop"))

@@ -144,11 +144,13 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
 _OPS: dict[str, Callable[..., torch.Tensor]] = {"mm": mm, "addmm": addmm, "bmm": bmm}  # the Functions call them again
 
 
-def _traced() -> Any:
-    """`torch.ops.gemmtune`, with the traced ops registered (`dispatch.compiled`).  Called while a
-    `torch.compile` trace runs: dynamo performs the import itself, so the first trace registers them."""
-    from . import compiled  # noqa: F401
+TRACED_OPS: list[Callable[[], None]] = []  # registrars of torch.ops.gemmtune.traced_* (added by the package)
 
+
+def _traced() -> Any:
+    """`torch.ops.gemmtune`, the traced ops registered (on a compile's first trace: dynamo runs the import)."""
+    for register in TRACED_OPS:
+        register()
     return torch.ops.gemmtune
 
 

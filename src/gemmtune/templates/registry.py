@@ -14,9 +14,16 @@ from .base import Template
 from .extern import AtenBiasAddmmTemplate, AtenScaledMMTemplate, AtenTemplate, NumpyTemplate
 
 
-PREVIEW_TEMPLATES: tuple = ()
-"""Template classes not yet proven on a GPU, added by `preview=True`.  Empty today: `triton_gemv`
-graduated after its H200 measurements (docs/HOPPER_TEMPLATES.md)."""
+def _scaled_tma(size: str = "default") -> Template:
+    from .triton.scaled_tma import TritonScaledTMATemplate
+
+    return TritonScaledTMATemplate(size=size)
+
+
+PREVIEW_TEMPLATES: tuple = (_scaled_tma,)
+"""Factories (`size=` -> Template) of the templates not yet proven on a GPU, added by `preview=True`:
+`triton_scaled_tma` (fp8, persistent TMA; docs/FP8.md).  `triton_gemv` graduated after its H200
+measurements (docs/HOPPER_TEMPLATES.md)."""
 
 
 def default_templates(hopper: bool = True, size: str = "default", preview: bool = False) -> list[Template]:
@@ -30,7 +37,7 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
     `cutlass_operators` (with nvidia-cutlass-operators): `gemmtune[cutlass]`, an opt-in family (pooled
     only where `backends` names "cutlass"); each is skipped with one log line otherwise.  `preview=True`
     (`Settings(preview_templates=True)`, `GEMMTUNE_PREVIEW_TEMPLATES=1`)
-    adds the templates of `PREVIEW_TEMPLATES`, those not yet proven on a GPU (none today).
+    adds the templates of `PREVIEW_TEMPLATES`, those not yet proven on a GPU (`triton_scaled_tma`).
 
     Example:
         >>> [t.uid for t in default_templates(hopper=False)][-2:]
