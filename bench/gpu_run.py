@@ -120,14 +120,20 @@ def _rounds(ms: str, variants: str, models: str = "stack") -> tuple[str, ...]:
             "--out", "{out}/{job}.json")
 
 
-def _protocol(case: str) -> tuple[str, ...]:
-    """bench/models.py's protocol on one case: every first call but the compile warm-up's, the steady
-    state with a training step (31 rounds of 20 calls) and the GPU time by kernel kind."""
-    first = "default,max_autotune,max_autotune_again,gemmtune,gemmtune_store,gemmtune_again,eager_warmup," \
-            "eager_warmup_store"
-    return (PY, "bench/models.py", "--cases", case, "--first", first, "--steady",
-            "eager,eager_warmup,default,max_autotune,gemmtune", "--train", "--kernels", "--rounds", "31",
-            "--iters", "20", "--out", "{out}/{job}.json")
+PROTOCOL_FIRST = ("default,max_autotune,max_autotune_again,gemmtune,gemmtune_store,gemmtune_again,eager_warmup,"
+                  "eager_warmup_store")
+PROTOCOL_ROOT = "/tmp/gemmtune-protocol"  # the caches a case's first calls leave for its steady state
+
+
+def _protocol(case: str, part: str = "all") -> tuple[str, ...]:
+    """bench/models.py's protocol on one case, its caches under PROTOCOL_ROOT: `part` "first" (every
+    first call but the compile warm-up's), "steady" (the steady state of those first calls, a training
+    step, 31 rounds of 20 calls, the GPU time by kernel kind) or "all" (both, one invocation)."""
+    first = PROTOCOL_FIRST if part != "steady" else ""
+    steady = ("--steady", "eager,eager_warmup,default,max_autotune,gemmtune", "--train", "--kernels") \
+        if part != "first" else ("--steady", "")
+    return (PY, "bench/models.py", "--cases", case, "--first", first, *steady, "--rounds", "31", "--iters", "20",
+            "--root", PROTOCOL_ROOT, "--out", "{out}/{job}.json")
 
 
 JOBS: dict[str, Job] = {
@@ -203,11 +209,16 @@ JOBS: dict[str, Job] = {
     "rounds-llama": Job("bench/model_rounds.py: the transformers Llama model, eager against patched eager",
                         _rounds("64,1", "eager,gemmtune,gemmtune_library", models="llama"), 200),
     "models-stack1": Job("bench/models.py: the protocol on the stack at M = 1, training step and kernel split",
-                         _protocol("stack:1"), 470),
+                         _protocol("stack:1"), 590),
     "models-stack512": Job("bench/models.py: the protocol on the stack at M = 512, training step and kernel split",
-                           _protocol("stack:512"), 470),
+                           _protocol("stack:512"), 590),
     "models-llama64": Job("bench/models.py: the protocol on the transformers Llama at M = 64, training step and "
-                          "kernel split", _protocol("llama:64"), 470),
+                          "kernel split", _protocol("llama:64"), 590),
+    **{f"models-{name}-{part}": Job(f"bench/models.py: the protocol on {case}, {part} part only (caches under "
+                                    f"{PROTOCOL_ROOT}: the steady part times the first part's calls, in one machine)",
+                                    _protocol(case, part), 590)
+       for name, case in (("stack1", "stack:1"), ("stack512", "stack:512"), ("llama64", "llama:64"))
+       for part in ("first", "steady")},
     "warm-store-profile": Job("bench/warmup_profile.py: eager warm-ups from a warm store with new Triton caches, "
                               "under cProfile (the Llama at M = 64, the stack at M = 1)",
                               (PY, "-c", "import subprocess, sys; sys.exit(max(subprocess.call([sys.executable, "
@@ -217,7 +228,7 @@ JOBS: dict[str, Job] = {
     "warm-store-stack1": Job("bench/warmup_profile.py: the stack's eager warm-up at M = 1, cold then from its store "
                              "with new Triton caches", (PY, "bench/warmup_profile.py", "--model", "stack", "--cases",
                                                         "1,1+warm", "--out", "{out}/{job}.json"), 120),
-    "models-stack512-steady": Job("bench/models.py: the steady state alone on the stack at M = 512, with the "
+    "kernels-stack512": Job("bench/models.py: the steady state alone on the stack at M = 512, with the "
                                   "kernel split (every variant compiled in that process)",
                                   (PY, "bench/models.py", "--cases", "stack:512", "--first", "", "--steady",
                                    "default,max_autotune,gemmtune", "--kernels", "--rounds", "31", "--iters", "20",

@@ -315,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first-timeout", type=float, default=300.0)
     p.add_argument("--steady-timeout", type=float, default=420.0)
     p.add_argument("--out", default="models.json")
+    p.add_argument("--root", default="", help="the caches' directory (default: a new temporary one); a run with "
+                   "--first '' and the root of an earlier run times the steady state of that run's first calls")
     p.add_argument("--cpu-model", default="", help="the CPU case at these batch sizes (e.g. 8,32,64) instead of --cases")
     args = p.parse_args(argv)
     if args.cpu_model:
@@ -330,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps({"meta": meta, "cases": [*cases, case]}, indent=1, default=str))
 
     for case in args.cases.split(","):
-        cases.append(protocol.run_case(case, first, steady, SCRATCH, args, write))
+        cases.append(protocol.run_case(case, first, steady, Path(args.root) if args.root else SCRATCH, args, write))
         Path(args.out).write_text(json.dumps({"meta": meta, "cases": cases}, indent=1, default=str))
     print_tables(cases, meta)
     return 0

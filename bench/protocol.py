@@ -27,7 +27,9 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
    then timed in `--rounds` shuffled rounds of `--iters` forwards (CUDA events); ratios are medians of
    per-round ratios to `max_autotune`, so drift that hits a round hits every variant.  With `--train`
    also one training step (forward, loss, backward) per call for `default`, `max_autotune` and
-   `gemmtune` (caches new for these: a training compile is not a first-call target).
+   `gemmtune`, in a second process after the forward one (caches new for these: a training compile is
+   not a first-call target).  `--root DIR` keeps the caches in DIR: a later run with `--first ''` and
+   the same root times the steady state of the first calls an earlier run made.
 """
 
 from __future__ import annotations
@@ -270,11 +272,16 @@ def run_case(case: str, first: list[str], steady: list[str], root: Path, opts: A
         out["first"].append(rec)
         print(json.dumps(rec), flush=True)
         write(out)
-    rows = spawn(["steady", model_name, str(m), ",".join(steady), str(root / case), str(opts.rounds),
-                  str(opts.iters), "1" if opts.train else "0", "1" if getattr(opts, "kernels", False) else "0"],
-                 {}, opts.steady_timeout)
-    out["steady"] = rows if isinstance(rows, list) else [rows]
-    write(out)
+    # The forward variants, then the training steps, each in a process of its own: a training
+    # compile cut short by a time limit leaves the forward rows written.
+    for variants, train in ((steady, False), ([], True) if opts.train else ((), False)):
+        if not variants and not train:
+            continue
+        rows = spawn(["steady", model_name, str(m), ",".join(variants), str(root / case), str(opts.rounds),
+                      str(opts.iters), "1" if train else "0", "1" if getattr(opts, "kernels", False) else "0"],
+                     {}, opts.steady_timeout)
+        out["steady"] += rows if isinstance(rows, list) else [rows]
+        write(out)
     return out
 
 
@@ -284,6 +291,6 @@ if __name__ == "__main__":
         print(json.dumps(first_child(model_arg, int(m_arg), sys.argv[4]), default=str))
     else:
         variants_arg, root_arg, rounds_arg, iters_arg, train_arg, kernels_arg = (sys.argv[4:10] + ["0"])[:6]
-        print(json.dumps(steady_child(model_arg, int(m_arg), variants_arg.split(","), Path(root_arg),
+        print(json.dumps(steady_child(model_arg, int(m_arg), [v for v in variants_arg.split(",") if v], Path(root_arg),
                                       int(rounds_arg), int(iters_arg), train_arg == "1", kernels_arg == "1"),
                          default=str))
