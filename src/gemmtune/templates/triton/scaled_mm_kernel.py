@@ -65,13 +65,16 @@ def scaled_mm_kernel(
     rbn = tl.max_contiguous(tl.multiple_of(rn % N, BLOCK_N), BLOCK_N)
     acc = fp8_dot(A, B, ram, rbn, K, stride_am, stride_ak, stride_bk, stride_bn,
                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, FAST_ACCUM, MAX_IMPRECISE)
+    # The epilogue reads the scales and the bias at the true rows and columns, masked: the wrapped
+    # `ram` / `rbn` carry contiguity hints that are false in an edge tile, and a vector load of
+    # `SCALE_A + ram` there faulted (misaligned address, an odd M, BLOCK_M 256, on an H200).
     if ROWWISE:
-        scale_a = tl.load(SCALE_A + ram)
-        scale_b = tl.load(SCALE_B + rbn)
+        scale_a = tl.load(SCALE_A + rm, mask=rm < M, other=0.0)
+        scale_b = tl.load(SCALE_B + rn, mask=rn < N, other=0.0)
         acc = acc * scale_a[:, None] * scale_b[None, :]
     else:
         acc = acc * (tl.load(SCALE_A) * tl.load(SCALE_B))
     if HAS_BIAS:
-        acc = acc + tl.load(BIAS + rbn * stride_bias).to(tl.float32)[None, :]
+        acc = acc + tl.load(BIAS + rn * stride_bias, mask=rn < N, other=0.0).to(tl.float32)[None, :]
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     tl.store(C + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(C.dtype.element_ty), mask=mask)
