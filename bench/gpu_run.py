@@ -172,6 +172,11 @@ JOBS: dict[str, Job] = {
     "compare-fp8-library": Job("bench/compare.py --no-inductor on the rest of the fp8 suite",
                                (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
                                 FP8_MORE, "--rounds", "20", "--out", "{out}/{job}.json"), 300),
+    "compare-fp8-preview": Job("bench/compare.py --no-inductor on the fp8 shapes of compare-fp8, the persistent "
+                               "TMA preview template in the pool (GEMMTUNE_PREVIEW_TEMPLATES=1)",
+                               (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
+                                FP8_SHAPES, "--rounds", "20", "--out", "{out}/{job}.json"), 300,
+                               env=(("GEMMTUNE_PREVIEW_TEMPLATES", "1"),)),
     "fp8-call-probe": Job("bench/fp8_call_probe.py: one cuBLASLt kernel by each call path, two timers",
                           (PY, "bench/fp8_call_probe.py", "--suite", "bench/shapes_fp8.json", "--only",
                            "llama3-8b-down-m8192-tensorwise,"
