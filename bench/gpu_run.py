@@ -256,6 +256,9 @@ JOBS: dict[str, Job] = {
                              call=lambda log: _unpack("ops", log)),
     "cutlass-ops-test": Job("[DSL] tests/gpu/test_cutlass_operators_gpu.py: the library's operators, mm and addmm",
                             (*PYTEST, "-s", "-x", "tests/gpu/test_cutlass_operators_gpu.py"), 400, dsl=True),
+    "cutlass-ops-direct": Job("[DSL] tests/gpu/test_cutlass_operators_gpu.py -k direct: the compiled kernel called "
+                              "with the tensors against the library's run, and each one's host time per call",
+                              (*PYTEST, "-s", "-k", "direct", "tests/gpu/test_cutlass_operators_gpu.py"), 300, dsl=True),
     "cutlass-ops-bench": Job("[DSL] bench/cutlass_operators.py: compile s, run time, cuBLAS, per operator",
                              (PY, "bench/cutlass_operators.py", "--out", "{out}/{job}.json"), 560, dsl=True),
     "cutlass-ops-quick": Job("[DSL] bench/cutlass_operators.py on 8192^3 and Llama-3-8B gate_up at M = 4096, no tile "

@@ -42,12 +42,12 @@ class Sm90StaticPersistentGemmOperator:
         args.out.copy_(acc)
 
 
-def fake_library(fuses_bias=False):
+def fake_library(fuses_bias=False, tvm_ffi=False):
     lib = types.SimpleNamespace(__version__="0.3.0", calls=[])
     lib.GemmArguments = lambda A, B, out, accumulator_type, epilogue=None: types.SimpleNamespace(
         A=A, B=B, out=out, accumulator_type=accumulator_type, epilogue=epilogue)
     lib.EpilogueArguments = lambda fn, **kw: types.SimpleNamespace(fn=fn, kw=kw)
-    lib.GlobalOptions = lambda: types.SimpleNamespace(use_tvm_ffi=False)
+    lib.GlobalOptions = lambda: types.SimpleNamespace(use_tvm_ffi=tvm_ffi)
     lib.CompiledArtifact = lambda **kw: types.SimpleNamespace(**kw)
     lib.TargetSm = str
 
@@ -175,3 +175,41 @@ def test_the_template_pickles_for_an_isolated_worker_with_its_library_by_name():
     t._found[("mm",)] = ([object()], "none")
     back = pickle.loads(pickle.dumps(t))
     assert back.library is json and back._found == {} and back.target() == "90a" and t._found
+
+
+class Kernel:
+    """A compiled kernel as TVM-FFI calls it: `kernel(A, B, out, stream)` on the tensors themselves."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, a, b, out, stream):
+        self.calls.append((a.data_ptr(), b.data_ptr(), out.data_ptr(), stream))
+        out.copy_(a.float() @ b.float())
+
+
+@pytest.mark.parametrize("direct, tvm_ffi, op, runs_kernel", [
+    (True, True, "mm", True),  # the compiled kernel, called with the tensors
+    (False, True, "mm", False),  # the default: the library's run on its arguments
+    (True, False, "mm", False),  # TVM-FFI off: the arguments convert the tensors
+    (True, True, "addmm_fused", False)])  # a fused epilogue takes more arguments
+def test_direct_calls_the_compiled_kernel_only_where_the_librarys_run_would(monkeypatch, direct, tvm_ffi, op,
+                                                                             runs_kernel):
+    lib = fake_library(fuses_bias=op == "addmm_fused", tvm_ffi=tvm_ffi)
+    kernel = Kernel()
+    monkeypatch.setattr(Sm90StaticPersistentGemmOperator, "compile", lambda self, args, target_sm=None:
+                        lib.CompiledArtifact(compiled_obj=kernel, operator_obj=self, compiled_for=target_sm))
+    ran = []
+    real_run = Sm90StaticPersistentGemmOperator.run
+    monkeypatch.setattr(Sm90StaticPersistentGemmOperator, "run", lambda self, *a, **k: ran.append(1) or real_run(
+        self, *a, **k))
+    tensors = (BIAS, A, W.t()) if op != "mm" else (A, W.t())
+    ki = ki_of("addmm" if op != "mm" else "mm", *tensors)
+    t = CutlassOperatorsTemplate(library=lib, target="90a", direct=direct)
+    launch = t.compile(t.configs(ki)[0], ki, tensors)
+    kernel.calls.clear()
+    out = launch(tensors)
+    want = torch.addmm(BIAS, A, W.t()) if op != "mm" else A @ W.t()
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    assert (kernel.calls == [(A.data_ptr(), W.data_ptr(), out.data_ptr(), None)]) == runs_kernel
+    assert bool(ran) != runs_kernel

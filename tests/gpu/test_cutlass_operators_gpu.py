@@ -112,3 +112,27 @@ def test_a_kernel_kept_on_disk_runs_right_in_a_later_process(tmp_path):
     kept = list((tmp_path / "cutedsl_kernels").glob("*.o"))
     print(f"\nfirst process {runs[0].stdout.split()[0]} s, second (from disk) {runs[1].stdout.split()[0]} s")
     assert kept, "nothing kept on disk"
+
+
+@pytest.mark.parametrize("op", ["mm", "bmm"])
+def test_a_direct_kernel_call_gives_the_librarys_result(op):
+    """`direct=True` calls the compiled kernel with the tensors (where the library's run would): the
+    same output, bit for bit, as the library's run on its arguments.  Host time per call of both is
+    printed (a measurement, not asserted)."""
+    tensors = operands("mm", 4097, 4096, 4096, torch.bfloat16, "col") if op == "mm" else \
+        operands("bmm", 512, 1024, 768, torch.bfloat16, "row", batch=4)
+    ki = KernelInputs.from_tensors(op, *tensors)
+    outs, host = {}, {}
+    for direct in (False, True):
+        template = CutlassOperatorsTemplate(direct=direct)
+        choice = some_choices(template, ki, limit=1)[0]
+        launch = template.compile(choice, ki, tensors)
+        outs[direct] = launch(tensors)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(50):
+            launch(tensors)
+        host[direct] = (time.perf_counter() - t0) / 50 * 1e6  # launches queue: host time, GPU still busy
+        torch.cuda.synchronize()
+    print(f"\n{ki.describe()}: host us per call, library run {host[False]:.0f}, direct {host[True]:.0f}")
+    assert torch.equal(outs[False], outs[True])

@@ -7,7 +7,9 @@ new output tensor each time, so it always pays for them (332-380 us of host time
 H200 host, against 18 us with the arguments kept: bench/cutlass_operators.py, 2026-12-01), and a
 launcher that kept them would be timed at a host cost no real call has.  On that host a tune that
 timed the kept arguments picked an operator for a 4097x4096x4096 mm at 0.181 ms of GPU time against
-cuBLAS's 0.185 ms, whose calls then took 0.39 ms each on the host.  addmm adds
+cuBLAS's 0.185 ms, whose calls then took 0.39 ms each on the host.  With `direct=True` (the
+template's option, off until an H200 run compares the two) an operator whose run is its kernel's
+call takes the tensors straight (`operators_lib.direct_kernel`), without the arguments.  addmm adds
 the bias after the GEMM where the operator does not fuse it (`bias_after`); alpha 0 runs no
 GEMM (`base.bias_only`).
 
@@ -51,14 +53,16 @@ def bias_after(out: torch.Tensor, bias: torch.Tensor | None, alpha: float, beta:
 
 
 def launcher(lib: Any, op: Any, cfg: Mapping[str, Any], ki: KernelInputs, example: Sequence[torch.Tensor],
-             src_hash: str, target: str) -> Launcher:
-    """Compile `op` against `example` (or load it from disk) and return `launch(tensors, out=None)`."""
+             src_hash: str, target: str, direct: bool = False) -> Launcher:
+    """Compile `op` against `example` (or load it from disk) and return `launch(tensors, out=None)`;
+    `direct`: call the compiled kernel itself where `operators_lib.direct_kernel` allows it."""
     fused = cfg.get("epilogue") == "fused"
     alpha, beta = float(ki.alpha), float(ki.beta)
     bias0, a0, b0 = split_operands(ki, example)
     out0 = torch.empty(ki.out_size, dtype=ki.dtype, device=a0.device)
     args0 = operators_lib.gemm_arguments(lib, a0, b0, out0, bias0 if fused else None, alpha, beta)
     artifact = operators_lib.compiled(lib, op, args0, disk_key(cfg, ki, target), src_hash, target)
+    kernel = operators_lib.direct_kernel(lib, op, artifact, fused) if direct else None
 
     def launch(tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
         bias, a, b = split_operands(ki, tensors)
@@ -66,9 +70,12 @@ def launcher(lib: Any, op: Any, cfg: Mapping[str, Any], ki: KernelInputs, exampl
             out = torch.empty(ki.out_size, dtype=ki.dtype, device=a.device)
         if ki.op == "addmm" and alpha == 0.0:
             return bias_only(out, bias if beta != 0.0 else None, beta)
-        args = operators_lib.gemm_arguments(lib, a, b, out, bias if fused else None, alpha, beta)  # see above
         stream = torch.cuda.current_stream() if out.is_cuda else None
-        op.run(args, artifact, stream=stream, assume_supported_args=True)
+        if kernel is not None:
+            kernel(a, b, out, stream)
+        else:
+            args = operators_lib.gemm_arguments(lib, a, b, out, bias if fused else None, alpha, beta)  # see above
+            op.run(args, artifact, stream=stream, assume_supported_args=True)
         if ki.op == "addmm" and not fused:
             bias_after(out, bias, alpha, beta)
         return out

@@ -120,7 +120,8 @@ class CutlassOperatorsTemplate(Template):
     """NVIDIA's nvidia-cutlass-operators GEMMs (mm, addmm, bmm; fp16/bf16) as one template family.
 
     `library` (the `cutlass.operators` module, imported on first use) and `target` (e.g. "90a"; default:
-    this GPU's) are for tests; `operators` keeps only the named operator classes.
+    this GPU's) are for tests; `operators` keeps only the named operator classes; `direct=True` calls
+    each compiled kernel with the tensors themselves where the library's run would (`launch.launcher`).
 
     Example:
         >>> t = CutlassOperatorsTemplate()
@@ -136,8 +137,9 @@ class CutlassOperatorsTemplate(Template):
     config_text_keys = ("operator", "epilogue")  # the operator's class name; "none", "fused" or "separate"
 
     def __init__(self, size: str = "default", operators: Sequence[str] | None = None, library: Any = None,
-                 target: str | None = None):
+                 target: str | None = None, direct: bool = False):
         self.keep = tuple(operators) if operators is not None else None
+        self.direct = direct  # call the compiled kernel itself (launch.launcher); off until measured
         self._library = library
         self._target = target
         self._found: dict[tuple, tuple[list[Any], str]] = {}
@@ -245,7 +247,8 @@ class CutlassOperatorsTemplate(Template):
 
         cfg = choice.config_dict
         op = self._operator(ki, cfg)
-        return launch.launcher(self.library, op, cfg, ki, example, choice.src_hash or "", self.target())
+        return launch.launcher(self.library, op, cfg, ki, example, choice.src_hash or "", self.target(),
+                               direct=getattr(self, "direct", False))
 
 
 

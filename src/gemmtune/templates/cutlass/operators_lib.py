@@ -176,6 +176,21 @@ def kernel_path(key: tuple, src_hash: str, target: str) -> Path:
     return disk.kernel_path(("operators", key), src_hash, target)
 
 
+DIRECT_OPERATORS = frozenset({"Sm90StaticPersistentGemmOperator"})
+"""Operators whose `run` (0.3.0's `_run`) calls the compiled kernel as `kernel(A, B, out, stream)`."""
+
+
+def direct_kernel(lib: Any, op: Any, artifact: Any, fused: bool) -> Any | None:
+    """The compiled kernel, to call as `kernel(a, b, out, stream)` with torch tensors instead of
+    `op.run(GemmArguments(a, b, out, ...), artifact, stream)`: with TVM-FFI on, those arguments hand
+    the kernel the torch tensors themselves, after building compile-time descriptions the compiled
+    artifact no longer needs.  None where the call differs: a fused epilogue (more arguments), TVM-FFI
+    off (the arguments convert tensors through DLPack), or an operator not in `DIRECT_OPERATORS`."""
+    if fused or type(op).__name__ not in DIRECT_OPERATORS or not bool(lib.GlobalOptions().use_tvm_ffi):
+        return None
+    return getattr(artifact, "compiled_obj", None)
+
+
 def compiled(lib: Any, op: Any, args: Any, key: tuple, src_hash: str, target: str) -> Any:
     """`op.compile(args, target_sm=target)`, or the artifact of an earlier process (or of a compile
     process, waited for) from disk: a `lib.CompiledArtifact` around the loaded function.  Kept on
