@@ -138,7 +138,7 @@ class TritonScaledTMATemplate(TritonTemplate):
     def runs_on(self, ki: KernelInputs) -> bool:
         """Compute capability 9 or later (TMA, fp8 wgmma) on CUDA; the CPU through the interpreter."""
         if ki.device_type == "cuda":
-            return torch.cuda.is_available() and tma._capability(ki.device)[0] >= 9
+            return torch.cuda.is_available() and tma.capability(ki.device)[0] >= 9
         return super().runs_on(ki)
 
     def offered(self, ki: KernelInputs) -> bool:
@@ -151,7 +151,7 @@ class TritonScaledTMATemplate(TritonTemplate):
 
     def sms(self, ki: KernelInputs) -> int:
         """Programs of a full persistent grid: the device's SMs (constexpr NUM_SMS: one binary per device)."""
-        return self.num_sms or (4 if ki.device_type == "cpu" else tma._num_sms(ki.device))
+        return self.num_sms or (4 if ki.device_type == "cpu" else tma.sm_count(ki.device))
 
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
         from .scaled_tma_kernel import scaled_tma_kernel
@@ -164,8 +164,8 @@ class TritonScaledTMATemplate(TritonTemplate):
             {k: cfg[k] for k in TILE_KEYS}, NUM_SMS=sms, ROWWISE=ki.scales == "rowwise", HAS_BIAS=ki.bias is not None,
             FAST_ACCUM=ki.fast_accum, MAX_IMPRECISE=min(cfg["BLOCK_K"], MAX_IMPRECISE)))
         interp = interpreting()
-        stride_am = tma._row_stride(ki.a.stride, ki.a.size, "row", 1)  # a single row's: the dense one
-        stride_wn = tma._row_stride(ki.b.stride, ki.b.size, "col", 1)
+        stride_am = tma.row_stride(ki.a.stride, ki.a.size, "row", 1)  # a single row's: the dense one
+        stride_wn = tma.row_stride(ki.b.stride, ki.b.size, "col", 1)
 
         def args(tensors, out, swizzle):
             if not out.is_contiguous():

@@ -122,20 +122,20 @@ def tma_compatible(ki: KernelInputs) -> bool:
     elt = torch.empty((), dtype=ki.dtype).element_size()
     if (ki.K * elt) % 16 or (ki.N * elt) % 16:
         return False
-    return _row_stride(ki.a.stride, ki.a.size, "row", elt) is not None and b_trans(ki) is not None
+    return row_stride(ki.a.stride, ki.a.size, "row", elt) is not None and b_trans(ki) is not None
 
 
 def b_trans(ki: KernelInputs) -> bool | None:
     """False: B row-major `[K, N]`; True: B is `W.t()` of a row-major `[N, K]` W; None: neither."""
     elt = torch.empty((), dtype=ki.dtype).element_size()
-    if _row_stride(ki.b.stride, ki.b.size, "row", elt) is not None:
+    if row_stride(ki.b.stride, ki.b.size, "row", elt) is not None:
         return False
-    if _row_stride(ki.b.stride, ki.b.size, "col", elt) is not None:
+    if row_stride(ki.b.stride, ki.b.size, "col", elt) is not None:
         return True
     return None
 
 
-def _row_stride(stride: Sequence[int], size: Sequence[int], order: str, elt: int) -> int | None:
+def row_stride(stride: Sequence[int], size: Sequence[int], order: str, elt: int) -> int | None:
     """The descriptor's row stride of a 2-D operand read as row-major (`order="row"`) or as the
     transpose of a row-major matrix (`"col"`); None when TMA cannot describe it."""
     (rows, cols), (s_rows, s_cols) = size[-2:], stride[-2:]
@@ -148,11 +148,13 @@ def _row_stride(stride: Sequence[int], size: Sequence[int], order: str, elt: int
 
 
 @functools.lru_cache(maxsize=None)
-def _num_sms(device: str) -> int:
+def sm_count(device: str) -> int:
+    """The SMs of CUDA `device` (a persistent grid's size)."""
     return torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
 
 
-def _capability(device: str) -> tuple[int, int]:
+def capability(device: str) -> tuple[int, int]:
+    """The compute capability of CUDA `device`."""
     return torch.cuda.get_device_capability(torch.device(device))
 
 
@@ -213,7 +215,7 @@ class TritonTMAPersistentTemplate(TritonTemplate):
     def runs_on(self, ki: KernelInputs) -> bool:
         """Compute capability 9 or later (TMA, wgmma) on CUDA; the CPU through the interpreter."""
         if ki.device_type == "cuda":
-            return _capability(ki.device)[0] >= 9
+            return capability(ki.device)[0] >= 9
         return super().runs_on(ki)
 
     def offered(self, ki: KernelInputs) -> bool:
@@ -226,7 +228,7 @@ class TritonTMAPersistentTemplate(TritonTemplate):
 
     def sms(self, ki: KernelInputs) -> int:
         """Programs of a full persistent grid: the device's SMs (constexpr NUM_SMS: one binary per device)."""
-        return self.num_sms or (_INTERPRETER_SMS if ki.device_type == "cpu" else _num_sms(ki.device))
+        return self.num_sms or (_INTERPRETER_SMS if ki.device_type == "cpu" else sm_count(ki.device))
 
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
         from .tma_kernel import tma_persistent_kernel
@@ -236,8 +238,8 @@ class TritonTMAPersistentTemplate(TritonTemplate):
         trans = b_trans(ki)
         if trans is None or not tma_compatible(ki):
             raise ValueError(f"triton_tma_persistent: {ki.describe()} has strides TMA cannot describe")
-        stride_am = _row_stride(ki.a.stride, ki.a.size, "row", ki.dtype.itemsize)
-        stride_b = _row_stride(ki.b.stride, ki.b.size, "col" if trans else "row", ki.dtype.itemsize)
+        stride_am = row_stride(ki.a.stride, ki.a.size, "row", ki.dtype.itemsize)
+        stride_b = row_stride(ki.b.stride, ki.b.size, "col" if trans else "row", ki.dtype.itemsize)
         sms = self.sms(ki)
         grid = (max(1, min(sms, cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"]))), 1, 1)
         run = KernelLaunch(tma_persistent_kernel, grid, dict(
