@@ -17,8 +17,9 @@ from gemmtune.templates import default_templates  # noqa: E402
 from gemmtune.templates.registry import active_templates  # noqa: E402
 from gemmtune.templates.triton.base import DEFAULT_SMEM, SWIZZLES  # noqa: E402
 from gemmtune.templates.triton.scaled_mm import TritonScaledMMTemplate  # noqa: E402
-from gemmtune.templates.triton.scaled_tma import (TritonScaledTMATemplate, config_space, descriptor_ready,  # noqa: E402
-                                                  fit_configs)
+from gemmtune.templates.triton import base as triton_base  # noqa: E402
+from gemmtune.templates.triton.scaled_tma import TritonScaledTMATemplate, config_space, descriptor_ready  # noqa: E402
+from gemmtune.templates.triton.tma import fit_configs  # noqa: E402
 
 from helpers import fp8_operands  # noqa: E402
 
@@ -81,10 +82,12 @@ def test_a_deep_k_step_promotes_at_most_every_128_elements_and_matches_torch():
 def test_the_space_fits_the_problem_and_shared_memory():
     space = config_space()
     assert space and all(c["BLOCK_M"] >= 64 and c["BLOCK_K"] >= 64 for c in space)
-    small = fit_configs(space, 5, 48, 32, 2, DEFAULT_SMEM)
+    small = fit_configs(space, 5, 48, 32, 1, DEFAULT_SMEM, out_bytes=2)
     assert {(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]) for c in small} == {(64, 64, 32)}
     assert all(c["num_warps"] == 4 for c in small)  # 8 warps want 128+ rows
-    assert not fit_configs(space, 4096, 4096, 4096, 4, 40_000)  # nothing fits 40 kB
+    assert not fit_configs(space, 4096, 4096, 4096, 1, 40_000, out_bytes=4)  # nothing fits 40 kB
+    big = fit_configs(space, 4096, 4096, 4096, 1, DEFAULT_SMEM, out_bytes=4)
+    assert big and all("EPILOGUE_SUBTILE" not in c for c in big)  # the fp8 space stages whole tiles
 
 
 def test_offered_where_tma_describes_the_operands_and_only_as_a_preview():
@@ -94,6 +97,7 @@ def test_offered_where_tma_describes_the_operands_and_only_as_a_preview():
     row_major_b = tuple(TensorMeta.of(t) for t in (a, b.contiguous(), sa, sb))  # torch refuses it; TMA here too
     assert not descriptor_ready(KernelInputs("scaled_mm", row_major_b, 1.0, 1.0, BF16, False))
     assert TritonScaledTMATemplate.src_hash != TritonScaledMMTemplate.src_hash
+    assert TritonScaledTMATemplate.src_hash == triton_base.kernel_hash("scaled_tma_kernel.py")
     assert "triton_scaled_tma" not in [t.uid for t in default_templates()]
     pool = active_templates(ki, ("triton",), default_templates(preview=True))
     assert ("triton_scaled_tma" in [t.uid for t in pool]) == INTERP

@@ -12,10 +12,11 @@ from gemmtune.core.inputs import KernelInputs
 from gemmtune.measure.correctness import check, reference
 from gemmtune.templates.extern import AtenScaledMMTemplate
 from gemmtune.templates.triton.scaled_tma import TritonScaledTMATemplate
+from helpers import fp8_operands
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
 pytestmark = pytest.mark.skipif(not HOPPER, reason="needs CUDA with TMA (capability >= 9.0)")
-E4M3, BF16 = torch.float8_e4m3fn, torch.bfloat16
+BF16 = torch.bfloat16
 SPACE = [dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, num_stages=4, num_warps=4),
          dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_stages=3, num_warps=8),
          dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8),
@@ -23,11 +24,7 @@ SPACE = [dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, num_stages=4, num_warps=4),
 
 
 def quantised(M, K, N, rowwise):
-    from gemmtune.offline.fp8_spec import quantise
-
-    a, sa = quantise(torch.randn(M, K, device="cuda"), E4M3, rowwise)
-    w, sw = quantise(torch.randn(N, K, device="cuda"), E4M3, rowwise)
-    return a, w.t(), sa, (sw.t().contiguous() if rowwise else sw)
+    return fp8_operands(M, K, N, rowwise, device="cuda")  # quantised as torchao does (tests/helpers.py)
 
 
 @pytest.mark.parametrize("out_dtype", [BF16, torch.float32], ids=["bf16", "fp32"])

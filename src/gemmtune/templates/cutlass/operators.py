@@ -248,7 +248,7 @@ class CutlassOperatorsTemplate(Template):
         cfg = choice.config_dict
         op = self._operator(ki, cfg)
         return launch.launcher(self.library, op, cfg, ki, example, choice.src_hash or "", self.target(),
-                               direct=getattr(self, "direct", False))
+                               direct=self.direct)
 
 
 

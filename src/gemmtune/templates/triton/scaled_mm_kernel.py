@@ -68,6 +68,7 @@ def scaled_mm_kernel(
     # The epilogue reads the scales and the bias at the true rows and columns, masked: the wrapped
     # `ram` / `rbn` carry contiguity hints that are false in an edge tile, and a vector load of
     # `SCALE_A + ram` there faulted (misaligned address, an odd M, BLOCK_M 256, on an H200).
+    # scaled_tma_kernel.py's `_scaled` is the same epilogue: change both.
     if ROWWISE:
         scale_a = tl.load(SCALE_A + rm, mask=rm < M, other=0.0)
         scale_b = tl.load(SCALE_B + rn, mask=rn < N, other=0.0)

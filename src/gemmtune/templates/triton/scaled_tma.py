@@ -28,14 +28,11 @@ import torch
 from ...core.choices import Choice
 from ...core.inputs import KernelInputs
 from ...core.validate_fp8 import FP8_DTYPES
-from ..base import Launcher, pow2_at_least, unique_configs
+from ..base import Launcher
 from . import tma
 from .base import (ACC_REGS_MAX, DEFAULT_SMEM, TILE_KEYS, KernelLaunch, TritonTemplate, acc_regs, cdiv, check_size,
                    interpreting, pipeline_smem, smem_limit, swizzled_launcher)
-from .scaled_mm import MAX_IMPRECISE, MIN_BLOCK_K, scaled_mm_args
-
-_SMEM_RESERVE = 1024  # bytes the compiler keeps for barriers and scalars
-
+from .scaled_mm import MAX_IMPRECISE, scaled_mm_args
 
 def config_space(size: str = "default") -> list[dict[str, int]]:
     """Compile-time configs before fitting: `"default"` or the larger `"max"`.
@@ -61,34 +58,6 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
     return space
 
 
-def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, out_bytes: int, smem: int,
-                has_bias: bool = False) -> list[dict[str, int]]:
-    """Clamp the tiles to the problem (BLOCK_M >= 64 for wgmma, BLOCK_N >= 32, BLOCK_K >= 32: one fp8
-    tensor-core step); drop duplicates and configs whose one-byte pipeline plus the output tile staged
-    for its store (plus, with a bias, the layout conversion scratch: BM*BN bytes) exceed `smem`.
-
-    Example:
-        >>> cfg = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, num_stages=4, num_warps=8)
-        >>> [(c["BLOCK_M"], c["num_warps"]) for c in fit_configs([cfg], 16, 4096, 4096, 2, 232448)]
-        [(64, 4)]
-    """
-    cap_m, cap_n = max(64, pow2_at_least(M)), max(32, pow2_at_least(N))
-    cap_k = max(MIN_BLOCK_K, pow2_at_least(K))
-    fitted = []
-    for cfg in space:
-        c = dict(cfg, BLOCK_M=min(cfg["BLOCK_M"], cap_m), BLOCK_N=min(cfg["BLOCK_N"], cap_n),
-                 BLOCK_K=min(cfg["BLOCK_K"], cap_k))
-        if c["num_warps"] == 8 and c["BLOCK_M"] < 128:
-            c["num_warps"] = 4
-        bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
-        epilogue = bm * bn * out_bytes + (bm * bn if has_bias else 0)
-        if pipeline_smem(c["num_stages"], bm, bn, bk, 1) + epilogue + _SMEM_RESERVE > smem:
-            continue
-        if acc_regs(bm, bn, c["num_warps"]) <= ACC_REGS_MAX:
-            fitted.append(c)
-    return unique_configs(fitted)
-
-
 def descriptor_ready(ki: KernelInputs) -> bool:
     """Whether TMA descriptors can describe the operands and the output: a row-major A, the column-major
     B of a row-major weight, 16-byte-aligned row strides (K, and N in the output's dtype).
@@ -102,12 +71,6 @@ def descriptor_ready(ki: KernelInputs) -> bool:
     """
     out_bytes = torch.empty((), dtype=ki.result_dtype).element_size()
     return tma.tma_compatible(ki) and tma.b_trans(ki) is True and (ki.N * out_bytes) % 16 == 0
-
-
-def _aligned(*tensors: torch.Tensor) -> None:
-    for t in tensors:
-        if t.data_ptr() % 16:
-            raise ValueError(f"triton_scaled_tma: operand at {t.data_ptr():#x} is not 16-byte aligned (TMA)")
 
 
 class TritonScaledTMATemplate(TritonTemplate):
@@ -146,8 +109,11 @@ class TritonScaledTMATemplate(TritonTemplate):
         return descriptor_ready(ki)
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
+        """The space fitted to the problem (`tma.fit_configs`: one-byte operands, the output tile staged
+        in the output's dtype for its store)."""
         out_bytes = torch.empty((), dtype=ki.result_dtype).element_size()
-        return fit_configs(self.space, ki.M, ki.N, ki.K, out_bytes, smem_limit(ki.device), ki.bias is not None)
+        return tma.fit_configs(self.space, ki.M, ki.N, ki.K, 1, smem_limit(ki.device), ki.bias is not None,
+                               out_bytes=out_bytes)
 
     def sms(self, ki: KernelInputs) -> int:
         """Programs of a full persistent grid: the device's SMs (constexpr NUM_SMS: one binary per device)."""
@@ -170,7 +136,7 @@ class TritonScaledTMATemplate(TritonTemplate):
         def args(tensors, out, swizzle):
             if not out.is_contiguous():
                 raise ValueError(f"triton_scaled_tma: output must be row-major [M, N], got strides {out.stride()}")
-            _aligned(tensors[0], tensors[1], out)
+            tma.check_aligned(self.uid, tensors[0], tensors[1], out)
             if not interp:
                 tma.ensure_allocator()  # the launch takes the descriptors' scratch from it
             full = scaled_mm_args(ki, tensors, out, swizzle)  # (..., sizes, the 6 strides, bias step, swizzle)

@@ -25,7 +25,9 @@ from .common_kernel import swizzled_tile
 
 @triton.jit
 def _scaled(acc, SCALE_A, SCALE_B, BIAS, rm, rn, M, N, stride_bias, ROWWISE: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """The tile's float32 product with the scales applied and the bias added."""
+    """The tile's float32 product with the scales applied and the bias added: the epilogue of
+    `scaled_mm_kernel.py`, written again here because a kernel file imports device functions from
+    `common_kernel.py` only (each template's `src_hash` is its kernel file and that one).  Change both."""
     if ROWWISE:
         scale_a = tl.load(SCALE_A + rm, mask=rm < M, other=0.0)
         scale_b = tl.load(SCALE_B + rn, mask=rn < N, other=0.0)

@@ -79,10 +79,12 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
 
 
 def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_bytes: int,
-                smem_limit: int, has_bias: bool = False) -> list[dict[str, int]]:
+                smem_limit: int, has_bias: bool = False, out_bytes: int | None = None) -> list[dict[str, int]]:
     """Clamp tiles to the problem (BLOCK_M >= 64 for wgmma, BLOCK_N and BLOCK_K >= 32); drop
     duplicates and configs whose pipeline plus epilogue buffer (plus, with a bias, the layout
     conversion scratch the compiler adds: BM*BN bytes, measured on an H200) exceed shared memory.
+    `elt_bytes` is the operands' element size, `out_bytes` the output's (default: the same); a space
+    without EPILOGUE_SUBTILE stages the whole output tile.
 
     Example:
         >>> cfg = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=4, num_warps=8, EPILOGUE_SUBTILE=1)
@@ -94,12 +96,13 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
     for cfg in space:
         c = dict(cfg, BLOCK_M=min(cfg["BLOCK_M"], cap_m), BLOCK_N=min(cfg["BLOCK_N"], cap_n),
                  BLOCK_K=min(cfg["BLOCK_K"], cap_k))
-        if c["BLOCK_N"] < 64:
+        if "EPILOGUE_SUBTILE" in c and c["BLOCK_N"] < 64:
             c["EPILOGUE_SUBTILE"] = 0
         if c["num_warps"] == 8 and c["BLOCK_M"] < 128:
             c["num_warps"] = 4
         bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
-        epilogue = bm * bn * elt_bytes // (2 if c["EPILOGUE_SUBTILE"] else 1) + (bm * bn if has_bias else 0)
+        staged = bm * bn * (elt_bytes if out_bytes is None else out_bytes)
+        epilogue = staged // (2 if c.get("EPILOGUE_SUBTILE") else 1) + (bm * bn if has_bias else 0)
         if pipeline_smem(c["num_stages"], bm, bn, bk, elt_bytes) + epilogue + _SMEM_RESERVE > smem_limit:
             continue
         if acc_regs(bm, bn, c["num_warps"]) <= ACC_REGS_MAX:
@@ -178,10 +181,11 @@ def ensure_allocator() -> None:
     triton.set_allocator(_scratch)
 
 
-def _check_aligned(*tensors: torch.Tensor) -> None:
+def check_aligned(uid: str, *tensors: torch.Tensor) -> None:
+    """ValueError naming template `uid` unless every tensor's base is 16-byte aligned (TMA's rule)."""
     for t in tensors:
         if t.data_ptr() % 16:
-            raise ValueError(f"triton_tma_persistent: operand at {t.data_ptr():#x} is not 16-byte aligned (TMA)")
+            raise ValueError(f"{uid}: operand at {t.data_ptr():#x} is not 16-byte aligned (TMA)")
 
 
 class TritonTMAPersistentTemplate(TritonTemplate):
@@ -251,7 +255,7 @@ class TritonTMAPersistentTemplate(TritonTemplate):
             bias, a, b = split_operands(ki, tensors)
             if not out.is_contiguous():
                 raise ValueError(f"triton_tma_persistent: output must be row-major [M, N], got strides {out.stride()}")
-            _check_aligned(a, b, out)
+            check_aligned("triton_tma_persistent", a, b, out)
             if not interp:
                 ensure_allocator()  # the launch (JIT or direct) takes the descriptors' scratch from it
             bias, sbias = bias_args(bias, out, M, N)
