@@ -177,6 +177,9 @@ JOBS: dict[str, Job] = {
                                (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
                                 FP8_SHAPES, "--rounds", "20", "--out", "{out}/{job}.json"), 300,
                                env=(("GEMMTUNE_PREVIEW_TEMPLATES", "1"),)),
+    "fp8-accum-probe": Job("bench/fp8_accum_probe.py: each fp8 kernel's accumulation error with a float32 output, "
+                           "tensor cores' partial sums promoted every 128 and every 32 elements of K",
+                           (PY, "bench/fp8_accum_probe.py", "--out", "{out}/{job}.json"), 240),
     "fp8-call-probe": Job("bench/fp8_call_probe.py: one cuBLASLt kernel by each call path, two timers",
                           (PY, "bench/fp8_call_probe.py", "--suite", "bench/shapes_fp8.json", "--only",
                            "llama3-8b-down-m8192-tensorwise,"
@@ -233,6 +236,12 @@ JOBS: dict[str, Job] = {
     "warm-store-stack1": Job("bench/warmup_profile.py: the stack's eager warm-up at M = 1, cold then from its store "
                              "with new Triton caches", (PY, "bench/warmup_profile.py", "--model", "stack", "--cases",
                                                         "1,1+warm", "--out", "{out}/{job}.json"), 120),
+    "warm-store-shared": Job("bench/warmup_profile.py: the stack's eager warm-up at M = 1, cold then from its store "
+                             "with new Triton caches, the picks' kernels kept in the store (share_kernels)",
+                             (PY, "bench/warmup_profile.py", "--model", "stack", "--cases", "1,1+warm,1+warm+cprofile",
+                              "--out", "{out}/{job}.json"), 150, env=(("GEMMTUNE_SHARE_KERNELS", "1"),)),
+    "tests-share": Job("tests/gpu/test_share_kernels_gpu.py: a pick's kernels from the store on a new Triton cache",
+                       gpu_tests("test_share_kernels_gpu", show=True), 240),
     "kernels-stack512": Job("bench/models.py: the steady state alone on the stack at M = 512, with the "
                                   "kernel split (every variant compiled in that process)",
                                   (PY, "bench/models.py", "--cases", "stack:512", "--first", "", "--steady",

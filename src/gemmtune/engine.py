@@ -30,7 +30,7 @@ from .measure.factory import runner_for
 from .measure.runners import Runner
 from .pipeline.plan import Plan, plan_for
 from .pipeline.steps import Outcome, Recalled, search
-from .store import distributed
+from .store import distributed, kernels
 from .store.locations import shared_store
 from .store.lookup import LookupTable
 from .store.memory import Memory, recall
@@ -80,10 +80,12 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     settings = (settings or Settings.from_env()).with_(**asked)
     ki, tensors = _problem(op, tensors, device, alpha, beta, out_layout, out_dtype, use_fast_accum)
     plan = plan_for(settings, ki, templates, started=started, out_layout=out_layout, store_tag=store_tag)
+    store = store if store is not None else shared_store(plan.store)
+    if plan.share_kernels:  # before any template asks Triton anything: its driver stub is built once
+        kernels.share(store)
     choices = _choices(ki, plan, op, finalize)
     layout = _check_out_layout(ki, choices, out_layout)
-    ctx = _Context(ki, tensors, plan, listener or (lambda event, **info: None), out_layout,
-                   store if store is not None else shared_store(plan.store))
+    ctx = _Context(ki, tensors, plan, listener or (lambda event, **info: None), out_layout, store)
     job = distributed.current(*plan.distributed, group=group)
     if job is not None:  # a torch.distributed job: tuned once, on the problem's owner, and shared
         return job.share(ctx.store, plan.key.where(), lambda: _tune_here(ctx, choices, layout, started))
@@ -238,6 +240,8 @@ class _Context:
                   **facts: Any) -> Selection:
         """The one place a Selection is assembled (a search's outcome, or a store hit)."""
         launch = self.ensure_compiled(winner)
+        if self.plan.share_kernels:
+            kernels.publish(self.store, self.launchers.compiled.binaries.get(winner.binary_key, ()))
         return Selection(problem=self.ki, winner=winner, timings=timings, layout=layout,
                          tuning_s=time.perf_counter() - started, device_name=device_name(self.ki.device),
                          kernel=_kernel(self.ki, winner, launch, self.out_layout), out_layout=self.out_layout or "row",

@@ -176,6 +176,8 @@ class Settings:
                                       "none or default: store.sqlite in the cache dir",
                                       optional=True, checker=check_store,
                                       range_note="a file path, memory, off, default (any case) or a redis URL"))
+    share_kernels: bool = _f(False, _bool("keep the picks' compiled Triton kernels in the store too, so that a "
+                                          "machine sharing it loads them instead of compiling (docs/SCALE.md)"))
     distributed: str = _f("auto", _choice(
         "torch.distributed job: auto: each new problem tuned once in the job and shared with every rank; "
         "off: every rank tunes alone", ("auto", "off")))

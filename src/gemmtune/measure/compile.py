@@ -20,6 +20,7 @@ from ..core.choices import Choice
 from ..core.errors import NoCandidatesError
 from ..core.inputs import KernelInputs
 from ..templates.base import Launcher, Template
+from ..templates.binaries import BinaryFiles, collect
 
 log = logging.getLogger("gemmtune")
 
@@ -30,6 +31,7 @@ class CompileResult:
     failures: dict[tuple, str] = field(default_factory=dict)
     seconds: float = 0.0
     binary_seconds: dict[tuple, float] = field(default_factory=dict)  # compile time of each binary
+    binaries: dict[tuple, tuple[BinaryFiles, ...]] = field(default_factory=dict)  # each binary's files on disk
 
     def launcher(self, choice: Choice) -> Launcher | None:
         return self.launchers.get(choice.binary_key)
@@ -86,6 +88,7 @@ class Launchers:
             self.compiled.launchers.update(extra.launchers)
             self.compiled.failures.update(extra.failures)
             self.compiled.seconds += extra.seconds
+            self.compiled.binaries.update(extra.binaries)
             launch = self.compiled.launcher(choice)
             if launch is None:
                 raise NoCandidatesError(f"{self.ki.describe()}: {choice.name} no longer compiles: "
@@ -150,8 +153,10 @@ class CompileJob(CompileResult):
 
         def build(c: Choice) -> Launcher:
             t0 = self._started[c.binary_key] = time.perf_counter()
-            launcher = templates[c.template_uid].compile(c, ki, example)
+            with collect() as files:
+                launcher = templates[c.template_uid].compile(c, ki, example)
             self.binary_seconds[c.binary_key] = time.perf_counter() - t0
+            self.binaries[c.binary_key] = tuple(files)
             return launcher
 
         _prepare(self._unique.values(), templates, ki, example)

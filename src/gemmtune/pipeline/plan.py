@@ -87,6 +87,7 @@ class Plan:
     backends: tuple[str, ...] | None = None
     store: str | None = None
     distributed: tuple[str, float] = ("off", 600.0)
+    share_kernels: bool = False  # the pick's compiled kernels kept in the store too (store.kernels)
 
     def __post_init__(self) -> None:
         self.strategy.check(self.options)  # a strategy runs with its own options type only
@@ -189,7 +190,7 @@ def plan_for(settings: Settings, problem: KernelInputs, templates: Sequence[Temp
                 final_rule(settings), budget, runner, StoreKey.of(problem, out_layout, store_tag), tuple(active),
                 CompilePlan(settings.compile_timeout_s, settings.compile_workers), settings.check_correctness,
                 settings.lookup_table, settings.backends, settings.store,
-                (settings.distributed, settings.distributed_timeout_s))
+                (settings.distributed, settings.distributed_timeout_s), settings.share_kernels)
 
 
 def replay_plan(strategy: str, options: Options, final: FinalRule | None = None,

@@ -91,4 +91,6 @@ CREATE TABLE IF NOT EXISTS picks(
   PRIMARY KEY(env, problem));
 CREATE TABLE IF NOT EXISTS provisional_picks(env TEXT NOT NULL, problem TEXT NOT NULL, run TEXT,
   PRIMARY KEY(env, problem));
+CREATE TABLE IF NOT EXISTS kernel_files(key TEXT NOT NULL, name TEXT NOT NULL, data BLOB NOT NULL,
+  recorded REAL NOT NULL, PRIMARY KEY(key, name));
 """

@@ -19,6 +19,7 @@ so a warm lookup never waits for the server.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -278,6 +279,22 @@ class RedisStore(StoreViews):
             pipe.execute()
 
         self._server(remote, lambda: self._memory.forget(env, problem, row))
+
+    # -- compiled kernels (`store.kernels`, `share_kernels`): one hash per key, contents in base64 -----
+    def kernel_files(self, key: str) -> dict[str, bytes]:
+        """The files kept under a compiler cache's `key` (name -> contents); {} when none or unreachable."""
+        got = self._server(lambda: self._client.hgetall(f"{self.prefix}:kernel:{key}"), dict)
+        return {name: base64.b64decode(data) for name, data in got.items()}
+
+    def put_kernel_files(self, key: str, files: dict[str, bytes]) -> None:
+        """Keep `files` under `key`; a file already kept there stays as it is (unreachable: not kept)."""
+        def remote() -> None:
+            pipe = self._client.pipeline(transaction=False)
+            for name, data in files.items():
+                pipe.hsetnx(f"{self.prefix}:kernel:{key}", name, base64.b64encode(data).decode())
+            pipe.execute()
+
+        self._server(remote, lambda: None)
 
     # -- management (the `gemmtune cache` commands) ----------------------------------------------
     def problems(self) -> list[dict[str, Any]]:

@@ -283,6 +283,22 @@ class Store(StoreViews):
                      runtime_params=json.loads(r[4]), ms=r[5], env=r[6], env_info=json.loads(r[7] or "{}"),
                      timings=r[8]) for r in self._db.execute(q)]
 
+    # -- compiled kernels (`store.kernels`, `share_kernels`) ------------------------------
+    def kernel_files(self, key: str) -> dict[str, bytes]:
+        """The files kept under a compiler cache's `key` (name -> contents); {} when none."""
+        rows = self._guarded(lambda: self._db.execute("SELECT name, data FROM kernel_files WHERE key=?",
+                                                      (key,)).fetchall())
+        return {name: bytes(data) for name, data in rows}
+
+    def put_kernel_files(self, key: str, files: dict[str, bytes]) -> None:
+        """Keep `files` under `key`; a file already kept there stays as it is (the first writer wins)."""
+        def run() -> None:
+            with self._tx() as db:
+                db.executemany("INSERT OR IGNORE INTO kernel_files VALUES (?, ?, ?, ?)",
+                               [(key, name, data, time.time()) for name, data in files.items()])
+
+        self._guarded(run)
+
     def clear(self) -> int:
         return self._guarded(self._clear)
 
@@ -293,6 +309,7 @@ class Store(StoreViews):
             db.execute("DELETE FROM picks")
             db.execute("DELETE FROM provisional_picks")
             db.execute("DELETE FROM envs")
+            db.execute("DELETE FROM kernel_files")
         return n
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ import torch
 
 from ...core.inputs import KernelInputs
 from ...core.choices import Choice
+from ..binaries import BinaryFiles, report
 from ..base import Launcher, Template, pow2_at_least, source_hash, split_operands, unique_configs
 from .launch import FastLaunch
 
@@ -191,11 +192,20 @@ class KernelLaunch:
         init = getattr(compiled, "_init_handles", None)
         if init is not None:
             init()
+        _report_files(compiled)
         return dataclasses.replace(self, fast=FastLaunch.build(self.kernel, compiled, self.grid, self.meta, args))
 
     def __call__(self, args: Sequence[Any]) -> None:
         if self.fast is None or not self.fast(args):
             self.kernel[self.grid](*args, **self.meta)
+
+
+def _report_files(compiled: Any) -> None:
+    """Report a compiled kernel's files in Triton's cache (`templates.binaries`), under the cache's key
+    for it: the name of the directory its files are in."""
+    group = getattr(compiled, "metadata_group", None)
+    if group:
+        report(BinaryFiles(Path(next(iter(group.values()))).parent.name, dict(group)))
 
 
 def warmed(ki: KernelInputs, example: Sequence[torch.Tensor], make_args: Callable[[torch.Tensor], Sequence[tuple]],

@@ -1,0 +1,180 @@
+"""Compiled kernels in the store (`Settings.share_kernels`), so a machine that shares the store loads a
+pick instead of compiling it.
+
+Triton keeps what it compiles in an on-disk cache, one directory per key, and asks a cache manager
+class for it (`triton.knobs.cache.manager_class`, its plug-in point).  `StoreCacheManager` is Triton's
+own `FileCacheManager` with the store behind it:
+
+- a file or kernel found on disk is served from disk, as Triton does;
+- one not found there is looked up in the store (`Store.kernel_files(key)`), written to the local
+  cache and served: Triton then loads it, compiling nothing;
+- what Triton builds goes to the local cache only, so the candidates a tune compiles stay out of the
+  store.  The pick's kernels are kept by `publish`, after a tune or a store hit
+  (`engine._Context.selection`), and the native modules Triton builds with a C compiler (its driver
+  stub and the kernels' launchers: a handful per machine, about 0.6 s of gcc on a new one) as they
+  are built or first found on disk.
+
+Triton's key covers the kernel's source, its compile options, the GPU target and Triton's own version,
+so a kernel is only ever served to the same Triton on the same GPU architecture.  A native module's
+key covers its C source and the platform, and its name the Python ABI.  A file that fails to load is
+rebuilt by Triton, as with a damaged local cache.  The store then holds host and GPU code that
+a process loads: share a store with kernels only among machines you trust as you trust their Triton
+cache.
+
+Example:
+    >>> from gemmtune.store.sqlite import Store
+    >>> store = Store(":memory:")
+    >>> publish(store, [])                      # nothing to keep
+    0
+    >>> store.put_kernel_files("K", {"k.cubin": b"..."}); store.kernel_files("K")
+    {'k.cubin': b'...'}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sysconfig
+import threading
+from pathlib import Path
+from typing import Any, Iterable
+
+log = logging.getLogger("gemmtune")
+
+GROUP = "__grp__"  # Triton's prefix for a kernel's group file; the store keeps its members' names there
+_NATIVE = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+_STATE: dict[str, Any] = {"store": None, "published": set(), "native": {}}
+_LOCK = threading.Lock()
+
+try:
+    from triton.runtime.cache import FileCacheManager as _Base
+except ImportError:  # no Triton: nothing to share
+    _Base = object  # type: ignore[assignment,misc]
+
+
+class StoreCacheManager(_Base):  # type: ignore[misc,valid-type]
+    """Triton's file cache, with the shared store answering what the local cache lacks (see the module)."""
+
+    def get_file(self, filename: str) -> str | None:
+        path = super().get_file(filename)
+        if path is not None:
+            if filename.endswith(_NATIVE):
+                _keep_native(self.key, filename, path)
+            return path
+        data = _fetch(self.key).get(filename)
+        return None if data is None else super().put(data, filename, binary=True)
+
+    def get_group(self, filename: str) -> dict[str, str] | None:
+        group = super().get_group(filename)
+        if group is not None:
+            return group
+        files = _fetch(self.key)
+        names = json.loads(files.get(GROUP + filename, b"[]"))
+        if not names or any(n not in files for n in names):
+            return None
+        paths = {name: super(StoreCacheManager, self).put(files[name], name, binary=True) for name in names}
+        super().put_group(filename, paths)
+        log.info("gemmtune: kernel %s loaded from the store (%d files)", filename, len(paths))
+        return paths
+
+    def put(self, data: Any, filename: str, binary: bool = True) -> str:
+        path = super().put(data, filename, binary=binary)
+        if filename.endswith(_NATIVE):
+            _keep_native(self.key, filename, path)
+        return path
+
+
+def share(store: Any) -> bool:
+    """Serve Triton's cache misses from `store`, and keep native modules there, in this process (later
+    calls switch to their store).  False where it cannot: no Triton, or another cache manager set.
+
+    Example:
+        >>> from gemmtune.store.sqlite import Store
+        >>> share(Store(":memory:")) in (True, False); stop_sharing()
+        True
+    """
+    if _Base is object or not hasattr(store, "kernel_files"):
+        return False
+    from triton import knobs
+
+    current = knobs.cache.manager_class
+    if current is not None and current is not StoreCacheManager:
+        log.warning("gemmtune: share_kernels: Triton already uses cache manager %s; kernels are not shared",
+                    getattr(current, "__name__", current))
+        return False
+    knobs.cache.manager_class = StoreCacheManager
+    with _LOCK:
+        if _STATE["store"] is not store:
+            _STATE["store"], _STATE["published"], _STATE["native"] = store, set(), {}
+    return True
+
+
+def stop_sharing() -> None:
+    """Triton's own cache manager again, and no store behind it."""
+    if _Base is not object:
+        from triton import knobs
+
+        if knobs.cache.manager_class is StoreCacheManager:
+            knobs.cache.manager_class = None
+    with _LOCK:
+        _STATE["store"], _STATE["published"], _STATE["native"] = None, set(), {}
+
+
+def publish(store: Any, binaries: Iterable[Any]) -> int:
+    """Keep each binary's files in `store` (`templates.binaries.BinaryFiles`: a key and name -> path),
+    with a group entry naming them, and the native modules met since the last call; returns how many
+    binaries were written (never raises).  Each is written once per process; a file that cannot be
+    read is skipped with its binary."""
+    put = getattr(store, "put_kernel_files", None)
+    if put is not None and store is _STATE["store"]:
+        _publish_native(store)
+    written = 0
+    for binary in binaries:
+        if put is None or not binary.files or (id(store), binary.key) in _STATE["published"]:
+            continue
+        try:
+            files = {name: Path(path).read_bytes() for name, path in binary.files.items()}
+            group = next(name for name in files if name.endswith(".json"))
+            files[GROUP + group] = json.dumps(sorted(binary.files)).encode()
+            put(binary.key, files)
+        except Exception as exc:  # noqa: BLE001 - not kept; another machine compiles it
+            log.info("gemmtune: kernel %s not kept in the store: %s", binary.key, exc)
+            continue
+        _STATE["published"].add((id(store), binary.key))
+        written += 1
+    return written
+
+
+def _fetch(key: str) -> dict[str, bytes]:
+    store = _STATE["store"]
+    if store is None:
+        return {}
+    try:
+        return store.kernel_files(key)
+    except Exception as exc:  # noqa: BLE001 - a cache miss, never a failed compile
+        log.info("gemmtune: the store did not answer for kernel %s: %s", key, exc)
+        return {}
+
+
+def _keep_native(key: str, filename: str, path: str) -> None:
+    """A native module built or found on disk: kept by the next `publish` (in the thread that tunes;
+    compile threads do not write to the store), once per process."""
+    if _STATE["store"] is not None:
+        with _LOCK:
+            _STATE["native"][key] = (filename, path)
+
+
+def _publish_native(store: Any) -> None:
+    with _LOCK:
+        pending, _STATE["native"] = _STATE["native"], {}
+    for key, (filename, path) in pending.items():
+        if (id(store), key) in _STATE["published"]:
+            continue
+        try:
+            store.put_kernel_files(key, {filename: Path(path).read_bytes()})
+            _STATE["published"].add((id(store), key))
+        except Exception as exc:  # noqa: BLE001 - not kept; the next machine builds it
+            log.info("gemmtune: native module %s not kept in the store: %s", filename, exc)
+
+
+__all__ = ["StoreCacheManager", "share", "stop_sharing", "publish", "GROUP"]

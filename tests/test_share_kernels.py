@@ -1,0 +1,198 @@
+"""Compiled kernels in the store (`share_kernels`, `gemmtune.store.kernels`): Triton's own compile and
+native-module build, on this CPU, against a second Triton cache that stands for a new machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sysconfig
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+import gemmtune
+from gemmtune.core.settings import Settings
+from gemmtune.store import kernels
+from gemmtune.store.locations import open_store
+from gemmtune.store.sqlite import Store
+from gemmtune.templates.binaries import BinaryFiles, report
+from helpers import ScriptedTemplate
+from redis_server import RedisServer, require_redis
+
+triton = pytest.importorskip("triton")
+from triton import knobs  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+HOPPER = GPUTarget("cuda", 90, 32)  # Triton compiles for it on a CPU machine (its ptxas ships in the wheel)
+
+
+def _double_src(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+_double = JITFunction(_double_src)  # compiled, not interpreted, whatever TRITON_INTERPRET says
+
+
+@pytest.fixture(autouse=True)
+def _not_shared():
+    kernels.stop_sharing()
+    yield
+    kernels.stop_sharing()
+
+
+def _compile(cache_dir: Path, monkeypatch) -> tuple[object, list[bool]]:
+    """Compile `_double` for sm_90 into the Triton cache at `cache_dir`; (kernel, cache hits seen)."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache_dir))
+    hits: list[bool] = []
+    monkeypatch.setattr(knobs.compilation, "listener", lambda **info: hits.append(info["cache_hit"]))
+    src = triton.compiler.ASTSource(fn=_double, signature={"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                                    constexprs={"BLOCK": 64})
+    return triton.compile(src, target=HOPPER), hits
+
+
+def _files(kernel) -> BinaryFiles:
+    group = kernel.metadata_group
+    return BinaryFiles(Path(next(iter(group.values()))).parent.name, dict(group))
+
+
+def test_a_kernel_published_on_one_machine_is_loaded_from_the_store_on_another(tmp_path, monkeypatch):
+    store = Store(tmp_path / "store.sqlite")
+    assert kernels.share(store)
+    built, hits = _compile(tmp_path / "machine-a", monkeypatch)
+    assert hits == [False]  # compiled
+    assert kernels.publish(store, [_files(built)]) == 1
+    assert kernels.publish(store, [_files(built)]) == 0  # once per process
+
+    loaded, hits = _compile(tmp_path / "machine-b", monkeypatch)  # a new machine: its Triton cache is empty
+    assert hits == [True]
+    assert loaded.asm["cubin"] == built.asm["cubin"]
+    assert all(Path(p).is_relative_to(tmp_path / "machine-b") for p in loaded.metadata_group.values())
+
+
+def test_without_sharing_a_new_triton_cache_compiles_again(tmp_path, monkeypatch):
+    store = Store(tmp_path / "store.sqlite")
+    assert kernels.share(store)
+    built, _ = _compile(tmp_path / "machine-a", monkeypatch)
+    kernels.publish(store, [_files(built)])
+    kernels.stop_sharing()
+    _, hits = _compile(tmp_path / "machine-b", monkeypatch)
+    assert hits == [False]
+
+
+def test_a_kernel_missing_a_file_in_the_store_is_compiled(tmp_path, monkeypatch):
+    store = Store(tmp_path / "store.sqlite")
+    built, _ = _compile(tmp_path / "machine-a", monkeypatch)
+    kernels.publish(store, [_files(built)])
+    with store._tx() as db:  # the group names a file the store no longer holds: a miss, not a broken kernel
+        db.execute("DELETE FROM kernel_files WHERE name LIKE '%.cubin'")
+    kernels.share(store)
+    _, hits = _compile(tmp_path / "machine-b", monkeypatch)
+    assert hits == [False]
+
+
+def _native_src(name: str) -> str:
+    return (f'#include <Python.h>\nstatic PyObject* answer(PyObject* s, PyObject* a) {{ return PyLong_FromLong(42); }}\n'
+            f'static PyMethodDef m[] = {{{{"answer", answer, METH_NOARGS, ""}}, {{NULL, NULL, 0, NULL}}}};\n'
+            f'static struct PyModuleDef d = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, m}};\n'
+            f'PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&d); }}\n')
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="no C compiler")
+@pytest.mark.skipif(not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists(), reason="no Python headers")
+def test_a_native_module_triton_builds_is_kept_and_loaded_without_a_compiler(tmp_path, monkeypatch):
+    from triton.runtime import build
+
+    name = f"gemmtune_test_{uuid.uuid4().hex[:8]}"
+    store = Store(tmp_path / "store.sqlite")
+    kernels.share(store)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "machine-a"))
+    assert build.compile_module_from_src(_native_src(name), name).answer() == 42
+    kernels.publish(store, [])  # native modules are written by the tuning thread's next publish
+    assert any(store.kernel_files(k.name) for k in (tmp_path / "machine-a").iterdir())
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "machine-b"))
+    monkeypatch.setattr(build, "_build", lambda *a, **k: pytest.fail("the C compiler ran on the new machine"))
+    assert build.compile_module_from_src(_native_src(name), name).answer() == 42
+
+
+class _Reporting(ScriptedTemplate):
+    """A scripted template whose binaries have files in a compiler cache, as a Triton template's do."""
+
+    def __init__(self, root: Path):
+        super().__init__(uid="reporting", runtime=(1,))
+        self.root = root
+
+    def compile(self, choice, ki, example):
+        tile = choice.config_dict["TILE"]
+        key = f"KEY{tile}"
+        (self.root / key).mkdir(parents=True, exist_ok=True)
+        files = {}
+        for ext in ("json", "cubin"):
+            path = self.root / key / f"k{tile}.{ext}"
+            path.write_bytes(f"{ext} of tile {tile}".encode())
+            files[path.name] = str(path)
+        report(BinaryFiles(key, files))
+        return super().compile(choice, ki, example)
+
+
+@pytest.mark.parametrize("share", [True, False], ids=["shared", "not_shared"])
+def test_a_tune_keeps_only_its_picks_kernels_in_the_store(tmp_path, share):
+    location = str(tmp_path / "store.sqlite")
+    template = _Reporting(tmp_path / "cache")
+    a, b = torch.randn(16, 8), torch.randn(8, 4)
+    sel = gemmtune.tune("mm", a, b, templates=[template], strategy="exhaustive",
+                        settings=Settings(share_kernels=share, store=location))
+    picked = f"KEY{sel.winner.config_dict['TILE']}"
+    store = open_store(location)
+    kept = {key: store.kernel_files(key) for key in ("KEY8", "KEY16")}
+    if not share:
+        assert kept == {"KEY8": {}, "KEY16": {}}
+        return
+    tile = sel.winner.config_dict["TILE"]
+    assert kept[picked] == {f"k{tile}.json": f"json of tile {tile}".encode(),
+                            f"k{tile}.cubin": f"cubin of tile {tile}".encode(),
+                            f"{kernels.GROUP}k{tile}.json": f'["k{tile}.cubin", "k{tile}.json"]'.encode()}
+    assert [k for k, files in kept.items() if files] == [picked]  # the other candidate stays out
+
+
+def test_another_cache_manager_is_left_in_place(monkeypatch):
+    class Mine(kernels.StoreCacheManager):
+        pass
+
+    monkeypatch.setattr(knobs.cache, "manager_class", Mine)
+    assert not kernels.share(Store(":memory:"))
+    assert knobs.cache.manager_class is Mine
+
+
+def test_the_store_keeps_the_first_copy_of_a_file_and_clear_removes_them(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    store.put_kernel_files("K", {"a.cubin": b"one"})
+    store.put_kernel_files("K", {"a.cubin": b"two", "a.json": b"{}"})
+    assert store.kernel_files("K") == {"a.cubin": b"one", "a.json": b"{}"}
+    store.clear()
+    assert store.kernel_files("K") == {}
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    require_redis()
+    srv = RedisServer().start()
+    yield srv.url(prefix=f"k{os.getpid()}")
+    srv.stop()
+
+
+def test_a_redis_store_keeps_binary_files_and_a_down_server_is_a_miss(redis_url):
+    store = open_store(redis_url)
+    data = bytes(range(256)) * 3
+    store.put_kernel_files("K", {"k.cubin": data})
+    store.put_kernel_files("K", {"k.cubin": b"later"})
+    assert store.kernel_files("K") == {"k.cubin": data}
+    down = open_store("redis://127.0.0.1:1/0?timeout=0.05")
+    with pytest.warns(RuntimeWarning, match="did not answer"):
+        assert down.kernel_files("K") == {}
+    down.put_kernel_files("K", {"k.cubin": data})  # not kept, and no error
