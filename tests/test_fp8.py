@@ -175,8 +175,9 @@ class UnscaledTemplate(Template):
 def test_tolerance_comes_from_the_output_dtype_and_fast_accumulation():
     tw = quantised(False)
     tol = {fast: tolerance(KernelInputs.from_tensors("scaled_mm", *tw, fast_accum=fast)) for fast in (False, True)}
-    assert tol[False] == 2e-2 and tol[True] > tol[False]
-    assert tolerance(KernelInputs.from_tensors("scaled_mm", *tw, out_dtype=torch.float32)) == 1e-4
+    assert tol[False] == pytest.approx(2e-2 + 2.5e-4) and tol[True] > tol[False]
+    # float32's 1e-4, plus what Hopper's fp8 tensor cores lose without fast accumulation (cuBLASLt: 1.28e-4)
+    assert tolerance(KernelInputs.from_tensors("scaled_mm", *tw, out_dtype=torch.float32)) == pytest.approx(3.5e-4)
 
 
 @pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])

@@ -68,10 +68,13 @@ def test_a_kernel_published_on_one_machine_is_loaded_from_the_store_on_another(t
     assert kernels.publish(store, [_files(built)]) == 1
     assert kernels.publish(store, [_files(built)]) == 0  # once per process
 
-    loaded, hits = _compile(tmp_path / "machine-b", monkeypatch)  # a new machine: its Triton cache is empty
+    kernels.stop_sharing()
+    assert kernels.share(store)  # a new process, on a new machine: its Triton cache is empty
+    loaded, hits = _compile(tmp_path / "machine-b", monkeypatch)
     assert hits == [True]
     assert loaded.asm["cubin"] == built.asm["cubin"]
     assert all(Path(p).is_relative_to(tmp_path / "machine-b") for p in loaded.metadata_group.values())
+    assert kernels.publish(store, [_files(loaded)]) == 0  # served by the store: not read and written again
 
 
 def test_without_sharing_a_new_triton_cache_compiles_again(tmp_path, monkeypatch):

@@ -62,7 +62,10 @@ class StoreCacheManager(_Base):  # type: ignore[misc,valid-type]
                 _keep_native(self.key, filename, path)
             return path
         data = _fetch(self.key).get(filename)
-        return None if data is None else super().put(data, filename, binary=True)
+        if data is None:
+            return None
+        _served(self.key)
+        return super().put(data, filename, binary=True)
 
     def get_group(self, filename: str) -> dict[str, str] | None:
         group = super().get_group(filename)
@@ -74,6 +77,7 @@ class StoreCacheManager(_Base):  # type: ignore[misc,valid-type]
             return None
         paths = {name: super(StoreCacheManager, self).put(files[name], name, binary=True) for name in names}
         super().put_group(filename, paths)
+        _served(self.key)
         log.info("gemmtune: kernel %s loaded from the store (%d files)", filename, len(paths))
         return paths
 
@@ -143,6 +147,13 @@ def publish(store: Any, binaries: Iterable[Any]) -> int:
         _STATE["published"].add((id(store), binary.key))
         written += 1
     return written
+
+
+def _served(key: str) -> None:
+    """A kernel the store served: nothing to keep there again (`publish` skips it)."""
+    store = _STATE["store"]
+    if store is not None:
+        _STATE["published"].add((id(store), key))
 
 
 def _fetch(key: str) -> dict[str, bytes]:
