@@ -240,6 +240,10 @@ JOBS: dict[str, Job] = {
                              "with new Triton caches, the picks' kernels kept in the store (share_kernels)",
                              (PY, "bench/warmup_profile.py", "--model", "stack", "--cases", "1,1+warm,1+warm+cprofile",
                               "--out", "{out}/{job}.json"), 150, env=(("GEMMTUNE_SHARE_KERNELS", "1"),)),
+    "warm-store-shared-llama": Job("bench/warmup_profile.py: the transformers Llama's eager warm-up at M = 64, cold "
+                                   "then from its store with new Triton caches, kernels in the store (share_kernels)",
+                                   (PY, "bench/warmup_profile.py", "--model", "llama", "--cases", "64,64+warm",
+                                    "--out", "{out}/{job}.json"), 150, env=(("GEMMTUNE_SHARE_KERNELS", "1"),)),
     "tests-share": Job("tests/gpu/test_share_kernels_gpu.py: a pick's kernels from the store on a new Triton cache",
                        gpu_tests("test_share_kernels_gpu", show=True), 240),
     "kernels-stack512": Job("bench/models.py: the steady state alone on the stack at M = 512, with the "
