@@ -248,6 +248,8 @@ def test_no_grad_and_detached_calls_skip_autograd():
 
 
 def test_custom_ops_pass_opcheck():
+    import gemmtune.dispatch.library  # noqa: F401  registers them (a compile's first trace does too)
+
     a, b, bias = torch.randn(4, 3), torch.randn(3, 5), torch.randn(5)
     ag, bg = a.clone().requires_grad_(), b.clone().requires_grad_()
     torch.library.opcheck(torch.ops.gemmtune.mm.default, (ag, bg, "extern", None))

@@ -56,25 +56,25 @@ def test_import_prints_nothing_where_triton_is_missing(tmp_path):
             "import torch, gemmtune\n"
             "gemmtune.mm(torch.ones(2, 2), torch.ones(2, 2), backends=('extern',))\n"
             "import gemmtune.dispatch.compiled\n"  # registers the traced ops
-            "assert hasattr(torch.ops.gemmtune, 'traced_mm')\n")
+            "assert hasattr(torch.ops.gemmtune, 'traced_mm') and hasattr(torch.ops.gemmtune, 'mm')\n")
     run = _python(tmp_path, code)
     assert run.returncode == 0, run.stderr[-2000:]
     assert (run.stdout, run.stderr) == ("", "")
 
 
-def test_eager_use_loads_no_compiler_stack_and_a_first_trace_registers_the_traced_ops(tmp_path):
+def test_eager_use_loads_no_compiler_stack_and_a_first_trace_registers_the_ops(tmp_path):
     """gemmtune.mm, patch and warmup leave torch._dynamo unloaded (it costs about 1.5 s to import); a
-    torch.compile(fullgraph=True) trace in the same process then registers the traced ops itself."""
+    torch.compile(fullgraph=True) trace in the same process then registers the traced and custom ops."""
     code = ("import sys, torch, gemmtune\n"
             "a, b = torch.randn(8, 4), torch.randn(4, 3)\n"
             "gemmtune.mm(a, b, backends=('extern',))\n"
             "mlp = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2))\n"
             "gemmtune.warmup(mlp, torch.randn(3, 4), backends=('extern',), progress=False)\n"
             "assert 'torch._dynamo' not in sys.modules, 'eager use loaded torch._dynamo'\n"
-            "assert not hasattr(torch.ops.gemmtune, 'traced_mm')\n"
+            "assert not hasattr(torch.ops.gemmtune, 'traced_mm') and not hasattr(torch.ops.gemmtune, 'mm')\n"
             "f = torch.compile(lambda x, y: gemmtune.mm(x, y, backends=('extern',)), fullgraph=True)\n"
             "assert torch.allclose(f(a, b), a @ b)\n"
-            "assert hasattr(torch.ops.gemmtune, 'traced_mm')\n"
+            "assert hasattr(torch.ops.gemmtune, 'traced_mm') and hasattr(torch.ops.gemmtune, 'mm')\n"
             "print('ok')\n")
     run = _python(tmp_path, code)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -1,9 +1,9 @@
 """gemmtune: a GEMM autotuner for PyTorch.
 
 `import gemmtune` is cheap: the public names load on first use (PEP 562), so the `gemmtune` command
-imports only what its subcommand needs (`gemmtune --help` imports no torch).  Using any name of
-the API (`gemmtune.mm`, `gemmtune.patch`, ...) or importing `gemmtune.dispatch` registers the
-`torch.ops.gemmtune.*` operators.
+imports only what its subcommand needs (`gemmtune --help` imports no torch).  The
+`torch.ops.gemmtune.*` operators are registered when a `torch.compile` trace first meets a gemmtune
+GEMM, or on `import gemmtune.dispatch.library`; eager use never needs them.
 
 Example:
     >>> import torch, gemmtune

@@ -1,12 +1,13 @@
 """Calls into tuned kernels: eager ops, torch.library ops and module patching.
 
-`torch.ops.gemmtune.mm` / `addmm` / `bmm` (`dispatch.library`) are registered on import.  The traced
-ops of `dispatch.compiled` (`torch.ops.gemmtune.traced_*`) are registered when a `torch.compile`
-trace first meets a gemmtune GEMM, or on `import gemmtune.dispatch.compiled`: registering them loads
-torch's compiler stack (`torch._dynamo`, about 1.5 s), which eager use never needs.
+The custom ops, `torch.ops.gemmtune.mm` / `addmm` / `bmm` (`dispatch.library`) and the traced ops
+of `dispatch.compiled` (`torch.ops.gemmtune.traced_*`), are registered when a `torch.compile` trace
+first meets a gemmtune GEMM, or on `import gemmtune.dispatch.library` (`.compiled`).  Eager use never
+needs them: registering the traced ops loads torch's compiler stack (`torch._dynamo`, about 1.5 s),
+and the three custom ops took 0.6 s of a warm-up on the H200.
 """
 
-from . import eager, library  # noqa: F401  library registers torch.ops.gemmtune.mm / addmm / bmm
+from . import eager
 from .eager import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
 from .fp8 import scaled_mm
 from .patching import patch, unpatch
@@ -17,7 +18,7 @@ __all__ = ["addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patc
 
 
 def _register_traced_ops() -> None:
-    """Register `torch.ops.gemmtune.traced_*` (importing `dispatch.compiled` does)."""
+    """Register `torch.ops.gemmtune.traced_*` and the custom ops (importing `dispatch.compiled` does)."""
     from . import compiled  # noqa: F401
 
 

@@ -36,6 +36,7 @@ from torch.library import triton_op
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import engine
+from . import library  # noqa: F401  registers torch.ops.gemmtune.mm / addmm / bmm, which a symbolic trace emits
 from ..core.settings import Settings, check_backends
 from ..core.validate import validate_operands
 from ..core.inputs import KernelInputs
