@@ -91,7 +91,10 @@ def _top(prof, lines: int = 45) -> str:  # type: ignore[no-untyped-def]
     import pstats
 
     buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(lines)
+    stats = pstats.Stats(prof, stream=buf).sort_stats("cumulative")
+    stats.print_stats(lines)
+    stats.sort_stats("tottime").print_stats(25)  # and where the time is spent itself
+    stats.sort_stats("cumulative").print_stats("triton", 30)  # and Triton's part (first compile, loading)
     return buf.getvalue()
 
 
