@@ -95,6 +95,7 @@ def _top(prof, lines: int = 45) -> str:  # type: ignore[no-untyped-def]
     stats.print_stats(lines)
     stats.sort_stats("tottime").print_stats(25)  # and where the time is spent itself
     stats.sort_stats("cumulative").print_stats("triton", 30)  # and Triton's part (first compile, loading)
+    stats.print_callers("_hashlib|builtins.compile")  # who hashes and who compiles Python source
     return buf.getvalue()
 
 
