@@ -199,17 +199,3 @@ def test_a_redis_store_keeps_binary_files_and_a_down_server_is_a_miss(redis_url)
     with pytest.warns(RuntimeWarning, match="did not answer"):
         assert down.kernel_files("K") == {}
     down.put_kernel_files("K", {"k.cubin": data})  # not kept, and no error
-
-
-def test_prewarm_computes_tritons_cache_key_in_the_background_once(monkeypatch):
-    from triton.runtime.cache import triton_key
-    from gemmtune.templates.triton import base, prewarm
-
-    monkeypatch.setattr(base, "interpreting", lambda: False)
-    monkeypatch.setattr(prewarm, "_STARTED", [])
-    triton_key.cache_clear()
-    thread = prewarm.prewarm()
-    assert thread is not None and thread.daemon
-    thread.join(120)
-    assert triton_key.cache_info().currsize == 1  # computed, and kept by Triton for its first compile
-    assert prewarm.prewarm() is None  # once per process

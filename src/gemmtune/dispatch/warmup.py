@@ -190,18 +190,13 @@ def _record_and_tune(forward: Any, model: nn.Module, show: bool,
 
 def _prestart_worker(model: nn.Module) -> Any:
     """Start the isolation worker of the model's GPU in the background, where tuning there would
-    use one, and Triton's set-up (`templates.triton.prewarm`); returns the `cancel` of
-    `isolation.prestart` (a no-op where nothing was started)."""
+    use one; returns the `cancel` of `isolation.prestart` (a no-op where nothing was started)."""
     from ..measure import isolation
     from ..core.inputs import device_str
     from ..core.settings import Settings, isolation_for
 
     tensor = next((t for t in (*model.parameters(), *model.buffers()) if t.is_cuda), None)
     settings = Settings.from_env()
-    if tensor is not None:
-        from ..templates.triton.prewarm import prewarm
-
-        prewarm()  # Triton's once-per-process set-up, beside the recording forward too
     if tensor is None or isolation_for(settings.isolation, "cuda") != "subprocess":
         return lambda: None
     return isolation.prestart(device_str(tensor.device), settings.run_timeout_s)
