@@ -98,6 +98,20 @@ def test_a_kernel_missing_a_file_in_the_store_is_compiled(tmp_path, monkeypatch)
     assert hits == [False]
 
 
+def test_a_stored_group_naming_a_path_outside_the_cache_is_refused_and_compiled(tmp_path, monkeypatch):
+    store = Store(tmp_path / "store.sqlite")
+    built, _ = _compile(tmp_path / "machine-a", monkeypatch)
+    files = _files(built)
+    group = next(n for n in files.files if n.endswith(".json"))
+    data = {n: Path(p).read_bytes() for n, p in files.files.items()}
+    evil = {**data, "../../evil.txt": b"x", kernels.GROUP + group: b'["../../evil.txt", "%s"]' % group.encode()}
+    store.put_kernel_files(files.key, evil)
+    kernels.share(store)
+    _, hits = _compile(tmp_path / "machine-b", monkeypatch)
+    assert hits == [False]  # compiled: the poisoned entry was not served
+    assert not list(tmp_path.rglob("evil.txt"))
+
+
 def _native_src(name: str) -> str:
     return (f'#include <Python.h>\nstatic PyObject* answer(PyObject* s, PyObject* a) {{ return PyLong_FromLong(42); }}\n'
             f'static PyMethodDef m[] = {{{{"answer", answer, METH_NOARGS, ""}}, {{NULL, NULL, 0, NULL}}}};\n'

@@ -72,9 +72,12 @@ class StoreCacheManager(_Base):  # type: ignore[misc,valid-type]
         if group is not None:
             return group
         files = _fetch(self.key)
-        names = json.loads(files.get(GROUP + filename, b"[]"))
-        if not names or any(n not in files for n in names):
+        try:
+            names = json.loads(files.get(GROUP + filename, b"[]"))
+        except ValueError:
             return None
+        if not names or not all(isinstance(n, str) and _plain(n) and n in files for n in names):
+            return None  # nothing kept, a file missing, or a name that is not a file of this directory
         paths = {name: super(StoreCacheManager, self).put(files[name], name, binary=True) for name in names}
         super().put_group(filename, paths)
         _served(self.key)
@@ -86,6 +89,11 @@ class StoreCacheManager(_Base):  # type: ignore[misc,valid-type]
         if filename.endswith(_NATIVE):
             _keep_native(self.key, filename, path)
         return path
+
+
+def _plain(name: str) -> bool:
+    """A bare file name: a store's entry never writes outside the kernel's cache directory."""
+    return bool(name) and name not in (".", "..") and Path(name).name == name and "\\" not in name
 
 
 def share(store: Any) -> bool:
@@ -103,8 +111,10 @@ def share(store: Any) -> bool:
 
     current = knobs.cache.manager_class
     if current is not None and current is not StoreCacheManager:
-        log.warning("gemmtune: share_kernels: Triton already uses cache manager %s; kernels are not shared",
-                    getattr(current, "__name__", current))
+        if current not in _STATE.setdefault("refused", set()):  # said once per process and manager
+            _STATE["refused"].add(current)
+            log.warning("gemmtune: share_kernels: Triton already uses cache manager %s; kernels are not shared",
+                        getattr(current, "__name__", current))
         return False
     knobs.cache.manager_class = StoreCacheManager
     with _LOCK:
