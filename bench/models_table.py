@@ -30,7 +30,7 @@ CASES = ("stack:1", "stack:64", "stack:512", "llama:64")
 BEGIN, END = "<!-- models-table -->", "<!-- /models-table -->"
 HEAD = ("| case | run | first call s: default / max-autotune | gemmtune cold (x max-autotune) "
         "| warm store (x default) | second start (x max-autotune's) | steady, x max-autotune: default / gemmtune "
-        "| training step: gemmtune | eager warm-up + first forward s: cold / warm store |\n|---|---|---|---|---|---|---|---|---|")
+        "| training step: gemmtune | eager warm-up + first forward s: cold / warm store / warm store with kernels |\n|---|---|---|---|---|---|---|---|---|")
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -55,7 +55,8 @@ def row(case: dict, name: str) -> str | None:
         _num(_ratio(first.get("gemmtune_again"), first.get("max_autotune_again")), ".2f"),
         f"{_num(steady.get('default'), '.3f')} / {_num(steady.get('gemmtune'), '.3f')}",
         _num(steady.get("gemmtune+train"), ".3f"),
-        f"{_num(first.get('eager_warmup'), '.1f')} / {_num(first.get('eager_warmup_store'), '.1f')}",
+        f"{_num(first.get('eager_warmup'), '.1f')} / {_num(first.get('eager_warmup_store'), '.1f')} / "
+        f"{_num(first.get('eager_warmup_shared_store'), '.1f')}",
     ]
     return f"| {case['case']} | `{name}` | " + " | ".join(cells) + " |"
 

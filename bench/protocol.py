@@ -18,7 +18,8 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
      `install(gemv=False)`, it stays a GEMM;
    - `gemmtune_warmup`: `gemmtune.warmup(model, x, for_compile=True)` then `torch.compile(model)`;
    - `eager_warmup`: `gemmtune.warmup(model, x)` then an eager forward; `eager_warmup_store`: again
-     with its store (a warm-store warm-up);
+     with its store (a warm-store warm-up); `eager_warmup_shared` and `eager_warmup_shared_store`: the
+     same two with `GEMMTUNE_SHARE_KERNELS=1` (the picks' compiled kernels kept in the store too);
    - breakdown (with `--breakdown`): `default_cd` (default + coordinate-descent tuning) and
      `autotune_gemm` (default + Inductor's GEMM autotuning, `max_autotune_gemm`).
    Each records the seconds from `torch.compile` (or the warm-up) to the end of the first forward, the
@@ -55,10 +56,13 @@ FIRST = {
     "gemmtune_warmup": ("gw", "new"), "eager_warmup": ("ew", "new"), "eager_warmup_store": ("ew", "store"),
     "default_cd": ("cd", "new"), "autotune_gemm": ("ag", "new"), "gemmtune_gemv": ("gv", "new"),
     "gemmtune_mm": ("gm", "new"), "gemmtune_noprologue": ("gn", "new"),
+    "eager_warmup_shared": ("es", "new"), "eager_warmup_shared_store": ("es", "store"),
 }
+SHARED = ("es",)  # groups whose store keeps the picks' compiled kernels (share_kernels)
 BREAKDOWN = ("default_cd", "autotune_gemm")
 FIRST_DEFAULT = ("default", "max_autotune", "max_autotune_again", "gemmtune", "gemmtune_store", "gemmtune_again",
-                 "gemmtune_warmup", "eager_warmup", "eager_warmup_store")
+                 "gemmtune_warmup", "eager_warmup", "eager_warmup_store", "eager_warmup_shared",
+                 "eager_warmup_shared_store")
 STEADY = ("eager", "eager_warmup", "default", "max_autotune", "gemmtune", "gemmtune_warmup")
 STEADY_BREAKDOWN = ("default_cd", "autotune_gemm", "max_autotune_fed", "gemmtune_traced")
 TRAIN = ("default", "max_autotune", "gemmtune")
@@ -74,6 +78,7 @@ def cache_env(root: Path, group: str, phase: str) -> dict[str, str]:
         d.mkdir(parents=True, exist_ok=True)
         env[var] = str(d)
     env["GEMMTUNE_STORE"] = str(base / "store.db")
+    env["GEMMTUNE_SHARE_KERNELS"] = "1" if group in SHARED else "0"
     return env
 
 

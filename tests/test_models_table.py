@@ -26,13 +26,14 @@ def test_each_row_is_one_run_and_its_ratios_come_from_it(tmp_path):
                       "first": [{"variant": "default", "first_s": 6.0}, {"variant": "max_autotune", "first_s": 30.0},
                                 {"variant": "gemmtune", "first_s": 9.0}, {"variant": "gemmtune_store", "first_s": 7.2},
                                 {"variant": "max_autotune_again", "first_s": 5.0},
-                                {"variant": "gemmtune_again", "first_s": 2.0}],
+                                {"variant": "gemmtune_again", "first_s": 2.0},
+                                {"variant": "eager_warmup_shared_store", "first_s": 1.3}],
                       "steady": [{"variant": "default", "ratio_vs_max_autotune": 1.2},
                                  {"variant": "gemmtune", "ratio_vs_max_autotune": 0.99}]},
                      {"case": "stack:64", "first": [], "steady": []}]}
     (tmp_path / "r.json").write_text(__import__("json").dumps(run))
     lines = models_table.table(("r.json",), tmp_path).splitlines()
-    assert lines[2:] == ["| stack:1 | `r.json` | 6.0 / 30.0 | 9.0 (0.30) | 7.2 (1.20) | 0.40 | 1.200 / 0.990 | - | - / - |"]
+    assert lines[2:] == ["| stack:1 | `r.json` | 6.0 / 30.0 | 9.0 (0.30) | 7.2 (1.20) | 0.40 | 1.200 / 0.990 | - | - / - / 1.3 |"]
 
 
 def test_every_run_the_table_cites_is_in_the_results():
