@@ -121,7 +121,7 @@ def _rounds(ms: str, variants: str, models: str = "stack") -> tuple[str, ...]:
 
 
 PROTOCOL_FIRST = ("default,max_autotune,max_autotune_again,gemmtune,gemmtune_store,gemmtune_again,eager_warmup,"
-                  "eager_warmup_store")
+                  "eager_warmup_store,eager_warmup_shared,eager_warmup_shared_store")
 PROTOCOL_ROOT = "/tmp/gemmtune-protocol"  # the caches a case's first calls leave for its steady state
 
 
