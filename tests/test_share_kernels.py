@@ -3,8 +3,11 @@ native-module build, on this CPU, against a second Triton cache that stands for 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import sysconfig
 import uuid
 from pathlib import Path
@@ -23,19 +26,42 @@ from redis_server import RedisServer, require_redis
 
 triton = pytest.importorskip("triton")
 from triton import knobs  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
 
-HOPPER = GPUTarget("cuda", 90, 32)  # Triton compiles for it on a CPU machine (its ptxas ships in the wheel)
+# One "machine": a fresh process (Triton's interpreter, which other tests run, patches triton.language
+# for the whole process) compiling a kernel for sm_90 into the Triton cache CACHE, which Triton does on
+# a CPU machine (its ptxas ships in the wheel).  It prints the compile's cache hits, the cubin's digest,
+# whether every file of the kernel is under CACHE, and how many binaries `publish` wrote.
+MACHINE = """
+import hashlib, json, os, sys
+from pathlib import Path
+import triton, triton.language as tl
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.runtime.jit import JITFunction
+from gemmtune.store import kernels
+from gemmtune.store.sqlite import Store
+from gemmtune.templates.binaries import BinaryFiles
 
-
-def _double_src(x_ptr, n, BLOCK: tl.constexpr):
+def double(x_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
 
-
-_double = JITFunction(_double_src)  # compiled, not interpreted, whatever TRITON_INTERPRET says
+cache, store_path, share, publish = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1"
+os.environ["TRITON_CACHE_DIR"] = cache
+store = Store(store_path)
+if share:
+    assert kernels.share(store)
+hits = []
+knobs.compilation.listener = lambda **info: hits.append(info["cache_hit"])
+src = triton.compiler.ASTSource(fn=JITFunction(double), signature={"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                                constexprs={"BLOCK": 64})
+kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+group = kernel.metadata_group
+files = BinaryFiles(Path(next(iter(group.values()))).parent.name, dict(group))
+print(json.dumps(dict(hits=hits, cubin=hashlib.sha256(kernel.asm["cubin"]).hexdigest(), key=files.key,
+                      local=all(Path(p).resolve().is_relative_to(Path(cache).resolve()) for p in group.values()),
+                      published=kernels.publish(store, [files]) if publish else None)))
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -45,70 +71,49 @@ def _not_shared():
     kernels.stop_sharing()
 
 
-def _compile(cache_dir: Path, monkeypatch) -> tuple[object, list[bool]]:
-    """Compile `_double` for sm_90 into the Triton cache at `cache_dir`; (kernel, cache hits seen)."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache_dir))
-    hits: list[bool] = []
-    monkeypatch.setattr(knobs.compilation, "listener", lambda **info: hits.append(info["cache_hit"]))
-    src = triton.compiler.ASTSource(fn=_double, signature={"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
-                                    constexprs={"BLOCK": 64})
-    return triton.compile(src, target=HOPPER), hits
+def _machine(tmp_path: Path, name: str, share: bool, publish: bool = False) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = tmp_path / "machine.py"  # a file: Triton reads a kernel's source from it
+    script.write_text(MACHINE)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / name), str(tmp_path / "store.sqlite"),
+                           "1" if share else "0", "1" if publish else "0"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _files(kernel) -> BinaryFiles:
-    group = kernel.metadata_group
-    return BinaryFiles(Path(next(iter(group.values()))).parent.name, dict(group))
+def test_a_kernel_published_on_one_machine_is_loaded_from_the_store_on_another(tmp_path):
+    built = _machine(tmp_path, "machine-a", share=True, publish=True)
+    assert built["hits"] == [False] and built["published"] == 1  # compiled, then kept in the store
+    loaded = _machine(tmp_path, "machine-b", share=True, publish=True)  # a new machine: its Triton cache is empty
+    assert loaded["hits"] == [True]
+    assert loaded["cubin"] == built["cubin"] and loaded["local"]  # the same binary, in machine-b's own cache
+    assert loaded["published"] == 0  # served by the store: not read and written again
 
 
-def test_a_kernel_published_on_one_machine_is_loaded_from_the_store_on_another(tmp_path, monkeypatch):
+def test_without_sharing_a_new_triton_cache_compiles_again(tmp_path):
+    _machine(tmp_path, "machine-a", share=True, publish=True)
+    assert _machine(tmp_path, "machine-b", share=False)["hits"] == [False]
+
+
+def test_a_kernel_missing_a_file_in_the_store_is_compiled(tmp_path):
+    _machine(tmp_path, "machine-a", share=True, publish=True)
     store = Store(tmp_path / "store.sqlite")
-    assert kernels.share(store)
-    built, hits = _compile(tmp_path / "machine-a", monkeypatch)
-    assert hits == [False]  # compiled
-    assert kernels.publish(store, [_files(built)]) == 1
-    assert kernels.publish(store, [_files(built)]) == 0  # once per process
-
-    kernels.stop_sharing()
-    assert kernels.share(store)  # a new process, on a new machine: its Triton cache is empty
-    loaded, hits = _compile(tmp_path / "machine-b", monkeypatch)
-    assert hits == [True]
-    assert loaded.asm["cubin"] == built.asm["cubin"]
-    assert all(Path(p).is_relative_to(tmp_path / "machine-b") for p in loaded.metadata_group.values())
-    assert kernels.publish(store, [_files(loaded)]) == 0  # served by the store: not read and written again
-
-
-def test_without_sharing_a_new_triton_cache_compiles_again(tmp_path, monkeypatch):
-    store = Store(tmp_path / "store.sqlite")
-    assert kernels.share(store)
-    built, _ = _compile(tmp_path / "machine-a", monkeypatch)
-    kernels.publish(store, [_files(built)])
-    kernels.stop_sharing()
-    _, hits = _compile(tmp_path / "machine-b", monkeypatch)
-    assert hits == [False]
-
-
-def test_a_kernel_missing_a_file_in_the_store_is_compiled(tmp_path, monkeypatch):
-    store = Store(tmp_path / "store.sqlite")
-    built, _ = _compile(tmp_path / "machine-a", monkeypatch)
-    kernels.publish(store, [_files(built)])
     with store._tx() as db:  # the group names a file the store no longer holds: a miss, not a broken kernel
         db.execute("DELETE FROM kernel_files WHERE name LIKE '%.cubin'")
-    kernels.share(store)
-    _, hits = _compile(tmp_path / "machine-b", monkeypatch)
-    assert hits == [False]
+    assert _machine(tmp_path, "machine-b", share=True)["hits"] == [False]
 
 
-def test_a_stored_group_naming_a_path_outside_the_cache_is_refused_and_compiled(tmp_path, monkeypatch):
+def test_a_stored_group_naming_a_path_outside_the_cache_is_refused_and_compiled(tmp_path):
+    built = _machine(tmp_path, "machine-a", share=True, publish=True)
     store = Store(tmp_path / "store.sqlite")
-    built, _ = _compile(tmp_path / "machine-a", monkeypatch)
-    files = _files(built)
-    group = next(n for n in files.files if n.endswith(".json"))
-    data = {n: Path(p).read_bytes() for n, p in files.files.items()}
-    evil = {**data, "../../evil.txt": b"x", kernels.GROUP + group: b'["../../evil.txt", "%s"]' % group.encode()}
-    store.put_kernel_files(files.key, evil)
-    kernels.share(store)
-    _, hits = _compile(tmp_path / "machine-b", monkeypatch)
-    assert hits == [False]  # compiled: the poisoned entry was not served
+    files = store.kernel_files(built["key"])
+    grp = next(n for n in files if n.startswith(kernels.GROUP))
+    names = json.loads(files[grp])
+    store.clear()
+    store.put_kernel_files(built["key"], {**files, "../../evil.txt": b"x",
+                                          grp: json.dumps([*names, "../../evil.txt"]).encode()})
+    assert _machine(tmp_path, "machine-b", share=True)["hits"] == [False]  # the poisoned entry was not served
     assert not list(tmp_path.rglob("evil.txt"))
 
 
