@@ -3,7 +3,8 @@
 The semantics are the SQLite store's (`store.sqlite`), on one server:
 
 - keys are `PREFIX:rows|pick|prov:ENV:PROBLEM` (`?prefix=NAME` in the URL, default `gemmtune`, keeps
-  fleets apart), plus `PREFIX:env:ENV` and the index `PREFIX:index`;
+  fleets apart), plus `PREFIX:env:ENV`, the index `PREFIX:index` and, with `share_kernels`, one hash
+  `PREFIX:kernel:KEY` per compiled kernel (`store.kernels`);
 - one hash field per choice; a row already there with the same `src_hash` wins, a stale one is
   replaced; the first writer of a pick wins.  A save is one Lua script, so it is atomic: racing
   processes agree on one pick, and a process killed mid-save leaves all of it or none;
