@@ -178,6 +178,8 @@ class Settings:
                                       range_note="a file path, memory, off, default (any case) or a redis URL"))
     share_kernels: bool = _f(False, _bool("keep the picks' compiled Triton kernels in the store too, so that a "
                                           "machine sharing it loads them instead of compiling (docs/SCALE.md)"))
+    triton_key_cache: bool = _f(True, _bool("keep Triton's hash of its own installation across processes, under a "
+                                            "signature of its files' metadata (templates/triton/key_cache.py)"))
     distributed: str = _f("auto", _choice(
         "torch.distributed job: auto: each new problem tuned once in the job and shared with every rank; "
         "off: every rank tunes alone", ("auto", "off")))

@@ -26,6 +26,7 @@ from ...core.inputs import KernelInputs
 from ...core.choices import Choice
 from ..binaries import BinaryFiles, report
 from ..base import Launcher, Template, pow2_at_least, source_hash, split_operands, unique_configs
+from . import key_cache
 from .launch import FastLaunch
 
 SPACE_SIZES = ("default", "max")
@@ -187,6 +188,7 @@ class KernelLaunch:
 
     def warmed(self, args: Sequence[Any]) -> "KernelLaunch":
         """This launch with its binary compiled for `args` and loaded, and its direct path built."""
+        key_cache.ensure()  # Triton's hash of itself, kept across processes
         compiled = self.kernel.warmup(*args, grid=self.grid, **self.meta)
         # Loading the binary is where shared-memory / register overflows surface.
         init = getattr(compiled, "_init_handles", None)

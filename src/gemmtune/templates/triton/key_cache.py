@@ -1,0 +1,177 @@
+"""Triton's key for its own installation, kept across processes (`Settings.triton_key_cache`).
+
+Triton keys every kernel it compiles or loads by a hash of its own installation,
+`triton.runtime.cache.triton_key()`: the sha256 of its compiler's Python files and of its native
+library, `libtriton.so` (about 480 MB).  It is computed once per process, when the process first
+compiles or loads a Triton kernel, and that takes 0.43-0.56 s on a CI-class CPU
+(`python bench/triton_key_cost.py`).  A warm-store warm-up pays it even when every kernel comes from
+the store, and so does each compile worker of a cold tune.
+
+`install()` keeps the key in gemmtune's cache directory (`triton_key.json`) under a signature of
+what the key hashes, which takes a few milliseconds to read: Triton's version, Python's extension
+suffix, and the relative path, size, inode and modification and change times (in ns) of every file
+under Triton's `compiler/`, `backends/`, `language/` and `_C/` directories and of `runtime/cache.py`
+(a superset of the files Triton hashes).  A file changed, added or removed changes the signature, and
+Triton computes the key again.  Triton is given the kept key by replacing the module attribute its
+`get_cache_key` calls, as Triton's own compile-preload worker does (`triton.runtime.cache.triton_key`);
+`triton.runtime.autotuner` imported the function by name, and is given the same where it still holds
+Triton's own.  A Triton without that function (another layout) is left as it is.
+
+Example:
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> path = os.path.join(d, "triton_key.json")
+    >>> remembered("sig", lambda: "KEY", path), remembered("sig", lambda: "OTHER", path)
+    ('KEY', 'KEY')
+    >>> remembered("new", lambda: "OTHER", path)
+    'OTHER'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import os
+import sys
+import sysconfig
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["ensure", "install", "signature", "remembered", "installed"]
+
+log = logging.getLogger("gemmtune")
+FILE = "triton_key.json"
+KEEP = 8  # signatures kept (one per Triton installation that shares the cache directory)
+DIRS = ("compiler", "backends", "language", "_C")
+_LOCK = threading.Lock()
+_INSTALLED: list[Callable[[], str]] = []
+_ASKED: list[bool] = []  # `ensure` has read the setting in this process
+
+
+def signature(root: str | Path, version: str) -> str:
+    """A digest of what Triton's key hashes, read from the files' metadata only (see the module docstring).
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> signature(d, "3.6.0") == signature(d, "3.6.0") != signature(d, "3.6.1")
+        True
+    """
+    root = Path(root)
+    h = hashlib.sha256(f"{version}|{sysconfig.get_config_var('EXT_SUFFIX')}|{sys.version}".encode())
+    paths = [root / "runtime" / "cache.py"]
+    for sub in DIRS:
+        for dirpath, dirnames, filenames in os.walk(root / sub):
+            dirnames.sort()
+            paths += [Path(dirpath, f) for f in sorted(filenames) if not f.endswith((".pyc", ".pyo"))]
+    for p in paths:
+        try:
+            st = p.stat()
+        except OSError:
+            h.update(f"{p.relative_to(root)}|missing\n".encode())
+            continue
+        h.update(f"{p.relative_to(root)}|{st.st_size}|{st.st_ino}|{st.st_mtime_ns}|{st.st_ctime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def remembered(sig: str, compute: Callable[[], str], path: str | Path) -> str:
+    """The key kept at `path` under `sig`, else `compute()`, kept there for the next process.  A file
+    that cannot be read or written is a miss, never an error."""
+    kept = _read(Path(path))
+    if isinstance(kept.get(sig), str):
+        return kept[sig]
+    key = compute()
+    kept.pop(sig, None)
+    kept[sig] = key
+    _write(Path(path), dict(list(kept.items())[-KEEP:]))
+    return key
+
+
+def ensure() -> None:
+    """`install()` where `Settings.triton_key_cache` is on (the default), asked once per process;
+    called before gemmtune compiles or loads a Triton kernel.
+
+    Example:
+        >>> from gemmtune.templates.triton import key_cache
+        >>> key_cache.ensure()  # doctest: +SKIP
+    """
+    if _ASKED:
+        return
+    from ...core.settings import Settings
+
+    _ASKED.append(True)
+    if Settings.from_env().triton_key_cache:
+        install()
+
+
+def install(cache_dir: str | Path | None = None) -> bool:
+    """Give this process's Triton the kept key (once per process; later calls return at once).
+    Returns whether Triton's key function is gemmtune's now.  `cache_dir`: where `triton_key.json`
+    lives (default: gemmtune's cache directory).
+
+    Example:
+        >>> from gemmtune.templates.triton import key_cache
+        >>> key_cache.install()  # doctest: +SKIP
+        True
+    """
+    with _LOCK:
+        if _INSTALLED:
+            return True
+        try:
+            import triton
+            import triton.runtime.cache as cache
+        except Exception:  # noqa: BLE001 - no (importable) Triton: nothing to give a key to
+            return False
+        original = getattr(cache, "triton_key", None)
+        if not callable(original):
+            log.info("gemmtune: this Triton has no runtime.cache.triton_key; its key is computed per process")
+            return False
+        if cache_dir is None:
+            from ...core.environment import cache_dir as default_dir
+
+            cache_dir = default_dir()
+        root, path = Path(triton.__file__).parent, Path(cache_dir) / FILE
+        kept = functools.lru_cache(maxsize=None)(
+            lambda: remembered(signature(root, triton.__version__), original, path))
+        _replace(original, kept)
+        _INSTALLED.append(kept)
+        return True
+
+
+def installed() -> bool:
+    """Whether `install` has given this process's Triton the kept key."""
+    return bool(_INSTALLED)
+
+
+def _replace(original: Callable[[], str], kept: Callable[[], str]) -> None:
+    """Every Triton module that holds Triton's own key function gets `kept` in its place."""
+    for name, module in list(sys.modules.items()):
+        if (name == "triton" or name.startswith("triton.")) and getattr(module, "triton_key", None) is original:
+            setattr(module, "triton_key", kept)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write(path: Path, data: dict[str, str]) -> None:
+    """Replace `path` atomically (a racing process reads the old file or the new one, never half)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".triton_key.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.debug("gemmtune: Triton's key not kept (%s)", exc)
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(tmp)

@@ -1,0 +1,125 @@
+"""Triton's key for its own installation, kept across processes (templates/triton/key_cache.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from gemmtune.templates.triton import key_cache
+
+
+def _tree(tmp_path):
+    root = tmp_path / "triton"
+    for rel in ("runtime/cache.py", "compiler/compiler.py", "backends/nvidia/driver.py", "language/core.py",
+                "_C/libtriton.so"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(rel)
+    return root
+
+
+def test_the_signature_changes_with_any_file_the_key_hashes_and_with_the_version(tmp_path):
+    root = _tree(tmp_path)
+    first = key_cache.signature(root, "3.6.0")
+    assert key_cache.signature(root, "3.6.0") == first
+    assert key_cache.signature(root, "3.6.1") != first
+    seen = {first}
+    for change in (lambda: (root / "_C/libtriton.so").write_text("rebuilt library"),
+                   lambda: (root / "language/extra.py").write_text("x = 1"),
+                   lambda: (root / "compiler/compiler.py").unlink(),
+                   lambda: os.utime(root / "runtime/cache.py", ns=(1, 1))):
+        change()
+        seen.add(key_cache.signature(root, "3.6.0"))
+    assert len(seen) == 5
+    # Python's bytecode next to the sources is not part of it.
+    (root / "language" / "core.pyc").write_text("bytecode")
+    assert key_cache.signature(root, "3.6.0") in seen
+
+
+def test_a_key_is_kept_under_its_signature_and_a_bad_file_is_a_miss(tmp_path):
+    path = tmp_path / "d" / "triton_key.json"
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return f"KEY{len(calls)}"
+
+    assert key_cache.remembered("a", compute, path) == "KEY1"
+    assert key_cache.remembered("a", compute, path) == "KEY1" and len(calls) == 1
+    assert key_cache.remembered("b", compute, path) == "KEY2"
+    assert json.loads(path.read_text()) == {"a": "KEY1", "b": "KEY2"}
+    for n in range(key_cache.KEEP + 2):
+        key_cache.remembered(f"s{n}", lambda: "K", path)
+    assert len(json.loads(path.read_text())) == key_cache.KEEP
+    path.write_text("{not json")
+    assert key_cache.remembered("a", compute, path) == "KEY3"
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the directory should be: nothing can be kept, the key is given
+    assert key_cache.remembered("a", lambda: "K", blocked / "triton_key.json") == "K"
+    assert not list(tmp_path.glob("d/.triton_key.*"))
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """key_cache as in a new process; Triton's own function put back afterwards."""
+    monkeypatch.setattr(key_cache, "_INSTALLED", [])
+    monkeypatch.setattr(key_cache, "_ASKED", [])
+    cache = pytest.importorskip("triton.runtime.cache")
+    autotuner = pytest.importorskip("triton.runtime.autotuner")
+    monkeypatch.setattr(cache, "triton_key", cache.triton_key)
+    monkeypatch.setattr(autotuner, "triton_key", autotuner.triton_key)
+    return cache, autotuner
+
+
+def test_triton_is_given_its_own_key_then_the_kept_one_without_hashing(fresh, tmp_path):
+    cache, autotuner = fresh
+    own = cache.triton_key
+    assert key_cache.install(tmp_path) and key_cache.installed()
+    assert cache.triton_key is not own and autotuner.triton_key is cache.triton_key
+    assert cache.triton_key() == own()
+    kept = json.loads((tmp_path / key_cache.FILE).read_text())
+    assert list(kept.values()) == [own()]
+    # The next process reads the file: a planted key under the same signature is what Triton gets.
+    (tmp_path / key_cache.FILE).write_text(json.dumps({sig: "PLANTED" for sig in kept}))
+    key_cache._INSTALLED.clear()
+    cache.triton_key = autotuner.triton_key = own
+    assert key_cache.install(tmp_path)
+    assert cache.triton_key() == "PLANTED" and autotuner.triton_key() == "PLANTED"
+    assert key_cache.install(tmp_path)  # once per process
+
+
+def test_a_triton_without_the_function_is_left_as_it_is(fresh, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "triton.runtime.cache", types.ModuleType("triton.runtime.cache"))
+    monkeypatch.setattr(sys.modules["triton.runtime"], "cache", sys.modules["triton.runtime.cache"])
+    assert key_cache.install(tmp_path) is False and not key_cache.installed()
+    assert not (tmp_path / key_cache.FILE).exists()
+
+
+def test_the_setting_turns_it_off_and_a_compile_turns_it_on(fresh, monkeypatch, tmp_path):
+    monkeypatch.setenv("GEMMTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("GEMMTUNE_TRITON_KEY_CACHE", "0")
+    key_cache.ensure()
+    assert not key_cache.installed()
+    key_cache._ASKED.clear()
+    monkeypatch.delenv("GEMMTUNE_TRITON_KEY_CACHE")
+    key_cache.ensure()
+    assert key_cache.installed()
+
+
+def test_a_fresh_process_reads_the_kept_key(tmp_path):
+    pytest.importorskip("triton.runtime.cache")
+    code = ("import triton.runtime.cache as c; from gemmtune.templates.triton import key_cache as k; "
+            "k.install(); print(c.triton_key() == PLANT)")
+    env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", code.replace("PLANT", "None")], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    kept = json.loads((tmp_path / key_cache.FILE).read_text())
+    (tmp_path / key_cache.FILE).write_text(json.dumps({sig: "PLANTED" for sig in kept}))
+    second = subprocess.run([sys.executable, "-c", code.replace("PLANT", "'PLANTED'")], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0 and second.stdout.strip() == "True", second.stderr
