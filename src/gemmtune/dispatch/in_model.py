@@ -18,7 +18,8 @@ are tested together first, then one by one (each with the earlier decisions in p
 that survives is tested together again: one pick's effect can be smaller than the drift between
 timed blocks, and the model runs the picks together.
 The switch touches only this process's dispatch (the eager dict and patched layers); the store
-keeps the tuned pick, so a CUDA graph or a compiled program is not affected.
+keeps the tuned pick, so a CUDA graph or a compiled program is not affected.  `warmup` keeps the verdicts in the store
+for this model, these picks and this machine, and a later warm-up applies them (`dispatch.verdicts`).
 
 Example:
     >>> InModel("mm(64x4096, 4096x4096)", "triton_mm", 0.97, False, 0.95).runs
@@ -60,6 +61,7 @@ class InModel:
     kept: bool
     q1: float = 0.0
     together: bool = False  # decided with other picks: the forward with all of them against torch's op
+    stored: bool = False  # read from the store (`dispatch.verdicts`), not timed in this process
 
     @property
     def runs(self) -> str:

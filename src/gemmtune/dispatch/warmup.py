@@ -27,11 +27,12 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from . import eager, fp8
+from . import eager, fp8, verdicts
 from .in_model import InModel, Switch, check_in_model
 from ..core.errors import InputError
 from ..core.settings import Settings
 from ..store import distributed
+from ..store.locations import shared_store
 from .patching import patch, patched_modules, release_library_layers
 from .spread import as_tuned, prepare_for, spread
 
@@ -95,7 +96,8 @@ class WarmupReport:
             sp = f"{r.speedup:.3f}" if r.speedup is not None else "-"
             how = "store" if r.from_store else f"{r.seconds:.2f}"
             check = "-" if r.in_model is None else (f"{'kept' if r.in_model.kept else 'torch'} {r.in_model.q1:.3f}"
-                                                    + (" all" if r.in_model.together else ""))
+                                                    + (" all" if r.in_model.together else "")
+                                                    + (" store" if r.in_model.stored else ""))
             lines.append(f"{r.problem:<44} {r.calls:>5} {r.winner:<48} {ms:>9} {sp:>9} {how:>7} {check:>16}")
         lines.append(f"{len(self.rows)} GEMM problems: {self.tuned} tuned, {self.from_store} from the store; "
                      f"warm-up {self.seconds:.2f} s (forward {self.forward_s:.2f} s, in-model check "
@@ -106,7 +108,7 @@ class WarmupReport:
         if any(r.in_model is not None for r in self.rows):
             lines.append("in model: forward time with torch's op over forward time with the pick, lower quartile "
                          "of the rounds (the pick stays above 1 + library_margin; 'torch': the model runs torch's op; 'all': "
-                         "decided for the picks together)")
+                         "decided for the picks together; 'store': the verdict kept for this model and machine)")
         return "\n".join(lines)
 
 
@@ -128,7 +130,9 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     a terminal).  Returns a `WarmupReport`; print `report.table()` for the summary.
 
     `in_model` checks each pick that is not torch's own op in the model (`dispatch.in_model`): about 30
-    more forwards per such problem, under `torch.no_grad()`.  Default: on for eager models, off in a
+    more forwards per such problem, under `torch.no_grad()`.  Its verdicts are kept in the store for
+    this model, these picks and this machine, and a later warm-up applies them without timing
+    (`dispatch.verdicts`); `in_model=True` times them again and keeps the new ones.  Default: on for eager models, off in a
     torch.distributed job (it would decide per rank).  Turn it off for a forward with side effects (a
     KV cache it appends to), or for a model run under a CUDA graph (launch cost does not count there).
     In a torch.distributed job the problems are dealt across the ranks of `group`, tuned at once and
@@ -168,7 +172,7 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
     if not for_compile and (in_model or (in_model is None and _job() is None)):
         t0 = time.perf_counter()
         with torch.no_grad():
-            rows = _checked(rows, seen, forward)
+            rows = _checked(rows, seen, forward, model, again=bool(in_model))
         check_s = time.perf_counter() - t0
     released = tuple(release_library_layers(model, forward)) if release else ()
     return WarmupReport(tuple(rows), time.perf_counter() - started, forward_end - started, check_s, released)
@@ -202,12 +206,12 @@ def _prestart_worker(model: nn.Module) -> Any:
     return isolation.prestart(device_str(tensor.device), settings.run_timeout_s)
 
 
-def _checked(rows: list[WarmupRow], seen: "dict[tuple, eager.Recorded]", forward: Any) -> list[WarmupRow]:
+def _checked(rows: list[WarmupRow], seen: "dict[tuple, eager.Recorded]", forward: Any, model: nn.Module,
+             again: bool) -> list[WarmupRow]:
     """`rows` with the in-model verdicts of the problems whose winner is not torch's own op (a generated
     kernel, NumPy's BLAS) and whose backends allow the library kernel (a caller who left it out gets
-    no torch op)."""
-    from ..core.settings import Settings
-
+    no torch op).  Verdicts the store keeps for this model, these picks and this machine are applied
+    instead of timed (`dispatch.verdicts`), unless `again`."""
     switches, at = [], []
     selections = eager.selections()
     for i, (canon, rec) in enumerate(seen.items()):
@@ -217,19 +221,40 @@ def _checked(rows: list[WarmupRow], seen: "dict[tuple, eager.Recorded]", forward
             continue
         switches.append(Switch(rec.op, canon, sel, rec.alpha, rec.beta, rec.out_layout))
         at.append(i)
+    if not switches:
+        return rows
+    settings = Settings.from_env()
+    key = verdicts.verdict_key(model, [(rec.describe(), selections.get(canon), rec.calls)
+                                       for canon, rec in seen.items()], settings.library_margin)
+    store = shared_store(settings.store)
+    found = None if again or key is None else verdicts.kept(store, key)
+    if found is not None and verdicts.matches(found, switches):
+        forward()  # as the check's first forward: patched layers remember the pick's kernel
+        for sw, verdict in zip(switches, found):
+            sw.library(not verdict.kept)
+    else:
+        found = _timed(forward, switches, settings.library_margin)
+        if found is None:
+            return rows
+        if key is not None:
+            verdicts.keep(store, key, found)
+    out = list(rows)
+    for i, verdict in zip(at, found):
+        out[i] = replace(out[i], in_model=verdict)
+    return out
+
+
+def _timed(forward: Any, switches: list[Switch], margin: float) -> list[InModel] | None:
+    """The check's verdicts, timed now; None where the forward failed when run again (the tuned picks stand)."""
     cuda = any(sw.selection.problem.device_type == "cuda" for sw in switches)
     try:
-        verdicts = check_in_model(forward, switches, margin=Settings().library_margin, cuda=cuda)
+        return check_in_model(forward, switches, margin=margin, cuda=cuda)
     except Exception as exc:  # noqa: BLE001 - the forward failed when run again: the tuned picks stand
         for sw in switches:
             sw.library(False)
         log.warning("gemmtune.warmup: in-model check skipped, the forward failed when run again (%s: %s); "
                     "the tuned picks run", type(exc).__name__, exc)
-        return rows
-    out = list(rows)
-    for i, verdict in zip(at, verdicts):
-        out[i] = replace(out[i], in_model=verdict)
-    return out
+        return None
 
 
 def _show(progress: bool | None) -> bool:
@@ -244,8 +269,6 @@ def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool, traced: bool) -> 
     items = list(seen.values())
     job = _job()
     if job is not None:
-        from ..engine import shared_store
-
         with job.dealing(shared_store(Settings.from_env().store)):
             for rec in items[job.rank::job.world]:
                 _tune_one(rec, traced)

@@ -283,7 +283,8 @@ class RedisStore(StoreViews):
 
     # -- compiled kernels (`store.kernels`, `share_kernels`): one hash per key, contents in base64 -----
     def kernel_files(self, key: str) -> dict[str, bytes]:
-        """The files kept under a compiler cache's `key` (name -> contents); {} when none or unreachable."""
+        """The files kept under a compiler cache's `key` (name -> contents; also the in-model verdicts,
+        `dispatch.verdicts`); {} when none or unreachable."""
         got = self._server(lambda: self._client.hgetall(f"{self.prefix}:kernel:{key}"), dict)
         return {name: base64.b64decode(data) for name, data in got.items()}
 

@@ -285,7 +285,8 @@ class Store(StoreViews):
 
     # -- compiled kernels (`store.kernels`, `share_kernels`) ------------------------------
     def kernel_files(self, key: str) -> dict[str, bytes]:
-        """The files kept under a compiler cache's `key` (name -> contents); {} when none."""
+        """The files kept under a compiler cache's `key` (name -> contents; also the in-model verdicts,
+        `dispatch.verdicts`); {} when none."""
         rows = self._guarded(lambda: self._db.execute("SELECT name, data FROM kernel_files WHERE key=?",
                                                       (key,)).fetchall())
         return {name: bytes(data) for name, data in rows}

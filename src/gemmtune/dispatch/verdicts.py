@@ -1,0 +1,108 @@
+"""The in-model check's verdicts kept in the store, so a warm store's warm-up need not time them again.
+
+`warmup`'s in-model check (`dispatch.in_model`) times the model's forward with each generated pick
+and with torch's op: about 0.3 s on a GPU for a few picks, the largest part of a warm-store warm-up
+once the picks' kernels come from the store too.  Its verdicts depend on the model, the picks and the
+machine, so they are kept under a digest of all three (`verdict_key`):
+
+- every GEMM problem the recording forward met, with its call count and its pick (template, config,
+  runtime params and source hash), torch's op included: the picks decide what the model runs;
+- the model's class and the device environment of its problems (the store's env key: device name,
+  driver and library versions);
+- `Settings.library_margin`, which the check applies.
+
+A warm-up whose key is found applies the kept verdicts (a pick the check sent to torch's op goes
+there again) and times nothing.  `warmup(in_model=True)` checks again and keeps the new verdicts,
+which later warm-ups read (the newest wins).  They live in the store beside the shared kernels
+(`kernel_files` under the key `in_model:DIGEST`), so `gemmtune cache clear` removes them too.
+
+Example:
+    >>> from gemmtune.store.sqlite import Store
+    >>> store = Store(":memory:")
+    >>> keep(store, "K", [InModel("mm(1x8, 8x8)", "triton_gemv", 1.2, True, 1.1)])
+    >>> [v.kept for v in kept(store, "K")], kept(store, "other")
+    ([True], None)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from typing import Any, Sequence
+
+from .in_model import InModel
+
+__all__ = ["verdict_key", "kept", "keep", "matches", "PREFIX"]
+
+log = logging.getLogger("gemmtune")
+PREFIX = "in_model:"
+_FIELDS = tuple(f.name for f in dataclasses.fields(InModel))
+
+
+def verdict_key(model: Any, problems: Sequence[tuple[str, Any, int]], margin: float) -> str | None:
+    """The digest the verdicts of `model`'s check are kept under; `problems`: each recorded problem's
+    description, Selection (None where it has none: an empty or fp8 problem) and call count.  None
+    where nothing is known of the device (no tuned problem).
+
+    Example:
+        >>> verdict_key(object(), [], 0.01) is None
+        True
+    """
+    from ..store.keys import env_info, env_key
+
+    parts, envs = [], set()
+    for describe, sel, calls in problems:
+        if sel is None:
+            parts.append(f"{describe}|{calls}|-")
+            continue
+        w = sel.winner
+        parts.append(f"{sel.problem.problem_key}|{calls}|{w.key}|{w.src_hash}")
+        envs.add(str(sel.problem.device))
+    if not envs:
+        return None
+    head = [type(model).__module__ + "." + type(model).__qualname__, f"margin={margin!r}",
+            *sorted(env_key(env_info(d)) for d in envs)]
+    return hashlib.sha256("\n".join(head + sorted(parts)).encode()).hexdigest()[:32]
+
+
+def kept(store: Any, key: str) -> list[InModel] | None:
+    """The newest verdicts kept under `key`, marked as read from the store; None when there are none
+    (or the store keeps no files, or what it holds cannot be read)."""
+    read = getattr(store, "kernel_files", None)
+    if read is None:
+        return None
+    files = read(PREFIX + key)
+    if not files:
+        return None
+    try:
+        rows = json.loads(files[max(files)].decode())
+        return [dataclasses.replace(InModel(**{k: row[k] for k in _FIELDS if k in row}), stored=True)
+                for row in rows]
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("gemmtune.warmup: the kept in-model verdicts could not be read (%s); checking again", exc)
+        return None
+
+
+def keep(store: Any, key: str, verdicts: Sequence[InModel]) -> None:
+    """Keep `verdicts` under `key` (a store without files keeps nothing)."""
+    put = getattr(store, "put_kernel_files", None)
+    if put is None:
+        return
+    rows = [{k: v for k, v in dataclasses.asdict(verdict).items() if k != "stored"} for verdict in verdicts]
+    put(PREFIX + key, {f"verdicts-{time.time_ns():020d}.json": json.dumps(rows).encode()})
+
+
+def matches(verdicts: Sequence[InModel], switches: Sequence[Any]) -> bool:
+    """Kept verdicts apply to these switches: one each, in order, for the same problem and pick.
+
+    Example:
+        >>> matches([], [])
+        True
+    """
+    return len(verdicts) == len(switches) and all(
+        v.problem == sw.selection.problem.describe() and v.winner == sw.selection.winner.name
+        for v, sw in zip(verdicts, switches))
+

@@ -1,0 +1,158 @@
+"""The in-model check's verdicts kept in the store (dispatch/verdicts.py): a warm store's warm-up of the
+same model, picks and machine applies them and times nothing."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import gemmtune
+from gemmtune import engine
+from gemmtune.dispatch import in_model, patching, verdicts
+from gemmtune.dispatch.table import TABLE
+from gemmtune.store.locations import shared_store
+
+pytestmark = pytest.mark.usefixtures("memory_store")
+WARMUP = sys.modules["gemmtune.dispatch.warmup"]
+
+
+class Net(nn.Module):
+    """A patched layer (problem mm(6x24, 24x16)) and a direct gemmtune.mm call (mm(6x16, 16x8))."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(24, 16, bias=False)
+        self.w2 = nn.Parameter(torch.randn(16, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return gemmtune.mm(torch.relu(self.lin(x)), self.w2)
+
+
+class Other(Net):
+    """The same problems in another model."""
+
+
+@pytest.fixture
+def numba_picks(monkeypatch):
+    real = engine.tune
+    monkeypatch.setattr(engine, "tune", lambda op, *t, backends=None, **kw: real(op, *t, backends=("numba",), **kw))
+
+
+@pytest.fixture
+def checks(monkeypatch):
+    """The check, with a verdict decided here: the layer's pick stays, the direct call's goes to torch's op."""
+    calls = []
+
+    def check(forward, switches, *, margin, cuda):
+        calls.append(len(switches))
+        out = []
+        for sw in switches:
+            keep = sw.selection.problem.describe().startswith("mm(6x24")
+            sw.library(not keep)
+            out.append(in_model.InModel(sw.selection.problem.describe(), sw.selection.winner.name,
+                                        1.5 if keep else 0.5, keep, 1.4 if keep else 0.4))
+        return out
+
+    monkeypatch.setattr(WARMUP, "check_in_model", check)
+    return calls
+
+
+def _runs(net: Net, x: torch.Tensor, monkeypatch) -> tuple[list, list]:
+    """(layer calls of torch's F.linear, direct calls of torch.mm) in one forward."""
+    with torch.no_grad():
+        net(x)  # the layer's first call after the check finds its runner
+    linear, mm = [], []
+    monkeypatch.setattr(patching, "_linear", lambda *a: linear.append(1) or torch.nn.functional.linear(*a))
+    TABLE.replace_runner("mm", torch.mm, lambda a, b: mm.append(1) or torch.mm(a, b))
+    with torch.no_grad():
+        out = net(x)
+    torch.testing.assert_close(out, torch.relu(x @ net.lin.weight.t()) @ net.w2, rtol=1e-4, atol=1e-4)
+    return linear, mm
+
+
+def test_a_warm_store_applies_the_kept_verdicts_without_timing(numba_picks, checks, monkeypatch):
+    x = torch.randn(6, 24)
+    first = gemmtune.warmup(Net(), x, progress=False)
+    assert checks == [2] and [r.in_model.stored for r in first.rows] == [False, False]
+    gemmtune.clear_dispatch_cache()  # a new process on a machine that shares the store
+    net = Net()
+    second = gemmtune.warmup(net, x, progress=False)
+    assert checks == [2], "the kept verdicts were timed again"
+    assert all(r.from_store for r in second.rows)
+    assert [(r.in_model.kept, r.in_model.stored) for r in second.rows] == [(True, True), (False, True)]
+    assert [r.runs.startswith("numba") for r in second.rows] == [True, False]
+    assert "store" in second.table()
+    assert _runs(net, x, monkeypatch) == ([], [1])  # the layer runs its pick, the direct call torch's op
+
+
+def test_in_model_true_times_again_and_later_warm_ups_read_the_newest(numba_picks, checks, monkeypatch):
+    x = torch.randn(6, 24)
+    gemmtune.warmup(Net(), x, progress=False)
+    gemmtune.clear_dispatch_cache()
+    again = gemmtune.warmup(Net(), x, progress=False, in_model=True)
+    assert checks == [2, 2] and not any(r.in_model.stored for r in again.rows)
+
+    def keep_all(forward, switches, *, margin, cuda):
+        checks.append(len(switches))
+        for sw in switches:
+            sw.library(False)
+        return [in_model.InModel(sw.selection.problem.describe(), sw.selection.winner.name, 1.5, True, 1.4)
+                for sw in switches]
+
+    monkeypatch.setattr(WARMUP, "check_in_model", keep_all)
+    gemmtune.clear_dispatch_cache()
+    gemmtune.warmup(Net(), x, progress=False, in_model=True)
+    gemmtune.clear_dispatch_cache()
+    net = Net()
+    last = gemmtune.warmup(net, x, progress=False)
+    assert checks == [2, 2, 2] and [(r.in_model.kept, r.in_model.stored) for r in last.rows] == [(True, True)] * 2
+    assert _runs(net, x, monkeypatch) == ([], [])
+
+
+def test_another_model_or_other_picks_are_timed(numba_picks, checks):
+    x = torch.randn(6, 24)
+    gemmtune.warmup(Net(), x, progress=False)
+    gemmtune.clear_dispatch_cache()
+    gemmtune.warmup(Other(), x, progress=False)
+    assert checks == [2, 2]
+    gemmtune.clear_dispatch_cache()
+    gemmtune.warmup(Net(), torch.randn(5, 24), progress=False)  # other problems
+    assert checks == [2, 2, 2]
+    gemmtune.clear_dispatch_cache()
+    gemmtune.warmup(Net(), x, progress=False, in_model=False)
+    assert checks == [2, 2, 2]
+
+
+def test_unreadable_kept_verdicts_are_timed_again(numba_picks, checks, caplog):
+    x = torch.randn(6, 24)
+    gemmtune.warmup(Net(), x, progress=False)
+    store = shared_store("memory")
+    (key,) = [k for k in _keys(store) if k.startswith(verdicts.PREFIX)]
+    store.put_kernel_files(key, {"verdicts-99999999999999999999.json": b"[{\"problem\": 1}"})
+    gemmtune.clear_dispatch_cache()
+    with caplog.at_level("WARNING", logger="gemmtune"):
+        report = gemmtune.warmup(Net(), x, progress=False)
+    assert checks == [2, 2] and "could not be read" in caplog.text
+    assert not any(r.in_model.stored for r in report.rows)
+
+
+def _keys(store) -> list[str]:
+    return [row[0] for row in store._db.execute("SELECT DISTINCT key FROM kernel_files")]
+
+
+def test_the_key_covers_the_model_the_calls_the_picks_and_the_margin():
+    sel = gemmtune.tune("mm", torch.randn(4, 3), torch.randn(3, 2), backends=("extern",))
+    other = gemmtune.tune("mm", torch.randn(5, 3), torch.randn(3, 2), backends=("extern",))
+    base = verdicts.verdict_key(Net(), [("mm", sel, 2)], 0.01)
+    variants = [verdicts.verdict_key(Other(), [("mm", sel, 2)], 0.01),
+                verdicts.verdict_key(Net(), [("mm", sel, 3)], 0.01),
+                verdicts.verdict_key(Net(), [("mm", other, 2)], 0.01),
+                verdicts.verdict_key(Net(), [("mm", sel, 2)], 0.02),
+                verdicts.verdict_key(Net(), [("mm", sel, 2), ("fp8", None, 1)], 0.01)]
+    assert base is not None and len({base, *variants}) == 6
+    assert verdicts.verdict_key(Net(), [("mm", sel, 2), ("mm", other, 1)], 0.01) == verdicts.verdict_key(
+        Net(), [("mm", other, 1), ("mm", sel, 2)], 0.01)  # the order problems are met in does not matter
+    assert verdicts.verdict_key(Net(), [("fp8", None, 1)], 0.01) is None
