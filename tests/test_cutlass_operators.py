@@ -178,25 +178,21 @@ def test_the_template_pickles_for_an_isolated_worker_with_its_library_by_name():
 
 
 class Kernel:
-    """A compiled kernel as TVM-FFI calls it: `kernel(A, B, out, stream)` on the tensors themselves."""
+    """A compiled kernel as TVM-FFI calls it: `kernel(A, B, out, stream)` on the tensors themselves;
+    `wrong` writes something else, `fails` raises."""
 
-    def __init__(self):
-        self.calls = []
+    def __init__(self, wrong=False, fails=False):
+        self.calls, self.wrong, self.fails = [], wrong, fails
 
     def __call__(self, a, b, out, stream):
         self.calls.append((a.data_ptr(), b.data_ptr(), out.data_ptr(), stream))
-        out.copy_(a.float() @ b.float())
+        if self.fails:
+            raise TypeError("kernel() takes 3 arguments")
+        out.copy_(a.float() @ b.float() + (1e-3 if self.wrong else 0.0))
 
 
-@pytest.mark.parametrize("direct, tvm_ffi, op, runs_kernel", [
-    (True, True, "mm", True),  # the compiled kernel, called with the tensors
-    (False, True, "mm", False),  # the default: the library's run on its arguments
-    (True, False, "mm", False),  # TVM-FFI off: the arguments convert the tensors
-    (True, True, "addmm_fused", False)])  # a fused epilogue takes more arguments
-def test_direct_calls_the_compiled_kernel_only_where_the_librarys_run_would(monkeypatch, direct, tvm_ffi, op,
-                                                                             runs_kernel):
-    lib = fake_library(fuses_bias=op == "addmm_fused", tvm_ffi=tvm_ffi)
-    kernel = Kernel()
+def _direct_launch(monkeypatch, lib, kernel, op="mm", direct=True):
+    """A launcher of the first config with `kernel` as the compiled kernel; `ran`: the library's runs."""
     monkeypatch.setattr(Sm90StaticPersistentGemmOperator, "compile", lambda self, args, target_sm=None:
                         lib.CompiledArtifact(compiled_obj=kernel, operator_obj=self, compiled_for=target_sm))
     ran = []
@@ -206,10 +202,37 @@ def test_direct_calls_the_compiled_kernel_only_where_the_librarys_run_would(monk
     tensors = (BIAS, A, W.t()) if op != "mm" else (A, W.t())
     ki = ki_of("addmm" if op != "mm" else "mm", *tensors)
     t = CutlassOperatorsTemplate(library=lib, target="90a", direct=direct)
-    launch = t.compile(t.configs(ki)[0], ki, tensors)
+    return t.compile(t.configs(ki)[0], ki, tensors), tensors, ran
+
+
+@pytest.mark.parametrize("direct, tvm_ffi, op, runs_kernel", [
+    (True, True, "mm", True),  # the default: the compiled kernel, called with the tensors
+    (False, True, "mm", False),  # the library's run on its arguments
+    (True, False, "mm", False),  # TVM-FFI off: the arguments convert the tensors
+    (True, True, "addmm_fused", False)])  # a fused epilogue takes more arguments
+def test_direct_calls_the_compiled_kernel_only_where_the_librarys_run_would(monkeypatch, direct, tvm_ffi, op,
+                                                                             runs_kernel):
+    lib = fake_library(fuses_bias=op == "addmm_fused", tvm_ffi=tvm_ffi)
+    kernel = Kernel()
+    launch, tensors, ran = _direct_launch(monkeypatch, lib, kernel, op, direct)
+    assert CutlassOperatorsTemplate(library=lib).direct
+    want = torch.addmm(BIAS, A, W.t()) if op != "mm" else A @ W.t()
+    first = launch(tensors)  # the library's run; the kernel's own call is checked against it once
+    torch.testing.assert_close(first, want, rtol=1e-5, atol=1e-5)
+    assert ran == [1] and len(kernel.calls) == runs_kernel
     kernel.calls.clear()
     out = launch(tensors)
-    want = torch.addmm(BIAS, A, W.t()) if op != "mm" else A @ W.t()
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
     assert (kernel.calls == [(A.data_ptr(), W.data_ptr(), out.data_ptr(), None)]) == runs_kernel
-    assert bool(ran) != runs_kernel
+    assert (ran == [1]) == runs_kernel
+
+
+@pytest.mark.parametrize("kernel", [Kernel(wrong=True), Kernel(fails=True)], ids=["differs", "raises"])
+def test_a_kernel_whose_own_call_differs_from_the_run_keeps_the_run(monkeypatch, caplog, kernel):
+    launch, tensors, ran = _direct_launch(monkeypatch, fake_library(tvm_ffi=True), kernel)
+    with caplog.at_level("INFO", logger="gemmtune"):
+        outs = [launch(tensors) for _ in range(3)]
+    for out in outs:
+        torch.testing.assert_close(out, A @ W.t(), rtol=1e-5, atol=1e-5)
+    assert ran == [1, 1, 1] and len(kernel.calls) == 1  # checked once, then never called again
+    assert "using the library's run" in caplog.text

@@ -116,8 +116,8 @@ def test_a_kernel_kept_on_disk_runs_right_in_a_later_process(tmp_path):
 
 @pytest.mark.parametrize("op", ["mm", "bmm"])
 def test_a_direct_kernel_call_gives_the_librarys_result(op):
-    """`direct=True` calls the compiled kernel with the tensors (where the library's run would): the
-    same output, bit for bit, as the library's run on its arguments.  Host time per call of both is
+    """`direct=True` (the default) calls the compiled kernel with the tensors (where the library's run
+    would), after its first call: the same output, bit for bit, as the library's run on its arguments.  Host time per call of both is
     printed (a measurement, not asserted)."""
     tensors = operands("mm", 4097, 4096, 4096, torch.bfloat16, "col") if op == "mm" else \
         operands("bmm", 512, 1024, 768, torch.bfloat16, "row", batch=4)
@@ -127,6 +127,7 @@ def test_a_direct_kernel_call_gives_the_librarys_result(op):
         template = CutlassOperatorsTemplate(direct=direct)
         choice = some_choices(template, ki, limit=1)[0]
         launch = template.compile(choice, ki, tensors)
+        launch(tensors)  # a direct launcher's first call is the library's run, its kernel checked against it
         outs[direct] = launch(tensors)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -136,3 +137,27 @@ def test_a_direct_kernel_call_gives_the_librarys_result(op):
         torch.cuda.synchronize()
     print(f"\n{ki.describe()}: host us per call, library run {host[False]:.0f}, direct {host[True]:.0f}")
     assert torch.equal(outs[False], outs[True])
+
+
+def test_a_kernel_loaded_from_disk_takes_the_direct_call_once_it_agrees(tmp_path):
+    """The direct call (the default) of a kernel a later process loads from disk: its first call checks
+    it against the library's run (`launch.agreeing`), and it must agree there as on a fresh compile."""
+    code = (
+        "import torch, sys; sys.path.insert(0, 'tests/gpu'); from gpu_operands import operands\n"
+        "from gemmtune.core.inputs import KernelInputs\n"
+        "from gemmtune.measure.correctness import check, reference\n"
+        "from gemmtune.templates.cutlass import launch as L\n"
+        "from gemmtune.templates.cutlass.operators import CutlassOperatorsTemplate\n"
+        "seen, real = [], L.agreeing\n"
+        "L.agreeing = lambda *a: (lambda k: seen.append(k is not None) or k)(real(*a))\n"
+        "t = CutlassOperatorsTemplate(); x = operands('mm', 512, 256, 384, torch.bfloat16, 'col')\n"
+        "ki = KernelInputs.from_tensors('mm', *x); run = t.compile(t.configs(ki)[0], ki, x)\n"
+        "outs = [run(x) for _ in range(3)]; torch.cuda.synchronize()\n"
+        "print(seen, all(check(ki, o, reference(ki, x)) is None for o in outs))\n")
+    env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.split("\n")[-2] == "[True] True", r.stdout
+    assert list((tmp_path / "cutedsl_kernels").glob("*.o")), "nothing kept on disk"

@@ -120,9 +120,10 @@ class CutlassOperatorsTemplate(Template):
     """NVIDIA's nvidia-cutlass-operators GEMMs (mm, addmm, bmm; fp16/bf16) as one template family.
 
     `library` (the `cutlass.operators` module, imported on first use) and `target` (e.g. "90a"; default:
-    this GPU's) are for tests; `operators` keeps only the named operator classes; `direct=True` calls
-    each compiled kernel with the tensors themselves where the library's run would (`launch.launcher`:
-    16-21 us of host time per call on the H200 against the run's 415-428 us; docs/CUTLASS.md).
+    this GPU's) are for tests; `operators` keeps only the named operator classes; `direct` (the default)
+    calls each compiled kernel with the tensors themselves where the library's run would, once its
+    first call agrees with the run bit for bit (`launch.launcher`: 16-21 us of host time per call on
+    the H200 against the run's 415-428 us; docs/CUTLASS.md); `direct=False` always calls the run.
 
     Example:
         >>> t = CutlassOperatorsTemplate()
@@ -138,9 +139,9 @@ class CutlassOperatorsTemplate(Template):
     config_text_keys = ("operator", "epilogue")  # the operator's class name; "none", "fused" or "separate"
 
     def __init__(self, size: str = "default", operators: Sequence[str] | None = None, library: Any = None,
-                 target: str | None = None, direct: bool = False):
+                 target: str | None = None, direct: bool = True):
         self.keep = tuple(operators) if operators is not None else None
-        self.direct = direct  # call the compiled kernel itself (launch.launcher); off until a kept kernel's call is checked
+        self.direct = direct  # call the compiled kernel itself once its first call agrees (launch.launcher)
         self._library = library
         self._target = target
         self._found: dict[tuple, tuple[list[Any], str]] = {}
