@@ -3,6 +3,8 @@ same model, picks and machine applies them and times nothing."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 
 import pytest
@@ -13,7 +15,8 @@ import gemmtune
 from gemmtune import engine
 from gemmtune.dispatch import in_model, patching, verdicts
 from gemmtune.dispatch.table import TABLE
-from gemmtune.store.locations import shared_store
+from gemmtune.store.locations import open_store, shared_store
+from redis_server import RedisServer, require_redis
 
 pytestmark = pytest.mark.usefixtures("memory_store")
 WARMUP = sys.modules["gemmtune.dispatch.warmup"]
@@ -156,3 +159,20 @@ def test_the_key_covers_the_model_the_calls_the_picks_and_the_margin():
     assert verdicts.verdict_key(Net(), [("mm", sel, 2), ("mm", other, 1)], 0.01) == verdicts.verdict_key(
         Net(), [("mm", other, 1), ("mm", sel, 2)], 0.01)  # the order problems are met in does not matter
     assert verdicts.verdict_key(Net(), [("fp8", None, 1)], 0.01) is None
+
+
+def test_a_redis_store_keeps_the_verdicts_and_serves_the_newest(monkeypatch):
+    require_redis()
+    srv = RedisServer().start()
+    try:
+        store = open_store(srv.url(prefix=f"v{os.getpid()}"))
+        first = [in_model.InModel("mm(1x8, 8x8)", "triton_gemv", 0.9, False, 0.8)]
+        verdicts.keep(store, "K", first)
+        assert verdicts.kept(store, "K") == [dataclasses.replace(first[0], stored=True)]
+        verdicts.keep(store, "K", [dataclasses.replace(first[0], kept=True, ratio=1.2, q1=1.1)])
+        assert [v.kept for v in verdicts.kept(store, "K")] == [True]
+    finally:
+        srv.stop()
+    down = open_store("redis://127.0.0.1:1/0?timeout=0.05")
+    with pytest.warns(RuntimeWarning, match="did not answer"):
+        assert verdicts.kept(down, "K") is None

@@ -40,6 +40,7 @@ __all__ = ["verdict_key", "kept", "keep", "matches", "PREFIX"]
 log = logging.getLogger("gemmtune")
 PREFIX = "in_model:"
 _FIELDS = tuple(f.name for f in dataclasses.fields(InModel))
+_LAST = [0]  # the time stamp of this process's last kept verdicts (ns)
 
 
 def verdict_key(model: Any, problems: Sequence[tuple[str, Any, int]], margin: float) -> str | None:
@@ -92,7 +93,8 @@ def keep(store: Any, key: str, verdicts: Sequence[InModel]) -> None:
     if put is None:
         return
     rows = [{k: v for k, v in dataclasses.asdict(verdict).items() if k != "stored"} for verdict in verdicts]
-    put(PREFIX + key, {f"verdicts-{time.time_ns():020d}.json": json.dumps(rows).encode()})
+    _LAST[0] = max(time.time_ns(), _LAST[0] + 1)  # strictly newer than this process's last, whatever the clock's tick
+    put(PREFIX + key, {f"verdicts-{_LAST[0]:020d}.json": json.dumps(rows).encode()})
 
 
 def matches(verdicts: Sequence[InModel], switches: Sequence[Any]) -> bool:
