@@ -236,6 +236,10 @@ JOBS: dict[str, Job] = {
     "warm-store-stack1": Job("bench/warmup_profile.py: the stack's eager warm-up at M = 1, cold then from its store "
                              "with new Triton caches", (PY, "bench/warmup_profile.py", "--model", "stack", "--cases",
                                                         "1,1+warm", "--out", "{out}/{job}.json"), 120),
+    "bytecode": Job("python -m compileall src/gemmtune: gemmtune's bytecode written, as a pip install writes it "
+                    "(the GPU machine sets PYTHONDONTWRITEBYTECODE=1, so each process there compiled gemmtune's "
+                    "sources: 0.32 s of a warm-up); put it first in a lane that times a warm-up",
+                    (PY, "-m", "compileall", "-q", "src/gemmtune"), 120),
     "warm-store-shared": Job("bench/warmup_profile.py: the stack's eager warm-up at M = 1, cold then from its store "
                              "with new Triton caches, the picks' kernels kept in the store (share_kernels)",
                              (PY, "bench/warmup_profile.py", "--model", "stack", "--cases", "1,1+warm,1+warm+cprofile",
