@@ -147,3 +147,18 @@ def load_bench(name: str):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+class TwoGemmNet(torch.nn.Module):
+    """A patched layer and a direct gemmtune.mm call: two problems, both reach the dispatch
+    (mm(Mx24, 24x16) from the layer, mm(Mx16, 16x8) from the call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(24, 16, bias=False)
+        self.w2 = torch.nn.Parameter(torch.randn(16, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import gemmtune
+
+        return gemmtune.mm(torch.relu(self.lin(x)), self.w2)

@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 import gemmtune
 from gemmtune import engine
 from gemmtune.dispatch import eager, in_model, patching
 from gemmtune.dispatch.table import TABLE
+from helpers import TwoGemmNet as Net
 
 pytestmark = pytest.mark.usefixtures("memory_store")
-
-
-class Net(nn.Module):
-    """A patched layer and a direct gemmtune.mm call: two problems, both reach the dispatch."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(24, 16, bias=False)
-        self.w2 = nn.Parameter(torch.randn(16, 8))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return gemmtune.mm(torch.relu(self.lin(x)), self.w2)
 
 
 def _numba_winners(monkeypatch) -> None:

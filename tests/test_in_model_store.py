@@ -9,29 +9,18 @@ import sys
 
 import pytest
 import torch
-from torch import nn
 
 import gemmtune
 from gemmtune import engine
 from gemmtune.dispatch import in_model, patching, verdicts
 from gemmtune.dispatch.table import TABLE
 from gemmtune.store.locations import open_store, shared_store
+from helpers import TwoGemmNet as Net
 from redis_server import RedisServer, require_redis
 
 pytestmark = pytest.mark.usefixtures("memory_store")
 WARMUP = sys.modules["gemmtune.dispatch.warmup"]
 
-
-class Net(nn.Module):
-    """A patched layer (problem mm(6x24, 24x16)) and a direct gemmtune.mm call (mm(6x16, 16x8))."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(24, 16, bias=False)
-        self.w2 = nn.Parameter(torch.randn(16, 8))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return gemmtune.mm(torch.relu(self.lin(x)), self.w2)
 
 
 class Other(Net):

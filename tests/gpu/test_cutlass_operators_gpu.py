@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -103,15 +104,22 @@ def test_a_kernel_kept_on_disk_runs_right_in_a_later_process(tmp_path):
         "ki = KernelInputs.from_tensors('mm', *x); c = t.configs(ki)[0]; t0 = time.perf_counter()\n"
         "out = t.compile(c, ki, x)(x); torch.cuda.synchronize()\n"
         "print(round(time.perf_counter() - t0, 3), check(ki, out, reference(ki, x)))\n")
-    env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(tmp_path)}
+    runs = _twice(code, tmp_path)
+    for r in runs:
+        assert r.stdout.split()[-1] == "None", r.stdout
+    print(f"\nfirst process {runs[0].stdout.split()[0]} s, second (from disk) {runs[1].stdout.split()[0]} s")
+
+
+def _twice(code: str, cache: Path) -> list:
+    """`python -c code` in two processes one after the other, sharing the cache folder `cache`: the
+    second loads what the first kept on disk.  Each must succeed and the first must keep a kernel."""
+    env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(cache)}
     runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
             for _ in range(2)]
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
-        assert r.stdout.split()[-1] == "None", r.stdout
-    kept = list((tmp_path / "cutedsl_kernels").glob("*.o"))
-    print(f"\nfirst process {runs[0].stdout.split()[0]} s, second (from disk) {runs[1].stdout.split()[0]} s")
-    assert kept, "nothing kept on disk"
+    assert list((cache / "cutedsl_kernels").glob("*.o")), "nothing kept on disk"
+    return runs
 
 
 @pytest.mark.parametrize("op", ["mm", "bmm"])
@@ -154,10 +162,5 @@ def test_a_kernel_loaded_from_disk_takes_the_direct_call_once_it_agrees(tmp_path
         "ki = KernelInputs.from_tensors('mm', *x); run = t.compile(t.configs(ki)[0], ki, x)\n"
         "outs = [run(x) for _ in range(3)]; torch.cuda.synchronize()\n"
         "print(seen, all(check(ki, o, reference(ki, x)) is None for o in outs))\n")
-    env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(tmp_path)}
-    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
-            for _ in range(2)]
-    for r in runs:
-        assert r.returncode == 0, r.stderr[-2000:]
+    for r in _twice(code, tmp_path):
         assert r.stdout.split("\n")[-2] == "[True] True", r.stdout
-    assert list((tmp_path / "cutedsl_kernels").glob("*.o")), "nothing kept on disk"
