@@ -72,6 +72,7 @@ def fresh(monkeypatch):
     autotuner = pytest.importorskip("triton.runtime.autotuner")
     monkeypatch.setattr(cache, "triton_key", cache.triton_key)
     monkeypatch.setattr(autotuner, "triton_key", autotuner.triton_key)
+    cache.triton_key.cache_clear()  # as in a process that has not hashed Triton yet
     return cache, autotuner
 
 
@@ -87,6 +88,7 @@ def test_triton_is_given_its_own_key_then_the_kept_one_without_hashing(fresh, tm
     (tmp_path / key_cache.FILE).write_text(json.dumps({sig: "PLANTED" for sig in kept}))
     key_cache._INSTALLED.clear()
     cache.triton_key = autotuner.triton_key = own
+    own.cache_clear()  # a new process
     assert key_cache.install(tmp_path)
     assert cache.triton_key() == "PLANTED" and autotuner.triton_key() == "PLANTED"
     assert key_cache.install(tmp_path)  # once per process
@@ -123,3 +125,42 @@ def test_a_fresh_process_reads_the_kept_key(tmp_path):
     second = subprocess.run([sys.executable, "-c", code.replace("PLANT", "'PLANTED'")], env=env,
                             capture_output=True, text=True, timeout=120)
     assert second.returncode == 0 and second.stdout.strip() == "True", second.stderr
+
+
+def test_a_key_triton_computed_before_is_served_but_not_written(fresh, tmp_path):
+    cache, _ = fresh
+    own = cache.triton_key
+    own.cache_clear()
+    computed = own()  # this process hashed Triton before gemmtune's first compile
+    assert key_cache.install(tmp_path)
+    assert cache.triton_key() == computed
+    assert not (tmp_path / key_cache.FILE).exists()
+
+
+def test_files_that_change_while_triton_hashes_them_are_not_vouched_for(tmp_path):
+    path = tmp_path / "triton_key.json"
+    assert key_cache.remembered("before", lambda: "KEY", path, again=lambda: "after") == "KEY"
+    assert not path.exists()
+    assert key_cache.remembered("same", lambda: "KEY", path, again=lambda: "same") == "KEY" and path.exists()
+
+
+def test_linked_folders_are_part_of_the_signature(tmp_path):
+    """An editable Triton links backends/nvidia into its sources: a change there changes the signature."""
+    root = _tree(tmp_path)
+    elsewhere = tmp_path / "third_party" / "nvidia"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "compiler.py").write_text("codegen")
+    (root / "backends" / "nvidia_linked").symlink_to(elsewhere, target_is_directory=True)
+    (root / "backends" / "again").symlink_to(root / "backends", target_is_directory=True)  # a cycle, read once
+    first = key_cache.signature(root, "3.6.0")
+    (elsewhere / "compiler.py").write_text("other codegen")
+    assert key_cache.signature(root, "3.6.0") != first
+
+
+def test_a_module_that_imported_the_function_by_name_is_given_the_kept_one(fresh, monkeypatch, tmp_path):
+    cache, _ = fresh
+    holder = types.ModuleType("inductor_like")
+    holder.triton_key = cache.triton_key
+    monkeypatch.setitem(sys.modules, "inductor_like", holder)
+    assert key_cache.install(tmp_path)
+    assert holder.triton_key is cache.triton_key

@@ -15,8 +15,10 @@ under Triton's `compiler/`, `backends/`, `language/` and `_C/` directories and o
 (a superset of the files Triton hashes).  A file changed, added or removed changes the signature, and
 Triton computes the key again.  Triton is given the kept key by replacing the module attribute its
 `get_cache_key` calls, as Triton's own compile-preload worker does (`triton.runtime.cache.triton_key`);
-`triton.runtime.autotuner` imported the function by name, and is given the same where it still holds
-Triton's own.  A Triton without that function (another layout) is left as it is.
+every module that imported the function by name (Triton's `runtime.autotuner`, Inductor's
+`runtime.triton_compat` where it is loaded) is given the same.  A key Triton computed in this
+process before is served as it is and not written, and a key whose files changed while Triton hashed
+them is not written either.  A Triton without that function (another layout) is left as it is.
 
 Example:
     >>> import os, tempfile
@@ -66,8 +68,16 @@ def signature(root: str | Path, version: str) -> str:
     root = Path(root)
     h = hashlib.sha256(f"{version}|{sysconfig.get_config_var('EXT_SUFFIX')}|{sys.version}".encode())
     paths = [root / "runtime" / "cache.py"]
+    seen: set[str] = set()
     for sub in DIRS:
-        for dirpath, dirnames, filenames in os.walk(root / sub):
+        # Linked folders are followed (an editable Triton links backends/ and language/extra/ into its
+        # sources, and Triton's own hash reads through them); a folder met twice is read once.
+        for dirpath, dirnames, filenames in os.walk(root / sub, followlinks=True):
+            real = os.path.realpath(dirpath)
+            if real in seen:
+                dirnames[:] = []
+                continue
+            seen.add(real)
             dirnames.sort()
             paths += [Path(dirpath, f) for f in sorted(filenames) if not f.endswith((".pyc", ".pyo"))]
     for p in paths:
@@ -80,13 +90,17 @@ def signature(root: str | Path, version: str) -> str:
     return h.hexdigest()
 
 
-def remembered(sig: str, compute: Callable[[], str], path: str | Path) -> str:
-    """The key kept at `path` under `sig`, else `compute()`, kept there for the next process.  A file
-    that cannot be read or written is a miss, never an error."""
+def remembered(sig: str, compute: Callable[[], str], path: str | Path,
+               again: Callable[[], str] | None = None) -> str:
+    """The key kept at `path` under `sig`, else `compute()`, kept there for the next process unless
+    `again()` (the signature read once more) differs from `sig`: files that changed while Triton
+    hashed them are not vouched for.  A file that cannot be read or written is a miss, never an error."""
     kept = _read(Path(path))
     if isinstance(kept.get(sig), str):
         return kept[sig]
     key = compute()
+    if again is not None and again() != sig:
+        return key
     kept.pop(sig, None)
     kept[sig] = key
     _write(Path(path), dict(list(kept.items())[-KEEP:]))
@@ -137,8 +151,19 @@ def install(cache_dir: str | Path | None = None) -> bool:
 
             cache_dir = default_dir()
         root, path = Path(triton.__file__).parent, Path(cache_dir) / FILE
-        kept = functools.lru_cache(maxsize=None)(
-            lambda: remembered(signature(root, triton.__version__), original, path))
+
+        def sign() -> str:
+            return signature(root, triton.__version__)
+
+        def key() -> str:
+            info = getattr(original, "cache_info", None)
+            if info is not None and info().currsize:
+                # Triton hashed itself in this process already (before gemmtune's first compile): that
+                # key is this process's, and it is not written (the files may have changed since).
+                return original()
+            return remembered(sign(), original, path, again=sign)
+
+        kept = functools.lru_cache(maxsize=None)(key)
         _replace(original, kept)
         _INSTALLED.append(kept)
         return True
@@ -150,9 +175,12 @@ def installed() -> bool:
 
 
 def _replace(original: Callable[[], str], kept: Callable[[], str]) -> None:
-    """Every Triton module that holds Triton's own key function gets `kept` in its place."""
-    for name, module in list(sys.modules.items()):
-        if (name == "triton" or name.startswith("triton.")) and getattr(module, "triton_key", None) is original:
+    """Every loaded module that holds Triton's own key function under its name gets `kept` in its place
+    (Triton's `runtime.cache` and `runtime.autotuner`, Inductor's `runtime.triton_compat` where loaded).
+    A module's own namespace is read, never its `__getattr__`."""
+    for module in list(sys.modules.values()):
+        space = getattr(module, "__dict__", None)
+        if isinstance(space, dict) and space.get("triton_key") is original:
             setattr(module, "triton_key", kept)
 
 
