@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from torch import nn
 
 import gemmtune
 from gemmtune import engine
@@ -139,12 +140,20 @@ def test_the_key_covers_the_model_the_calls_the_picks_and_the_margin():
     sel = gemmtune.tune("mm", torch.randn(4, 3), torch.randn(3, 2), backends=("extern",))
     other = gemmtune.tune("mm", torch.randn(5, 3), torch.randn(3, 2), backends=("extern",))
     base = verdicts.verdict_key(Net(), [("mm", sel, 2)], 0.01)
+    wider = Net()
+    wider.norm = nn.LayerNorm(16)  # the same GEMMs among other layers
     variants = [verdicts.verdict_key(Other(), [("mm", sel, 2)], 0.01),
+                verdicts.verdict_key(wider, [("mm", sel, 2)], 0.01),
                 verdicts.verdict_key(Net(), [("mm", sel, 3)], 0.01),
                 verdicts.verdict_key(Net(), [("mm", other, 2)], 0.01),
                 verdicts.verdict_key(Net(), [("mm", sel, 2)], 0.02),
                 verdicts.verdict_key(Net(), [("mm", sel, 2), ("fp8", None, 1)], 0.01)]
-    assert base is not None and len({base, *variants}) == 6
+    assert base is not None and len({base, *variants}) == 7
+    torch.set_num_threads(torch.get_num_threads() + 1)
+    try:
+        assert verdicts.verdict_key(Net(), [("mm", sel, 2)], 0.01) != base  # the check weighs host time
+    finally:
+        torch.set_num_threads(torch.get_num_threads() - 1)
     assert verdicts.verdict_key(Net(), [("mm", sel, 2), ("mm", other, 1)], 0.01) == verdicts.verdict_key(
         Net(), [("mm", other, 1), ("mm", sel, 2)], 0.01)  # the order problems are met in does not matter
     assert verdicts.verdict_key(Net(), [("fp8", None, 1)], 0.01) is None
@@ -156,12 +165,34 @@ def test_a_redis_store_keeps_the_verdicts_and_serves_the_newest(monkeypatch):
     try:
         store = open_store(srv.url(prefix=f"v{os.getpid()}"))
         first = [in_model.InModel("mm(1x8, 8x8)", "triton_gemv", 0.9, False, 0.8)]
-        verdicts.keep(store, "K", first)
-        assert verdicts.kept(store, "K") == [dataclasses.replace(first[0], stored=True)]
-        verdicts.keep(store, "K", [dataclasses.replace(first[0], kept=True, ratio=1.2, q1=1.1)])
-        assert [v.kept for v in verdicts.kept(store, "K")] == [True]
+        verdicts.keep(store, "K", first, ["mm|1x8|8x8"])
+        assert verdicts.kept(store, "K") == {("mm|1x8|8x8", "triton_gemv"): dataclasses.replace(first[0], stored=True)}
+        verdicts.keep(store, "K", [dataclasses.replace(first[0], kept=True, ratio=1.2, q1=1.1)], ["mm|1x8|8x8"])
+        assert [v.kept for v in verdicts.kept(store, "K").values()] == [True]
     finally:
         srv.stop()
     down = open_store("redis://127.0.0.1:1/0?timeout=0.05")
     with pytest.warns(RuntimeWarning, match="did not answer"):
         assert verdicts.kept(down, "K") is None
+
+
+def test_a_forward_that_fails_before_the_kept_verdicts_apply_leaves_the_tuned_picks(numba_picks, checks, caplog):
+    x = torch.randn(6, 24)
+    gemmtune.warmup(Net(), x, progress=False)
+    gemmtune.clear_dispatch_cache()
+
+    class Once(Net):
+        calls = 0
+
+        def forward(self, x):
+            Once.calls += 1
+            if Once.calls == 2:  # the forward after the recording one
+                raise RuntimeError("cache full")
+            return super().forward(x)
+
+    Once.__qualname__ = Net.__qualname__  # the same model for the key
+    Once.__module__ = Net.__module__
+    with caplog.at_level("WARNING", logger="gemmtune"):
+        report = gemmtune.warmup(Once(), x, progress=False)
+    assert checks == [2] and "not applied" in caplog.text
+    assert all(r.in_model is None and r.runs.startswith("numba") for r in report.rows)

@@ -7,8 +7,10 @@ machine, so they are kept under a digest of all three (`verdict_key`):
 
 - every GEMM problem the recording forward met, with its call count and its pick (template, config,
   runtime params and source hash), torch's op included: the picks decide what the model runs;
-- the model's class and the device environment of its problems (the store's env key: device name,
-  driver and library versions);
+- the model's class and the classes of its modules, in order (a model built of other layers around
+  the same GEMMs runs another forward);
+- the device environment of its problems (the store's env key: device name, driver and library
+  versions), and the host's CPU model and torch's thread count (the check weighs host launch cost);
 - `Settings.library_margin`, which the check applies.
 
 A warm-up whose key is found applies the kept verdicts (a pick the check sent to torch's op goes
@@ -19,8 +21,8 @@ which later warm-ups read (the newest wins).  They live in the store beside the 
 Example:
     >>> from gemmtune.store.sqlite import Store
     >>> store = Store(":memory:")
-    >>> keep(store, "K", [InModel("mm(1x8, 8x8)", "triton_gemv", 1.2, True, 1.1)])
-    >>> [v.kept for v in kept(store, "K")], kept(store, "other")
+    >>> keep(store, "K", [InModel("mm(1x8, 8x8)", "triton_gemv", 1.2, True, 1.1)], ["mm|1x8|8x8"])
+    >>> [v.kept for v in kept(store, "K").values()], kept(store, "other")
     ([True], None)
 """
 
@@ -35,7 +37,7 @@ from typing import Any, Sequence
 
 from .in_model import InModel
 
-__all__ = ["verdict_key", "kept", "keep", "matches", "PREFIX"]
+__all__ = ["verdict_key", "kept", "keep", "matching", "PREFIX"]
 
 log = logging.getLogger("gemmtune")
 PREFIX = "in_model:"
@@ -52,6 +54,9 @@ def verdict_key(model: Any, problems: Sequence[tuple[str, Any, int]], margin: fl
         >>> verdict_key(object(), [], 0.01) is None
         True
     """
+    import torch
+
+    from ..store.env import cpu_model
     from ..store.keys import env_info, env_key
 
     parts, envs = [], set()
@@ -64,14 +69,16 @@ def verdict_key(model: Any, problems: Sequence[tuple[str, Any, int]], margin: fl
         envs.add(str(sel.problem.device))
     if not envs:
         return None
-    head = [type(model).__module__ + "." + type(model).__qualname__, f"margin={margin!r}",
-            *sorted(env_key(env_info(d)) for d in envs)]
+    modules = getattr(model, "modules", None)
+    tree = ",".join(type(m).__qualname__ for m in modules()) if callable(modules) else ""
+    head = [type(model).__module__ + "." + type(model).__qualname__, tree, f"margin={margin!r}",
+            f"host={cpu_model()}|threads={torch.get_num_threads()}", *sorted(env_key(env_info(d)) for d in envs)]
     return hashlib.sha256("\n".join(head + sorted(parts)).encode()).hexdigest()[:32]
 
 
-def kept(store: Any, key: str) -> list[InModel] | None:
-    """The newest verdicts kept under `key`, marked as read from the store; None when there are none
-    (or the store keeps no files, or what it holds cannot be read)."""
+def kept(store: Any, key: str) -> dict[tuple[str, str], InModel] | None:
+    """The newest verdicts kept under `key`, by (problem key, winner), marked as read from the store;
+    None when there are none (or the store keeps no files, or what it holds cannot be read)."""
     read = getattr(store, "kernel_files", None)
     if read is None:
         return None
@@ -80,31 +87,33 @@ def kept(store: Any, key: str) -> list[InModel] | None:
         return None
     try:
         rows = json.loads(files[max(files)].decode())
-        return [dataclasses.replace(InModel(**{k: row[k] for k in _FIELDS if k in row}), stored=True)
-                for row in rows]
+        return {(row["problem_key"], row["winner"]): dataclasses.replace(
+            InModel(**{k: row[k] for k in _FIELDS if k in row}), stored=True) for row in rows}
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         log.warning("gemmtune.warmup: the kept in-model verdicts could not be read (%s); checking again", exc)
         return None
 
 
-def keep(store: Any, key: str, verdicts: Sequence[InModel]) -> None:
-    """Keep `verdicts` under `key` (a store without files keeps nothing)."""
+def keep(store: Any, key: str, verdicts: Sequence[InModel], problem_keys: Sequence[str]) -> None:
+    """Keep `verdicts` (one per problem key of `problem_keys`) under `key` (a store without files keeps
+    nothing)."""
     put = getattr(store, "put_kernel_files", None)
     if put is None:
         return
-    rows = [{k: v for k, v in dataclasses.asdict(verdict).items() if k != "stored"} for verdict in verdicts]
+    rows = [{**{k: v for k, v in dataclasses.asdict(verdict).items() if k != "stored"}, "problem_key": pk}
+            for verdict, pk in zip(verdicts, problem_keys)]
     _LAST[0] = max(time.time_ns(), _LAST[0] + 1)  # strictly newer than this process's last, whatever the clock's tick
     put(PREFIX + key, {f"verdicts-{_LAST[0]:020d}.json": json.dumps(rows).encode()})
 
 
-def matches(verdicts: Sequence[InModel], switches: Sequence[Any]) -> bool:
-    """Kept verdicts apply to these switches: one each, in order, for the same problem and pick.
+def matching(found: dict[tuple[str, str], InModel] | None, switches: Sequence[Any]) -> list[InModel] | None:
+    """The kept verdict of each switch, in order, where every switch's problem and pick has one; else None.
 
     Example:
-        >>> matches([], [])
-        True
+        >>> matching({}, []), matching(None, [])
+        ([], None)
     """
-    return len(verdicts) == len(switches) and all(
-        v.problem == sw.selection.problem.describe() and v.winner == sw.selection.winner.name
-        for v, sw in zip(verdicts, switches))
-
+    if found is None:
+        return None
+    out = [found.get((sw.selection.problem.problem_key, sw.selection.winner.name)) for sw in switches]
+    return None if any(v is None for v in out) else [v for v in out if v is not None]

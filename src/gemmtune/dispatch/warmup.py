@@ -227,21 +227,33 @@ def _checked(rows: list[WarmupRow], seen: "dict[tuple, eager.Recorded]", forward
     key = verdicts.verdict_key(model, [(rec.describe(), selections.get(canon), rec.calls)
                                        for canon, rec in seen.items()], settings.library_margin)
     store = shared_store(settings.store)
-    found = None if again or key is None else verdicts.kept(store, key)
-    if found is not None and verdicts.matches(found, switches):
-        forward()  # as the check's first forward: patched layers remember the pick's kernel
-        for sw, verdict in zip(switches, found):
-            sw.library(not verdict.kept)
+    found = None if again or key is None else verdicts.matching(verdicts.kept(store, key), switches)
+    if found is not None:
+        found = _applied(forward, switches, found)
     else:
         found = _timed(forward, switches, settings.library_margin)
-        if found is None:
-            return rows
-        if key is not None:
-            verdicts.keep(store, key, found)
+        if found is not None and key is not None:
+            verdicts.keep(store, key, found, [sw.selection.problem.problem_key for sw in switches])
+    if found is None:
+        return rows
     out = list(rows)
     for i, verdict in zip(at, found):
         out[i] = replace(out[i], in_model=verdict)
     return out
+
+
+def _applied(forward: Any, switches: list[Switch], found: list[InModel]) -> list[InModel] | None:
+    """The kept verdicts applied (a pick the check sent to torch's op goes there again); None where the
+    forward failed when run again (the tuned picks stand)."""
+    try:
+        forward()  # as the check's first forward: patched layers remember the pick's kernel
+    except Exception as exc:  # noqa: BLE001 - as in `_timed`
+        log.warning("gemmtune.warmup: kept in-model verdicts not applied, the forward failed when run again "
+                    "(%s: %s); the tuned picks run", type(exc).__name__, exc)
+        return None
+    for sw, verdict in zip(switches, found):
+        sw.library(not verdict.kept)
+    return found
 
 
 def _timed(forward: Any, switches: list[Switch], margin: float) -> list[InModel] | None:
