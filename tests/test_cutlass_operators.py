@@ -209,10 +209,13 @@ def _direct_launch(monkeypatch, lib, kernel, op="mm", direct=True):
     (True, True, "mm", True),  # the default: the compiled kernel, called with the tensors
     (False, True, "mm", False),  # the library's run on its arguments
     (True, False, "mm", False),  # TVM-FFI off: the arguments convert the tensors
-    (True, True, "addmm_fused", False)])  # a fused epilogue takes more arguments
+    (True, True, "addmm_fused", False),  # a fused epilogue takes more arguments
+    (True, True, "mm@0.4.0", False)])  # a library version whose run was not read
 def test_direct_calls_the_compiled_kernel_only_where_the_librarys_run_would(monkeypatch, direct, tvm_ffi, op,
                                                                              runs_kernel):
+    op, _, version = op.partition("@")
     lib = fake_library(fuses_bias=op == "addmm_fused", tvm_ffi=tvm_ffi)
+    lib.__version__ = version or lib.__version__
     kernel = Kernel()
     launch, tensors, ran = _direct_launch(monkeypatch, lib, kernel, op, direct)
     assert CutlassOperatorsTemplate(library=lib).direct

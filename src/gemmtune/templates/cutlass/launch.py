@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -70,8 +71,8 @@ def agreeing(kernel: Any, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, s
         >>> agreeing(good, a, b, a @ b, None, "mm") is good, agreeing(lambda *x: None, a, b, a @ b, None, "mm")
         (True, None)
     """
-    probe = torch.full_like(out, float("nan"))
     try:
+        probe = torch.full_like(out, float("nan"))  # a second output: out holds the library's result
         kernel(a, b, probe, stream)
         same = torch.equal(_bits(probe), _bits(out))
     except Exception as exc:  # noqa: BLE001 - the direct call is refused: the library's run stays
@@ -101,7 +102,7 @@ def launcher(lib: Any, op: Any, cfg: Mapping[str, Any], ki: KernelInputs, exampl
     args0 = operators_lib.gemm_arguments(lib, a0, b0, out0, bias0 if fused else None, alpha, beta)
     artifact = operators_lib.compiled(lib, op, args0, disk_key(cfg, ki, target), src_hash, target)
     kernel = operators_lib.direct_kernel(lib, op, artifact, fused) if direct else None
-    checked = kernel is None
+    checked, checking = kernel is None, threading.Lock()  # one first-call check, whichever thread calls first
 
     def launch(tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
         nonlocal kernel, checked
@@ -117,7 +118,10 @@ def launcher(lib: Any, op: Any, cfg: Mapping[str, Any], ki: KernelInputs, exampl
             args = operators_lib.gemm_arguments(lib, a, b, out, bias if fused else None, alpha, beta)  # see above
             op.run(args, artifact, stream=stream, assume_supported_args=True)
             if not checked and not (out.is_cuda and torch.cuda.is_current_stream_capturing()):
-                kernel, checked = agreeing(kernel, a, b, out, stream, ki.describe()), True
+                with checking:
+                    if not checked:
+                        kernel = agreeing(kernel, a, b, out, stream, ki.describe())
+                        checked = True
         if ki.op == "addmm" and not fused:
             bias_after(out, bias, alpha, beta)
         return out

@@ -44,7 +44,7 @@ from .hopper import DSL_DISTRIBUTION, _hopper_gpu, dsl_version, ensure_cache_dir
 log = logging.getLogger("gemmtune.templates.cutlass")
 
 LIBRARY_DISTRIBUTION = "nvidia-cutlass-operators"
-SOURCES = (Path(__file__), Path(__file__).with_name("operators_lib.py"))
+SOURCES = (Path(__file__), Path(__file__).with_name("operators_lib.py"), Path(__file__).with_name("launch.py"))
 DTYPES = (torch.float16, torch.bfloat16)
 OPS = ("mm", "addmm", "bmm")
 

@@ -178,6 +178,9 @@ def kernel_path(key: tuple, src_hash: str, target: str) -> Path:
 
 DIRECT_OPERATORS = frozenset({"Sm90StaticPersistentGemmOperator"})
 """Operators whose `run` (0.3.0's `_run`) calls the compiled kernel as `kernel(A, B, out, stream)`."""
+DIRECT_VERSIONS = ("0.3.",)
+"""Library versions whose run was read to be that call (another may pass other arguments, which a
+kernel could read as a fault on the device rather than a Python error)."""
 
 
 def direct_kernel(lib: Any, op: Any, artifact: Any, fused: bool) -> Any | None:
@@ -185,8 +188,10 @@ def direct_kernel(lib: Any, op: Any, artifact: Any, fused: bool) -> Any | None:
     `op.run(GemmArguments(a, b, out, ...), artifact, stream)`: with TVM-FFI on, those arguments hand
     the kernel the torch tensors themselves, after building compile-time descriptions the compiled
     artifact no longer needs.  None where the call differs: a fused epilogue (more arguments), TVM-FFI
-    off (the arguments convert tensors through DLPack), or an operator not in `DIRECT_OPERATORS`."""
-    if fused or type(op).__name__ not in DIRECT_OPERATORS or not bool(lib.GlobalOptions().use_tvm_ffi):
+    off (the arguments convert tensors through DLPack), an operator not in `DIRECT_OPERATORS`, or a
+    library version not in `DIRECT_VERSIONS`."""
+    if (fused or type(op).__name__ not in DIRECT_OPERATORS or not bool(lib.GlobalOptions().use_tvm_ffi)
+            or not str(getattr(lib, "__version__", "")).startswith(DIRECT_VERSIONS)):
         return None
     return getattr(artifact, "compiled_obj", None)
 
