@@ -214,7 +214,77 @@ def test_a_redis_store_keeps_binary_files_and_a_down_server_is_a_miss(redis_url)
     store.put_kernel_files("K", {"k.cubin": data})
     store.put_kernel_files("K", {"k.cubin": b"later"})
     assert store.kernel_files("K") == {"k.cubin": data}
+    assert store.has_kernel_files("K") and not store.has_kernel_files("none")
     down = open_store("redis://127.0.0.1:1/0?timeout=0.05")
     with pytest.warns(RuntimeWarning, match="did not answer"):
         assert down.kernel_files("K") == {}
+    assert not down.has_kernel_files("K")
     down.put_kernel_files("K", {"k.cubin": data})  # not kept, and no error
+
+
+GOOD = {"k.json": b'{"name": "k"}', "k.cubin": b"binary", kernels.GROUP + "k.json": b'["k.cubin", "k.json"]'}
+
+
+@pytest.mark.parametrize("entry", [
+    {**GOOD, kernels.GROUP + "k.json": b"5"},  # a group that is not a list
+    {**GOOD, "k\0.cubin": b"x", kernels.GROUP + "k.json": b'["k\\u0000.cubin", "k.json"]'},  # a NUL
+    {**GOOD, "k" * 300: b"x", kernels.GROUP + "k.json": json.dumps(["k" * 300, "k.json"]).encode()},  # too long
+    {**GOOD, "k.json": b"garbage"},  # metadata Triton could never read: written whole, it would never be rebuilt
+    {**GOOD, "k.json": b"[1, 2]"},
+], ids=["not_a_list", "nul", "long_name", "bad_metadata", "metadata_not_an_object"])
+def test_a_malformed_stored_kernel_is_a_cache_miss_never_an_error(tmp_path, monkeypatch, entry):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    store = Store(":memory:")
+    store.put_kernel_files("KEY", entry)
+    assert kernels.share(store)
+    manager = kernels.StoreCacheManager("KEY")
+    assert manager.get_group("k.json") is None
+    assert manager.get_file("k" * 300) is None
+    assert sorted(p.name for p in (tmp_path / "cache" / "KEY").iterdir() if not p.name.startswith(".")) in (
+        [], ["lock"])  # nothing of the entry written into the local cache
+
+
+def test_a_whole_stored_kernel_is_served_and_the_override_and_dump_caches_stay_local(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRITON_OVERRIDE_DIR", str(tmp_path / "override"))
+    monkeypatch.setenv("TRITON_DUMP_DIR", str(tmp_path / "dump"))
+    store = Store(":memory:")
+    store.put_kernel_files("KEY", GOOD)
+    asked = []
+    real = store.kernel_files
+    monkeypatch.setattr(store, "kernel_files", lambda key: asked.append(key) or real(key))
+    assert kernels.share(store)
+    for flags in (dict(override=True), dict(dump=True)):
+        assert kernels.StoreCacheManager("KEY", **flags).get_group("k.json") is None
+    assert asked == []
+    served = kernels.StoreCacheManager("KEY").get_group("k.json")
+    assert asked == ["KEY"] and sorted(served) == ["k.cubin", "k.json"]
+    assert Path(served["k.cubin"]).read_bytes() == b"binary"
+
+
+def test_a_kernel_the_store_holds_already_is_not_sent_again(tmp_path):
+    store = Store(":memory:")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(b"binary")
+    (tmp_path / "k.json").write_text("{}")
+    binary = BinaryFiles("KEY", {"k.cubin": str(path), "k.json": str(tmp_path / "k.json")})
+    assert kernels.publish(store, [binary]) == 1
+    kernels.stop_sharing()  # a new process: it found the kernel in its own Triton cache
+    sent = []
+    real = store.put_kernel_files
+    store.put_kernel_files = lambda key, files: sent.append(key) or real(key, files)
+    assert store.has_kernel_files("KEY") and not store.has_kernel_files("OTHER")
+    assert kernels.publish(store, [binary]) == 0 and sent == []
+
+
+def test_a_tune_without_share_kernels_stops_sharing(tmp_path):
+    store = Store(":memory:")
+    kernels.sharing(store)
+    assert knobs.cache.manager_class is kernels.StoreCacheManager
+    kernels.sharing(None)
+    assert knobs.cache.manager_class is not kernels.StoreCacheManager
+    assert os.environ.get("TRITON_CACHE_MANAGER") is None
+    a, b = torch.randn(16, 8), torch.randn(8, 4)
+    kernels.sharing(store)
+    gemmtune.tune("mm", a, b, backends=("extern",), settings=Settings(share_kernels=False, store="memory"))
+    assert knobs.cache.manager_class is not kernels.StoreCacheManager

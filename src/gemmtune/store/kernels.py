@@ -16,8 +16,10 @@ own `FileCacheManager` with the store behind it:
 
 Triton's key covers the kernel's source, its compile options, the GPU target and Triton's own version,
 so a kernel is only ever served to the same Triton on the same GPU architecture.  A native module's
-key covers its C source and the platform, and its name the Python ABI.  A file that fails to load is
-rebuilt by Triton, as with a damaged local cache.  The store then holds host and GPU code that
+key covers its C source and the platform, and its name the Python ABI.  A kept kernel is served only
+whole (every file of its group kept, under a plain name, its metadata readable); anything else, and a
+store that fails to answer, is a cache miss, and Triton compiles.  Each kernel is written to the store
+once: a process that finds it there already (`has_kernel_files`) does not send it again.  The store then holds host and GPU code that
 a process loads: share a store with kernels only among machines you trust as you trust their Triton
 cache.
 
@@ -53,31 +55,47 @@ except ImportError:  # no Triton: nothing to share
 
 
 class StoreCacheManager(_Base):  # type: ignore[misc,valid-type]
-    """Triton's file cache, with the shared store answering what the local cache lacks (see the module)."""
+    """Triton's file cache, with the shared store answering what the local cache lacks (see the module).
+    Triton's override and dump caches (`TRITON_KERNEL_OVERRIDE`, `TRITON_KERNEL_DUMP`) stay local."""
+
+    def __init__(self, key: str, override: bool = False, dump: bool = False):
+        super().__init__(key, override, dump)
+        self.shared = not (override or dump)
 
     def get_file(self, filename: str) -> str | None:
         path = super().get_file(filename)
         if path is not None:
-            if filename.endswith(_NATIVE):
+            if filename.endswith(_NATIVE) and self.shared:
                 _keep_native(self.key, filename, path)
             return path
-        data = _fetch(self.key).get(filename)
-        if data is None:
+        if not self.shared:
+            return None
+        try:
+            data = _fetch(self.key).get(filename)
+            if data is None or not _plain(filename):
+                return None
+            path = super().put(data, filename, binary=True)
+        except Exception as exc:  # noqa: BLE001 - a cache miss: Triton builds it
+            log.info("gemmtune: %s of kernel %s not served from the store: %s", filename, self.key, exc)
             return None
         _served(self.key)
-        return super().put(data, filename, binary=True)
+        return path
 
     def get_group(self, filename: str) -> dict[str, str] | None:
         group = super().get_group(filename)
-        if group is not None:
+        if group is not None or not self.shared:
             return group
-        files = _fetch(self.key)
         try:
-            names = json.loads(files.get(GROUP + filename, b"[]"))
-        except ValueError:
+            return self._served_group(filename)
+        except Exception as exc:  # noqa: BLE001 - a cache miss: Triton compiles the kernel
+            log.info("gemmtune: kernel %s not served from the store: %s", filename, exc)
             return None
-        if not names or not all(isinstance(n, str) and _plain(n) and n in files for n in names):
-            return None  # nothing kept, a file missing, or a name that is not a file of this directory
+
+    def _served_group(self, filename: str) -> dict[str, str] | None:
+        files = _fetch(self.key)
+        names = _group_names(files, filename)
+        if names is None:
+            return None
         paths = {name: super(StoreCacheManager, self).put(files[name], name, binary=True) for name in names}
         super().put_group(filename, paths)
         _served(self.key)
@@ -92,8 +110,31 @@ class StoreCacheManager(_Base):  # type: ignore[misc,valid-type]
 
 
 def _plain(name: str) -> bool:
-    """A bare file name: a store's entry never writes outside the kernel's cache directory."""
-    return bool(name) and name not in (".", "..") and Path(name).name == name and "\\" not in name
+    """A bare file name: a store's entry never writes outside the kernel's cache directory (nor a name
+    no file system takes: a NUL, more than 255 bytes)."""
+    return (bool(name) and name not in (".", "..") and Path(name).name == name and "\\" not in name
+            and "\0" not in name and len(name.encode("utf-8", "surrogatepass")) <= 255)
+
+
+def _group_names(files: dict[str, bytes], filename: str) -> list[str] | None:
+    """The members of a kept kernel's group, where the entry is whole: every member a plain name that is
+    kept too, and its metadata files (`.json`) JSON objects; else None (Triton compiles it: an entry
+    written into the local cache whole but unreadable would fail every load, and never be rebuilt)."""
+    try:
+        names = json.loads(files.get(GROUP + filename, b"[]"))
+    except ValueError:
+        return None
+    if not isinstance(names, list) or not names or not all(
+            isinstance(n, str) and _plain(n) and n in files for n in names):
+        return None  # nothing kept, a file missing, or a name that is not a file of this directory
+    for name in names:
+        if name.endswith(".json"):
+            try:
+                if not isinstance(json.loads(files[name]), dict):
+                    return None
+            except ValueError:
+                return None
+    return names
 
 
 def share(store: Any) -> bool:
@@ -124,14 +165,28 @@ def share(store: Any) -> bool:
 
 
 def stop_sharing() -> None:
-    """Triton's own cache manager again, and no store behind it."""
+    """Triton's own cache manager again (its knob back to what the environment says), and no store
+    behind it."""
     if _Base is not object:
         from triton import knobs
 
         if knobs.cache.manager_class is StoreCacheManager:
-            knobs.cache.manager_class = None
+            del knobs.cache.manager_class
     with _LOCK:
         _STATE["store"], _STATE["published"], _STATE["native"] = None, set(), {}
+
+
+def sharing(store: Any) -> None:
+    """What a tune asks for: share `store`'s kernels (`share`), or none (None: `stop_sharing`, where this
+    process shared a store before).
+
+    Example:
+        >>> sharing(None)
+    """
+    if store is not None:
+        share(store)
+    elif _STATE["store"] is not None:
+        stop_sharing()
 
 
 def publish(store: Any, binaries: Iterable[Any]) -> int:
@@ -143,10 +198,14 @@ def publish(store: Any, binaries: Iterable[Any]) -> int:
     if put is not None and store is _STATE["store"]:
         _publish_native(store)
     written = 0
+    kept = getattr(store, "has_kernel_files", lambda key: False)
     for binary in binaries:
         if put is None or not binary.files or (id(store), binary.key) in _STATE["published"]:
             continue
         try:
+            if kept(binary.key):  # another process kept it (a kernel this one found in its own cache)
+                _STATE["published"].add((id(store), binary.key))
+                continue
             files = {name: Path(path).read_bytes() for name, path in binary.files.items()}
             group = next(name for name in files if name.endswith(".json"))
             files[GROUP + group] = json.dumps(sorted(binary.files)).encode()
@@ -192,10 +251,11 @@ def _publish_native(store: Any) -> None:
         if (id(store), key) in _STATE["published"]:
             continue
         try:
-            store.put_kernel_files(key, {filename: Path(path).read_bytes()})
+            if not getattr(store, "has_kernel_files", lambda key: False)(key):
+                store.put_kernel_files(key, {filename: Path(path).read_bytes()})
             _STATE["published"].add((id(store), key))
         except Exception as exc:  # noqa: BLE001 - not kept; the next machine builds it
             log.info("gemmtune: native module %s not kept in the store: %s", filename, exc)
 
 
-__all__ = ["StoreCacheManager", "share", "stop_sharing", "publish", "GROUP"]
+__all__ = ["StoreCacheManager", "share", "stop_sharing", "sharing", "publish", "GROUP"]

@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 import warnings
 from typing import Any, Callable
@@ -184,6 +185,7 @@ class RedisStore(StoreViews):
         self._pending: list[tuple] = []  # ... and their saves, written to the server when it is back
         self._seen: dict[tuple[str, str], Stored] = {}  # settled picks read or written by this process
         self._down_until: float | None = None
+        self._replaying = threading.Lock()  # compile threads read kernels too: one replay of the missed saves
 
     def _key(self, kind: str, env: str, problem: str = "") -> str:
         return f"{self.prefix}:{kind}:{env}:{problem}" if problem else f"{self.prefix}:{kind}:{env}"
@@ -200,9 +202,10 @@ class RedisStore(StoreViews):
         if self._down_until is not None and time.monotonic() < self._down_until:
             return local()
         try:
-            while self._pending:  # the server is back: first the saves it missed, in order
-                self._remote_save(*self._pending[0])
-                self._pending.pop(0)
+            with self._replaying:
+                while self._pending:  # the server is back: first the saves it missed, in order
+                    self._remote_save(*self._pending[0])
+                    self._pending.pop(0)
             out = remote()
         except redis.RedisError as exc:
             self._went_down(exc)
@@ -287,6 +290,10 @@ class RedisStore(StoreViews):
         `dispatch.verdicts`); {} when none or unreachable."""
         got = self._server(lambda: self._client.hgetall(f"{self.prefix}:kernel:{key}"), dict)
         return {name: base64.b64decode(data) for name, data in got.items()}
+
+    def has_kernel_files(self, key: str) -> bool:
+        """Whether anything is kept under `key` (unreachable: False)."""
+        return bool(self._server(lambda: self._client.exists(f"{self.prefix}:kernel:{key}"), lambda: 0))
 
     def put_kernel_files(self, key: str, files: dict[str, bytes]) -> None:
         """Keep `files` under `key`; a file already kept there stays as it is (unreachable: not kept)."""

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 import time
 import warnings
 from contextlib import contextmanager
@@ -61,6 +62,7 @@ class Store(StoreViews):
         self.origin = self.path  # the location asked for (`path` becomes ":memory:" after a fall-back)
         self.warnings: list[str] = []
         self._inode: int | None = None
+        self._recovering = threading.Lock()
         self._db = self._open()
 
     # -- opening, with the fall-backs ---------------------------------------------------
@@ -156,13 +158,17 @@ class Store(StoreViews):
             self._db = self._rebuild(Path(self.path), exc, 0)
 
     def _guarded(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` against the store; on corruption or an unwritable store, recover once and run it again."""
+        """Run `fn` against the store; on corruption or an unwritable store, recover once and run it again
+        (one thread recovers: compile threads read kernels from it too)."""
+        db = self._db
         try:
             return fn()
         except sqlite3.DatabaseError as exc:
             if _busy(exc):
                 raise
-            self._recover(exc)
+            with self._recovering:
+                if self._db is db:  # no other thread has recovered it meanwhile
+                    self._recover(exc)
             return fn()
 
     def _warn(self, message: str) -> None:
@@ -290,6 +296,11 @@ class Store(StoreViews):
         rows = self._guarded(lambda: self._db.execute("SELECT name, data FROM kernel_files WHERE key=?",
                                                       (key,)).fetchall())
         return {name: bytes(data) for name, data in rows}
+
+    def has_kernel_files(self, key: str) -> bool:
+        """Whether anything is kept under `key`."""
+        return self._guarded(lambda: self._db.execute("SELECT 1 FROM kernel_files WHERE key=? LIMIT 1",
+                                                      (key,)).fetchone() is not None)
 
     def put_kernel_files(self, key: str, files: dict[str, bytes]) -> None:
         """Keep `files` under `key`; a file already kept there stays as it is (the first writer wins)."""
