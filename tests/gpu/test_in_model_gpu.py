@@ -52,3 +52,22 @@ def test_the_check_is_off_when_asked():
     x = torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16)
     report = gemmtune.warmup(model, x, progress=False, in_model=False)
     assert all(r.in_model is None for r in report.rows) and report.check_s == 0.0
+
+
+def test_a_second_warm_up_applies_the_kept_verdicts_and_runs_what_they_say():
+    """A later process (here: the dispatch forgotten) warming up the same model from the same store
+    reads the check's verdicts instead of timing them (`dispatch.verdicts`)."""
+    x = torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16)
+    first = gemmtune.warmup(_mlp(), x, progress=False)
+    gemmtune.clear_dispatch_cache()
+    plain, model = _mlp(), _mlp()
+    second = gemmtune.warmup(model, x, progress=False)
+    print("\n" + second.table())
+    checked = [r for r in first.rows if r.in_model is not None]
+    assert [(r.problem, r.runs) for r in checked] == [(r.problem, r.runs) for r in second.rows if r.in_model]
+    assert all(r.in_model.stored for r in second.rows if r.in_model is not None)
+    with torch.no_grad():
+        out, ref = model(x), plain(x)
+    assert (out.float() - ref.float()).norm() / ref.float().norm() < 2e-2
+    torch_runs = sum(fn is torch.nn.functional.linear for fn in patching._LINEAR.values())
+    assert torch_runs == sum(r.runs.startswith(("aten", "torch")) for r in second.rows)
