@@ -35,6 +35,8 @@ import logging
 import time
 from typing import Any, Sequence
 
+import torch
+
 from .in_model import InModel
 
 __all__ = ["verdict_key", "kept", "keep", "matching", "PREFIX"]
@@ -54,8 +56,6 @@ def verdict_key(model: Any, problems: Sequence[tuple[str, Any, int]], margin: fl
         >>> verdict_key(object(), [], 0.01) is None
         True
     """
-    import torch
-
     from ..store.env import cpu_model
     from ..store.keys import env_info, env_key
 
@@ -115,5 +115,5 @@ def matching(found: dict[tuple[str, str], InModel] | None, switches: Sequence[An
     """
     if found is None:
         return None
-    out = [found.get((sw.selection.problem.problem_key, sw.selection.winner.name)) for sw in switches]
-    return None if any(v is None for v in out) else [v for v in out if v is not None]
+    keys = [(sw.selection.problem.problem_key, sw.selection.winner.name) for sw in switches]
+    return [found[k] for k in keys] if all(k in found for k in keys) else None

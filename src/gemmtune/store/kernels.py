@@ -127,14 +127,14 @@ def _group_names(files: dict[str, bytes], filename: str) -> list[str] | None:
     if not isinstance(names, list) or not names or not all(
             isinstance(n, str) and _plain(n) and n in files for n in names):
         return None  # nothing kept, a file missing, or a name that is not a file of this directory
-    for name in names:
-        if name.endswith(".json"):
-            try:
-                if not isinstance(json.loads(files[name]), dict):
-                    return None
-            except ValueError:
-                return None
-    return names
+    return names if all(_json_object(files[n]) for n in names if n.endswith(".json")) else None
+
+
+def _json_object(data: bytes) -> bool:
+    try:
+        return isinstance(json.loads(data), dict)
+    except ValueError:
+        return False
 
 
 def share(store: Any) -> bool:
@@ -198,13 +198,11 @@ def publish(store: Any, binaries: Iterable[Any]) -> int:
     if put is not None and store is _STATE["store"]:
         _publish_native(store)
     written = 0
-    kept = getattr(store, "has_kernel_files", lambda key: False)
     for binary in binaries:
-        if put is None or not binary.files or (id(store), binary.key) in _STATE["published"]:
+        if put is None or not binary.files:
             continue
         try:
-            if kept(binary.key):  # another process kept it (a kernel this one found in its own cache)
-                _STATE["published"].add((id(store), binary.key))
+            if not _to_send(store, binary.key):
                 continue
             files = {name: Path(path).read_bytes() for name, path in binary.files.items()}
             group = next(name for name in files if name.endswith(".json"))
@@ -216,6 +214,17 @@ def publish(store: Any, binaries: Iterable[Any]) -> int:
         _STATE["published"].add((id(store), binary.key))
         written += 1
     return written
+
+
+def _to_send(store: Any, key: str) -> bool:
+    """Whether `key`'s files still have to be written to `store`: not by this process (`published`),
+    nor by another (a kernel this process found in its own cache, which the store holds already)."""
+    if (id(store), key) in _STATE["published"]:
+        return False
+    if getattr(store, "has_kernel_files", lambda key: False)(key):
+        _STATE["published"].add((id(store), key))
+        return False
+    return True
 
 
 def _served(key: str) -> None:
@@ -248,12 +257,10 @@ def _publish_native(store: Any) -> None:
     with _LOCK:
         pending, _STATE["native"] = _STATE["native"], {}
     for key, (filename, path) in pending.items():
-        if (id(store), key) in _STATE["published"]:
-            continue
         try:
-            if not getattr(store, "has_kernel_files", lambda key: False)(key):
+            if _to_send(store, key):
                 store.put_kernel_files(key, {filename: Path(path).read_bytes()})
-            _STATE["published"].add((id(store), key))
+                _STATE["published"].add((id(store), key))
         except Exception as exc:  # noqa: BLE001 - not kept; the next machine builds it
             log.info("gemmtune: native module %s not kept in the store: %s", filename, exc)
 
