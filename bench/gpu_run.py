@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,7 +243,8 @@ JOBS: dict[str, Job] = {
                     (PY, "-m", "compileall", "-q", "src/gemmtune"), 120),
     "warm-store-shared": Job("bench/warmup_profile.py: the stack's eager warm-up at M = 1, cold then from its store "
                              "with new Triton caches, the picks' kernels kept in the store (share_kernels)",
-                             (PY, "bench/warmup_profile.py", "--model", "stack", "--cases", "1,1+warm,1+warm+cprofile",
+                             (PY, "bench/warmup_profile.py", "--model", "stack", "--cases",
+                              "1,1+warm,1+warm+host,1+warm+cprofile",
                               "--out", "{out}/{job}.json"), 150, env=(("GEMMTUNE_SHARE_KERNELS", "1"),)),
     "warm-store-shared-llama": Job("bench/warmup_profile.py: the transformers Llama's eager warm-up at M = 64, cold "
                                    "then from its store with new Triton caches, kernels in the store (share_kernels)",
@@ -390,10 +392,14 @@ def run_lanes(lanes: list[list[str]], out: Path, gpus: int, tail: int = 12) -> i
     out.mkdir(parents=True, exist_ok=True)
     placed = plan(lanes, gpus)
     outcome: dict[str, str] = {}
+    took: dict[str, float] = {}  # seconds per job
 
     def lane(gpu: int | None, names: list[str]) -> None:
         for name in names:
+            t0 = time.perf_counter()
             outcome[name] = run_job(name, JOBS[name], out, gpu)
+            took[name] = time.perf_counter() - t0
+            print(f"{name}: {outcome[name]} in {took[name]:.0f} s", flush=True)
 
     if placed[0][0] is None:
         for gpu, names in placed:
@@ -407,7 +413,7 @@ def run_lanes(lanes: list[list[str]], out: Path, gpus: int, tail: int = 12) -> i
     for gpu, names in placed:
         for name in names:
             lines = (out / f"{name}.log").read_text(errors="replace").splitlines()
-            print(f"==> {name} (GPU {'default' if gpu is None else gpu}): {outcome[name]} <==")
+            print(f"==> {name} (GPU {'default' if gpu is None else gpu}): {outcome[name]} <== {took[name]:.0f} s")
             print("\n".join(lines[-tail:]) if tail > 0 else "")
     return 0 if all(v in ("ok", "skipped") for v in outcome.values()) else 1
 

@@ -13,8 +13,10 @@ with flags appended:
 - `+fed`: instead of `gemmtune.warmup`, Inductor max-autotune fed by gemmtune
   (`gemmtune.inductor.installed()`): its compile, tuning and first forward;
 - `+cprofile`: the warm-up under cProfile, its top entries by cumulative time printed and kept;
-- `+warm`: reuse the gemmtune store of the case before with the same M (a second program start:
-  every other cache new).
+- `+warm`: reuse the gemmtune store of the case before with the same M (a new machine that shares
+  the store: every other cache new);
+- `+host`: with `+warm`, also keep that case's Triton, Inductor and gemmtune cache folders (a second
+  program start on the same machine: Triton's binaries and its kept installation key are there).
 
     python bench/warmup_profile.py --cases 1,128,128:off,128+ptxas --out warmup_profile.json
     python bench/warmup_profile.py --cases 16+inductor+fed,16+fed+warm --out fed_first_run.json
@@ -34,6 +36,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+HOST_CACHES = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "GEMMTUNE_CACHE_DIR")  # what `+host` keeps
 
 
 def child(m: int, model: str, isolation: str | None, flags: set[str]) -> dict:
@@ -48,6 +51,8 @@ def child(m: int, model: str, isolation: str | None, flags: set[str]) -> dict:
         models.fresh_caches(tag)
         if os.environ.get("PROFILE_STORE"):  # the store a `+warm` case shares with the case before it
             os.environ["GEMMTUNE_STORE"] = os.environ["PROFILE_STORE"]
+        if "host" in flags and os.environ.get("PROFILE_HOST"):  # that case's cache folders too
+            os.environ.update(json.loads(os.environ["PROFILE_HOST"]))
 
     caches("case")
     imported = time.perf_counter() - t_import
@@ -74,6 +79,7 @@ def child(m: int, model: str, isolation: str | None, flags: set[str]) -> dict:
         if prof is not None:
             prof.disable()
             out["cprofile"] = _top(prof)
+    out["cache_dirs"] = {v: os.environ[v] for v in HOST_CACHES}
     out.update(warmup_s=time.perf_counter() - t0, ptxas=os.environ.get("TRITON_PTXAS_PATH"),
                facts=models.selection_facts(), timeline=stamped.lines)
     return out
@@ -128,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results: list[dict] = []
     stores: dict[str, str] = {}  # M -> the store of its last case (a `+warm` case reuses it)
+    hosts: dict[str, dict] = {}  # M -> the cache folders of its last case (a `+warm+host` case reuses them)
     scratch = Path(tempfile.mkdtemp(prefix="gemmtune-profile-"))
     for i, case in enumerate(args.cases.split(",")):
         t0 = time.perf_counter()
@@ -136,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         if "+warm" not in case or m not in stores:
             stores[m] = str(scratch / f"store-{i}.db")
         env["PROFILE_STORE"] = stores[m]
+        if "+host" in case and m in hosts:
+            env["PROFILE_HOST"] = json.dumps(hosts[m])
         if "+ptxas" in case:
             import torch  # only to find its directory
 
@@ -153,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         res = json.loads(proc.stdout.strip().splitlines()[-1])
         res["process_wall_s"] = wall
+        hosts[m] = res.get("cache_dirs", {})
         results.append(res)
         print(f"\n== case {case}: import {res['import_s']:.2f} s, gemmtune {res['warmup_s']:.2f} s "
               f"(check {res['check_s']:.2f} s), process {wall:.1f} s, Inductor first {res.get('inductor_first_s')}, "
