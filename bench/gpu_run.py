@@ -248,7 +248,7 @@ JOBS: dict[str, Job] = {
                               "--out", "{out}/{job}.json"), 150, env=(("GEMMTUNE_SHARE_KERNELS", "1"),)),
     "warm-store-shared-llama": Job("bench/warmup_profile.py: the transformers Llama's eager warm-up at M = 64, cold "
                                    "then from its store with new Triton caches, kernels in the store (share_kernels)",
-                                   (PY, "bench/warmup_profile.py", "--model", "llama", "--cases", "64,64+warm",
+                                   (PY, "bench/warmup_profile.py", "--model", "llama", "--cases", "64,64+warm,64+warm+host",
                                     "--out", "{out}/{job}.json"), 150, env=(("GEMMTUNE_SHARE_KERNELS", "1"),)),
     "tests-share": Job("tests/gpu/test_share_kernels_gpu.py: a pick's kernels from the store on a new Triton cache",
                        gpu_tests("test_share_kernels_gpu", show=True), 240),

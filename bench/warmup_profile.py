@@ -70,6 +70,7 @@ def child(m: int, model: str, isolation: str | None, flags: set[str]) -> dict:
         torch._dynamo.reset()  # the next compile of an equal model must not reuse this program
         caches("after-inductor")
     torch.cuda.synchronize()
+    before = set(sys.modules)
     t0 = time.perf_counter()
     prof = _profiler() if "cprofile" in flags else None
     with models.Stamped() as stamped:
@@ -80,8 +81,27 @@ def child(m: int, model: str, isolation: str | None, flags: set[str]) -> dict:
             prof.disable()
             out["cprofile"] = _top(prof)
     out["cache_dirs"] = {v: os.environ[v] for v in HOST_CACHES}
+    out["imports"] = imported_since(before)
     out.update(warmup_s=time.perf_counter() - t0, ptxas=os.environ.get("TRITON_PTXAS_PATH"),
                facts=models.selection_facts(), timeline=stamped.lines)
+    return out
+
+
+def imported_since(before: set[str]) -> dict[str, list[int]]:
+    """Modules the warm-up imported, by top-level package: [imported, of which from source (no
+    bytecode cached beside it: compiled in this process)]."""
+    import importlib.util
+
+    out: dict[str, list[int]] = {}
+    for name in sorted(set(sys.modules) - before):
+        origin = getattr(getattr(sys.modules[name], "__spec__", None), "origin", None) or ""
+        row = out.setdefault(name.split(".")[0], [0, 0])
+        row[0] += 1
+        if origin.endswith(".py"):
+            try:
+                row[1] += not Path(importlib.util.cache_from_source(origin)).exists()
+            except (ValueError, NotImplementedError):
+                pass
     return out
 
 
@@ -168,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
               f"(check {res['check_s']:.2f} s), process {wall:.1f} s, Inductor first {res.get('inductor_first_s')}, "
               f"ptxas {res['ptxas']}" + (f", fed: {res['fed_stats']}, Inductor benchmarked {res['benchmarked']}"
                                          if "fed_stats" in res else ""))
+        print("  imported during the warm-up (package: modules, of them from source): "
+              + ", ".join(f"{k}: {v[0]}/{v[1]}" for k, v in sorted(res.get("imports", {}).items(), key=lambda kv: -kv[1][0])))
         for t, msg in res["timeline"]:
             print(f"  {t:8.3f}  {msg}")
         if "cprofile" in res:

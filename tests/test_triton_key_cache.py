@@ -164,3 +164,33 @@ def test_a_module_that_imported_the_function_by_name_is_given_the_kept_one(fresh
     monkeypatch.setitem(sys.modules, "inductor_like", holder)
     assert key_cache.install(tmp_path)
     assert holder.triton_key is cache.triton_key
+
+
+def test_a_new_machine_reads_the_key_from_a_shared_store_instead_of_hashing(fresh, tmp_path):
+    from gemmtune.store import kernels
+    from gemmtune.store.sqlite import Store
+    from gemmtune.templates.triton import wheel_key
+
+    cache, autotuner = fresh
+    own = cache.triton_key
+    root = os.path.dirname(os.path.dirname(cache.__file__))
+    if wheel_key.signature(root, __import__("triton").__version__) is None:
+        pytest.skip("this Triton's files are not all vouched for by its wheel's RECORD")
+    store = Store(tmp_path / "store.db")
+    try:
+        assert kernels.share(store)
+        assert key_cache.install(tmp_path / "machine1") and cache.triton_key() == own()  # hashed, then offered
+        kernels.publish(store, [])
+        # Machine 2: nothing in its own cache directory; Triton's own function is not called.
+        key_cache._INSTALLED.clear()
+        cache.triton_key = autotuner.triton_key = own
+        own.cache_clear()
+        hashed = []
+        counting = lambda: hashed.append(1) or "HASHED"  # noqa: E731
+        counting.cache_info = own.cache_info  # type: ignore[attr-defined]
+        cache.triton_key = autotuner.triton_key = counting
+        assert key_cache.install(tmp_path / "machine2")
+        assert cache.triton_key() == own() and hashed == []
+        assert list(json.loads((tmp_path / "machine2" / key_cache.FILE).read_text()).values()) == [own()]
+    finally:
+        kernels.stop_sharing()

@@ -63,6 +63,7 @@ def _gpu_env(device: str) -> dict[str, Any]:
             "driver": nvidia_driver(), "triton": package_version("triton")}
 
 
+@functools.lru_cache(maxsize=None)  # read once per process (a slow /proc on some hosts)
 def cpu_model() -> str:
     """The CPU's model name (`model name` in /proc/cpuinfo), else what `platform` knows.
 

@@ -12,7 +12,10 @@ own `FileCacheManager` with the store behind it:
   store.  The pick's kernels are kept by `publish`, after a tune or a store hit
   (`engine._Context.selection`), and the native modules Triton builds with a C compiler (its driver
   stub and the kernels' launchers: a handful per machine, about 0.6 s of gcc on a new one) as they
-  are built or first found on disk.
+  are built or first found on disk;
+- Triton's key of its own installation is kept under its wheel's signature
+  (`templates.triton.wheel_key`), so a new machine with the same Triton reads it instead of hashing
+  `libtriton.so` (0.4 s).
 
 Triton's key covers the kernel's source, its compile options, the GPU target and Triton's own version,
 so a kernel is only ever served to the same Triton on the same GPU architecture.  A native module's
@@ -41,11 +44,14 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..templates.triton import wheel_key
+
 log = logging.getLogger("gemmtune")
 
 GROUP = "__grp__"  # Triton's prefix for a kernel's group file; the store keeps its members' names there
 _NATIVE = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-_STATE: dict[str, Any] = {"store": None, "published": set(), "native": {}}
+_STATE: dict[str, Any] = {"store": None, "published": set(), "native": {}, "keys": {}}
+KEY_PREFIX = "triton_key:"  # Triton's key of its installation, under its wheel's signature (`wheel_key`)
 _LOCK = threading.Lock()
 
 try:
@@ -160,7 +166,8 @@ def share(store: Any) -> bool:
     knobs.cache.manager_class = StoreCacheManager
     with _LOCK:
         if _STATE["store"] is not store:
-            _STATE["store"], _STATE["published"], _STATE["native"] = store, set(), {}
+            _STATE.update(store=store, published=set(), native={}, keys={})
+    wheel_key.share_with(lambda sig: _triton_key(store, sig), _keep_key)
     return True
 
 
@@ -172,8 +179,9 @@ def stop_sharing() -> None:
 
         if knobs.cache.manager_class is StoreCacheManager:
             del knobs.cache.manager_class
+    wheel_key.unshare()
     with _LOCK:
-        _STATE["store"], _STATE["published"], _STATE["native"] = None, set(), {}
+        _STATE.update(store=None, published=set(), native={}, keys={})
 
 
 def sharing(store: Any) -> None:
@@ -253,7 +261,24 @@ def _keep_native(key: str, filename: str, path: str) -> None:
             _STATE["native"][key] = (filename, path)
 
 
+def _triton_key(store: Any, sig: str) -> str | None:
+    """Triton's key kept under its wheel's signature `sig`, or None."""
+    data = store.kernel_files(KEY_PREFIX + sig).get("key")
+    return data.decode() if data else None
+
+
+def _keep_key(sig: str, key: str) -> None:
+    """A key Triton computed (maybe in a compile thread): written by the next `publish`."""
+    with _LOCK:
+        _STATE["keys"][sig] = key
+
+
 def _publish_native(store: Any) -> None:
+    with _LOCK:
+        keys, _STATE["keys"] = _STATE["keys"], {}
+    for sig, key in keys.items():
+        if _to_send(store, KEY_PREFIX + sig):
+            wheel_key.offer(lambda s, k: store.put_kernel_files(KEY_PREFIX + s, {"key": k.encode()}), sig, key)
     with _LOCK:
         pending, _STATE["native"] = _STATE["native"], {}
     for key, (filename, path) in pending.items():

@@ -63,6 +63,7 @@ class Store(StoreViews):
         self.warnings: list[str] = []
         self._inode: int | None = None
         self._recovering = threading.Lock()
+        self._use = threading.RLock()  # `_guarded`: one thread at a time on the connection
         self._db = self._open()
 
     # -- opening, with the fall-backs ---------------------------------------------------
@@ -158,18 +159,20 @@ class Store(StoreViews):
             self._db = self._rebuild(Path(self.path), exc, 0)
 
     def _guarded(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` against the store; on corruption or an unwritable store, recover once and run it again
-        (one thread recovers: compile threads read kernels from it too)."""
-        db = self._db
-        try:
-            return fn()
-        except sqlite3.DatabaseError as exc:
-            if _busy(exc):
-                raise
-            with self._recovering:
-                if self._db is db:  # no other thread has recovered it meanwhile
-                    self._recover(exc)
-            return fn()
+        """Run `fn` against the store; on corruption or an unwritable store, recover once and run it again.
+        One thread at a time: compile threads read kernels from the store while the tuning thread writes,
+        and SQLite refuses a connection used by two threads at once ("bad parameter or other API misuse")."""
+        with self._use:  # one connection: its statements and transactions never interleave across threads
+            db = self._db
+            try:
+                return fn()
+            except sqlite3.DatabaseError as exc:
+                if _busy(exc):
+                    raise
+                with self._recovering:
+                    if self._db is db:  # no other thread has recovered it meanwhile
+                        self._recover(exc)
+                return fn()
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)

@@ -20,6 +20,10 @@ every module that imported the function by name (Triton's `runtime.autotuner`, I
 process before is served as it is and not written, and a key whose files changed while Triton hashed
 them is not written either.  A Triton without that function (another layout) is left as it is.
 
+A key this machine has not kept yet is asked of the shared store first, where kernels are shared
+(`wheel_key`: the same Triton wheel on another machine computed the same key), and Triton hashes
+itself only where the store has none.
+
 Example:
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp()
@@ -45,12 +49,13 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from . import wheel_key
+
 __all__ = ["ensure", "install", "signature", "remembered", "installed"]
 
 log = logging.getLogger("gemmtune")
 FILE = "triton_key.json"
 KEEP = 8  # signatures kept (one per Triton installation that shares the cache directory)
-DIRS = ("compiler", "backends", "language", "_C")
 _LOCK = threading.Lock()
 _INSTALLED: list[Callable[[], str]] = []
 _ASKED: list[bool] = []  # `ensure` has read the setting in this process
@@ -67,19 +72,7 @@ def signature(root: str | Path, version: str) -> str:
     """
     root = Path(root)
     h = hashlib.sha256(f"{version}|{sysconfig.get_config_var('EXT_SUFFIX')}|{sys.version}".encode())
-    paths = [root / "runtime" / "cache.py"]
-    seen: set[str] = set()
-    for sub in DIRS:
-        # Linked folders are followed (an editable Triton links backends/ and language/extra/ into its
-        # sources, and Triton's own hash reads through them); a folder met twice is read once.
-        for dirpath, dirnames, filenames in os.walk(root / sub, followlinks=True):
-            real = os.path.realpath(dirpath)
-            if real in seen:
-                dirnames[:] = []
-                continue
-            seen.add(real)
-            dirnames.sort()
-            paths += [Path(dirpath, f) for f in sorted(filenames) if not f.endswith((".pyc", ".pyo"))]
+    paths = wheel_key.signed_paths(root)
     for p in paths:
         try:
             st = p.stat()
@@ -161,7 +154,8 @@ def install(cache_dir: str | Path | None = None) -> bool:
                 # Triton hashed itself in this process already (before gemmtune's first compile): that
                 # key is this process's, and it is not written (the files may have changed since).
                 return original()
-            return remembered(sign(), original, path, again=sign)
+            return remembered(sign(), lambda: wheel_key.shared_key(root, triton.__version__, original), path,
+                              again=sign)
 
         kept = functools.lru_cache(maxsize=None)(key)
         _replace(original, kept)
