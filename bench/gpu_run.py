@@ -250,6 +250,8 @@ JOBS: dict[str, Job] = {
                                    "then from its store with new Triton caches, kernels in the store (share_kernels)",
                                    (PY, "bench/warmup_profile.py", "--model", "llama", "--cases", "64,64+warm,64+warm+host",
                                     "--out", "{out}/{job}.json"), 150, env=(("GEMMTUNE_SHARE_KERNELS", "1"),)),
+    "tests-store": Job("tests/gpu: kernels shared through the store, and the in-model check's kept verdicts",
+                       gpu_tests("test_share_kernels_gpu", "test_in_model_gpu", show=True), 300),
     "tests-share": Job("tests/gpu/test_share_kernels_gpu.py: a pick's kernels from the store on a new Triton cache",
                        gpu_tests("test_share_kernels_gpu", show=True), 240),
     "kernels-stack512": Job("bench/models.py: the steady state alone on the stack at M = 512, with the "
@@ -293,6 +295,10 @@ JOBS: dict[str, Job] = {
                           "--backends", "extern,cutlass", "--out", "{out}/{job}.jsonl"), 330, dsl=True),
     "compare-without-cutlass": Job("bench/compare.py on 4 shapes, the default pool",
                                    (*COMPARE_CUTLASS, "--out", "{out}/{job}.json"), 150),
+    "compare-default-cutlass": Job("[DSL] bench/compare.py on 4 shapes, the default pool with the operators library "
+                                   "installed (cutlass_operators pooled at 2048 and more), exhaustive on two",
+                                   (*COMPARE_CUTLASS, "--exhaustive", "odd-4097,square-8192", "--out",
+                                    "{out}/{job}.json"), 420, dsl=True),
     "compare-with-cutlass": Job("[DSL] bench/compare.py on 4 shapes, the CuTe DSL template in the pool",
                                 (*COMPARE_CUTLASS, "--out", "{out}/{job}.json"), 300, dsl=True,
                                 env=(("GEMMTUNE_BACKENDS", "extern,triton,cutlass"),)),

@@ -187,15 +187,32 @@ def test_with_the_library_on_hopper_it_joins_the_pool(fresh_reasons, monkeypatch
     Settings.from_env({"GEMMTUNE_BACKENDS": "extern,triton,cutlass"}).backends,
     ("cutlass",),
 ])
-def test_a_backends_naming_cutlass_selects_it_and_the_default_pool_does_not(fresh_reasons, monkeypatch, backends):
+def test_a_backends_naming_cutlass_selects_it_at_any_size(fresh_reasons, monkeypatch, backends):
     _as_on_hopper(monkeypatch)
     monkeypatch.setattr(CutlassOperatorsTemplate, "supports", lambda self, ki: True)  # as on a Hopper GPU
     ki = _on_gpu(KernelInputs.from_tensors("mm", A.bfloat16(), W.t().bfloat16()))
     pool = [t for t in default_templates() if t.family != "triton"]  # Triton's supports() asks a real GPU
     assert "cutlass" in backends and "cutlass_operators" in [t.uid for t in pool]
     assert "cutlass_operators" in [t.uid for t in active_templates(ki, backends, pool)]
-    assert [t.uid for t in active_templates(ki, None, pool)] == ["aten_mm"]  # opt-in: not in the default pool
     assert "cutlass_operators" not in [t.uid for t in active_templates(ki, ("extern", "triton"), pool)]
+
+
+@pytest.mark.parametrize("m, n, k, pooled", [
+    (64, 48, 32, False), (2047, 4096, 4096, False), (4096, 2047, 4096, False), (4096, 4096, 2047, False),
+    (2048, 2048, 2048, True), (4097, 4096, 4096, True), (8192, 8192, 8192, True),
+])
+def test_the_default_pool_has_it_for_large_problems_only(fresh_reasons, monkeypatch, m, n, k, pooled):
+    _as_on_hopper(monkeypatch)
+    from gemmtune.templates.cutlass import CutlassHopperTemplate
+
+    for cls in (CutlassOperatorsTemplate, CutlassHopperTemplate):
+        monkeypatch.setattr(cls, "supports", lambda self, ki: True)
+    a, b = torch.empty(m, k, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16).t()
+    ki = _on_gpu(KernelInputs.from_tensors("mm", a, b))
+    pool = [t for t in default_templates() if t.family != "triton"] + [CutlassHopperTemplate()]
+    uids = [t.uid for t in active_templates(ki, None, pool)]
+    assert ("cutlass_operators" in uids) is pooled
+    assert "cutlass_hopper" not in uids  # the hand-written kernel stays opt-in
 
 
 def test_naming_cutlass_where_it_cannot_run_names_cutlass_operators_and_why(fresh_reasons, monkeypatch):

@@ -22,6 +22,18 @@ SIDE = textwrap.dedent("""
     from triton.runtime import build
     import gemmtune
 
+    import triton.runtime.cache as triton_cache
+    from gemmtune.templates.triton import wheel_key
+
+    own, hashed = triton_cache.triton_key, []  # count Triton hashing itself in this process
+    def counted():
+        hashed.append(1)
+        return own()
+    counted.cache_info = own.cache_info
+    for module in list(sys.modules.values()):
+        if getattr(module, "__dict__", {}).get("triton_key") is own:
+            module.triton_key = counted
+    root = triton_cache.__file__.rsplit("/runtime/", 1)[0]
     hits, builds = [], []
     knobs.compilation.listener = lambda **info: hits.append(info["cache_hit"])
     real_build = build._build
@@ -33,12 +45,14 @@ SIDE = textwrap.dedent("""
     sel = gemmtune.tune("mm", a, b, backends=("triton",))
     err = ((sel.kernel(a, b).float() - a.float() @ b.float()).norm() / (a.float() @ b.float()).norm()).item()
     print(json.dumps(dict(hits=hits, builds=builds, cache_hit=sel.cache_hit, pick=sel.winner.key,
-                          seconds=time.perf_counter() - t0, err=err)))
+                          seconds=time.perf_counter() - t0, err=err, hashed=len(hashed),
+                          wheel=wheel_key.signature(root, triton.__version__) is not None)))
 """)
 
 
 def _side(tmp_path, cache: str, share: bool) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / cache), "GEMMTUNE_STORE": str(tmp_path / "store.sqlite"),
+           "GEMMTUNE_CACHE_DIR": str(tmp_path / f"{cache}-gemmtune"),  # a new machine: Triton's key not kept here
            "GEMMTUNE_SHARE_KERNELS": "1" if share else "0", "GEMMTUNE_EFFORT": "quick"}
     env.pop("TRITON_INTERPRET", None)
     done = subprocess.run([sys.executable, "-c", SIDE], env=env, capture_output=True, text=True, timeout=300)
@@ -56,6 +70,11 @@ def test_a_shared_pick_loads_on_a_new_triton_cache_with_nothing_compiled(tmp_pat
     assert loaded["hits"] and all(loaded["hits"]), loaded  # every kernel came from the store
     assert loaded["builds"] == [], loaded  # the launcher and driver stub too: no C compiler ran
     assert loaded["err"] < 2e-2
+    print(f"Triton hashed itself {tuned['hashed']} time(s) on the first machine, {loaded['hashed']} on the new one "
+          f"(its wheel's RECORD vouches for its files: {loaded['wheel']})")
+    assert tuned["hashed"] >= 1
+    if loaded["wheel"]:
+        assert loaded["hashed"] == 0  # Triton's key of itself came from the store
 
 
 def test_without_sharing_a_new_triton_cache_compiles_the_pick(tmp_path):

@@ -86,6 +86,7 @@ class Template(ABC):
     # Triton interpreter on CPU) only when its family is asked for by name.
     native_devices: tuple[str, ...] = ("cpu", "cuda")
     opt_in: bool = False  # True: pooled only where `backends` names its family (or `templates=` lists it)
+    default_min_dim: int = 0  # with `backends` unset: pooled only for problems whose M, N and K are all this or more
     # Whether `trace` can emit this template's kernels into a `torch.compile` graph.
     traceable: bool = False
 

@@ -34,8 +34,9 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
     turns it off) adds `triton_splitk` (offered for small M*N with a deep K), `triton_skinny`
     (one-launch split-K, M <= 256), `triton_gemv` (M <= 4) and `triton_tma_persistent` (compute
     capability >= 9) and, where a Hopper GPU is present, `cutlass_hopper` (with nvidia-cutlass-dsl) and
-    `cutlass_operators` (with nvidia-cutlass-operators): `gemmtune[cutlass]`, an opt-in family (pooled
-    only where `backends` names "cutlass"); each is skipped with one log line otherwise.  `preview=True`
+    `cutlass_operators` (with nvidia-cutlass-operators), both `gemmtune[cutlass]`: `cutlass_hopper` is
+    pooled only where `backends` names "cutlass", `cutlass_operators` there and, with `backends` unset,
+    for problems of 2048 or more in every dimension; each is skipped with one log line otherwise.  `preview=True`
     (`Settings(preview_templates=True)`, `GEMMTUNE_PREVIEW_TEMPLATES=1`)
     adds the templates of `PREVIEW_TEMPLATES`, those not yet proven on a GPU (`triton_scaled_tma`).
 
@@ -67,7 +68,7 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
 def optional_templates(size: str = "default") -> list[Template]:
     """The shipped templates that join the pool only where they can run (`Template.unavailable()` None):
     `cutlass_hopper` (nvidia-cutlass-dsl and a Hopper GPU) and `cutlass_operators`
-    (nvidia-cutlass-operators and a Hopper GPU).  Both are of the opt-in `cutlass` family.
+    (nvidia-cutlass-operators and a Hopper GPU), the `cutlass` family.
 
     Example:
         >>> [t.uid for t in optional_templates()]
@@ -83,15 +84,18 @@ def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
                      size: str = "default", preview: bool = False) -> list[Template]:
     """Templates of the requested families that can run `ki` (those whose `ops` name its op).
 
-    With `backends=None`, every family native to the device (GPU: extern + triton;
-    CPU: extern + numba), less an opt-in template (`Template.opt_in`: NumPy's BLAS) unless `templates`
-    lists it; a family named explicitly is used wherever it runs.
+    With `backends=None`, every family native to the device (GPU: extern + triton, and on Hopper
+    `cutlass_operators` for problems of 2048 and more in every dimension; CPU: extern + numba), less an
+    opt-in template (`Template.opt_in`: NumPy's BLAS) unless `templates` lists it, and less a template
+    whose `default_min_dim` the problem is under; a family named explicitly is used wherever it runs.
     """
     pool = default_templates(hopper, size, preview) if templates is None else list(templates)
+    smallest = min(ki.M, ki.N, ki.K)
 
     def wanted(t: Template) -> bool:
         if backends is None:
-            return ki.device_type in t.native_devices and (templates is not None or not t.opt_in)
+            return (ki.device_type in t.native_devices and (templates is not None or not t.opt_in)
+                    and smallest >= t.default_min_dim)
         return t.family in backends
 
     return [t for t in pool if ki.op in t.ops and wanted(t) and t.supports(ki)]

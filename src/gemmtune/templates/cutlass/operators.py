@@ -134,7 +134,11 @@ class CutlassOperatorsTemplate(Template):
     uid = "cutlass_operators"
     family = "cutlass"
     src_hash = template_src_hash()
-    native_devices: tuple[str, ...] = ()  # opt-in, as cutlass_hopper: only a `backends` naming "cutlass"
+    # In the default GPU pool for large problems only (docs/CUTLASS.md, "In the default pool": it won
+    # 4097x4096x4096 by 2 % and 8192^3 by 0.4 % on the H200, where each layout's first tune compiles its
+    # operators); any size where a `backends` names "cutlass".
+    native_devices: tuple[str, ...] = ("cuda",)
+    default_min_dim = 2048
     runtime_space: Mapping[str, Sequence[Any]] = {}  # the library takes no per-call parameter (module doc)
     config_text_keys = ("operator", "epilogue")  # the operator's class name; "none", "fused" or "separate"
 
