@@ -94,3 +94,34 @@ def load_or_compile(key: tuple, src_hash: str | None, arch: str, compile_fn: Cal
     compiled = compile_fn()
     save(compiled, path)
     return compiled
+
+
+def bind_context(index: int | None) -> bool:
+    """Make GPU `index`'s primary CUDA context current in this thread, where none is; returns whether
+    it bound one.  A compile thread that never made a CUDA call has no current context, and the DSL
+    loads a kept or freshly compiled module through the driver API, which then fails with
+    CUDA_ERROR_INVALID_CONTEXT (seen on the H200 for every operator an addmm tune loaded from disk).
+    torch's `set_device` does not help there: it skips a device that is already the thread's current
+    one.  No CUDA driver bindings (`cuda.bindings`, a dependency of the DSL): nothing to do.
+
+    Example:
+        >>> bind_context(None)
+        False
+    """
+    if index is None:
+        return False
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return False
+    err, ctx = driver.cuCtxGetCurrent()
+    if err == driver.CUresult.CUDA_SUCCESS and ctx is not None and int(ctx) != 0:
+        return False
+    err, dev = driver.cuDeviceGet(index)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return False
+    err, primary = driver.cuDevicePrimaryCtxRetain(dev)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return False
+    (err,) = driver.cuCtxSetCurrent(primary)
+    return err == driver.CUresult.CUDA_SUCCESS

@@ -281,12 +281,14 @@ class CutlassHopperTemplate(Template):
         """Compile the binary of `choice` for `ki`'s layouts, or load the one an earlier process kept on
         disk (`disk`)."""
         ensure_cache_dir()
-        from . import hopper_kernel
+        from . import disk, hopper_kernel
 
         b_major = tma_layout(ki)
         if b_major is None:
             raise ValueError(f"cutlass_hopper: {ki.describe()} has strides TMA cannot describe")
         has_bias = ki.op == "addmm" and ki.beta != 0.0
+        device = example[-1].device
+        disk.bind_context((device.index or 0) if device.type == "cuda" else None)  # a compile thread has none
         run = hopper_kernel.build(choice.config_dict, ki.dtype, b_major, has_bias, example, ki, src_hash=self.src_hash)
 
         def launch(tensors, out=None, swizzle=STAGE1_SWIZZLE, raster=STAGE1_RASTER):

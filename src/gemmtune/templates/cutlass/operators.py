@@ -249,10 +249,12 @@ class CutlassOperatorsTemplate(Template):
         """Compile (or load from disk, or wait for a compile process's) the operator of `choice` for
         `ki`'s layouts."""
         ensure_cache_dir()
-        from . import launch
+        from . import disk, launch
 
         cfg = choice.config_dict
         op = self._operator(ki, cfg)
+        device = example[-1].device
+        disk.bind_context((device.index or 0) if device.type == "cuda" else None)  # a compile thread has none
         return launch.launcher(self.library, op, cfg, ki, example, choice.src_hash or "", self.target(),
                                direct=self.direct)
 
