@@ -75,3 +75,13 @@ def test_no_gpu_index_a_bad_device_or_no_bindings_do_nothing(driver, monkeypatch
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # not installed
     monkeypatch.setitem(sys.modules, "cuda.bindings.driver", None)
     assert disk.bind_context(0) is False
+
+
+def test_a_driver_that_raises_is_not_the_reason_a_compile_fails(driver):
+    fake = driver(current=0)
+
+    def broken(index):
+        raise RuntimeError("driver not loaded")
+
+    fake.cuDeviceGet = broken
+    assert disk.bind_context(0) is False

@@ -114,14 +114,23 @@ def bind_context(index: int | None) -> bool:
         from cuda.bindings import driver
     except ImportError:
         return False
+    try:
+        return _bind(driver, index)
+    except Exception as exc:  # noqa: BLE001 - never the reason a compile fails: the DSL reports its own error
+        log.debug("gemmtune: no CUDA context bound in this thread: %s", exc)
+        return False
+
+
+def _bind(driver: Any, index: int) -> bool:
+    ok = driver.CUresult.CUDA_SUCCESS
     err, ctx = driver.cuCtxGetCurrent()
-    if err == driver.CUresult.CUDA_SUCCESS and ctx is not None and int(ctx) != 0:
+    if err == ok and ctx is not None and int(ctx) != 0:
         return False
     err, dev = driver.cuDeviceGet(index)
-    if err != driver.CUresult.CUDA_SUCCESS:
+    if err != ok:
         return False
     err, primary = driver.cuDevicePrimaryCtxRetain(dev)
-    if err != driver.CUresult.CUDA_SUCCESS:
+    if err != ok:
         return False
     (err,) = driver.cuCtxSetCurrent(primary)
-    return err == driver.CUresult.CUDA_SUCCESS
+    return bool(err == ok)
