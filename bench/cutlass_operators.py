@@ -121,7 +121,7 @@ def bench_shape(shape: dict, reps: int, orders: bool, limit: int | None) -> dict
     x = tensors_of(shape)
     ki = KernelInputs.from_tensors("mm", *x)
     out = torch.empty(ki.out_size, dtype=ki.dtype, device="cuda")
-    template = CutlassOperatorsTemplate()
+    template = CutlassOperatorsTemplate(size="max")  # every operator, the shortlist of large problems too
     choices = template.configs(ki)[:limit]
     result = {"shape": shape["name"], "cublas": time_both(lambda: torch.mm(*x, out=out), reps),
               "operators": [bench_operator(template, c, ki, x, out, reps) for c in choices]}

@@ -239,3 +239,32 @@ def test_a_kernel_whose_own_call_differs_from_the_run_keeps_the_run(monkeypatch,
         torch.testing.assert_close(out, A @ W.t(), rtol=1e-5, atol=1e-5)
     assert ran == [1, 1, 1] and len(kernel.calls) == 1  # checked once, then never called again
     assert "using the library's run" in caplog.text
+
+
+@pytest.mark.parametrize("size, mnk, expected", [
+    ("default", (64, 48, 32), 24),      # small (explicit backends): every operator
+    ("default", (2048, 2048, 2048), 8),  # large: the 128x256 and 128x128 designs, 4 clusters each
+    ("max", (2048, 2048, 2048), 24),     # the "max" space: every operator
+])
+def test_large_problems_compile_a_shortlist_of_the_operators_in_the_default_space(size, mnk, expected):
+    m, n, k = mnk
+    t = CutlassOperatorsTemplate(size=size, library=fake_library(), target="90a")
+    a, b = torch.empty(m, k, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16).t()
+    cfgs = t.compile_configs(KernelInputs.from_tensors("mm", a, b))
+    assert len(cfgs) == expected
+    if expected == 8:
+        assert {(c["tile_m"], c["tile_n"]) for c in cfgs} == {(128, 256), (128, 128)}
+        assert {(c["cluster_m"], c["cluster_n"]) for c in cfgs} == {(1, 1), (1, 2), (2, 1), (2, 2)}
+
+
+def test_a_shortlist_the_library_does_not_offer_keeps_every_operator():
+    lib = fake_library()
+    offered = lib.get_operators
+
+    def small_tiles_only(args, target_sm=None):
+        return [op for op in offered(args, target_sm) if op.metadata.design.tile_shape[0] == 64]
+
+    lib.get_operators = small_tiles_only
+    t = CutlassOperatorsTemplate(library=lib, target="90a")
+    a, b = torch.empty(2048, 4096, dtype=torch.bfloat16), torch.empty(2048, 4096, dtype=torch.bfloat16).t()
+    assert len(t.compile_configs(KernelInputs.from_tensors("mm", a, b))) == 12

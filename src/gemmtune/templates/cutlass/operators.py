@@ -16,8 +16,12 @@ SM100 only) they are the configs (`epilogue="fused"`); on Hopper the bias is add
 Each choice's `src_hash` covers this template's source, the library's and the DSL's versions, and the
 operator's identity (module, class, design).  Compiled kernels are kept on disk (`operators_lib.compiled`);
 a tune about to compile many hands them to compile processes first (`prepare_compiles`, `parallel`).
-Opt-in, as `cutlass_hopper` (`registry.optional_templates`): only a `backends` naming "cutlass" pools
-it; without the library or a Hopper GPU it is skipped with one log line.
+In the default GPU pool for problems of 2048 or more in every dimension (`default_min_dim`), and at any
+size where a `backends` names "cutlass" (`registry.optional_templates`); without the library or a Hopper
+GPU it is skipped with one log line.  At those sizes the `"default"` space is a shortlist (`SHORTLIST`):
+the Sm90 designs of tile 128x256 and 128x128, the tiles of every best operator measured on the H200
+(docs/CUTLASS.md), so a layout's first tune compiles 8 operators, not 28; `size="max"`
+(`Settings.config_space`) keeps every operator.
 
 Example:
     >>> CutlassOperatorsTemplate.uid, dict(CutlassOperatorsTemplate.runtime_space)
@@ -116,6 +120,26 @@ def unavailable_reason() -> str | None:
     return reason
 
 
+SHORTLIST = {"operators": ("Sm90StaticPersistentGemmOperator",), "tiles": ((128, 256), (128, 128))}
+
+
+def shortlisted(ops: Sequence[Any]) -> list[Any]:
+    """The operators of `SHORTLIST` (class and tile M x N) among `ops`, in their order; all of `ops` where
+    none is.
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> class Sm90StaticPersistentGemmOperator:
+        ...     def __init__(self, tile): self.metadata = NS(design=NS(tile_shape=(*tile, 64)))
+        >>> ops = [Sm90StaticPersistentGemmOperator(t) for t in ((64, 64), (128, 256), (128, 128))]
+        >>> [op.metadata.design.tile_shape[:2] for op in shortlisted(ops)]
+        [(128, 256), (128, 128)]
+    """
+    kept = [op for op in ops if type(op).__name__ in SHORTLIST["operators"]
+            and tuple(op.metadata.design.tile_shape[:2]) in SHORTLIST["tiles"]]
+    return kept or list(ops)
+
+
 class CutlassOperatorsTemplate(Template):
     """NVIDIA's nvidia-cutlass-operators GEMMs (mm, addmm, bmm; fp16/bf16) as one template family.
 
@@ -128,7 +152,7 @@ class CutlassOperatorsTemplate(Template):
     Example:
         >>> t = CutlassOperatorsTemplate()
         >>> t.family, t.native_devices, t.available() == (unavailable_reason() is None)
-        ('cutlass', (), True)
+        ('cutlass', ('cuda',), True)
     """
 
     uid = "cutlass_operators"
@@ -144,6 +168,7 @@ class CutlassOperatorsTemplate(Template):
 
     def __init__(self, size: str = "default", operators: Sequence[str] | None = None, library: Any = None,
                  target: str | None = None, direct: bool = True):
+        self.size = size  # "default": the shortlist for large problems (module docstring); "max": every operator
         self.keep = tuple(operators) if operators is not None else None
         self.direct = direct  # call the compiled kernel itself once its first call agrees (launch.launcher)
         self._library = library
@@ -196,6 +221,8 @@ class CutlassOperatorsTemplate(Template):
         if key not in self._found:
             found, epilogue = operators_lib.operators(self.library, ki, self.target())
             kept = [op for op in found if self.keep is None or type(op).__name__ in self.keep]
+            if self.size == "default" and min(ki.M, ki.N, ki.K) >= self.default_min_dim:
+                kept = shortlisted(kept)
             self._found[key] = (kept, epilogue)
         return self._found[key]
 
