@@ -19,8 +19,10 @@ are made on the CPU machine into the git-ignored .whl/ and carried (64 MiB at mo
   .whl/deps/  cuda-bindings (cp312), cuda-pathfinder, protobuf: needed only where `cutlass-setup`
               prints "MISSING DEPS";
   .whl/ops/   nvidia-cutlass-operators and its dependencies: apache-tvm-ffi, torch-c-dlpack-ext (cp312)
-              (networkx, which it needs too, is on the GPU machine already); .whl/dsl and .whl/ops together fit
-              one call's 64 MiB.
+              (networkx, which it needs too, is on the GPU machine already); .whl/dsl and .whl/ops together
+              did not fit one call's 64 MiB beside the tree (2026-12-02), so each took its own call;
+  .whl/cutlass/cutlass.tar.xz  all of the above unzipped in one xz pack (`python bench/cutlass_wheels.py`),
+              which fits one call: `cutlass-all-setup` unpacks it.
 `cutlass-setup` (carry .whl/dsl) unpacks them into .cutedsl/, which stays while the machine is warm;
 `cutlass-deps` (carry .whl/deps) adds the dependencies, `cutlass-ops-setup` (carry .whl/ops) the
 operators library; the jobs marked [DSL] run with .cutedsl/ on the path and are skipped without it.  cuda-bindings 13 needs a driver for CUDA 13 (>= 580).
@@ -66,7 +68,9 @@ class Job:
 
 
 IMPORT_CHECK = {"dsl": "import cutlass, cutlass.cute; print('cutlass', cutlass.__version__)",
-                "ops": "import cutlass.operators as ops; print('cutlass.operators', ops.__version__)"}
+                "ops": "import cutlass.operators as ops; print('cutlass.operators', ops.__version__)",
+                "cutlass": "import cutlass, cutlass.cute, cutlass.operators as ops; "
+                           "print('cutlass', cutlass.__version__, 'cutlass.operators', ops.__version__)"}
 
 
 def _unpack(folder: str, log: TextIO) -> int:
@@ -75,7 +79,7 @@ def _unpack(folder: str, log: TextIO) -> int:
     if not src.is_dir():
         log.write(f"error: {src.relative_to(ROOT)}/ is not here: carry it with this call\n")
         return 2
-    if folder == "dsl":
+    if folder in ("dsl", "cutlass"):  # a new .cutedsl/ (the others add to it)
         try:
             subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv"],
                            stdout=log, stderr=subprocess.STDOUT, check=False)
@@ -272,6 +276,8 @@ JOBS: dict[str, Job] = {
                            "16+inductor+fed,16+fed+warm,128+inductor+fed,128+fed+warm", "--out", "{out}/{job}.json"), 240),
     # the CuTe DSL template (docs/CUTLASS.md)
     "cutlass-setup": Job("unpack the carried .whl/dsl into .cutedsl/", timeout_s=90, call=lambda log: _unpack("dsl", log)),
+    "cutlass-all-setup": Job("unpack the carried .whl/cutlass (bench/cutlass_wheels.py: the DSL and the operators "
+                             "library in one pack) into .cutedsl/", timeout_s=120, call=lambda log: _unpack("cutlass", log)),
     "cutlass-deps": Job("add the carried .whl/deps to .cutedsl/", call=lambda log: _unpack("deps", log)),
     "cutlass-ops-setup": Job("add the carried .whl/ops (nvidia-cutlass-operators) to .cutedsl/", timeout_s=90,
                              call=lambda log: _unpack("ops", log)),
