@@ -328,7 +328,8 @@ class Store(StoreViews):
         return n
 
     def close(self) -> None:
-        self._db.close()
+        with self._use:
+            self._db.close()
 
 
 def _replaces(db: sqlite3.Connection, env: str, problem: str, replace_pick: "bool | Row") -> bool:
