@@ -108,7 +108,7 @@ class Settings:
 
     backends: tuple[str, ...] | None = _f(None, Spec(
         "choice", "backend families to tune (comma-separated); none: every family native to the device "
-        "(numpy and cutlass are opt-in: only when named)",
+        "(numpy and cutlass_hopper only when named; cutlass_operators from 2048 in every dimension)",
         choices=FAMILIES, optional=True, parser=str, checker=_families, type_text="families",
         range_note="any of " + ", ".join(FAMILIES), error=BackendError))
     strategy: str = _f("model_pruned", _choice(
