@@ -137,3 +137,18 @@ def test_this_environments_triton_wheel_vouches_for_its_files():
     if wheel_key.record_of(root) is None:
         pytest.skip("this Triton was not installed from a wheel with a RECORD")
     assert wheel_key.signature(root, triton.__version__) is not None
+
+
+def test_a_store_that_fails_when_the_key_is_written_does_not_fail_the_tune(tmp_path):
+    store = Store(tmp_path / "store.db")
+    if not kernels.share(store):
+        pytest.skip("no Triton here: kernels are not shared")
+    root = _installed(tmp_path)
+    assert wheel_key.shared_key(root, "3.6.0", lambda: "KEY") == "KEY"
+
+    def down(key):
+        raise OSError("store went away")
+
+    store.has_kernel_files = down  # type: ignore[method-assign]
+    assert kernels.publish(store, []) == 0  # logged, not raised
+    assert store.kernel_files(kernels.KEY_PREFIX + wheel_key.signature(root, "3.6.0")) == {}

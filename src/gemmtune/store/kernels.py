@@ -42,7 +42,7 @@ import logging
 import sysconfig
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..templates.triton import wheel_key
 
@@ -204,7 +204,7 @@ def publish(store: Any, binaries: Iterable[Any]) -> int:
     read is skipped with its binary."""
     put = getattr(store, "put_kernel_files", None)
     if put is not None and store is _STATE["store"]:
-        _publish_native(store)
+        _publish_pending(store)
     written = 0
     for binary in binaries:
         if put is None or not binary.files:
@@ -273,21 +273,25 @@ def _keep_key(sig: str, key: str) -> None:
         _STATE["keys"][sig] = key
 
 
-def _publish_native(store: Any) -> None:
+def _publish_pending(store: Any) -> None:
+    """Write what was met since the last `publish`: native modules, and Triton's key of itself."""
     with _LOCK:
-        keys, _STATE["keys"] = _STATE["keys"], {}
-    for sig, key in keys.items():
-        if _to_send(store, KEY_PREFIX + sig):
-            wheel_key.offer(lambda s, k: store.put_kernel_files(KEY_PREFIX + s, {"key": k.encode()}), sig, key)
-    with _LOCK:
-        pending, _STATE["native"] = _STATE["native"], {}
-    for key, (filename, path) in pending.items():
-        try:
-            if _to_send(store, key):
-                store.put_kernel_files(key, {filename: Path(path).read_bytes()})
-                _STATE["published"].add((id(store), key))
-        except Exception as exc:  # noqa: BLE001 - not kept; the next machine builds it
-            log.info("gemmtune: native module %s not kept in the store: %s", filename, exc)
+        native, keys = _STATE["native"], _STATE["keys"]
+        _STATE["native"], _STATE["keys"] = {}, {}
+    for key, (filename, path) in native.items():
+        _send(store, key, lambda: {filename: Path(path).read_bytes()}, f"native module {filename}")
+    for sig, triton_key in keys.items():
+        _send(store, KEY_PREFIX + sig, lambda: {"key": triton_key.encode()}, "Triton's key")
+
+
+def _send(store: Any, key: str, files: Callable[[], dict[str, bytes]], what: str) -> None:
+    """`files()` written under `key` where the store lacks them; a failure is logged, never raised."""
+    try:
+        if _to_send(store, key):
+            store.put_kernel_files(key, files())
+            _STATE["published"].add((id(store), key))
+    except Exception as exc:  # noqa: BLE001 - not kept; the next machine builds or hashes it
+        log.info("gemmtune: %s not kept in the store: %s", what, exc)
 
 
 __all__ = ["StoreCacheManager", "share", "stop_sharing", "sharing", "publish", "GROUP"]

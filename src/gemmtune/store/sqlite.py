@@ -62,7 +62,6 @@ class Store(StoreViews):
         self.origin = self.path  # the location asked for (`path` becomes ":memory:" after a fall-back)
         self.warnings: list[str] = []
         self._inode: int | None = None
-        self._recovering = threading.Lock()
         self._use = threading.RLock()  # `_guarded`: one thread at a time on the connection
         self._db = self._open()
 
@@ -163,15 +162,12 @@ class Store(StoreViews):
         One thread at a time: compile threads read kernels from the store while the tuning thread writes,
         and SQLite refuses a connection used by two threads at once ("bad parameter or other API misuse")."""
         with self._use:  # one connection: its statements and transactions never interleave across threads
-            db = self._db
             try:
                 return fn()
             except sqlite3.DatabaseError as exc:
                 if _busy(exc):
                     raise
-                with self._recovering:
-                    if self._db is db:  # no other thread has recovered it meanwhile
-                        self._recover(exc)
+                self._recover(exc)
                 return fn()
 
     def _warn(self, message: str) -> None:

@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["signature", "signed_paths", "record_of", "share_with", "unshare", "shared_key", "offer"]
+__all__ = ["signature", "signed_paths", "record_of", "share_with", "unshare", "shared_key"]
 
 log = logging.getLogger("gemmtune")
 DIRS = ("compiler", "backends", "language", "_C")
@@ -150,13 +150,8 @@ def shared_key(root: str | Path, version: str, compute: Callable[[], str]) -> st
         return kept
     key = compute()
     if put is not None and signature(root, version) == sig:
-        offer(put, sig, key)
+        try:
+            put(sig, key)
+        except Exception as exc:  # noqa: BLE001 - not kept; the next machine hashes
+            log.info("gemmtune: Triton's key not kept in the store: %s", exc)
     return key
-
-
-def offer(put: Callable[[str, str], None], sig: str, key: str) -> None:
-    """`put(sig, key)`, a failure logged and dropped."""
-    try:
-        put(sig, key)
-    except Exception as exc:  # noqa: BLE001 - not kept; the next machine hashes
-        log.info("gemmtune: Triton's key not kept in the store: %s", exc)
