@@ -85,3 +85,11 @@ def test_a_driver_that_raises_is_not_the_reason_a_compile_fails(driver):
 
     fake.cuDeviceGet = broken
     assert disk.bind_context(0) is False
+
+
+def test_a_torch_device_names_its_gpu_and_a_cpu_device_binds_nothing(driver):
+    import torch
+
+    fake = driver(current=0, devices=2)
+    assert disk.bind_context(torch.device("cpu")) is False and fake.calls == []
+    assert disk.bind_context(torch.device("cuda", 1)) is True and fake.current == 1001

@@ -96,7 +96,7 @@ def load_or_compile(key: tuple, src_hash: str | None, arch: str, compile_fn: Cal
     return compiled
 
 
-def bind_context(index: int | None) -> bool:
+def bind_context(device: Any) -> bool:
     """Make GPU `index`'s primary CUDA context current in this thread, where none is; returns whether
     it bound one.  A compile thread that never made a CUDA call has no current context, and the DSL
     loads a kept or freshly compiled module through the driver API, which then fails with
@@ -104,18 +104,22 @@ def bind_context(index: int | None) -> bool:
     torch's `set_device` does not help there: it skips a device that is already the thread's current
     one.  No CUDA driver bindings (`cuda.bindings`, a dependency of the DSL): nothing to do.
 
+    `device`: a GPU index, a `torch.device` (a CPU one, or None: nothing to do).
+
     Example:
         >>> bind_context(None)
         False
     """
-    if index is None:
+    if device is not None and not isinstance(device, int):
+        device = (device.index or 0) if device.type == "cuda" else None
+    if device is None:
         return False
     try:
         from cuda.bindings import driver
     except ImportError:
         return False
     try:
-        return _bind(driver, index)
+        return _bind(driver, device)
     except Exception as exc:  # noqa: BLE001 - never the reason a compile fails: the DSL reports its own error
         log.debug("gemmtune: no CUDA context bound in this thread: %s", exc)
         return False

@@ -287,8 +287,7 @@ class CutlassHopperTemplate(Template):
         if b_major is None:
             raise ValueError(f"cutlass_hopper: {ki.describe()} has strides TMA cannot describe")
         has_bias = ki.op == "addmm" and ki.beta != 0.0
-        device = example[-1].device
-        disk.bind_context((device.index or 0) if device.type == "cuda" else None)  # a compile thread has none
+        disk.bind_context(example[-1].device)  # a compile thread has no CUDA context of its own
         run = hopper_kernel.build(choice.config_dict, ki.dtype, b_major, has_bias, example, ki, src_hash=self.src_hash)
 
         def launch(tensors, out=None, swizzle=STAGE1_SWIZZLE, raster=STAGE1_RASTER):

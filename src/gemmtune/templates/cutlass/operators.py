@@ -280,8 +280,7 @@ class CutlassOperatorsTemplate(Template):
 
         cfg = choice.config_dict
         op = self._operator(ki, cfg)
-        device = example[-1].device
-        disk.bind_context((device.index or 0) if device.type == "cuda" else None)  # a compile thread has none
+        disk.bind_context(example[-1].device)  # a compile thread has no CUDA context of its own
         return launch.launcher(self.library, op, cfg, ki, example, choice.src_hash or "", self.target(),
                                direct=self.direct)
 
