@@ -45,6 +45,15 @@ def _no_sharing():
     kernels.stop_sharing()
 
 
+@pytest.fixture
+def shared_store(tmp_path):
+    """A store this process shares kernels (and Triton's key) through, and an installed Triton tree."""
+    store = Store(tmp_path / "store.db")
+    if not kernels.share(store):
+        pytest.skip("no Triton here: kernels are not shared")
+    return store, _installed(tmp_path)
+
+
 def test_the_signature_is_the_wheels_and_follows_its_record(tmp_path):
     root = _installed(tmp_path)
     sig = wheel_key.signature(root, "3.6.0")
@@ -116,11 +125,8 @@ def test_a_store_that_fails_or_files_that_change_while_hashing_keep_nothing(tmp_
     assert wheel_key.shared_key(root, "3.6.0", changing) == "HALF" and kept == {}
 
 
-def test_the_store_keeps_the_key_for_the_next_machine(tmp_path):
-    store = Store(tmp_path / "store.db")
-    if not kernels.share(store):
-        pytest.skip("no Triton here: kernels are not shared")
-    root = _installed(tmp_path)
+def test_the_store_keeps_the_key_for_the_next_machine(tmp_path, shared_store):
+    store, root = shared_store
     assert wheel_key.shared_key(root, "3.6.0", lambda: "KEY-OF-MACHINE-1") == "KEY-OF-MACHINE-1"
     kernels.publish(store, [])  # written with the tune's other files, in the tuning thread
     kernels.stop_sharing()
@@ -139,11 +145,8 @@ def test_this_environments_triton_wheel_vouches_for_its_files():
     assert wheel_key.signature(root, triton.__version__) is not None
 
 
-def test_a_store_that_fails_when_the_key_is_written_does_not_fail_the_tune(tmp_path):
-    store = Store(tmp_path / "store.db")
-    if not kernels.share(store):
-        pytest.skip("no Triton here: kernels are not shared")
-    root = _installed(tmp_path)
+def test_a_store_that_fails_when_the_key_is_written_does_not_fail_the_tune(shared_store):
+    store, root = shared_store
     assert wheel_key.shared_key(root, "3.6.0", lambda: "KEY") == "KEY"
 
     def down(key):
