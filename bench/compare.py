@@ -138,6 +138,17 @@ def run_inductor(spec, tensors) -> tuple[Callable, dict[str, Any]]:
     return compiled, seen
 
 
+def best_by_template(timings) -> dict[str, float]:
+    """The fastest time each template reached inside one tune (the tuner's own timer: the ratio of two
+    of them compares them under one timer), over the candidates that ran correctly."""
+    best: dict[str, float] = {}
+    for t in timings:
+        if t.ms is not None and t.status == "ok":
+            uid = t.choice.template_uid
+            best[uid] = min(best.get(uid, t.ms), t.ms)
+    return best
+
+
 def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: int,
               timer_other=None) -> dict[str, Any]:
     import torch
@@ -157,7 +168,8 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     row["gemmtune_warm_s"] = time.perf_counter() - t0
     row.update(winner=cold.winner.key, winner_template=cold.winner.template_uid, warm_winner=warm.winner.key,
                n_choices=cold.n_choices, benchmark_runs=cold.benchmark_runs, compile_s=cold.compile_s,
-               templates=sorted({t.choice.template_uid for t in cold.timings}))
+               templates=sorted({t.choice.template_uid for t in cold.timings}),
+               best_ms_by_template=best_by_template(cold.timings))
     cublas = op_fn(spec.op)
     fns = {"gemmtune": lambda: cold(*tensors), "cublas": lambda: cublas(*tensors)}
     if inductor:

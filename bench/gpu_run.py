@@ -305,6 +305,15 @@ JOBS: dict[str, Job] = {
                                    "installed (cutlass_operators pooled at 2048 and more), exhaustive on two",
                                    (*COMPARE_CUTLASS, "--exhaustive", "odd-4097,square-8192", "--out",
                                     "{out}/{job}.json"), 420, dsl=True),
+    "compare-shortlist-cutlass": Job("[DSL] bench/compare.py on 4 shapes, the default pool with the operators' "
+                                     "shortlist, exhaustive on square-8192",
+                                     (*COMPARE_CUTLASS, "--exhaustive", "square-8192", "--out", "{out}/{job}.json"),
+                                     330, dsl=True),
+    "extern-cutlass": Job("[DSL] bench/extern_call.py: a CUTLASS pick in a default-mode compile as gemmtune's "
+                          "extern kernel, per-call GPU and host time against a plain compile and torch.mm",
+                          (PY, "bench/extern_call.py", "--out", "{out}/{job}.json"), 300, dsl=True),
+    "extern-test": Job("[DSL] tests/gpu/test_inductor_extern_gpu.py: a CUTLASS pick built by a compile as the "
+                       "extern call", (*PYTEST, "-s", "tests/gpu/test_inductor_extern_gpu.py"), 240, dsl=True),
     "compare-with-cutlass": Job("[DSL] bench/compare.py on 4 shapes, the CuTe DSL template in the pool",
                                 (*COMPARE_CUTLASS, "--out", "{out}/{job}.json"), 300, dsl=True,
                                 env=(("GEMMTUNE_BACKENDS", "extern,triton,cutlass"),)),

@@ -190,10 +190,12 @@ def _fusion_companions(ki: KernelInputs, pick_ms: float | None, measured: Sequen
 
 
 def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Timing] = (), few: int = 2,
-                keys: tuple[str, ...] = (), fusion: int | str = FUSION) -> InductorPick:
+                keys: tuple[str, ...] = (), fusion: int | str = FUSION,
+                extern: Iterable[str] = ()) -> InductorPick:
     """The Inductor entries for `pick`, the winner of problem `ki` (`measured`: the other timings).
     `fusion`: beside a library pick, keep its best Triton configs as companions (`InductorPick`):
-    `companions_for(fusion)` of them ("predict": two, for the handler to choose from).
+    `companions_for(fusion)` of them ("predict": two, for the handler to choose from).  A pick of a
+    template in `extern` is one exact entry, gemmtune's kernel as an extern call (`inductor.extern`).
 
     Example:
         >>> import torch
@@ -214,6 +216,10 @@ def entries_for(ki: KernelInputs, pick: Choice, measured: Iterable[Timing] = (),
         entries, exact = [_aten(ki.op)], uid != "numpy_blas"
     elif uid == "aten_bias_addmm" and "bias_addmm" in t.aten:
         entries, exact = [_aten("bias_addmm"), _aten("addmm")], True
+    elif uid in set(extern):
+        from .extern import EXTERN_UID, pick_text
+
+        entries, exact = [{"template_id": EXTERN_UID, "pick": pick_text(ki.op, ki.alpha, ki.beta, pick.key)}], True
     elif uid == "triton_mm" and on_gpu:
         entries, exact = [triton_entry(ki, t.triton_bmm if ki.op == "bmm" else t.triton_mm, cfg, rt)], True
     elif uid == "triton_tma_persistent" and on_gpu and ki.op != "bmm" and t.tma is not None:

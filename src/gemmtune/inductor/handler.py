@@ -30,6 +30,7 @@ import torch
 
 from .compat import inductor_templates, require
 from .entries import FUSION, InductorPick, entry_options as _kwargs, fuse_gain_ms
+from .extern import EXTERN_TEMPLATES, EXTERN_UID, extern_choice
 from .shortlist import SHORTLIST, shortlist_choices
 from .window import current_node, has_epilogue, in_window, user_autotunes
 
@@ -100,6 +101,7 @@ class _Mixin:
         self.measure = "inductor"  # GPU: Inductor times its own kernels for a problem the store lacks
         self.shortlist: int | None = SHORTLIST  # ... its `shortlist` best-modelled configs per template
         self.gemv: bool | str = "autotune"  # an M = 1 / N = 1 mm lowered as a tuned reduction (inductor.gemv)
+        self.extern: tuple[str, ...] = EXTERN_TEMPLATES  # picks handed over as gemmtune's kernel (inductor.extern)
         self._pending: list[tuple[str, Any, Any]] = []  # (key, problem, KernelTemplateChoice) awaiting timings
         self.built: list[tuple[str, str, dict]] = []  # (op, template uid, kwargs) handed to Inductor, in order
         self._static = json.dumps(table or {}, sort_keys=True, default=str)
@@ -121,7 +123,7 @@ class _Mixin:
         from ..core.version import __version__
 
         body = (f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self.fusion} {self.measure} "
-                f"{self.shortlist} {self.gemv} {self._static}")
+                f"{self.shortlist} {self.gemv} {','.join(self.extern)} {self._static}")
         return hashlib.sha256(body.encode()).hexdigest()
 
     def add(self, pick: InductorPick) -> None:
@@ -267,8 +269,14 @@ class _Mixin:
         by_uid = {t.uid: t for t in templates}
         out = []
         for uid, configs in lookup_results.items():
-            base = next(iter(self.get_ktc(kernel_inputs, by_uid[uid], op_name)), None)  # type: ignore[attr-defined]
+            of = by_uid[inductor_templates().aten[op_name]] if uid == EXTERN_UID else by_uid[uid]
+            base = next(iter(self.get_ktc(kernel_inputs, of, op_name)), None)  # type: ignore[attr-defined]
             if base is None:  # the heuristic offers nothing for this problem
+                continue
+            if uid == EXTERN_UID:  # gemmtune's kernel, called by the compiled graph (its library kernel's layout)
+                out += [KernelTemplateChoice(template=extern_choice(), params=DictKernelTemplateParams(dict(cfg)),
+                                             extra_kwargs={}, layout=base.layout, inputs=kernel_inputs)
+                        for cfg in configs]
                 continue
             for cfg in configs:
                 out.append(KernelTemplateChoice(template=base.template,
@@ -281,6 +289,8 @@ class _Mixin:
         any companions Inductor is to benchmark; when none matches, a stand-in (`_stand_in`); or
         nothing, when the pick is built in another call."""
         offered = {t.uid: getattr(t, "src_hash", None) for t in templates}
+        if inductor_templates().aten.get(op_name) in offered:  # the library call also builds gemmtune's kernel
+            offered[EXTERN_UID] = None
         primary, extra = self._planned(pick)
         out: dict[str, list] = {}
         for entry in primary:
@@ -359,7 +369,8 @@ class _Mixin:
         from .tuning import tune_inductor_problem
 
         try:
-            tuned = tune_inductor_problem(kernel_inputs, op_name, self.settings, self.templates, self.fusion)
+            tuned = tune_inductor_problem(kernel_inputs, op_name, self.settings, self.templates, self.fusion,
+                                          self.extern)
         except Exception as exc:  # noqa: BLE001 - Inductor's own choices are a safe answer
             log.warning("gemmtune.inductor: tuning %s failed (%s: %s); Inductor chooses", op_name,
                         type(exc).__name__, exc)

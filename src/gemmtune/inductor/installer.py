@@ -27,6 +27,9 @@
   multiply and a reduction (`inductor.gemv`), tuned by timing the reduction configs max-autotune
   tries ("autotune", the default: about 1.6 s more per cold compile on the stack at M = 1) or by
   coordinate descent from Inductor's default config (True: 14-22 s more); False keeps it a GEMM.
+- `extern`: the templates whose pick Inductor cannot build and calls instead as gemmtune's own
+  kernel, an extern call writing into Inductor's buffer (`inductor.extern`; default: the CUTLASS
+  templates, which reach a compile with `templates="all", measure="gemmtune"`).
 
 It serves every `torch.compile` mode: in the default mode (and "reduce-overhead") a GPU GEMM's
 lowering is offered Inductor's templates for its own duration (`inductor.window`), so a Triton pick
@@ -49,7 +52,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import logging
 
@@ -57,6 +60,7 @@ from ..core.settings import Settings
 from .compat import require
 from .export import drop_stale, read_table
 from .entries import FUSION, companions_for
+from .extern import EXTERN_TEMPLATES
 from .handler import is_gemmtune_handler, make_handler
 from .scaled import note_lowering
 from .shortlist import SHORTLIST
@@ -71,11 +75,11 @@ _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's h
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
             fusion: int | str = FUSION, measure: str = "inductor", shortlist: int | None = SHORTLIST,
-            gemv: bool | str = "autotune") -> Any:
+            gemv: bool | str = "autotune", extern: Sequence[str] | None = None) -> Any:
     """Make Inductor build gemmtune's pick for every mm / addmm / bmm / `_scaled_mm` it lowers; returns the handler.
 
     Its options (`table`, `tune_on_miss`, `templates`, `all_threads`, `fusion`, `measure`,
-    `shortlist`, `gemv`) and the compile modes it serves: the docstring of `gemmtune.inductor.installer`
+    `shortlist`, `gemv`, `extern`) and the compile modes it serves: the docstring of `gemmtune.inductor.installer`
     and docs/INDUCTOR.md.
 
     Raises InductorUnavailable when the installed torch has no Inductor lookup table.
@@ -98,6 +102,7 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     if not (isinstance(gemv, bool) or gemv == "autotune"):
         raise ValueError(f"gemv: expected True, False or 'autotune', got {gemv!r}")
     handler.measure, handler.shortlist, handler.gemv = measure, shortlist, gemv
+    handler.extern = _extern_option(extern)
     open_window(is_gemmtune_handler)
     note_lowering()  # `_scaled_mm` is answered where this torch lowers it through the handler (inductor/scaled.py)
     from torch._inductor import virtualized
@@ -108,6 +113,15 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
         config.inductor_choices_class = HandlerFactory(handler)
     V.set_choices_handler(handler)
     return handler
+
+
+def _extern_option(extern: Sequence[str] | None) -> tuple[str, ...]:
+    """`install(extern=...)` as a tuple of template uids (None: `inductor.extern.EXTERN_TEMPLATES`)."""
+    if extern is None:
+        return EXTERN_TEMPLATES
+    if isinstance(extern, str) or not all(isinstance(u, str) for u in extern):
+        raise ValueError(f"extern: expected a sequence of template names, got {extern!r}")
+    return tuple(extern)
 
 
 def _check_options(templates: str, fusion: int | str, measure: str, shortlist: int | None) -> None:
@@ -202,7 +216,8 @@ def ensure_installed() -> bool:
 def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
               fusion: int | str = FUSION, measure: str = "inductor",
-              shortlist: int | None = SHORTLIST, gemv: bool | str = "autotune") -> Iterator[Any]:
+              shortlist: int | None = SHORTLIST, gemv: bool | str = "autotune",
+              extern: Sequence[str] | None = None) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
@@ -210,7 +225,7 @@ def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss
         >>> with gi.installed(tune_on_miss=False) as h:   # doctest: +SKIP
         ...     pass
     """
-    handler = install(table, tune_on_miss, settings, templates, all_threads, fusion, measure, shortlist, gemv)
+    handler = install(table, tune_on_miss, settings, templates, all_threads, fusion, measure, shortlist, gemv, extern)
     try:
         yield handler
     finally:

@@ -20,6 +20,7 @@ from ..core.settings import Settings
 from ..templates import INDUCTOR_TEMPLATES, default_templates
 from ..templates import inductor_pool as buildable_pool
 from .entries import FUSION, InductorPick, entries_for
+from .extern import EXTERN_UID, register
 from .keys import problem_keys
 
 __all__ = ["EXACT_TEMPLATES", "inductor_pool", "stand_in", "tune_inductor_problem", "pick_for_selection"]
@@ -39,8 +40,9 @@ def stand_in(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype,
     return base.as_strided(size, stride)
 
 
-def pick_for_selection(sel: Any, few: int = 2, fusion: int | str = FUSION) -> InductorPick:
-    """The Inductor entries of a gemmtune Selection (from `gemmtune.tune`), under every key of its problem.
+def pick_for_selection(sel: Any, few: int = 2, fusion: int | str = FUSION, extern: tuple[str, ...] = ()) -> InductorPick:
+    """The Inductor entries of a gemmtune Selection (from `gemmtune.tune`), under every key of its problem;
+    a pick of a template in `extern` is handed over as gemmtune's kernel (`inductor.extern`), kept here.
 
     Example:
         >>> import gemmtune
@@ -51,7 +53,11 @@ def pick_for_selection(sel: Any, few: int = 2, fusion: int | str = FUSION) -> In
     """
     ki: KernelInputs = sel.problem
     measured = [t for t in sel.timings if t.status == "ok"]
-    return entries_for(ki, sel.winner, measured, few=few, keys=problem_keys(ki), fusion=fusion)
+    pick = entries_for(ki, sel.winner, measured, few=few, keys=problem_keys(ki), fusion=fusion, extern=extern)
+    first = pick.entries[0] if pick.entries else {}
+    if first.get("template_id") == EXTERN_UID and sel.kernel is not None:
+        register(str(first["pick"]), ki.operands, sel.kernel)
+    return pick
 
 
 def inductor_pool(device_type: str, templates: str, settings: Settings) -> list:
@@ -76,7 +82,8 @@ def gemmtune_inputs(kernel_inputs: Any, op_name: str) -> KernelInputs | None:
 
 
 def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings | None,
-                          templates: str = "inductor", fusion: int | str = FUSION) -> tuple[InductorPick, bool] | None:
+                          templates: str = "inductor", fusion: int | str = FUSION,
+                          extern: tuple[str, ...] = ()) -> tuple[InductorPick, bool] | None:
     """Tune the problem behind Inductor's `kernel_inputs`: (its entries, whether the store answered);
     None when its sizes are not plain ints."""
     ki = gemmtune_inputs(kernel_inputs, op_name)
@@ -91,4 +98,4 @@ def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings |
         pool = inductor_pool(device.type, templates, settings)
         sel = tune(op_name, *tensors, settings=settings, templates=pool, store_tag="inductor",
                    alpha=ki.alpha, beta=ki.beta)
-    return pick_for_selection(sel, fusion=fusion), bool(sel.cache_hit)
+    return pick_for_selection(sel, fusion=fusion, extern=extern), bool(sel.cache_hit)

@@ -1,0 +1,140 @@
+"""gemmtune's own kernel as an Inductor extern call, for a pick Inductor cannot build.
+
+A CUTLASS pick (`cutlass_operators`, `cutlass_hopper`) has no Inductor template: Inductor's CUTLASS
+backend generates C++ from `cutlass_library` and compiles it with nvcc, so it cannot build the CuTe
+DSL kernels of NVIDIA's operators library.  Handed to Inductor as its closest Triton kernels, the
+pick's speed is lost.  Here the handler hands Inductor one `ExternKernelChoice` instead,
+`extern_kernels.gemmtune_pick`: the compiled graph calls gemmtune's kernel for that pick, writing into
+the buffer Inductor allocates (an out variant, as Inductor's `aten::mm` is), nothing benchmarked.
+
+The entry is `{"template_id": "aten::gemmtune_pick", "pick": "<op>;<alpha>;<beta>;<choice key>"}`.  Its
+kernel is the one gemmtune compiled for the problem when it tuned it (`register`); a process that
+lacks it (a graph loaded from Inductor's cache) tunes the problem once on the call's own tensors,
+which the store answers.  `EXTERN_TEMPLATES` are the templates handled this way by default
+(`install(extern=...)` changes them).
+
+Example:
+    >>> pick_text("mm", 1.0, 0.0, "cutlass_operators_tile128x256[]")
+    'mm;1.0;0.0;cutlass_operators_tile128x256[]'
+    >>> parse_pick('mm;1.0;0.0;cutlass_operators_tile128x256[]')
+    ('mm', 1.0, 0.0, 'cutlass_operators_tile128x256[]')
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["EXTERN_NAME", "EXTERN_UID", "EXTERN_TEMPLATES", "pick_text", "parse_pick", "register", "run_pick",
+           "extern_choice", "STATS"]
+
+log = logging.getLogger("gemmtune")
+
+EXTERN_NAME = "gemmtune_pick"
+EXTERN_UID = "aten::" + EXTERN_NAME  # Inductor names an ExternKernelChoice "aten::<name>"
+EXTERN_TEMPLATES: tuple[str, ...] = ("cutlass_operators", "cutlass_hopper")
+STATS: Counter = Counter()  # "registered", "calls", "retuned", "differs"
+
+_Key = tuple[str, tuple]
+_KERNELS: dict[_Key, Callable[..., torch.Tensor]] = {}
+_LOCK = threading.Lock()
+
+
+def pick_text(op: str, alpha: float, beta: float, choice_key: str) -> str:
+    """The `pick` of an extern entry: everything the call needs beside its tensors."""
+    return f"{op};{float(alpha)!r};{float(beta)!r};{choice_key}"
+
+
+def parse_pick(pick: str) -> tuple[str, float, float, str]:
+    """(op, alpha, beta, choice key) of a `pick_text`; ValueError naming the text when it is not one."""
+    parts = pick.split(";", 3)
+    if len(parts) != 4:
+        raise ValueError(f"gemmtune extern: not a pick: {pick!r}")
+    try:
+        return parts[0], float(parts[1]), float(parts[2]), parts[3]
+    except ValueError:
+        raise ValueError(f"gemmtune extern: not a pick: {pick!r}") from None
+
+
+def _signature(metas: Any) -> tuple:
+    return tuple((tuple(m.size), tuple(m.stride), str(m.dtype), str(m.device)) for m in metas)
+
+
+def _signature_of(tensors: tuple[torch.Tensor, ...]) -> tuple:
+    from ..core.inputs import TensorMeta
+
+    return _signature(TensorMeta.of(t) for t in tensors)
+
+
+def register(pick: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> None:
+    """Keep the kernel gemmtune compiled for a pick and its problem (`operands`: its TensorMetas)."""
+    with _LOCK:
+        _KERNELS[(pick, _signature(operands))] = kernel
+    STATS["registered"] += 1
+
+
+def _settings() -> Any:
+    """The settings of the installed handler (Inductor's choices class), else the environment's."""
+    from ..core.settings import Settings
+
+    try:
+        from torch._inductor import config
+
+        handler = config.inductor_choices_class() if callable(config.inductor_choices_class) else None
+    except Exception:  # noqa: BLE001 - no handler installed here
+        handler = None
+    return getattr(handler, "settings", None) or Settings.from_env()
+
+
+def _retune(pick: str, tensors: tuple[torch.Tensor, ...]) -> Callable[..., torch.Tensor]:
+    """The kernel of a pick this process did not tune: the problem tuned on the call's tensors (the
+    store answers it), with the pool the handler tunes with; a warning when its pick differs."""
+    from ..engine import tune
+    from .tuning import inductor_pool
+
+    op, alpha, beta, key = parse_pick(pick)
+    settings = _settings()
+    with torch.no_grad():
+        sel = tune(op, *tensors, settings=settings, templates=inductor_pool(tensors[0].device.type, "all", settings),
+                   store_tag="inductor", alpha=alpha, beta=beta)
+    STATS["retuned"] += 1
+    if sel.winner.key != key:
+        STATS["differs"] += 1
+        log.warning("gemmtune extern: %s: the compiled graph asks for %s, the store's pick is %s: running that",
+                    sel.problem.describe(), key, sel.winner.key)
+    return sel.kernel
+
+
+def run_pick(*tensors: torch.Tensor, pick: str, out: torch.Tensor) -> torch.Tensor:
+    """What the compiled graph calls: the pick's kernel on `tensors`, written into `out`."""
+    sig = (pick, _signature_of(tensors))
+    kernel = _KERNELS.get(sig)
+    if kernel is None:
+        with _LOCK:
+            kernel = _KERNELS.get(sig)
+            if kernel is None:
+                kernel = _KERNELS[sig] = _retune(pick, tensors)
+    STATS["calls"] += 1
+    if out.is_contiguous():
+        return kernel(*tensors, out=out)
+    out.copy_(kernel(*tensors))  # a layout the kernel does not write: through a fresh row-major result
+    return out
+
+
+def extern_choice() -> Any:
+    """Inductor's `ExternKernelChoice` for `run_pick` (made once per process: Inductor keeps one per name)."""
+    from torch._inductor.select_algorithm import ExternKernelChoice
+
+    found = ExternKernelChoice.lookup(EXTERN_NAME) if hasattr(ExternKernelChoice, "lookup") else None
+    if found is None:
+        found = _made.get(EXTERN_NAME)
+    if found is None:
+        found = _made[EXTERN_NAME] = ExternKernelChoice(run_pick, name=EXTERN_NAME, has_out_variant=True)
+    return found
+
+
+_made: dict[str, Any] = {}
