@@ -31,6 +31,7 @@ operators library; the jobs marked [DSL] run with .cutedsl/ on the path and are 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -117,6 +118,15 @@ FP8_EXHAUSTIVE = "llama3-8b-gate_up-m128-tensorwise,llama3-8b-down-m1024-rowwise
 FP8_MORE = ("llama3-8b-q_o-m16-tensorwise,llama3-8b-kv-m128-rowwise,llama3-8b-gate_up-m1024-rowwise,"
             "llama3-8b-down-m8192-tensorwise,llama3-70b-gate_up-m16-rowwise,llama3-70b-down-m128-tensorwise,"
             "llama3-70b-kv-m1024-tensorwise,llama3-70b-q_o-m8192-rowwise")
+
+
+def _fp8_rest() -> str:
+    """The fp8 suite's shapes that neither compare-fp8 nor compare-fp8-library measures."""
+    done = set(FP8_SHAPES.split(",")) | set(FP8_MORE.split(","))
+    names = [s["name"] for s in json.loads((ROOT / "bench" / "shapes_fp8.json").read_text())["shapes"]]
+    return ",".join(n for n in names if n not in done)
+
+
 SIX_SHAPES = "square-2048,square-8192,odd-4097,llama3-8b-qkv-m1,llama3-8b-o-m16,llama3-8b-gate_up-m128"
 
 
@@ -177,6 +187,10 @@ JOBS: dict[str, Job] = {
     "compare-fp8-library": Job("bench/compare.py --no-inductor on the rest of the fp8 suite",
                                (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
                                 FP8_MORE, "--rounds", "20", "--out", "{out}/{job}.json"), 300),
+    "compare-fp8-rest": Job("bench/compare.py --no-inductor on the fp8 suite's other 52 shapes, 10 rounds (JSON "
+                            "written after each shape)", (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json",
+                                                          "--no-inductor", "--only", _fp8_rest(), "--rounds", "10",
+                                                          "--out", "{out}/{job}.json"), 330),
     "compare-fp8-preview": Job("bench/compare.py --no-inductor on the fp8 shapes of compare-fp8, the persistent "
                                "TMA preview template in the pool (GEMMTUNE_PREVIEW_TEMPLATES=1)",
                                (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
