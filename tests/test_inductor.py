@@ -124,7 +124,7 @@ def test_benchmark_probe_counts_what_inductor_times():
 def test_a_miss_tunes_with_gemmtune_then_the_warm_store_answers(monkeypatch):
     made = []
     real = tuning.pick_for_selection
-    monkeypatch.setattr(tuning, "pick_for_selection", lambda sel, few=2, fusion=2: made.append(sel) or real(sel, few, fusion))
+    monkeypatch.setattr(tuning, "pick_for_selection", lambda sel, few=2, fusion=2, **kw: made.append(sel) or real(sel, few, fusion, **kw))
     args = operands()
     for _ in range(2):  # cold store, then a fresh handler on the warm store
         with gi.installed() as handler, gi.benchmark_probe() as probe:

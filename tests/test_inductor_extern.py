@@ -101,3 +101,23 @@ def test_a_malformed_pick_is_a_value_error_naming_it(text):
 def test_install_refuses_an_extern_that_is_not_a_list_of_names(bad):
     with pytest.raises(ValueError, match="extern"):
         gi.install(extern=bad)
+
+
+def test_a_graph_from_inductors_cache_calls_the_kernel_in_a_process_that_never_lowered_it(tmp_path, monkeypatch):
+    from torch._dynamo.utils import counters
+    from torch._inductor import config
+    from torch._inductor.select_algorithm import extern_kernels
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    a, b = torch.randn(48, 40), torch.randn(40, 24)
+    gi.install(settings=NUMBA, templates="all", extern=("numba_mm",), fusion=0)
+    assert hasattr(extern_kernels, extern.EXTERN_NAME)  # made at install, before any graph asks for it
+    with config.patch(fx_graph_cache=True):
+        torch.compile(lambda x, y: x @ y, mode="max-autotune-no-cudagraphs", fullgraph=True)(a, b)
+        torch._dynamo.reset()
+        extern._KERNELS.clear()  # what a new process holds
+        counters["inductor"].clear()
+        out = torch.compile(lambda x, y: x @ y, mode="max-autotune-no-cudagraphs", fullgraph=True)(a, b)
+    assert counters["inductor"]["fxgraph_cache_hit"] == 1
+    torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-4)
+    assert extern.STATS["retuned"] == 1

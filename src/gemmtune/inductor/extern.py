@@ -94,18 +94,20 @@ def _retune(pick: str, tensors: tuple[torch.Tensor, ...]) -> Callable[..., torch
     """The kernel of a pick this process did not tune: the problem tuned on the call's tensors (the
     store answers it), with the pool the handler tunes with; a warning when its pick differs."""
     from ..engine import tune
-    from .tuning import inductor_pool
+    from ..templates.registry import settings_pool
 
     op, alpha, beta, key = parse_pick(pick)
     settings = _settings()
     with torch.no_grad():
-        sel = tune(op, *tensors, settings=settings, templates=inductor_pool(tensors[0].device.type, "all", settings),
+        sel = tune(op, *tensors, settings=settings, templates=settings_pool(settings),
                    store_tag="inductor", alpha=alpha, beta=beta)
     STATS["retuned"] += 1
     if sel.winner.key != key:
         STATS["differs"] += 1
         log.warning("gemmtune extern: %s: the compiled graph asks for %s, the store's pick is %s: running that",
                     sel.problem.describe(), key, sel.winner.key)
+    if sel.kernel is None:
+        raise RuntimeError(f"gemmtune extern: {sel.problem.describe()}: the tune gave no kernel to run")
     return sel.kernel
 
 

@@ -60,7 +60,7 @@ from ..core.settings import Settings
 from .compat import require
 from .export import drop_stale, read_table
 from .entries import FUSION, companions_for
-from .extern import EXTERN_TEMPLATES
+from .extern import EXTERN_TEMPLATES, extern_choice
 from .handler import is_gemmtune_handler, make_handler
 from .scaled import note_lowering
 from .shortlist import SHORTLIST
@@ -103,6 +103,8 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
         raise ValueError(f"gemv: expected True, False or 'autotune', got {gemv!r}")
     handler.measure, handler.shortlist, handler.gemv = measure, shortlist, gemv
     handler.extern = _extern_option(extern)
+    if handler.extern:
+        extern_choice()  # `extern_kernels.gemmtune_pick` exists before a graph from Inductor's cache calls it
     open_window(is_gemmtune_handler)
     note_lowering()  # `_scaled_mm` is answered where this torch lowers it through the handler (inductor/scaled.py)
     from torch._inductor import virtualized
