@@ -204,7 +204,7 @@ JOBS: dict[str, Job] = {
                            "llama3-8b-down-m8192-tensorwise,"
                            "llama3-8b-gate_up-m1024-rowwise", "--out", "{out}/{job}.json"), 120),
     "tests-fixed": Job("tests/gpu: the files the last full run failed in, and those the fixes touch",
-                       gpu_tests("test_cutlass_gpu", "test_scaled_mm_inductor_gpu"), 300, dsl=None),
+                       gpu_tests("test_cutlass_operators_gpu", "test_scaled_mm_inductor_gpu"), 300, dsl=None),
     "distributed-warmup": Job("bench/distributed_warmup.py --ranks 1,4 --warm-numba: gloo on the CPUs, no GPU",
                               (PY, "bench/distributed_warmup.py", "--ranks", "1,4", "--warm-numba", "--profile",
                                "--out", "{out}/{job}.json"), 240, env=(("CUDA_VISIBLE_DEVICES", ""),)),
@@ -305,12 +305,7 @@ JOBS: dict[str, Job] = {
     "cutlass-ops-quick": Job("[DSL] bench/cutlass_operators.py on 8192^3 and Llama-3-8B gate_up at M = 4096, no tile "
                              "orders", (PY, "bench/cutlass_operators.py", "--shapes", "square-8192,llama3-8b-gate_up-m4096",
                                         "--no-orders", "--reps", "30", "--out", "{out}/{job}.json"), 300, dsl=True),
-    "cutlass-compile": Job("[DSL] JIT compile time per config, 3 configs x 4 variants",
-                           (PY, "bench/cutlass_compile.py"), dsl=True),
-    "cutlass-compile-all": Job("[DSL] compile all 84 configs x 4 variants", (PY, "bench/cutlass_compile.py", "all"), dsl=True),
-    "cutlass-test": Job("[DSL] tests/gpu/test_cutlass_gpu.py: numerics against float64, every swizzle and raster",
-                        (*PYTEST, "-s", "-x", "tests/gpu/test_cutlass_gpu.py"), 120, dsl=True),
-    "cutlass-sweep": Job("[DSL] gemmtune sweep of the template's space with the library kernels, 7 shapes",
+    "cutlass-sweep": Job("[DSL] gemmtune sweep of the cutlass family with the library kernels, 7 shapes",
                          (PY, "-m", "gemmtune", "sweep", "--suite", "bench/shapes.json", "--only", CUTLASS_SHAPES,
                           "--backends", "extern,cutlass", "--out", "{out}/{job}.jsonl"), 330, dsl=True),
     "compare-without-cutlass": Job("bench/compare.py on 4 shapes, the default pool",
@@ -328,7 +323,7 @@ JOBS: dict[str, Job] = {
                           (PY, "bench/extern_call.py", "--out", "{out}/{job}.json"), 300, dsl=True),
     "extern-test": Job("[DSL] tests/gpu/test_inductor_extern_gpu.py: a CUTLASS pick built by a compile as the "
                        "extern call", (*PYTEST, "-s", "tests/gpu/test_inductor_extern_gpu.py"), 240, dsl=True),
-    "compare-with-cutlass": Job("[DSL] bench/compare.py on 4 shapes, the CuTe DSL template in the pool",
+    "compare-with-cutlass": Job("[DSL] bench/compare.py on 4 shapes, the cutlass family in the pool",
                                 (*COMPARE_CUTLASS, "--out", "{out}/{job}.json"), 300, dsl=True,
                                 env=(("GEMMTUNE_BACKENDS", "extern,triton,cutlass"),)),
 }
@@ -336,14 +331,14 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "checks": ("tests-core,compare-six,compiled-overhead,eager-probe", "tests-api"),
     "warmup": ("first-runs,fed-first-runs", "rounds-release,tests-warmup"),
     "rounds": ("rounds-eager,patch-overhead,rounds-inductor", "tests-dispatch,rounds-llama"),
-    "cutlass": ("cutlass-setup,cutlass-test,cutlass-sweep", "compare-without-cutlass,compare-with-cutlass"),
+    "cutlass": ("cutlass-all-setup,cutlass-ops-test,cutlass-sweep", "compare-without-cutlass,compare-shortlist-cutlass"),
     "cutlass-ops": ("cutlass-ops-setup,cutlass-ops-test,cutlass-ops-bench",),
 }
 PRESET_DOCS = {
     "checks": "the GPU tests over two GPUs; on GPU 0 also the six-shape comparison and the dispatch probes",
     "warmup": "first runs in fresh processes and fed Inductor | release rounds and the warm-up GPU tests",
     "rounds": "eager and Inductor rounds, host time per layer | the dispatch GPU tests and the Llama rounds",
-    "cutlass": "carry .whl/dsl: set-up, tests and sweep of the CuTe DSL template | compare without and with it",
+    "cutlass": "carry .whl/cutlass: set-up, GPU tests and sweep of the operators | compare without and with them",
     "cutlass-ops": "after cutlass-setup, carry .whl/ops: the operators library's set-up, GPU tests and benchmark",
 }
 

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,7 +22,7 @@ from gemmtune.core.choices import Choice, as_params
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.core.settings import Settings
 from gemmtune.measure.compile import precompile
-from gemmtune.templates.cutlass import compile_process, hopper, parallel
+from gemmtune.templates.cutlass import compile_process, parallel
 from gemmtune.templates.cutlass import operators as tmod
 from gemmtune.templates.cutlass.operators import CutlassOperatorsTemplate
 from gemmtune.templates.registry import active_templates, default_templates, optional_templates, skipped_note
@@ -114,10 +113,8 @@ A, W = torch.randn(64, 32), torch.randn(48, 32)
 @pytest.fixture
 def fresh_reasons():
     tmod.unavailable_reason.cache_clear()
-    hopper.unavailable_reason.cache_clear()
     yield
     tmod.unavailable_reason.cache_clear()
-    hopper.unavailable_reason.cache_clear()
 
 
 @pytest.fixture
@@ -203,16 +200,12 @@ def test_a_backends_naming_cutlass_selects_it_at_any_size(fresh_reasons, monkeyp
 ])
 def test_the_default_pool_has_it_for_large_problems_only(fresh_reasons, monkeypatch, m, n, k, pooled):
     _as_on_hopper(monkeypatch)
-    from gemmtune.templates.cutlass import CutlassHopperTemplate
-
-    for cls in (CutlassOperatorsTemplate, CutlassHopperTemplate):
-        monkeypatch.setattr(cls, "supports", lambda self, ki: True)
+    monkeypatch.setattr(CutlassOperatorsTemplate, "supports", lambda self, ki: True)
     a, b = torch.empty(m, k, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16).t()
     ki = _on_gpu(KernelInputs.from_tensors("mm", a, b))
-    pool = [t for t in default_templates() if t.family != "triton"] + [CutlassHopperTemplate()]
+    pool = [t for t in default_templates() if t.family != "triton"]
     uids = [t.uid for t in active_templates(ki, None, pool)]
     assert ("cutlass_operators" in uids) is pooled
-    assert "cutlass_hopper" not in uids  # the hand-written kernel stays opt-in
 
 
 def test_naming_cutlass_where_it_cannot_run_names_cutlass_operators_and_why(fresh_reasons, monkeypatch):
@@ -312,20 +305,8 @@ def test_simulate_replays_recorded_cutlass_operators_timings():
         assert r.regret_pct == 0.0
 
 
-def test_both_cute_dsl_templates_compile_under_one_lock():
-    """A pool with cutlass_hopper and cutlass_operators (backends naming cutlass) must not trace two DSL
-    kernels at once in one process; the hand-written kernel's module needs the DSL to import, so its
-    source is read for the shared lock."""
-    import ast
-
+def test_the_template_compiles_under_the_dsls_one_lock():
+    """Two DSL kernels must never trace at once in one process (the DSL is not thread-safe)."""
     from gemmtune.templates.cutlass import operators_lib, tracing
 
     assert operators_lib._COMPILE_LOCK is tracing.DSL_COMPILE_LOCK
-    src = (Path(operators_lib.__file__).parent / "hopper_kernel.py").read_text()
-    tree = ast.parse(src)
-    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "tracing"
-                for a in n.names}
-    assigned = [n for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "_COMPILE_LOCK"
-                                                                        for t in n.targets)]
-    assert "DSL_COMPILE_LOCK" in imported
-    assert [ast.unparse(n.value) for n in assigned] == ["DSL_COMPILE_LOCK"]

@@ -25,13 +25,13 @@ from typing import Any, Collection, Mapping
 from .errors import SettingsError, SettingsWarning
 from .spec import parse_bool, parse_int
 
-RUNTIME_PARAM_NAMES = ("group", "raster", "swizzle")
+RUNTIME_PARAM_NAMES = ("group", "swizzle")
 """Every runtime parameter a template has (`Template.runtime_space`), the names `stage1_runtime` accepts.
 Kept here because core/ imports no template; tests/test_settings.py checks it against the templates."""
 
 OTHER_VARIABLES: Mapping[str, str] = {
     "GEMMTUNE_CACHE_DIR": "where the store, numba's rendered kernels and compiled CUTLASS kernels live",
-    "GEMMTUNE_CUTLASS_DISK": "a boolean: keep compiled CUTLASS kernels (cutlass_hopper, cutlass_operators) on disk (default on)",
+    "GEMMTUNE_CUTLASS_DISK": "a boolean: keep compiled CUTLASS kernels (cutlass_operators) on disk (default on)",
     "GEMMTUNE_WORKER_PROCESS": "set by gemmtune in the worker processes it starts",
     "GEMMTUNE_PROTOCOL_CHILD": "set by bench/protocol.py in the processes it starts",
     "GEMMTUNE_REDIS_PASSWORD": "the password of a redis:// store whose URL has none (store/redis_store.py)",
@@ -75,8 +75,8 @@ def parse_runtime(text: str, name: str = "stage1_runtime") -> tuple[tuple[str, A
     """'swizzle=8' -> (('swizzle', 8),); a SettingsError naming `name` for anything else.
 
     Example:
-        >>> parse_runtime("swizzle=8, raster=1")
-        (('raster', 1), ('swizzle', 8))
+        >>> parse_runtime("swizzle=8, group=1")
+        (('group', 1), ('swizzle', 8))
     """
     try:
         return runtime_pairs(text)

@@ -25,8 +25,8 @@ FAMILIES = ("extern", "numpy", "triton", "numba", "cutlass")
   torch's for the cores; opt-in: only a `backends` naming it pools it (docs/PERFORMANCE.md)
 - ``triton``: the Triton GEMM template (NVIDIA GPUs)
 - ``numba``: the JIT-compiled tiled CPU template
-- ``cutlass``: the CuTe DSL Hopper template (optional extra `gemmtune[cutlass]`; opt-in: only a
-  `backends` naming it pools it, templates/cutlass/hopper.py says why)
+- ``cutlass``: NVIDIA's CuTe DSL Hopper kernels, nvidia-cutlass-operators (optional extra
+  `gemmtune[cutlass]`; with `backends` unset, pooled for problems of 2048 or more in every dimension)
 """
 
 STRATEGY_NAMES = ("exhaustive", "prescreen", "model_pruned", "default", "budgeted")
@@ -108,7 +108,7 @@ class Settings:
 
     backends: tuple[str, ...] | None = _f(None, Spec(
         "choice", "backend families to tune (comma-separated); none: every family native to the device "
-        "(numpy and cutlass_hopper only when named; cutlass_operators from 2048 in every dimension)",
+        "(numpy only when named; cutlass_operators from 2048 in every dimension)",
         choices=FAMILIES, optional=True, parser=str, checker=_families, type_text="families",
         range_note="any of " + ", ".join(FAMILIES), error=BackendError))
     strategy: str = _f("model_pruned", _choice(
@@ -117,7 +117,7 @@ class Settings:
     stage1_runtime: tuple[tuple[str, Any], ...] | None = _f(None, Spec(
         "text", "prescreen's stage-1 runtime values, e.g. swizzle=8; none: each template's data-chosen default",
         optional=True, parser=runtime_pairs, checker=check_runtime, type_text="NAME=INT,...",
-        range_note="integers; names: group, raster, swizzle"))
+        range_note="integers; names: group, swizzle"))
     effort: str = _f("default", _choice("preset applied under explicit settings (see the efforts below)",
                                         EFFORT_NAMES))
     budget_s: float | None = _f(None, _pos("wall-clock cap on one tune: stop, return the best so far, say so",

@@ -1,6 +1,6 @@
 """gemmtune's own kernel as an Inductor extern call, for a pick Inductor cannot build.
 
-A CUTLASS pick (`cutlass_operators`, `cutlass_hopper`) has no Inductor template: Inductor's CUTLASS
+A CUTLASS pick (`cutlass_operators`) has no Inductor template: Inductor's CUTLASS
 backend generates C++ from `cutlass_library` and compiles it with nvcc, so it cannot build the CuTe
 DSL kernels of NVIDIA's operators library.  Handed to Inductor as its closest Triton kernels, the
 pick's speed is lost.  Here the handler hands Inductor one `ExternKernelChoice` instead,
@@ -36,7 +36,7 @@ log = logging.getLogger("gemmtune")
 
 EXTERN_NAME = "gemmtune_pick"
 EXTERN_UID = "aten::" + EXTERN_NAME  # Inductor names an ExternKernelChoice "aten::<name>"
-EXTERN_TEMPLATES: tuple[str, ...] = ("cutlass_operators", "cutlass_hopper")
+EXTERN_TEMPLATES: tuple[str, ...] = ("cutlass_operators",)
 STATS: Counter = Counter()  # "registered", "calls", "retuned", "differs"
 
 _Key = tuple[str, tuple]

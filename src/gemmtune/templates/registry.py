@@ -33,10 +33,9 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
     `hopper=True` (the default; `Settings(hopper_templates=False)` or `GEMMTUNE_HOPPER_TEMPLATES=0`
     turns it off) adds `triton_splitk` (offered for small M*N with a deep K), `triton_skinny`
     (one-launch split-K, M <= 256), `triton_gemv` (M <= 4) and `triton_tma_persistent` (compute
-    capability >= 9) and, where a Hopper GPU is present, `cutlass_hopper` (with nvidia-cutlass-dsl) and
-    `cutlass_operators` (with nvidia-cutlass-operators), both `gemmtune[cutlass]`: `cutlass_hopper` is
-    pooled only where `backends` names "cutlass", `cutlass_operators` there and, with `backends` unset,
-    for problems of 2048 or more in every dimension; each is skipped with one log line otherwise.  `preview=True`
+    capability >= 9) and, where a Hopper GPU is present, `cutlass_operators` (with
+    nvidia-cutlass-operators, `gemmtune[cutlass]`): pooled where `backends` names "cutlass" and, with
+    `backends` unset, for problems of 2048 or more in every dimension; skipped with one log line otherwise.  `preview=True`
     (`Settings(preview_templates=True)`, `GEMMTUNE_PREVIEW_TEMPLATES=1`)
     adds the templates of `PREVIEW_TEMPLATES`, those not yet proven on a GPU (`triton_scaled_tma`).
 
@@ -67,16 +66,15 @@ def default_templates(hopper: bool = True, size: str = "default", preview: bool 
 
 def optional_templates(size: str = "default") -> list[Template]:
     """The shipped templates that join the pool only where they can run (`Template.unavailable()` None):
-    `cutlass_hopper` (nvidia-cutlass-dsl and a Hopper GPU) and `cutlass_operators`
-    (nvidia-cutlass-operators and a Hopper GPU), the `cutlass` family.
+    `cutlass_operators` (nvidia-cutlass-operators and a Hopper GPU), the `cutlass` family.
 
     Example:
         >>> [t.uid for t in optional_templates()]
-        ['cutlass_hopper', 'cutlass_operators']
+        ['cutlass_operators']
     """
-    from .cutlass import CutlassHopperTemplate, CutlassOperatorsTemplate
+    from .cutlass import CutlassOperatorsTemplate
 
-    return [CutlassHopperTemplate(size=size), CutlassOperatorsTemplate(size=size)]
+    return [CutlassOperatorsTemplate(size=size)]
 
 
 def active_templates(ki: KernelInputs, backends: Sequence[str] | None,

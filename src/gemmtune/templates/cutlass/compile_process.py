@@ -2,13 +2,12 @@
 
     python -m gemmtune.templates.cutlass.compile_process < jobs.json
 
-Each job's `kind` names the module whose `compile_job` builds it and keeps it on disk: "hopper"
-(`cutlass_hopper`, the default) or "operators" (`cutlass_operators`).  A module is imported on its
-first job, so a process with only `cutlass_operators` jobs never imports the hand-written kernel.
+Each job's `kind` names the module whose `compile_job` builds it and keeps it on disk: "operators"
+(`cutlass_operators`, the default).  A module is imported on its first job.
 
 Example:
     >>> sorted(COMPILERS)
-    ['hopper', 'operators']
+    ['operators']
 """
 
 from __future__ import annotations
@@ -17,13 +16,13 @@ import importlib
 import json
 import sys
 
-COMPILERS = {"hopper": "hopper_kernel", "operators": "operators_lib"}
+COMPILERS = {"operators": "operators_lib"}
 
 
 def compile_one(job: dict) -> str | None:
     """Build `job` with its kind's `compile_job`: None when it is on disk, else why not."""
     try:
-        module = importlib.import_module(f"{__package__}.{COMPILERS[job.get('kind', 'hopper')]}")
+        module = importlib.import_module(f"{__package__}.{COMPILERS[job.get('kind', 'operators')]}")
         module.compile_job(job)
         return None
     except Exception as exc:  # noqa: BLE001 - reported; the caller compiles this one itself

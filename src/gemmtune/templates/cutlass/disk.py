@@ -1,15 +1,13 @@
-"""Compiled `cutlass_hopper` kernels kept on disk, so that another process loads them instead of compiling.
+"""Compiled CUTLASS (CuTe DSL) kernels kept on disk, so that another process loads them instead of compiling.
 
-The DSL's JIT compile takes 0.6-1.2 s per config and layout on the H200 host, serialised (its tracing
-is not thread-safe), about 60 s for one layout's whole space; within a process `hopper_kernel.build`
-keeps each binary.  Here each compiled kernel is also exported with the DSL's ahead-of-time path
+The DSL's JIT compile takes about 1.3-2 s per operator on the H200 host, serialised (its tracing is
+not thread-safe); within a process the template keeps each binary.  Here each compiled kernel is also exported with the DSL's ahead-of-time path
 (`JitCompiledFunction.export_to_c`: an object file holding the host launcher and the cubin) and read
 back in a later process with `cutlass.runtime.load_module`.
 
-The file's name is a digest of everything the binary depends on: the template's `src_hash` (the
-kernel source and the DSL version), the compile-time config, dtype, B layout, bias, the fixed order
-(if any), the output shape where the bias view bakes it in, the GPU architecture and the cluster
-bound.  A file that fails to load is compiled again and replaced; a kernel that fails to export is
+The file's name is a digest of everything the binary depends on: the template's `src_hash` (its
+source, the library's and the DSL's versions), the compile-time config, dtype, op, operand layouts,
+the GPU architecture and its SM count (`launch.disk_key`).  A file that fails to load is compiled again and replaced; a kernel that fails to export is
 still used, only not kept.  `GEMMTUNE_CUTLASS_DISK=0` turns the disk off.
 
 Example:
@@ -63,7 +61,7 @@ def load(path: Path) -> Any | None:
 
         return getattr(load_module(str(path)), PREFIX)
     except Exception as exc:  # noqa: BLE001 - a bad file costs a compile, never a failure
-        log.info("gemmtune: cutlass_hopper: kept kernel %s did not load (%s: %s); compiling it again",
+        log.info("gemmtune: cutlass: kept kernel %s did not load (%s: %s); compiling it again",
                  path.name, type(exc).__name__, exc)
         return None
 
@@ -78,7 +76,7 @@ def save(compiled: Any, path: Path) -> bool:
             os.replace(Path(tmp) / "kernel.o", path)
         return True
     except Exception as exc:  # noqa: BLE001 - not kept: the next process compiles it again
-        log.info("gemmtune: cutlass_hopper: compiled kernel not kept on disk (%s: %s)", type(exc).__name__, exc)
+        log.info("gemmtune: cutlass: compiled kernel not kept on disk (%s: %s)", type(exc).__name__, exc)
         return False
 
 

@@ -40,7 +40,7 @@ from .tracing import DSL_COMPILE_LOCK
 
 log = logging.getLogger("gemmtune.templates.cutlass")
 # the library compiles with the DSL's `cute.compile`, whose tracing is not thread-safe: a tune's compile
-# threads build one kernel at a time, under the lock cutlass_hopper takes too (loads from disk need none)
+# threads build one kernel at a time, under the DSL's one lock (loads from disk need none)
 _COMPILE_LOCK = DSL_COMPILE_LOCK
 
 PREFIX = "gemmtune_operator"  # the exported function's symbol (one function per file)

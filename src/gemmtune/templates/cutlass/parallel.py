@@ -1,18 +1,18 @@
-"""`cutlass_hopper` and `cutlass_operators` compile in parallel, in separate processes.
+"""`cutlass_operators` compiles in parallel, in separate processes.
 
-The DSL's tracing is not thread-safe, so in one process its compiles run one at a time (about 60 s for
-one layout's whole `cutlass_hopper` space on the H200 host).  When a tune is about to compile several
+The DSL's tracing is not thread-safe, so in one process its compiles run one at a time (about 1.3-2 s
+per operator on the H200 host).  When a tune is about to compile several
 of a template's binaries (`prepare_compiles`), they are handed to a few compile processes instead
 (`python -m gemmtune.templates.cutlass.compile_process`, a fresh interpreter: it never imports the
 caller's `__main__`).  Each compiles its share with operands of the same shapes, strides and device
 and keeps the result on disk (`disk`); the caller's `compile` of a binary waits for its file and loads
 it (milliseconds), so the wait is part of the tune's compile time.  A job says which template's
-compiler builds it (`kind`: "hopper", the default, or "operators").  A job that fails in a compile
+compiler builds it (`kind`: "operators").  A job that fails in a compile
 process is compiled in the caller as before, so the processes can only save time.  Fewer than
 `MIN_BATCH` pending binaries (or a machine with fewer than four cores) are compiled in the caller: a
 process's start, importing torch and the DSL, costs more than a few compiles
-(bench/cutlass_disk_compile.py on the 2-core CPU machine: 8 `cutlass_hopper` configs 3.25 s in the
-caller, 4.84 s in two processes).
+(on the 2-core CPU machine, 2026-11-30: 8 CuTe DSL kernels 3.25 s in the caller, 4.84 s in two
+processes).
 
 Example:
     >>> chunks([{"path": str(i)} for i in range(5)], 2)
@@ -50,8 +50,8 @@ def chunks(jobs: list[dict], n: int) -> list[list[dict]]:
 
 
 def start(jobs: list[dict], env: dict[str, str] | None = None, processes: int | None = None,
-          min_batch: int = MIN_BATCH, cuda_index: int | None = None, label: str = "cutlass_hopper") -> int:
-    """Compile `jobs` (from `hopper_kernel.job_for` or `operators_lib.job_for`) in compile processes,
+          min_batch: int = MIN_BATCH, cuda_index: int | None = None, label: str = "cutlass_operators") -> int:
+    """Compile `jobs` (from `operators_lib.job_for`) in compile processes,
     with `env` added to theirs and the caller's GPU `cuda_index` (None: none) as theirs; returns how
     many were handed over (0: fewer than `min_batch` not already pending, or one process at most: the
     caller compiles them).  `label` names the template in the log line."""

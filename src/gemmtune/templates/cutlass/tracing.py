@@ -2,9 +2,9 @@
 
 The DSL's tracing is not thread-safe (4.8.1: two compiles in two threads fail with "An MLIR function
 requires a Location", and on the H200 host a tune of `cutlass_operators` whose compile threads ran
-the library's `compile` at once aborted the process).  gemmtune compiles in a thread pool, and both
-CuTe DSL templates (`cutlass_hopper`, `cutlass_operators`) trace through the same DSL, so both take
-this lock around a compile; a pool with both in it still compiles one kernel at a time per process.
+the library's `compile` at once aborted the process).  gemmtune compiles in a thread pool, so a
+CuTe DSL template (`cutlass_operators`) takes this lock around a compile: one kernel at a time per
+process.
 Parallel compiles go to the compile processes (`parallel.py`).
 
 Example:
