@@ -14,6 +14,7 @@ import torch
 import gemmtune
 import gemmtune.inductor as gi
 from gemmtune.inductor import extern
+from helpers import fresh_inductor  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.skipif(not gi.available(), reason="this torch has no Inductor lookup table")
 
@@ -21,17 +22,10 @@ NUMBA = gemmtune.Settings(store="memory", backends=("numba",))
 
 
 @pytest.fixture(autouse=True)
-def _fresh():
-    from torch._inductor import config
-
-    torch._dynamo.reset()
+def _fresh(fresh_inductor):
     extern._KERNELS.clear()
     extern.STATS.clear()
-    with config.patch(fx_graph_cache=False, autotune_local_cache=False):
-        yield
-    while gi.installer._PRIOR:
-        gi.uninstall()
-    torch._dynamo.reset()
+    yield
 
 
 def _compiled_code(fn, *args):
