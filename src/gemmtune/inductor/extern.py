@@ -37,7 +37,7 @@ log = logging.getLogger("gemmtune")
 EXTERN_NAME = "gemmtune_pick"
 EXTERN_UID = "aten::" + EXTERN_NAME  # Inductor names an ExternKernelChoice "aten::<name>"
 EXTERN_TEMPLATES: tuple[str, ...] = ("cutlass_operators",)
-STATS: Counter = Counter()  # "registered", "calls", "retuned", "differs"
+STATS: Counter = Counter()  # "registered", "calls", "retuned", "retuned_from_store", "differs"
 
 _Key = tuple[str, tuple]
 _KERNELS: dict[_Key, Callable[..., torch.Tensor]] = {}
@@ -102,6 +102,7 @@ def _retune(pick: str, tensors: tuple[torch.Tensor, ...]) -> Callable[..., torch
         sel = tune(op, *tensors, settings=settings, templates=settings_pool(settings),
                    store_tag="inductor", alpha=alpha, beta=beta)
     STATS["retuned"] += 1
+    STATS["retuned_from_store"] += bool(sel.cache_hit)
     if sel.winner.key != key:
         STATS["differs"] += 1
         log.warning("gemmtune extern: %s: the compiled graph asks for %s, the store's pick is %s: running that",
