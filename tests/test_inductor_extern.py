@@ -116,3 +116,16 @@ def test_a_graph_from_inductors_cache_calls_the_kernel_in_a_process_that_never_l
     assert counters["inductor"]["fxgraph_cache_hit"] == 1
     torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-4)
     assert extern.STATS["retuned"] == 1 and extern.STATS["retuned_from_store"] == 1
+
+
+def test_the_extern_choice_is_made_once_and_again_after_a_reload():
+    import importlib
+
+    from torch._inductor.select_algorithm import extern_kernels
+
+    first = extern.extern_choice()
+    assert extern.extern_choice() is first and first.name == extern.EXTERN_NAME
+    importlib.reload(extern)  # the module's own record of it is gone; Inductor's name is still taken
+    again = extern.extern_choice()  # no "duplicate extern kernel" assertion
+    assert again.name == extern.EXTERN_NAME and callable(getattr(extern_kernels, extern.EXTERN_NAME))
+    assert extern.extern_choice() is again

@@ -130,13 +130,16 @@ def run_pick(*tensors: torch.Tensor, pick: str, out: torch.Tensor) -> torch.Tens
 
 def extern_choice() -> Any:
     """Inductor's `ExternKernelChoice` for `run_pick` (made once per process: Inductor keeps one per name)."""
-    from torch._inductor.select_algorithm import ExternKernelChoice
+    from torch._inductor.select_algorithm import ExternKernelChoice, extern_kernels
 
-    found = ExternKernelChoice.lookup(EXTERN_NAME) if hasattr(ExternKernelChoice, "lookup") else None
+    found = _made.get(EXTERN_NAME)
+    if found is None and hasattr(ExternKernelChoice, "lookup"):  # torch versions that keep one per name
+        found = ExternKernelChoice.lookup(EXTERN_NAME)
     if found is None:
-        found = _made.get(EXTERN_NAME)
-    if found is None:
-        found = _made[EXTERN_NAME] = ExternKernelChoice(run_pick, name=EXTERN_NAME, has_out_variant=True)
+        if hasattr(extern_kernels, EXTERN_NAME):  # left by an earlier copy of this module (a reload)
+            delattr(extern_kernels, EXTERN_NAME)
+        found = ExternKernelChoice(run_pick, name=EXTERN_NAME, has_out_variant=True)
+    _made[EXTERN_NAME] = found
     return found
 
 
