@@ -144,7 +144,7 @@ def _on_gpu(ki: KernelInputs) -> KernelInputs:
 
 def _as_on_hopper(monkeypatch) -> None:
     monkeypatch.setattr(tmod, "library_importable", lambda: True)
-    monkeypatch.setattr(tmod, "_hopper_gpu", lambda: None)
+    monkeypatch.setattr(tmod, "hopper_gpu_reason", lambda: None)
 
 
 def _skip_lines(caplog) -> list[str]:
@@ -165,7 +165,7 @@ def test_without_the_library_it_is_left_out_with_one_log_line(fresh_reasons, mon
 
 def test_without_a_hopper_gpu_it_is_left_out_naming_why(fresh_reasons, monkeypatch, caplog):
     monkeypatch.setattr(tmod, "library_importable", lambda: True)
-    monkeypatch.setattr(tmod, "_hopper_gpu", lambda: "compute capability 8.0 < 9.0")
+    monkeypatch.setattr(tmod, "hopper_gpu_reason", lambda: "compute capability 8.0 < 9.0")
     caplog.set_level(logging.INFO, logger="gemmtune.templates.cutlass")
     assert "cutlass_operators" not in [t.uid for t in default_templates()]
     assert _skip_lines(caplog) == ["cutlass_operators template skipped: compute capability 8.0 < 9.0"]

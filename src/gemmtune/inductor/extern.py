@@ -60,20 +60,16 @@ def parse_pick(pick: str) -> tuple[str, float, float, str]:
         raise ValueError(f"gemmtune extern: not a pick: {pick!r}") from None
 
 
-def _signature(metas: Any) -> tuple:
-    return tuple((tuple(m.size), tuple(m.stride), str(m.dtype), str(m.device)) for m in metas)
-
-
-def _signature_of(tensors: tuple[torch.Tensor, ...]) -> tuple:
-    from ..core.inputs import TensorMeta
-
-    return _signature(TensorMeta.of(t) for t in tensors)
+def _signature(tensors: tuple[torch.Tensor, ...]) -> tuple:
+    """What a kernel is compiled for, read off a call's tensors (every call: nothing converted)."""
+    return tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors)
 
 
 def register(pick: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> None:
     """Keep the kernel gemmtune compiled for a pick and its problem (`operands`: its TensorMetas)."""
+    sig = tuple((torch.Size(m.size), tuple(m.stride), m.dtype, torch.device(m.device)) for m in operands)
     with _LOCK:
-        _KERNELS[(pick, _signature(operands))] = kernel
+        _KERNELS[(pick, sig)] = kernel
     STATS["registered"] += 1
 
 
@@ -81,12 +77,9 @@ def _settings() -> Any:
     """The settings of the installed handler (Inductor's choices class), else the environment's."""
     from ..core.settings import Settings
 
-    try:
-        from torch._inductor import config
+    from torch._inductor import config
 
-        handler = config.inductor_choices_class() if callable(config.inductor_choices_class) else None
-    except Exception:  # noqa: BLE001 - no handler installed here
-        handler = None
+    handler = getattr(config.inductor_choices_class, "handler", None)  # `installer.HandlerFactory`
     return getattr(handler, "settings", None) or Settings.from_env()
 
 
@@ -114,7 +107,7 @@ def _retune(pick: str, tensors: tuple[torch.Tensor, ...]) -> Callable[..., torch
 
 def run_pick(*tensors: torch.Tensor, pick: str, out: torch.Tensor) -> torch.Tensor:
     """What the compiled graph calls: the pick's kernel on `tensors`, written into `out`."""
-    sig = (pick, _signature_of(tensors))
+    sig = (pick, _signature(tensors))
     kernel = _KERNELS.get(sig)
     if kernel is None:
         with _LOCK:
@@ -133,13 +126,10 @@ def extern_choice() -> Any:
     from torch._inductor.select_algorithm import ExternKernelChoice, extern_kernels
 
     found = _made.get(EXTERN_NAME)
-    if found is None and hasattr(ExternKernelChoice, "lookup"):  # torch versions that keep one per name
-        found = ExternKernelChoice.lookup(EXTERN_NAME)
     if found is None:
         if hasattr(extern_kernels, EXTERN_NAME):  # left by an earlier copy of this module (a reload)
             delattr(extern_kernels, EXTERN_NAME)
-        found = ExternKernelChoice(run_pick, name=EXTERN_NAME, has_out_variant=True)
-    _made[EXTERN_NAME] = found
+        found = _made[EXTERN_NAME] = ExternKernelChoice(run_pick, name=EXTERN_NAME, has_out_variant=True)
     return found
 
 

@@ -1,14 +1,16 @@
 """Compiled CUTLASS (CuTe DSL) kernels kept on disk, so that another process loads them instead of compiling.
 
 The DSL's JIT compile takes about 1.3-2 s per operator on the H200 host, serialised (its tracing is
-not thread-safe); within a process the template keeps each binary.  Here each compiled kernel is also exported with the DSL's ahead-of-time path
-(`JitCompiledFunction.export_to_c`: an object file holding the host launcher and the cubin) and read
-back in a later process with `cutlass.runtime.load_module`.
+not thread-safe); within a process the template keeps each binary.  Here each compiled kernel is
+also exported with the DSL's ahead-of-time path (`JitCompiledFunction.export_to_c`: an object file
+holding the host launcher and the cubin) and read back in a later process with
+`cutlass.runtime.load_module`.
 
 The file's name is a digest of everything the binary depends on: the template's `src_hash` (its
 source, the library's and the DSL's versions), the compile-time config, dtype, op, operand layouts,
-the GPU architecture and its SM count (`launch.disk_key`).  A file that fails to load is compiled again and replaced; a kernel that fails to export is
-still used, only not kept.  `GEMMTUNE_CUTLASS_DISK=0` turns the disk off.
+the GPU architecture and its SM count (`launch.disk_key`).  A file that fails to load is compiled
+again and replaced; a kernel that fails to export is still used, only not kept.
+`GEMMTUNE_CUTLASS_DISK=0` turns the disk off.
 
 Example:
     >>> p = kernel_path(("cfg", "bf16"), "abc", "sm_90a", root=Path("/tmp/k"))
@@ -95,7 +97,7 @@ def load_or_compile(key: tuple, src_hash: str | None, arch: str, compile_fn: Cal
 
 
 def bind_context(device: Any) -> bool:
-    """Make GPU `index`'s primary CUDA context current in this thread, where none is; returns whether
+    """Make the GPU's primary CUDA context current in this thread, where none is; returns whether
     it bound one.  A compile thread that never made a CUDA call has no current context, and the DSL
     loads a kept or freshly compiled module through the driver API, which then fails with
     CUDA_ERROR_INVALID_CONTEXT (seen on the H200 for every operator an addmm tune loaded from disk).

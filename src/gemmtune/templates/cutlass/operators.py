@@ -43,8 +43,7 @@ import torch
 from ...core.choices import Choice, as_params
 from ...core.inputs import KernelInputs
 from ..base import Launcher, Template, source_hash, unique_configs
-from .dsl import DSL_DISTRIBUTION, dsl_version, ensure_cache_dir, installed_version
-from .dsl import hopper_gpu_reason as _hopper_gpu
+from .dsl import DSL_DISTRIBUTION, dsl_version, ensure_cache_dir, hopper_gpu_reason, installed_version
 
 log = logging.getLogger("gemmtune.templates.cutlass")
 
@@ -115,7 +114,7 @@ def unavailable_reason() -> str | None:
     if not library_importable():
         reason: str | None = f"{LIBRARY_DISTRIBUTION} is not installed (pip install 'gemmtune[cutlass]')"
     else:
-        reason = _hopper_gpu()  # "no CUDA device", "compute capability 8.0 < 9.0"
+        reason = hopper_gpu_reason()  # "no CUDA device", "compute capability 8.0 < 9.0"
     if reason is not None:
         log.info("cutlass_operators template skipped: %s", reason)
     return reason
