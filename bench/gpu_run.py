@@ -120,6 +120,15 @@ FP8_MORE = ("llama3-8b-q_o-m16-tensorwise,llama3-8b-kv-m128-rowwise,llama3-8b-ga
             "llama3-70b-kv-m1024-tensorwise,llama3-70b-q_o-m8192-rowwise")
 
 
+FP8_SWEEP = ",".join(f"llama3-8b-{p}-m{m}-{s}" for p in ("q_o", "kv", "gate_up", "down") for m in (16, 128)
+                     for s in ("tensorwise", "rowwise"))
+FP8_INDUCTOR = ("llama3-8b-q_o-m16-tensorwise,llama3-8b-kv-m16-rowwise,llama3-8b-gate_up-m16-rowwise,"
+                "llama3-70b-q_o-m16-rowwise,llama3-70b-gate_up-m16-tensorwise,llama3-8b-kv-m128-rowwise,"
+                "llama3-70b-down-m128-rowwise,llama3-8b-q_o-m1024-tensorwise")
+FP8_INDUCTOR_2 = ("llama3-8b-kv-m16-tensorwise,llama3-70b-down-m16-rowwise,llama3-70b-q_o-m128-tensorwise,"
+                  "llama3-8b-gate_up-m1024-tensorwise,llama3-70b-kv-m1024-rowwise,llama3-8b-down-m8192-rowwise")
+
+
 def _fp8_rest() -> str:
     """The fp8 suite's shapes that neither compare-fp8 nor compare-fp8-library measures."""
     done = set(FP8_SHAPES.split(",")) | set(FP8_MORE.split(","))
@@ -191,6 +200,17 @@ JOBS: dict[str, Job] = {
                             "written after each shape)", (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json",
                                                           "--no-inductor", "--only", _fp8_rest(), "--rounds", "10",
                                                           "--out", "{out}/{job}.json"), 330),
+    "compare-fp8-inductor": Job("bench/compare.py on 8 more fp8 shapes with Inductor max-autotune beside "
+                                "cuBLASLt and gemmtune, 10 rounds",
+                                (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--only", FP8_INDUCTOR,
+                                 "--rounds", "10", "--out", "{out}/{job}.json"), 540),
+    "compare-fp8-inductor-2": Job("bench/compare.py on 6 more fp8 shapes (M = 16 to 8192) with Inductor "
+                                  "max-autotune beside cuBLASLt and gemmtune, 10 rounds",
+                                  (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--only",
+                                   FP8_INDUCTOR_2, "--rounds", "10", "--out", "{out}/{job}.json"), 440),
+    "fp8-sweep": Job("gemmtune sweep of the fp8 suite's Llama-3-8B shapes at M = 16 and 128 (16 problems)",
+                     (PY, "-m", "gemmtune", "sweep", "--suite", "bench/shapes_fp8.json", "--only", FP8_SWEEP,
+                      "--out", "{out}/{job}.jsonl"), 540),
     "compare-fp8-preview": Job("bench/compare.py --no-inductor on the fp8 shapes of compare-fp8, the persistent "
                                "TMA preview template in the pool (GEMMTUNE_PREVIEW_TEMPLATES=1)",
                                (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
