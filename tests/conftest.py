@@ -19,6 +19,18 @@ SWEEP = REPO / "src" / "gemmtune" / "data" / "sweep_h200_bf16_triton_plain.jsonl
 SHAPES = REPO / "bench" / "shapes.json"
 
 
+@pytest.fixture(scope="session")
+def replay_slice():
+    """replay(path, names): a shipped sweep slice's replay shapes and the simulate report of the named
+    strategy specs (the slices' tests)."""
+    from gemmtune.offline.simulate import default_specs, load, select_specs, simulate
+
+    def replay(path, names):
+        shapes, dims = load(path)
+        return shapes, simulate(shapes, select_specs(default_specs(shapes), names), dims)
+    return replay
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -5,25 +5,19 @@ replayed by `gemmtune simulate`, as the CLI does it."""
 from __future__ import annotations
 
 import json
-from importlib.resources import as_file, files
+from pathlib import Path
 
 import pytest
 
 from gemmtune.cli import main
-from gemmtune.offline.simulate import default_specs, load, simulate
+
+DATA = Path(__file__).resolve().parents[1] / "src" / "gemmtune" / "data"  # shipped with the package
+SLICE = DATA / "sweep_h200_bf16_cutlass_operators.jsonl.gz"
 
 
 @pytest.fixture(scope="module")
-def slice_path():
-    with as_file(files("gemmtune") / "data" / "sweep_h200_bf16_cutlass_operators.jsonl.gz") as path:
-        yield path
-
-
-@pytest.fixture(scope="module")
-def report(slice_path):
-    shapes, dims = load(slice_path)
-    specs = [s for s in default_specs(shapes) if s.name in ("default", "exhaustive")]
-    return shapes, simulate(shapes, specs, dims)
+def report(replay_slice):
+    return replay_slice(SLICE, ["default", "exhaustive"])
 
 
 def test_the_slice_holds_both_cutlass_templates_and_the_library_on_every_shape(report):
@@ -49,8 +43,8 @@ def test_the_default_search_matches_exhaustive_at_under_a_third_of_its_runs(repo
     assert default.work_fraction <= 0.30
 
 
-def test_gemmtune_simulate_replays_the_slice_from_the_cli(slice_path, tmp_path, capsys):
+def test_gemmtune_simulate_replays_the_slice_from_the_cli(tmp_path, capsys):
     out = tmp_path / "sim.json"
-    assert main(["simulate", "--dataset", str(slice_path), "--strategy", "default", "--json", str(out)]) == 0
+    assert main(["simulate", "--dataset", str(SLICE), "--strategy", "default", "--json", str(out)]) == 0
     rows = {s["name"]: s for s in json.loads(out.read_text())["strategies"]}
     assert rows["default"]["work_fraction"] <= 0.30

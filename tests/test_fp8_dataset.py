@@ -5,30 +5,25 @@ projections of the fp8 suite at M = 16 and 128, tensor-wise and row-wise, on an 
 from __future__ import annotations
 
 import json
-from importlib.resources import as_file, files
+from pathlib import Path
 
 import pytest
 
 from gemmtune.cli import main
 from gemmtune.offline.dataset import read_lines
-from gemmtune.offline.simulate import by_op, default_specs, load, select_specs, simulate
+from gemmtune.offline.simulate import by_op, load
 from gemmtune.offline.suite import ProblemSpec
 from gemmtune.offline.sweep import problem_fields
 
 PRESCREEN = "prescreen[x=5,swizzle=4]"
 
-
-@pytest.fixture(scope="module")
-def slice_path():
-    with as_file(files("gemmtune") / "data" / "sweep_h200_fp8.jsonl.gz") as path:
-        yield path
+DATA = Path(__file__).resolve().parents[1] / "src" / "gemmtune" / "data"  # shipped with the package
+SLICE = DATA / "sweep_h200_fp8.jsonl.gz"
 
 
 @pytest.fixture(scope="module")
-def report(slice_path):
-    shapes, dims = load(slice_path)
-    specs = select_specs(default_specs(shapes), ["default", "exhaustive", PRESCREEN])
-    return shapes, simulate(shapes, specs, dims)
+def report(replay_slice):
+    return replay_slice(SLICE, ["default", "exhaustive", PRESCREEN])
 
 
 def test_the_slice_is_the_16_fp8_problems_each_with_cublaslt_and_the_triton_template(report):
@@ -42,8 +37,8 @@ def test_the_slice_is_the_16_fp8_problems_each_with_cublaslt_and_the_triton_temp
         assert len(s.times) >= 185, s.name
 
 
-def test_each_record_rebuilds_its_problem_and_the_keys_are_sixteen_problems(slice_path):
-    recs = [r for r in read_lines(slice_path) if r.get("type") == "shape"]
+def test_each_record_rebuilds_its_problem_and_the_keys_are_sixteen_problems():
+    recs = [r for r in read_lines(SLICE) if r.get("type") == "shape"]
     assert {r["scales"] for r in recs} == {"tensorwise", "rowwise"}
     assert len({r["problem_key"] for r in recs}) == 16
     for rec in recs:
@@ -66,11 +61,11 @@ def test_prescreen_meets_the_regret_target_and_the_default_stays_within_one_perc
     assert rep["exhaustive"].max_regret_pct == 0.0
 
 
-def test_gemmtune_simulate_replays_the_slice_as_fp8_from_the_cli(slice_path, tmp_path):
+def test_gemmtune_simulate_replays_the_slice_as_fp8_from_the_cli(tmp_path):
     out = tmp_path / "sim.json"
-    assert main(["simulate", "--dataset", str(slice_path), "--op", "scaled_mm", "--strategy", "default",
+    assert main(["simulate", "--dataset", str(SLICE), "--op", "scaled_mm", "--strategy", "default",
                  "--json", str(out)]) == 0
     rows = {s["name"]: s for s in json.loads(out.read_text())["strategies"]}
     assert len(rows["default"]["per_shape"]) == 16
-    shapes, dims = load(slice_path)
+    shapes, dims = load(SLICE)
     assert list(by_op(shapes, dims)) == ["scaled_mm"]
