@@ -125,6 +125,11 @@ FP8_SWEEP = ",".join(f"llama3-8b-{p}-m{m}-{s}" for p in ("q_o", "kv", "gate_up",
 FP8_INDUCTOR = ("llama3-8b-q_o-m16-tensorwise,llama3-8b-kv-m16-rowwise,llama3-8b-gate_up-m16-rowwise,"
                 "llama3-70b-q_o-m16-rowwise,llama3-70b-gate_up-m16-tensorwise,llama3-8b-kv-m128-rowwise,"
                 "llama3-70b-down-m128-rowwise,llama3-8b-q_o-m1024-tensorwise")
+FP8_SWEEP_M16 = ",".join(f"llama3-{size}-{p}-m16-{s}" for size in ("8b", "70b") for p in ("q_o", "kv", "gate_up", "down")
+                         for s in ("tensorwise", "rowwise"))
+FP8_M16_INDUCTOR = ("llama3-8b-q_o-m16-rowwise,llama3-8b-q_o-m16-tensorwise,llama3-8b-kv-m16-rowwise,"
+                    "llama3-8b-kv-m16-tensorwise,llama3-8b-gate_up-m16-rowwise,llama3-70b-q_o-m16-rowwise,"
+                    "llama3-70b-gate_up-m16-tensorwise,llama3-70b-down-m16-rowwise")
 FP8_INDUCTOR_2 = ("llama3-8b-kv-m16-tensorwise,llama3-70b-down-m16-rowwise,llama3-70b-q_o-m128-tensorwise,"
                   "llama3-8b-gate_up-m1024-tensorwise,llama3-70b-kv-m1024-rowwise,llama3-8b-down-m8192-rowwise")
 
@@ -211,6 +216,13 @@ JOBS: dict[str, Job] = {
     "fp8-sweep": Job("gemmtune sweep of the fp8 suite's Llama-3-8B shapes at M = 16 and 128 (16 problems)",
                      (PY, "-m", "gemmtune", "sweep", "--suite", "bench/shapes_fp8.json", "--only", FP8_SWEEP,
                       "--out", "{out}/{job}.jsonl"), 540),
+    "fp8-sweep-m16": Job("gemmtune sweep of the fp8 suite's 16 shapes at M = 16 (Llama-3-8B and 70B), the skinny "
+                         "configs in the space", (PY, "-m", "gemmtune", "sweep", "--suite", "bench/shapes_fp8.json",
+                                                  "--only", FP8_SWEEP_M16, "--out", "{out}/{job}.jsonl"), 400),
+    "compare-fp8-m16": Job("bench/compare.py on the 8 fp8 shapes at M = 16 that Inductor ran on before, Inductor "
+                           "max-autotune beside cuBLASLt and gemmtune, 10 rounds",
+                           (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--only", FP8_M16_INDUCTOR,
+                            "--rounds", "10", "--out", "{out}/{job}.json"), 540),
     "compare-fp8-preview": Job("bench/compare.py --no-inductor on the fp8 shapes of compare-fp8, the persistent "
                                "TMA preview template in the pool (GEMMTUNE_PREVIEW_TEMPLATES=1)",
                                (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
@@ -297,6 +309,11 @@ JOBS: dict[str, Job] = {
                                   (PY, "bench/models.py", "--cases", "stack:512", "--first", "", "--steady",
                                    "default,max_autotune,gemmtune", "--kernels", "--rounds", "31", "--iters", "20",
                                    "--out", "{out}/{job}.json"), 300),
+    "kernels-stack1": Job("bench/models.py: the steady state alone on the stack at M = 1, with the kernel split "
+                          "and the top kernels (every variant compiled in that process)",
+                          (PY, "bench/models.py", "--cases", "stack:1", "--first", "", "--steady",
+                           "default,max_autotune,gemmtune,gemmtune_gemv", "--kernels", "--rounds", "31", "--iters",
+                           "20", "--out", "{out}/{job}.json"), 400),
     "prologue-steady": Job("bench/models.py: the steady state alone, stack M = 512 and the Llama at M = 64, with "
                            "gemmtune_noprologue (Inductor's prologue fusion off) beside the others, kernel split",
                            (PY, "bench/models.py", "--cases", "stack:512,llama:64", "--first", "", "--steady",

@@ -126,3 +126,23 @@ def test_offered_only_for_scaled_mm_and_not_pooled_on_cpu():
     assert "triton_scaled_mm" in [t.uid for t in default_templates()]
     assert [t.uid for t in active_templates(ki, None)] == ["aten_scaled_mm"]  # CPU: the library kernel only
     assert all(c["BLOCK_K"] >= 32 for c in fit_configs(template.space, 32, 48, 16, triton_base.DEFAULT_SMEM))
+
+
+def test_problems_of_at_most_sixteen_rows_also_get_the_skinny_one_and_two_warp_configs():
+    """M <= 16 adds 16 x 16 and 16 x 32 tiles on one or two warps with a deep K step (Inductor keeps such a
+    config on M = 16); the 1-warp ones pass the gate in the interpreter. A given space stays as given."""
+    tensors = quantised(16, 512, 64, True)
+    ki = KernelInputs.from_tensors("scaled_mm", *tensors, out_dtype=BF16)
+    template = TritonScaledMMTemplate()
+    configs = template.compile_configs(ki)
+    one_warp = [c for c in configs if c["num_warps"] == 1]
+    assert {(c["BLOCK_N"], c["BLOCK_K"]) for c in one_warp} == {(16, 128), (16, 256), (32, 128), (32, 256)}
+    taller = KernelInputs.from_tensors("scaled_mm", *quantised(17, 512, 64, True), out_dtype=BF16)
+    assert not [c for c in template.compile_configs(taller) if c["num_warps"] == 1 or c["BLOCK_N"] == 16]
+    assert TritonScaledMMTemplate(space=SMALL).compile_configs(ki) == fit_configs(SMALL, 16, 64, 512,
+                                                                                  triton_base.DEFAULT_SMEM)
+    ref, exact = Reference.of(ki, tensors), reference(ki, tensors)
+    for c in [c for c in template.configs(ki) if c.config_dict["num_warps"] == 1 and c.runtime_dict["swizzle"] == 8]:
+        out = torch.full(ki.out_size, float("nan"), dtype=BF16)
+        template.compile(c, ki, tensors)(tensors, out, **c.runtime_dict)
+        assert verdict(ki, out, ref) is None and check(ki, out, exact) is None, c.key

@@ -24,6 +24,9 @@ from .base import (ACC_REGS_MAX, DEFAULT_SMEM, TILE_KEYS, KernelLaunch, TritonTe
 _TILES_M = (16, 32, 64, 128, 256)
 _TILES_N = (32, 64, 128, 256)
 MIN_BLOCK_K = 32
+SKINNY_M = 16
+"""Problems of at most this many rows also get `skinny_space()`: on them a narrow tile over one or two
+warps and a deep K step keeps more SMs busy than any tile of the main space."""
 MAX_IMPRECISE = 128
 """Without fast accumulation, the K elements a tensor-core partial sum may span before float32 (the kernel's
 `max_num_imprecise_acc`)."""
@@ -44,6 +47,18 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
         return _space(_TILES_M, _TILES_N, (64, 128, 256), (3, 4, 5), (4, 8), strict=True)
     return unique_configs(_space(_TILES_M, _TILES_N, (64, 128, 256), (3, 4, 5), (4, 8), strict=True)
                           + _space(_TILES_M, _TILES_N, (32, 64, 128, 256), (2, 3, 4, 5, 6), (2, 4, 8), strict=False))
+
+
+def skinny_space() -> list[dict[str, int]]:
+    """The configs added for problems of at most `SKINNY_M` rows: 16 x 16 or 16 x 32 tiles on one or two
+    warps, BLOCK_K 128 or 256, 4 or 5 stages (Inductor's fp8 search keeps such a config on M = 16).
+
+    Example:
+        >>> len(skinny_space()), {c["num_warps"] for c in skinny_space()}, {c["BLOCK_N"] for c in skinny_space()}
+        (16, {1, 2}, {16, 32})
+    """
+    return [dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_stages=st, num_warps=w)
+            for bn, bk, st, w in itertools.product((16, 32), (128, 256), (4, 5), (1, 2))]
 
 
 def _space(tiles_m: Sequence[int], tiles_n: Sequence[int], tiles_k: Sequence[int], stages: Sequence[int],
@@ -100,6 +115,12 @@ class TritonScaledMMTemplate(TritonTemplate):
     ops = ("scaled_mm",)
     dtypes = FP8_DTYPES
 
+    def __init__(self, space: Sequence[Mapping[str, int]] | None = None, size: str = "default"):
+        """`space` replaces the compile-time space, skinny configs included; otherwise `config_space(size)`,
+        with `skinny_space()` added on problems of at most `SKINNY_M` rows."""
+        super().__init__(space, size)
+        self.skinny = [] if space is not None else skinny_space()
+
     def runs_on(self, ki: KernelInputs) -> bool:
         """A CUDA device with fp8 tensor cores (compute capability >= 8.9), or the CPU under the interpreter."""
         if ki.device_type == "cuda":
@@ -107,7 +128,9 @@ class TritonScaledMMTemplate(TritonTemplate):
         return super().runs_on(ki)
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
-        return fit_configs(self.space, ki.M, ki.N, ki.K, smem_limit(ki.device))
+        """The space fitted to the problem, with the skinny configs where it has at most `SKINNY_M` rows."""
+        space = [*self.space, *self.skinny] if ki.M <= SKINNY_M else self.space
+        return fit_configs(space, ki.M, ki.N, ki.K, smem_limit(ki.device))
 
     def launch_spec(self, choice: Choice, ki: KernelInputs) -> tuple[KernelLaunch, Callable[..., tuple]]:
         from .scaled_mm_kernel import scaled_mm_kernel
