@@ -1,8 +1,9 @@
 """CudaTimer's round logic on a CPU: torch.cuda's events, synchronisation and device context are
-replaced by host-clock fakes, so interleaving, rotation and the extra rounds run for real."""
+replaced by fakes on a fake clock that only the timed functions advance, so interleaving, rotation and
+the extra rounds run for real and read the same on a loaded machine."""
 
 import contextlib
-import time
+import types
 
 import pytest
 import torch
@@ -10,12 +11,22 @@ import torch
 from gemmtune.measure import timers as measure
 
 
+class Clock:
+    """Seconds that pass only when a timed function says so."""
+
+    now = 0.0
+
+    @classmethod
+    def read(cls):
+        return cls.now
+
+
 class FakeEvent:
     def __init__(self, enable_timing=True):
         self.t = None
 
     def record(self):
-        self.t = time.perf_counter()
+        self.t = Clock.now
 
     def elapsed_time(self, end):
         return (end.t - self.t) * 1e3
@@ -26,6 +37,7 @@ def timer(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(measure, "time", types.SimpleNamespace(perf_counter=Clock.read))
     t = measure.CudaTimer.__new__(measure.CudaTimer)
     t.device, t.rep_ms, t.min_reps, t.max_reps, t.count_host = torch.device("cpu"), 5.0, 5, 100, False
     t.flush, t._flush, t._sink, t._sleep = "read", torch.zeros(4096), torch.zeros(()), None
@@ -33,13 +45,13 @@ def timer(monkeypatch):
     return t
 
 
-def counted(sleep_s):
+def counted(run_s):
+    """A function that takes `run_s` seconds of the fake clock (1 us at least), and its calls."""
     calls = []
 
     def fn():
         calls.append(1)
-        if sleep_s:
-            time.sleep(sleep_s)
+        Clock.now += max(run_s, 1e-6)
     return fn, calls
 
 

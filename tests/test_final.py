@@ -62,6 +62,30 @@ def test_a_generated_kernel_must_save_more_gpu_time_than_the_launch_time_it_adds
     assert run_final({LIB: (0.060, None, None), small: (0.059, None, None)})[0] == small
 
 
+def test_kernels_shorter_than_their_launch_tie_on_it_and_the_fastest_on_the_gpu_wins():
+    """Every triton_mm config launches through one launcher: where each kernel runs shorter than that
+    launch, the raw costs (max of GPU and host time) rank them by the host's noise. They tie on the
+    template's launch instead, and the fastest on the GPU is picked."""
+    fast, mid, slow = gen(16), gen(32), gen(64)
+    lib_cost = (0.0276, 0.0168, 0.0276)  # torch's op: a slower launch and a slower kernel
+    final = {fast: (0.0171, 0.0120, 0.0171), mid: (0.0163, 0.0150, 0.0163), slow: (0.0167, 0.0153, 0.0167),
+             LIB: lib_cost}
+    pick, retimed = run_final(final)
+    assert set(retimed) == {fast, mid, slow, LIB}
+    assert pick == fast  # the raw costs would have picked `mid` (0.0163)
+    # A config whose launch is twice the template's (outside the host noise) keeps its own launch time.
+    final[fast] = (0.0340, 0.0120, 0.0340)
+    assert run_final(final)[0] == mid
+
+
+def test_cpu_timings_and_gpu_times_without_the_host_counted_rank_by_their_cost():
+    fast, slow = gen(16), gen(32)
+    cpu = {fast: (0.50, None, None), slow: (0.40, None, None), LIB: (0.60, None, None)}
+    assert run_final(cpu, rule=RULE)[0] == slow
+    gpu_only = {fast: (0.0150, 0.0150, 0.0170), slow: (0.0120, 0.0120, 0.0171), LIB: (0.0300, 0.0300, 0.0280)}
+    assert run_final(gpu_only)[0] == slow  # count_host off: the cost is the GPU time, as it was
+
+
 def test_a_tie_within_library_margin_goes_to_the_library_kernel():
     """0.5% faster than cuBLAS in the final is within the timer's noise: the library kernel stays;
     2% faster wins; with library_margin=0 the 0.5% one wins."""

@@ -36,7 +36,8 @@ re-time) and the offline replays (recorded times standing in for both) decide al
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
 from ..core.choices import Choice, Timing, library_reference as reference, torch_op as _torch_op
@@ -124,7 +125,7 @@ def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], r
         >>> d.choice.template_uid, d.noisy, d.provisional
         ('aten_mm', True, True)
     """
-    ok = [m.choice for m in ranked if m.ms is not None]
+    ok = [m.choice for m in launch_ranked([records.get(m.choice, m) for m in ranked if m.ms is not None])]
     if not ok:
         raise NoCandidatesError(_nothing_correct(records, describe))
     finalists = ok[: rule.finalists]
@@ -141,7 +142,10 @@ def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], r
     if not rule.library_final and all(c.is_extern for c in finalists):  # no generated kernel at stake
         return Decision(finalists[0], provisional=_noise(records, finalists) > rule.noise_limit)
     times = retime(finalists, rule.rounds)
-    ranked_final = sorted(zip(times, range(len(finalists)), finalists))
+    final = [replace(records.get(c) or Timing(c, t, "finalist"), ms=t) for c, t in zip(finalists, times)]
+    key = launch_key(final)
+    ranked_final = sorted(((t, i, c) for i, (c, t) in enumerate(zip(finalists, times))),
+                          key=lambda r: (*key(final[r[1]]), r[1]))
     if best_extern is not None:
         lib = records[best_extern]
         ranked_final = [r for r in ranked_final if _torch_op(r[2]) or _beats(records[r[2]], lib, rule)]
@@ -153,6 +157,52 @@ def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], r
     # Heavy noise unsettles only a close call: a pick that beat every finalist by more than the noise stands.
     loud = _noise(records, decided) > rule.noise_limit and (tied or len(decided) == 1)
     return Decision(pick, noisy=tied, provisional=loud or not _settled(pick, best_extern, records))
+
+
+HOST_NOISE = 0.25
+"""Host launch times within this fraction of their template's median are that median (`launch_key`)."""
+
+
+def launch_key(timings: Sequence[Timing]) -> Callable[[Timing], tuple[float, float]]:
+    """The sort key of GPU timings whose cost counts the host (`count_host_overhead`): the cost with each
+    host time within `HOST_NOISE` of its template's median taken as that median, then the GPU time.
+
+    Every config of a template launches through the same launcher, so their host times differ by noise
+    only; where a kernel runs shorter than its launch, the cost is that launch for all of them, and
+    the raw costs ranked them by the host's noise.  Here they tie on the launch, and the fastest on
+    the GPU comes first (no slower eagerly, faster where launches cost less: a compiled graph).
+    Timings without GPU and host times (CPU), or a set timed without counting the host, keep their
+    `ms`.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice
+        >>> t = lambda cfg, gpu, host: Timing(Choice("triton_mm", "h", {"c": cfg}), max(gpu, host), "final",
+        ...                                   gpu_ms=gpu, host_ms=host)
+        >>> ts = [t(1, 0.010, 0.0172), t(2, 0.013, 0.0160), t(3, 0.030, 0.0168)]  # raw costs rank 2, 1, 3
+        >>> [m.choice.config_dict["c"] for m in launch_ranked(ts)]  # 1 and 2 tie on the launch: 1 is faster
+        [1, 2, 3]
+    """
+    timed = [t for t in timings if t.ms is not None and t.gpu_ms is not None and t.host_ms is not None]
+    counted = all(t.ms >= max(t.gpu_ms, t.host_ms) * (1 - 1e-9) for t in timed)  # type: ignore[operator, type-var]
+    by_template: dict[str, list[float]] = {}
+    for t in timed:
+        by_template.setdefault(t.choice.template_uid, []).append(t.host_ms)  # type: ignore[arg-type]
+    floors = {uid: statistics.median(hosts) for uid, hosts in by_template.items()}
+
+    def key(t: Timing) -> tuple[float, float]:
+        ms = float("inf") if t.ms is None else t.ms
+        if not counted or t.gpu_ms is None or t.host_ms is None or t.ms is None:
+            return ms, ms
+        floor = floors.get(t.choice.template_uid, t.host_ms)
+        host = floor if abs(t.host_ms - floor) <= HOST_NOISE * floor else t.host_ms
+        return max(t.gpu_ms, host), t.gpu_ms
+    return key
+
+
+def launch_ranked(timings: Sequence[Timing]) -> list[Timing]:
+    """`timings` sorted by `launch_key` (stable: equal keys keep their order)."""
+    key = launch_key(timings)
+    return sorted(timings, key=key)
 
 
 def _settled(pick: Choice, library: Choice | None, records: Mapping[Choice, Timing]) -> bool:
