@@ -115,7 +115,7 @@ def test_cutlass_setup_unpacks_the_carried_wheels(runner, tmp_path, monkeypatch)
 
 
 def test_every_bench_file_the_docs_cite_exists():
-    cited = re.compile(r"bench/(?:results/)?[A-Za-z0-9_.-]+\.(?:py|sh|json|jsonl|log)\b")
+    cited = re.compile(r"bench/(?:results/)?[A-Za-z0-9_.-]+\.(?:py|sh|json|jsonl|log)(?:\.gz)?\b")
     roots = [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "tests").rglob("*.py"),
              *(ROOT / "src").rglob("*.py"), *(ROOT / "bench").glob("*.py"), ROOT / "bench" / "README.md"]
     missing = [f"{f.relative_to(ROOT)}: {m}" for f in roots for m in cited.findall(f.read_text())
