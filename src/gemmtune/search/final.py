@@ -141,11 +141,7 @@ def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], r
         return Decision(stored_pick)  # nothing new reached the final: the stored decision stands
     if not rule.library_final and all(c.is_extern for c in finalists):  # no generated kernel at stake
         return Decision(finalists[0], provisional=_noise(records, finalists) > rule.noise_limit)
-    times = retime(finalists, rule.rounds)
-    final = [replace(records.get(c) or Timing(c, t, "finalist"), ms=t) for c, t in zip(finalists, times)]
-    key = launch_key(final)
-    ranked_final = sorted(((t, i, c) for i, (c, t) in enumerate(zip(finalists, times))),
-                          key=lambda r: (*key(final[r[1]]), r[1]))
+    ranked_final = _final_order(finalists, retime(finalists, rule.rounds), records)
     if best_extern is not None:
         lib = records[best_extern]
         ranked_final = [r for r in ranked_final if _torch_op(r[2]) or _beats(records[r[2]], lib, rule)]
@@ -157,6 +153,15 @@ def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], r
     # Heavy noise unsettles only a close call: a pick that beat every finalist by more than the noise stands.
     loud = _noise(records, decided) > rule.noise_limit and (tied or len(decided) == 1)
     return Decision(pick, noisy=tied, provisional=loud or not _settled(pick, best_extern, records))
+
+
+def _final_order(finalists: Sequence[Choice], times: Sequence[float], records: Mapping[Choice, Timing]
+                 ) -> list[tuple[float, int, Choice]]:
+    """(re-timed ms, rank, choice) of the finalists, fastest first by `launch_key` (then their rank)."""
+    final = [replace(records.get(c) or Timing(c, t, "finalist"), ms=t) for c, t in zip(finalists, times)]
+    key = launch_key(final)
+    return sorted(((t, i, c) for i, (c, t) in enumerate(zip(finalists, times))),
+                  key=lambda r: (*key(final[r[1]]), r[1]))
 
 
 HOST_NOISE = 0.25
