@@ -151,6 +151,17 @@ def _rounds(ms: str, variants: str, models: str = "stack") -> tuple[str, ...]:
 
 PROTOCOL_FIRST = ("default,max_autotune,max_autotune_again,gemmtune,gemmtune_store,gemmtune_again,eager_warmup,"
                   "eager_warmup_store,eager_warmup_shared,eager_warmup_shared_store")
+def _fp8_compare(only: str, rounds: str, *flags: str) -> tuple[str, ...]:
+    """bench/compare.py on the fp8 suite's shapes `only`, `rounds` rounds, with `flags` (e.g. --no-inductor)."""
+    return (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", *flags, "--only", only, "--rounds", rounds,
+            "--out", "{out}/{job}.json")
+
+
+def _fp8_sweep(only: str) -> tuple[str, ...]:
+    """`gemmtune sweep` of the fp8 suite's shapes `only`, every candidate timed."""
+    return PY, "-m", "gemmtune", "sweep", "--suite", "bench/shapes_fp8.json", "--only", only, "--out", "{out}/{job}.jsonl"
+
+
 PROTOCOL_ROOT = "/tmp/gemmtune-protocol"  # the caches a case's first calls leave for its steady state
 
 
@@ -196,37 +207,27 @@ JOBS: dict[str, Job] = {
     "compare-six": Job("bench/compare.py --no-inductor on six public shapes",
                        (PY, "bench/compare.py", "--no-inductor", "--only", SIX_SHAPES, "--out", "{out}/{job}.json")),
     "compare-fp8": Job("bench/compare.py on the fp8 suite: torch._scaled_mm, gemmtune and Inductor max-autotune",
-                       (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--only", FP8_SHAPES, "--exhaustive",
-                        FP8_EXHAUSTIVE, "--rounds", "20", "--out", "{out}/{job}.json"), 420),
+                       _fp8_compare(FP8_SHAPES, "20", "--exhaustive", FP8_EXHAUSTIVE), 420),
     "compare-fp8-library": Job("bench/compare.py --no-inductor on the rest of the fp8 suite",
-                               (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
-                                FP8_MORE, "--rounds", "20", "--out", "{out}/{job}.json"), 300),
+                               _fp8_compare(FP8_MORE, "20", "--no-inductor"), 300),
     "compare-fp8-rest": Job("bench/compare.py --no-inductor on the fp8 suite's other 52 shapes, 10 rounds (JSON "
-                            "written after each shape)", (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json",
-                                                          "--no-inductor", "--only", _fp8_rest(), "--rounds", "10",
-                                                          "--out", "{out}/{job}.json"), 330),
+                            "written after each shape)", _fp8_compare(_fp8_rest(), "10", "--no-inductor"), 330),
     "compare-fp8-inductor": Job("bench/compare.py on 8 more fp8 shapes with Inductor max-autotune beside "
                                 "cuBLASLt and gemmtune, 10 rounds",
-                                (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--only", FP8_INDUCTOR,
-                                 "--rounds", "10", "--out", "{out}/{job}.json"), 540),
+                                _fp8_compare(FP8_INDUCTOR, "10"), 540),
     "compare-fp8-inductor-2": Job("bench/compare.py on 6 more fp8 shapes (M = 16 to 8192) with Inductor "
                                   "max-autotune beside cuBLASLt and gemmtune, 10 rounds",
-                                  (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--only",
-                                   FP8_INDUCTOR_2, "--rounds", "10", "--out", "{out}/{job}.json"), 440),
+                                  _fp8_compare(FP8_INDUCTOR_2, "10"), 440),
     "fp8-sweep": Job("gemmtune sweep of the fp8 suite's Llama-3-8B shapes at M = 16 and 128 (16 problems)",
-                     (PY, "-m", "gemmtune", "sweep", "--suite", "bench/shapes_fp8.json", "--only", FP8_SWEEP,
-                      "--out", "{out}/{job}.jsonl"), 540),
+                     _fp8_sweep(FP8_SWEEP), 540),
     "fp8-sweep-m16": Job("gemmtune sweep of the fp8 suite's Llama-3-8B shapes at M = 16 (8 problems), the skinny "
-                         "configs in the space", (PY, "-m", "gemmtune", "sweep", "--suite", "bench/shapes_fp8.json",
-                                                  "--only", FP8_SWEEP_M16, "--out", "{out}/{job}.jsonl"), 400),
+                         "configs in the space", _fp8_sweep(FP8_SWEEP_M16), 400),
     "compare-fp8-m16": Job("bench/compare.py on the 8 fp8 shapes at M = 16 that Inductor ran on before, Inductor "
                            "max-autotune beside cuBLASLt and gemmtune, 10 rounds",
-                           (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--only", FP8_M16_INDUCTOR,
-                            "--rounds", "10", "--out", "{out}/{job}.json"), 540),
+                           _fp8_compare(FP8_M16_INDUCTOR, "10"), 540),
     "compare-fp8-preview": Job("bench/compare.py --no-inductor on the fp8 shapes of compare-fp8, the persistent "
                                "TMA preview template in the pool (GEMMTUNE_PREVIEW_TEMPLATES=1)",
-                               (PY, "bench/compare.py", "--suite", "bench/shapes_fp8.json", "--no-inductor", "--only",
-                                FP8_SHAPES, "--rounds", "20", "--out", "{out}/{job}.json"), 300,
+                               _fp8_compare(FP8_SHAPES, "20", "--no-inductor"), 300,
                                env=(("GEMMTUNE_PREVIEW_TEMPLATES", "1"),)),
     "fp8-accum-probe": Job("bench/fp8_accum_probe.py: each fp8 kernel's accumulation error with a float32 output, "
                            "tensor cores' partial sums promoted every 128 and every 32 elements of K",

@@ -160,8 +160,8 @@ def _final_order(finalists: Sequence[Choice], times: Sequence[float], records: M
     """(re-timed ms, rank, choice) of the finalists, fastest first by `launch_key` (then their rank)."""
     final = [replace(records.get(c) or Timing(c, t, "finalist"), ms=t) for c, t in zip(finalists, times)]
     key = launch_key(final)
-    return sorted(((t, i, c) for i, (c, t) in enumerate(zip(finalists, times))),
-                  key=lambda r: (*key(final[r[1]]), r[1]))
+    order = sorted(range(len(finalists)), key=lambda i: (*key(final[i]), i))
+    return [(times[i], i, finalists[i]) for i in order]
 
 
 HOST_NOISE = 0.25
