@@ -1,0 +1,107 @@
+"""Replay a sweep with its recorded GPU and host times handed to tune's final, and read the regret three ways.
+
+`gemmtune simulate` replays a dataset with each choice's recorded cost (`ms`: max(GPU, host) where the
+sweep counted the host) standing in for the device; the GPU and host times the sweep also records are
+not handed on, so the final's rules that read them (`gemmtune.search.final`: the launch tie, the
+GPU-time guard for the library kernel, the launch-aware check) are idle. This script hands them on and
+reports, per strategy, the regret of the final's pick measured against the exhaustive best by:
+
+- `ms`: the recorded cost (what `gemmtune simulate` reports);
+- `launch`: the cost with each host time within the noise of its template's median taken as that
+  median (`launch_key`, what the final ranks by);
+- `gpu`: the GPU time alone (what `bench/compare.py` compares).
+
+    python bench/replay_readings.py bench/results/fp8_sweep_m16_h200_2026-12-02.jsonl.gz --json out.json
+
+CPU only; prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
+
+from gemmtune.measure.measurement import Measurement  # noqa: E402
+from gemmtune.measure.replay import ReplayCompiled, ReplayRunner  # noqa: E402
+from gemmtune.offline.dataset import choice_from, read_lines  # noqa: E402
+from gemmtune.offline.simulate import default_specs, load, select_specs  # noqa: E402
+from gemmtune.pipeline.plan import replay_plan  # noqa: E402
+from gemmtune.pipeline.steps import Recalled, search  # noqa: E402
+from gemmtune.search import ProblemDims  # noqa: E402
+from gemmtune.search.final import launch_key  # noqa: E402
+
+STRATEGIES = ("exhaustive", "default", "prescreen[x=5,swizzle=4]")
+
+
+def readings(path: str) -> list[dict]:
+    """Per shape record: choice key -> Measurement(ms, gpu_ms, host_ms) of every correct choice."""
+    out = []
+    for rec in read_lines(path):
+        if rec.get("type") == "shape":
+            out.append({choice_from(c).key: Measurement(c["ms"], c.get("gpu_ms"), c.get("host_ms"))
+                        for c in rec["choices"] if c.get("ms") is not None and c.get("status", "ok") == "ok"})
+    return out
+
+
+def costs(shape, recorded: dict) -> dict[str, dict]:
+    """choice key -> its cost by each reading (`ms`, `launch`, `gpu`)."""
+    timings = [recorded[c.key].timing(c, "final") for c in shape.times]
+    key = launch_key(timings)
+    return {t.choice.key: {"ms": t.ms, "launch": key(t)[0], "gpu": t.gpu_ms if t.gpu_ms is not None else t.ms}
+            for t in timings}
+
+
+def pick(shape, spec, dims: ProblemDims, recorded: dict, with_readings: bool):
+    """The final's pick under `spec`, the recorded readings handed on (or only the recorded cost)."""
+    answers = recorded if with_readings else {k: Measurement(m.cost_ms) for k, m in recorded.items()}
+    runner = ReplayRunner(answers)
+    outcome = search(replay_plan(spec.registered, spec.options_for(shape, dims), spec.final, spec.runs_for(shape)),
+                     shape.choices, Recalled({}, list(shape.choices)), lambda todo, overlap: ReplayCompiled(todo),
+                     lambda: runner, describe=shape.name, device_type="cuda")
+    return outcome.decision.choice.key
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dataset")
+    p.add_argument("--strategy", nargs="+", default=list(STRATEGIES))
+    p.add_argument("--json", dest="json_path")
+    args = p.parse_args(argv)
+    shapes, dims = load(args.dataset)
+    specs = select_specs(default_specs(shapes), args.strategy)
+    rows = []
+    for shape, dim, recorded in zip(shapes, dims, readings(args.dataset)):
+        cost = costs(shape, recorded)
+        best = {r: min(c[r] for c in cost.values()) for r in ("ms", "launch", "gpu")}
+        for spec in specs:
+            for handed in (False, True):
+                key = pick(shape, spec, dim, recorded, handed)
+                rows.append({"shape": shape.name, "strategy": spec.name, "readings_handed_on": handed,
+                             "pick": key, **{f"regret_{r}_pct": 100 * (cost[key][r] / best[r] - 1) for r in best}})
+    print(f"{args.dataset}: {len(shapes)} shapes; max (median) regret %, by each reading")
+    print(f"{'strategy':28} {'GPU/host handed on':18} {'ms':>14} {'launch':>14} {'gpu':>14}")
+    summary = []
+    for spec in specs:
+        for handed in (False, True):
+            mine = [r for r in rows if r["strategy"] == spec.name and r["readings_handed_on"] == handed]
+            cells = {r: (max(x[f"regret_{r}_pct"] for x in mine), statistics.median(x[f"regret_{r}_pct"] for x in mine))
+                     for r in ("ms", "launch", "gpu")}
+            summary.append({"strategy": spec.name, "readings_handed_on": handed,
+                            **{f"{r}_max_pct": v[0] for r, v in cells.items()},
+                            **{f"{r}_median_pct": v[1] for r, v in cells.items()}})
+            print(f"{spec.name:28} {'yes' if handed else 'no':18} "
+                  + " ".join(f"{v[0]:7.2f} ({v[1]:4.2f})" for v in cells.values()))
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps({"dataset": args.dataset, "summary": summary, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

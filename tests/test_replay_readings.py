@@ -1,0 +1,54 @@
+"""bench/replay_readings.py: a sweep replayed with its GPU and host times handed to tune's final."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("replay_readings", ROOT / "bench" / "replay_readings.py")
+replay_readings = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(replay_readings)
+
+
+def _dataset(path: Path) -> Path:
+    """One fp8-shaped problem: cuBLASLt fastest on the GPU but slowest to launch; two Triton configs."""
+    def choice(template, family, cfg, gpu, host):
+        return {"template": template, "src_hash": None if family == "extern" else "h", "family": family,
+                "config": cfg, "runtime_params": {} if family == "extern" else {"swizzle": 1},
+                "ms": max(gpu, host), "gpu_ms": gpu, "host_ms": host, "status": "ok"}
+    meta = {"type": "meta", "format": "gemmtune-dataset/1", "device": "cuda"}
+    shape = {"type": "shape", "name": "p", "op": "mm", "M": 16, "K": 64, "N": 64, "batch": 1, "dtype": "bfloat16",
+             "problem_key": "mm 16x64x64", "choices": [
+                 choice("aten_mm", "extern", {}, 0.010, 0.030),
+                 choice("triton_mm", "triton", {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "num_stages": 2,
+                                                "num_warps": 1}, 0.014, 0.016),
+                 choice("triton_mm", "triton", {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "num_stages": 2,
+                                                "num_warps": 1}, 0.012, 0.017)]}
+    path.write_text("\n".join(json.dumps(r) for r in (meta, shape)) + "\n")
+    return path
+
+
+def test_handed_the_readings_the_final_keeps_the_library_kernel_that_is_fastest_on_the_gpu(tmp_path):
+    out = tmp_path / "r.json"
+    assert replay_readings.main([str(_dataset(tmp_path / "d.jsonl")), "--strategy", "exhaustive",
+                                 "--json", str(out)]) == 0
+    rows = {r["readings_handed_on"]: r for r in json.loads(out.read_text())["rows"]}
+    # By the recorded cost alone the Triton config launching in 16 us wins, and its regret by the cost is 0.
+    assert "triton_mm" in rows[False]["pick"] and rows[False]["regret_ms_pct"] == 0.0
+    assert rows[False]["regret_gpu_pct"] > 0.0
+    # Handed the GPU times, the final's rule keeps the library kernel (faster on the GPU than every other).
+    assert "aten_mm" in rows[True]["pick"] and rows[True]["regret_gpu_pct"] == 0.0
+    assert rows[True]["regret_ms_pct"] > 50.0  # 30 us of launch against 17 us
+
+
+def test_the_launch_reading_ties_configs_of_one_template_on_their_median_launch(tmp_path):
+    shapes, _ = replay_readings.load(str(_dataset(tmp_path / "d.jsonl")))
+    (recorded,) = replay_readings.readings(str(tmp_path / "d.jsonl"))
+    cost = replay_readings.costs(shapes[0], recorded)
+    triton = sorted(v["launch"] for k, v in cost.items() if "triton_mm" in k)
+    assert triton == pytest.approx([0.0165, 0.0165])  # both within 25 % of their median host time: they cost it
+    assert [v["launch"] for k, v in cost.items() if "aten_mm" in k] == pytest.approx([0.030])
