@@ -29,11 +29,9 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 from gemmtune.measure.measurement import Measurement  # noqa: E402
-from gemmtune.measure.replay import ReplayCompiled, ReplayRunner  # noqa: E402
 from gemmtune.offline.dataset import choice_from, read_lines  # noqa: E402
+from gemmtune.offline.replay import decide  # noqa: E402
 from gemmtune.offline.simulate import default_specs, load, select_specs  # noqa: E402
-from gemmtune.pipeline.plan import replay_plan  # noqa: E402
-from gemmtune.pipeline.steps import Recalled, search  # noqa: E402
 from gemmtune.search import ProblemDims  # noqa: E402
 from gemmtune.search.final import launch_key  # noqa: E402
 
@@ -58,14 +56,11 @@ def costs(shape, recorded: dict) -> dict[str, dict]:
             for t in timings}
 
 
-def pick(shape, spec, dims: ProblemDims, recorded: dict, with_readings: bool):
+def pick(shape, spec, dims: ProblemDims, recorded: dict, with_readings: bool) -> str:
     """The final's pick under `spec`, the recorded readings handed on (or only the recorded cost)."""
     answers = recorded if with_readings else {k: Measurement(m.cost_ms) for k, m in recorded.items()}
-    runner = ReplayRunner(answers)
-    outcome = search(replay_plan(spec.registered, spec.options_for(shape, dims), spec.final, spec.runs_for(shape)),
-                     shape.choices, Recalled({}, list(shape.choices)), lambda todo, overlap: ReplayCompiled(todo),
-                     lambda: runner, describe=shape.name, device_type="cuda")
-    return outcome.decision.choice.key
+    d = decide(shape, spec.registered, spec.options_for(shape, dims), spec.final, spec.runs_for(shape), answers)
+    return d.pick.key
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from ..core.choices import Choice, Timing
 from ..core.errors import NoCandidatesError
-from ..measure.replay import ReplayCompiled, ReplayRunner
+from ..measure.replay import RecordedTime, ReplayCompiled, ReplayRunner
 from ..pipeline.plan import replay_plan
 from ..pipeline.steps import Recalled, search
 from ..search import Options
@@ -50,12 +51,13 @@ class ReplayDecision:
 
 
 def decide(shape: ReplayShape, strategy: str, options: Options, rule: FinalRule | None = None,
-           runs: int | None = None) -> ReplayDecision:
+           runs: int | None = None, recorded: Mapping[str, RecordedTime] | None = None) -> ReplayDecision:
     """Run `strategy` (prune, then search) with recorded timings standing in for the GPU, then the
     final step of `tune` (`gemmtune.search.final`, `rule` default: tune's), under a budget of `runs`
     (None: none).  The recorded times stand in for the interleaved re-time too, so the final changes
-    the pick only through its rules: the library margin (GPU times are not recorded, so the GPU-time
-    guard is idle).
+    the pick only through its rules: the library margin (only the costs are handed on, so the GPU-time
+    guard is idle).  `recorded` (choice key -> reading) answers instead of the shape's costs: readings
+    with GPU and host times let the final's rules that read them act (bench/replay_readings.py).
 
     Example:
         >>> from gemmtune.search import ExhaustiveOptions
@@ -64,7 +66,8 @@ def decide(shape: ReplayShape, strategy: str, options: Options, rule: FinalRule 
         >>> d.ranked[0].choice.template_uid, d.pick.template_uid  # 0.5% is within the library margin
         ('triton_mm', 'aten_mm')
     """
-    runner = ReplayRunner({c.key: ms for c, ms in shape.times.items() if ms is not None})
+    runner = ReplayRunner(recorded if recorded is not None
+                          else {c.key: ms for c, ms in shape.times.items() if ms is not None})
     try:
         outcome = search(replay_plan(strategy, options, rule, runs), shape.choices, Recalled({}, list(shape.choices)),
                          lambda todo, overlap: ReplayCompiled(todo), lambda: runner,
