@@ -315,6 +315,9 @@ JOBS: dict[str, Job] = {
                           (PY, "bench/models.py", "--cases", "stack:1", "--first", "", "--steady",
                            "default,max_autotune,gemmtune,gemmtune_gemv", "--kernels", "--rounds", "31", "--iters",
                            "20", "--out", "{out}/{job}.json"), 400),
+    "host-stack1": Job("bench/host_probe.py: where the compiled forward's host time goes on the stack at M = 1 "
+                       "(output code, guards, host time in shuffled rounds, cProfile), every variant in one process",
+                       (PY, "bench/host_probe.py", "--case", "stack:1", "--out", "{out}/{job}.json"), 300),
     "prologue-steady": Job("bench/models.py: the steady state alone, stack M = 512 and the Llama at M = 64, with "
                            "gemmtune_noprologue (Inductor's prologue fusion off) beside the others, kernel split",
                            (PY, "bench/models.py", "--cases", "stack:512,llama:64", "--first", "", "--steady",
