@@ -3,8 +3,9 @@ process (fresh caches), side by side.
 
 For each variant it records:
 - Inductor's output code (every graph it compiled), written to OUT_DIR/<variant>.py;
-- Dynamo's compiled entries for the frame (more than one means a recompile) and the guard tree's size,
-  and the guards' own time per call (`guard_manager.check` on the frame's locals, timed alone);
+- Dynamo's cache entries on the frame's code object and the guard tree's size, and the guards' own
+  time per call (`guard_manager.check` on the frame's locals, timed alone, only where that check
+  passes: on the H200 it did not, so no guard time was read);
 - host microseconds per call (the loop's wall clock before the synchronize: what the launches cost
   when the GPU keeps up) and the whole call, in `--rounds` shuffled rounds of `--iters` calls;
 - one cProfile of `--profile-calls` calls: the functions with the most own time, per call.
@@ -31,6 +32,7 @@ from unittest import mock
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import model_rounds  # noqa: E402
 import models  # noqa: E402  (new Triton, Inductor and gemmtune caches for this process)
 import protocol  # noqa: E402
 import torch  # noqa: E402
@@ -53,32 +55,38 @@ def _dynamo_facts(fn: Callable[[], Any], inputs: tuple) -> dict[str, Any]:
         f_locals = {"args": inputs}
         out["guard_lines"] = len(str(gm).splitlines())
         out["guards_pass"] = bool(gm.check(f_locals))
-        n = 2000
-        out["guard_us"] = round(timeit.timeit(lambda: gm.check(f_locals), number=n) / n * 1e6, 2)
+        if out["guards_pass"]:  # a failing check may stop early: its time is not the guards' cost
+            n = 2000
+            out["guard_us"] = round(timeit.timeit(lambda: gm.check(f_locals), number=n) / n * 1e6, 2)
     return out
 
 
-def compile_variant(variant: str, base: Any, inputs: tuple) -> tuple[Callable[[], Any], dict[str, Any]]:
-    """One variant compiled and warmed up; its output code and Dynamo facts."""
+def compile_variant(variant: str, base: Any, inputs: tuple,
+                    train: bool = False) -> tuple[Callable[[], Any], dict[str, Any]]:
+    """One variant compiled and warmed up (with `train`, its training step: forward, loss and
+    backward, as bench/protocol.py times it); its output code, Dynamo facts and handler counts."""
     from torch._inductor.graph import GraphLowering
 
     codes: list[str] = []
-    model = copy.deepcopy(base)
+    model = copy.deepcopy(base).train(train)
+    grad = torch.enable_grad if train else torch.no_grad
     t0 = time.perf_counter()
-    with torch.no_grad(), mock.patch.object(GraphLowering, "save_output_code", codes.append, create=True):
-        fn, _ = protocol.compiled_variant(variant, model, inputs, torch, gemmtune)
-        fn()
+    with grad(), mock.patch.object(GraphLowering, "save_output_code", codes.append, create=True):
+        fn, made = protocol.compiled_variant(variant, model, inputs, torch, gemmtune)
+        fn = protocol._train_step(fn, model) if train else fn
+        for _ in range(3):  # a training step's backward graph is compiled in its first backward
+            fn()
         torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
-    with torch.no_grad():
-        for _ in range(3):
-            fn()
     import gemmtune.inductor as gi
 
     while gi.installer._PRIOR:
         gi.uninstall()
+    handler = made.get("handler")
     facts = {"compile_s": round(compile_s, 2), "graphs": len(codes), "code": "\n\n# ---- next graph ----\n\n".join(codes),
-             **_dynamo_facts(fn, inputs)}
+             **({"handler": dict(handler.stats), "built": [list(map(str, b)) for b in handler.built]}
+                if handler is not None else {}),
+             **_dynamo_facts(fn if not train else lambda: None, inputs)}
     facts["launches_in_code"] = facts["code"].count(".run(")
     return fn, facts
 
@@ -120,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--profile-calls", type=int, default=200)
     p.add_argument("--top", type=int, default=40)
+    p.add_argument("--train", action="store_true", help="each variant's training step instead of its forward")
     p.add_argument("--out", default="host_probe.json", help="JSON path; the output code goes beside it")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -134,27 +143,29 @@ def main(argv: list[str] | None = None) -> int:
                               "variants": {}}
     fns = {}
     for v in args.variants.split(","):
-        fns[v], facts = compile_variant(v, base, inputs)
+        fns[v], facts = compile_variant(v, base, inputs, args.train)
         (out_path.parent / f"{v}.py").write_text(facts.pop("code"))
         result["variants"][v] = facts
         print(v, json.dumps(facts), flush=True)
         out_path.write_text(json.dumps(result, indent=1))
-    times = timed_rounds(fns, args.rounds, args.iters)
+    times = timed_rounds(fns, args.rounds, args.iters, args.train)
     for v, fn in fns.items():
-        with torch.no_grad():
-            result["variants"][v].update(times[v], profile=profile(fn, args.profile_calls, args.top))
+        with torch.enable_grad() if args.train else torch.no_grad():
+            result["variants"][v].update(times[v], profile=profile(fn, args.profile_calls, args.top),
+                                         kernels=model_rounds.kernel_split(fn))
     out_path.write_text(json.dumps(result, indent=1))
     print_table(result)
     return 0
 
 
-def timed_rounds(fns: dict[str, Callable[[], Any]], rounds: int, iters: int) -> dict[str, dict[str, float]]:
+def timed_rounds(fns: dict[str, Callable[[], Any]], rounds: int, iters: int,
+                 train: bool = False) -> dict[str, dict[str, float]]:
     """Shuffled rounds; per variant the median host and whole µs per call, and the median per-round
     host difference to the first variant."""
     host: dict[str, list[float]] = {v: [] for v in fns}
     whole: dict[str, list[float]] = {v: [] for v in fns}
     order = list(fns)
-    with torch.no_grad():
+    with torch.enable_grad() if train else torch.no_grad():
         for _ in range(rounds):
             random.shuffle(order)
             for v in order:
