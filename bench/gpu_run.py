@@ -319,9 +319,9 @@ JOBS: dict[str, Job] = {
                        "(output code, guards, host time in shuffled rounds, cProfile), every variant in one process",
                        (PY, "bench/host_probe.py", "--case", "stack:1", "--out", "{out}/{job}.json"), 300),
     "host-stack1-train": Job("bench/host_probe.py --train: the training step on the stack at M = 1, max-autotune "
-                             "against gemmtune's default-mode compile (handler counts, what it built, output code, "
+                             "and default against gemmtune's default-mode compile (handler counts, what it built, output code, "
                              "kernel split)", (PY, "bench/host_probe.py", "--case", "stack:1", "--train", "--variants",
-                                               "max_autotune,gemmtune", "--rounds", "7", "--iters", "10",
+                                               "max_autotune,default,gemmtune", "--rounds", "15", "--iters", "10",
                                                "--profile-calls", "20", "--out", "{out}/{job}.json"), 400),
     "prologue-steady": Job("bench/models.py: the steady state alone, stack M = 512 and the Llama at M = 64, with "
                            "gemmtune_noprologue (Inductor's prologue fusion off) beside the others, kernel split",

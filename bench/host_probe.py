@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def timed_rounds(fns: dict[str, Callable[[], Any]], rounds: int, iters: int,
                  train: bool = False) -> dict[str, dict[str, float]]:
-    """Shuffled rounds; per variant the median host and whole µs per call, and the median per-round
-    host difference to the first variant."""
+    """Shuffled rounds; per variant the median host and whole µs per call, and the medians of the
+    per-round host difference and whole-call ratio to the first variant."""
     host: dict[str, list[float]] = {v: [] for v in fns}
     whole: dict[str, list[float]] = {v: [] for v in fns}
     order = list(fns)
@@ -174,18 +174,19 @@ def timed_rounds(fns: dict[str, Callable[[], Any]], rounds: int, iters: int,
                 whole[v].append(w)
     ref = next(iter(fns))
     return {v: {"host_us": round(statistics.median(host[v]), 2), "whole_us": round(statistics.median(whole[v]), 2),
-                "host_minus_first_us": round(statistics.median(a - b for a, b in zip(host[v], host[ref])), 2)}
+                "host_minus_first_us": round(statistics.median(a - b for a, b in zip(host[v], host[ref])), 2),
+                "whole_x_first": round(statistics.median(a / b for a, b in zip(whole[v], whole[ref])), 4)}
             for v in fns}
 
 
 def print_table(result: dict[str, Any]) -> None:
     print("| variant | graphs | entries | guard lines | guard µs | .run( in code | host µs | whole µs | "
-          "host − first µs | cProfile µs |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "host − first µs | whole × first | cProfile µs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for v, f in result["variants"].items():
         print(f"| {v} | {f['graphs']} | {f.get('entries')} | {f.get('guard_lines')} | {f.get('guard_us')} | "
               f"{f['launches_in_code']} | {f.get('host_us')} | {f.get('whole_us')} | {f.get('host_minus_first_us')} | "
-              f"{f.get('profile', {}).get('total_us')} |")
+              f"{f.get('whole_x_first')} | {f.get('profile', {}).get('total_us')} |")
 
 
 if __name__ == "__main__":

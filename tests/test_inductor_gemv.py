@@ -126,3 +126,31 @@ def test_hook_codegen_wraps_inductors_codegen_once():
     fn = SIMDScheduling.codegen_node_schedule
     assert gemv.hook_codegen() and SIMDScheduling.codegen_node_schedule is fn
     assert hasattr(fn, "__gemmtune_gemv__")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_outer_product_is_lowered_as_a_multiply_and_computes_the_product(monkeypatch, dtype):
+    _forced_open(monkeypatch)
+    a, b = torch.randn(24, 1, dtype=dtype), torch.randn(1, 40, dtype=dtype)
+    with gi.installed() as handler:
+        out = torch.compile(lambda x, y: (x @ y) * 2, fullgraph=True)(a, b)
+    assert handler.stats["outer_product"] == 1, handler.stats
+    assert handler.stats["tuned"] == 0 and handler.stats["miss"] == 0  # no GEMM asked for, none tuned
+    torch.testing.assert_close(out, (a.float() @ b.float() * 2).to(dtype), rtol=0, atol=0)  # one product each
+    assert out.dtype == dtype
+
+
+def test_an_outer_product_of_a_broadcast_operand_keeps_its_values(monkeypatch):
+    _forced_open(monkeypatch)
+    a = torch.randn(1, 1).expand(24, 1)  # a stride-0 column, as a backward's expanded gradient
+    b = torch.randn(40).unsqueeze(0)
+    with gi.installed() as handler:
+        out = torch.compile(lambda x, y: x @ y, fullgraph=True)(a, b)
+    assert handler.stats["outer_product"] == 1, handler.stats
+    torch.testing.assert_close(out, a @ b)
+
+
+def test_is_outer_product_needs_k_one_and_a_matrix_out():
+    assert gemv.is_outer_product((64, 1), (1, 8))
+    assert not gemv.is_outer_product((1, 1), (1, 8)) and not gemv.is_outer_product((64, 1), (1, 1))
+    assert not gemv.is_outer_product((64, 2), (2, 8)) and not gemv.is_outer_product(("s0", 1), (1, 8))

@@ -30,7 +30,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["MARK", "is_vector_product", "gemv_lowering", "hook_codegen", "marked"]
+__all__ = ["MARK", "is_vector_product", "is_outer_product", "gemv_lowering", "outer_lowering", "hook_codegen",
+           "marked"]
 
 MARK = "gemmtune_gemv"  # FX node meta key of an mm lowered here
 _HALF = (torch.float16, torch.bfloat16)
@@ -44,6 +45,21 @@ def is_vector_product(a_size: Sequence[Any], b_size: Sequence[Any]) -> bool:
     except (TypeError, ValueError, IndexError):  # symbolic sizes: not statically a vector product
         return False
     return m == 1 or n == 1
+
+
+def is_outer_product(a_size: Sequence[Any], b_size: Sequence[Any]) -> bool:
+    """Whether `a @ b` (sizes `[M, K]` and `[K, N]`, ints) is an outer product: K is 1, M and N are not
+    (a training step's weight gradient at M = 1).
+
+    Example:
+        >>> is_outer_product((4096, 1), (1, 11008)), is_outer_product((1, 1), (1, 4096))
+        (True, False)
+    """
+    try:
+        m, k, n = int(a_size[0]), int(a_size[1]), int(b_size[1])
+    except (TypeError, ValueError, IndexError):  # symbolic sizes: not statically an outer product
+        return False
+    return k == 1 and m != 1 and n != 1
 
 
 def _static_sizes(node: Any) -> tuple[int, ...] | None:
@@ -83,8 +99,19 @@ def gemv_lowering(mat1: Any, mat2: Any, how: bool | str = True) -> Any:
     return cast(out, dtype)
 
 
-def applies(mat1: Any, mat2: Any, kwargs: dict) -> bool:
-    """Whether this `mm` lowering call is a plain matrix-vector product of one dtype, static sizes."""
+def outer_lowering(mat1: Any, mat2: Any) -> Any:
+    """Lower `mm(mat1, mat2)` (Inductor IR, K equal to 1) as the broadcast multiply it is, a pointwise
+    kernel that fuses with its neighbours (newer Inductor decomposes such an mm so on a GPU itself).
+    The product of two values is the same whether rounded from float32 or computed in their dtype."""
+    from torch._inductor.lowering import lowerings
+
+    return lowerings[torch.ops.aten.mul.Tensor](mat1, mat2)
+
+
+def applies(mat1: Any, mat2: Any, kwargs: dict, test: Callable[[Sequence[Any], Sequence[Any]], bool]
+            = is_vector_product) -> bool:
+    """Whether this `mm` lowering call is a plain product of one floating dtype and static sizes that
+    `test` accepts (by default a matrix-vector product; `is_outer_product` for K = 1)."""
     if kwargs.get("layout") is not None or kwargs.get("out_dtype") is not None:
         return False
     a, b = _static_sizes(mat1), _static_sizes(mat2)
@@ -92,7 +119,7 @@ def applies(mat1: Any, mat2: Any, kwargs: dict) -> bool:
         same = mat1.get_dtype() == mat2.get_dtype() and mat1.get_dtype().is_floating_point
     except Exception:  # noqa: BLE001 - not the IR we know
         return False
-    return bool(same and a and b and len(a) == 2 and len(b) == 2 and is_vector_product(a, b))
+    return bool(same and a and b and len(a) == 2 and len(b) == 2 and test(a, b))
 
 
 def marked(node_schedule: Sequence[Any]) -> dict[str, bool]:

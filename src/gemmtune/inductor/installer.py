@@ -66,10 +66,11 @@ from .scaled import note_lowering
 from .shortlist import SHORTLIST
 from .window import open_window
 
-__all__ = ["install", "uninstall", "installed", "ensure_installed", "benchmark_probe", "BenchmarkProbe"]
+__all__ = ["install", "uninstall", "installed", "ensure_installed", "sync_thread", "benchmark_probe", "BenchmarkProbe"]
 
 log = logging.getLogger("gemmtune")
 _PRIOR: list[tuple[Any, Any]] = []  # (config.inductor_choices_class, thread's handler) before each install
+_ACTIVE: list[Any] = []  # the handler of each install, in step with _PRIOR
 
 
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
@@ -105,12 +106,13 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     handler.extern = _extern_option(extern)
     if handler.extern:
         extern_choice()  # `extern_kernels.gemmtune_pick` exists before a graph from Inductor's cache calls it
-    open_window(is_gemmtune_handler)
+    open_window(is_gemmtune_handler, sync_thread)
     note_lowering()  # `_scaled_mm` is answered where this torch lowers it through the handler (inductor/scaled.py)
     from torch._inductor import virtualized
 
     prior_thread = virtualized._choices._get_handler(False)
     _PRIOR.append((config.inductor_choices_class, prior_thread))
+    _ACTIVE.append(handler)
     if all_threads:
         config.inductor_choices_class = HandlerFactory(handler)
     V.set_choices_handler(handler)
@@ -181,8 +183,40 @@ def uninstall() -> None:
     from torch._inductor.virtualized import V
 
     cls, handler = _PRIOR.pop()
+    _ACTIVE.pop()
     config.inductor_choices_class = cls
     V.set_choices_handler(handler)
+
+
+def sync_thread() -> None:
+    """Bring this thread's choices handler up to date with `install()` / `uninstall()`.
+
+    Inductor makes a thread's handler once, from `config.inductor_choices_class`, the first time the
+    thread asks for it, and keeps it.  A backward graph is compiled in autograd's device thread, so a
+    process that compiled a backward before `install()` would keep compiling backwards without gemmtune,
+    and one that did after would keep gemmtune after `uninstall()`.  Here a handler Inductor made so (a
+    plain `InductorChoices`, or one of an earlier config's class) gives way to the installed one, and a
+    gemmtune handler no longer installed to what the config now gives.  A handler set for the thread on
+    purpose (`V.set_choices_handler`, of another class) is left as it is.
+
+    Example:
+        >>> sync_thread()    # doctest: +SKIP
+    """
+    from torch._inductor import config, virtualized
+    from torch._inductor.choices import InductorChoices
+    from torch._inductor.virtualized import V
+
+    here = getattr(virtualized.threadlocal, virtualized._choices._key, None)
+    factory: Any = config.inductor_choices_class
+    if here is None:  # not made yet: Inductor makes it from the config as it stands
+        return
+    if is_gemmtune_handler(here):
+        if not any(here is h for h in _ACTIVE):  # uninstalled since this thread made it
+            V.set_choices_handler(factory() if factory is not None else InductorChoices())
+        return
+    lazy = {InductorChoices, *(cls for cls, _ in _PRIOR if isinstance(cls, type))}
+    if isinstance(factory, HandlerFactory) and type(here) in lazy:
+        V.set_choices_handler(factory())
 
 
 def ensure_installed() -> bool:
@@ -203,9 +237,10 @@ def ensure_installed() -> bool:
     from torch._inductor import config
     from torch._inductor.virtualized import V
 
+    sync_thread()  # a stale handler of this thread is not taken for an installed one
     factory: Any = config.inductor_choices_class
     if is_gemmtune_handler(V.choices) or isinstance(factory, HandlerFactory):
-        if not is_gemmtune_handler(V.choices):  # installed for all threads, not yet for this one
+        if not is_gemmtune_handler(V.choices):  # installed for all threads, this thread's set on purpose
             V.set_choices_handler(factory())
         return True
     install()

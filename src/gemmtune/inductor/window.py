@@ -9,6 +9,12 @@ its own duration.  Inductor then offers its templates, the handler answers with 
 not know yet is timed once, on Inductor's own kernels: `inductor.timed`).  Everything else of the
 compile (pointwise kernels, coordinate descent, fusion) stays at default-mode cost.
 
+In that window an `mm` whose K is 1 (a training step's weight gradient at M = 1) is lowered as the
+broadcast multiply it is, a pointwise kernel (newer Inductor decomposes it so on a GPU itself), and one
+whose M or N is 1 as a tuned reduction when the handler asks for it (`inductor.gemv`).  Each wrapped
+lowering first brings its thread's handler up to date (`open_window`'s `sync`): a backward graph is
+compiled in autograd's device thread, whose handler Inductor made once, maybe before `install()`.
+
 `has_epilogue(node)` says whether a GEMM's FX node feeds a pointwise op of its own size, the
 epilogue Inductor can fuse into a Triton template but not into a library call.
 
@@ -30,6 +36,7 @@ __all__ = ["open_window", "in_window", "user_autotunes", "window_applies", "cpu_
            "current_node"]
 
 _STATE = threading.local()
+_SYNC: Callable[[], Any] | None = None  # open_window's `sync`
 _VIEWS = {"view", "_unsafe_view", "reshape", "permute", "t", "transpose", "squeeze", "unsqueeze", "alias",
           "clone", "contiguous"}
 
@@ -117,12 +124,29 @@ def _vector_product(args: tuple, kwargs: dict) -> bool:
     return True
 
 
+def _outer_product(args: tuple, kwargs: dict) -> bool:
+    """Whether this mm, in the window of a default-mode compile, is an outer product (K = 1), lowered
+    as a broadcast multiply (`inductor.gemv.outer_lowering`) rather than a GEMM kernel."""
+    from torch._inductor.virtualized import V
+
+    from . import gemv
+
+    if user_autotunes() or len(args) < 2 or not gemv.applies(args[0], args[1], kwargs, gemv.is_outer_product):
+        return False
+    stats = getattr(V.choices, "stats", None)
+    if stats is not None:
+        stats["outer_product"] += 1
+    return True
+
+
 def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool], op: Any = None) -> Callable[..., Any]:
     scaled = getattr(getattr(torch.ops.aten, "_scaled_mm", None), "default", None)
     at = 1 if op is not None and op is scaled else -1  # where B is: _scaled_mm's args end in scales and options
 
     @functools.wraps(fn)
     def lowering(*args: Any, **kwargs: Any) -> Any:
+        if _SYNC is not None:  # this thread's handler follows install() / uninstall() (a backward's thread)
+            _SYNC()
         opened = window_applies(args, is_ours, at)
         if opened and op is torch.ops.aten.mm.default and _vector_product(args, kwargs):
             from torch._inductor.virtualized import V
@@ -130,6 +154,10 @@ def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool], op: Any = None
             from .gemv import gemv_lowering
 
             return gemv_lowering(args[0], args[1], getattr(V.choices, "gemv", True))
+        if opened and op is torch.ops.aten.mm.default and _outer_product(args, kwargs):
+            from .gemv import outer_lowering
+
+            return outer_lowering(args[0], args[1])
         if not opened:
             backends = cpu_pick_alone(args, is_ours, at)
             if backends is None:
@@ -145,11 +173,15 @@ def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool], op: Any = None
     return lowering
 
 
-def open_window(is_ours: Callable[[Any], bool]) -> int:
+def open_window(is_ours: Callable[[Any], bool], sync: Callable[[], Any] | None = None) -> int:
     """Wrap Inductor's mm / addmm / bmm / _scaled_mm lowerings once per process (a no-op where they are wrapped);
     returns how many lowerings are wrapped.  `is_ours(handler)` says whether a choices handler is
-    gemmtune's: only then does the window open, so an uninstalled handler leaves Inductor as it was."""
+    gemmtune's: only then does the window open, so an uninstalled handler leaves Inductor as it was.
+    `sync()`, called first in every wrapped lowering, brings the lowering thread's handler up to date."""
     from torch._inductor import lowering
+
+    global _SYNC
+    _SYNC = sync if sync is not None else _SYNC
 
     aten = torch.ops.aten
     wrapped = 0
