@@ -323,6 +323,14 @@ JOBS: dict[str, Job] = {
                              "kernel split)", (PY, "bench/host_probe.py", "--case", "stack:1", "--train", "--variants",
                                                "max_autotune,default,gemmtune", "--rounds", "15", "--iters", "10",
                                                "--profile-calls", "20", "--out", "{out}/{job}.json"), 400),
+    "host-stack512-train": Job("bench/host_probe.py --train on the stack at M = 512: max-autotune and default against "
+                               "gemmtune's default-mode compile, training step", (PY, "bench/host_probe.py", "--case",
+                               "stack:512", "--train", "--variants", "max_autotune,default,gemmtune", "--rounds", "15",
+                               "--iters", "10", "--profile-calls", "20", "--out", "{out}/{job}.json"), 300),
+    "host-llama64-train": Job("bench/host_probe.py --train on the transformers Llama at M = 64: max-autotune and "
+                              "default against gemmtune's default-mode compile, training step", (PY, "bench/host_probe.py",
+                              "--case", "llama:64", "--train", "--variants", "max_autotune,default,gemmtune", "--rounds",
+                              "15", "--iters", "10", "--profile-calls", "20", "--out", "{out}/{job}.json"), 300),
     "prologue-steady": Job("bench/models.py: the steady state alone, stack M = 512 and the Llama at M = 64, with "
                            "gemmtune_noprologue (Inductor's prologue fusion off) beside the others, kernel split",
                            (PY, "bench/models.py", "--cases", "stack:512,llama:64", "--first", "", "--steady",

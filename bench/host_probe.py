@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile-calls", type=int, default=200)
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--train", action="store_true", help="each variant's training step instead of its forward")
-    p.add_argument("--out", default="host_probe.json", help="JSON path; the output code goes beside it")
+    p.add_argument("--out", default="host_probe.json", help="JSON path; the output code goes beside it (STEM_VARIANT.py)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("host_probe: needs a CUDA device", file=sys.stderr)
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     fns = {}
     for v in args.variants.split(","):
         fns[v], facts = compile_variant(v, base, inputs, args.train)
-        (out_path.parent / f"{v}.py").write_text(facts.pop("code"))
+        (out_path.parent / f"{out_path.stem}_{v}.py").write_text(facts.pop("code"))
         result["variants"][v] = facts
         print(v, json.dumps(facts), flush=True)
         out_path.write_text(json.dumps(result, indent=1))

@@ -154,3 +154,22 @@ def test_is_outer_product_needs_k_one_and_a_matrix_out():
     assert gemv.is_outer_product((64, 1), (1, 8))
     assert not gemv.is_outer_product((1, 1), (1, 8)) and not gemv.is_outer_product((64, 1), (1, 1))
     assert not gemv.is_outer_product((64, 2), (2, 8)) and not gemv.is_outer_product(("s0", 1), (1, 8))
+
+
+def test_an_outer_products_node_is_marked_for_timed_configs(monkeypatch):
+    _forced_open(monkeypatch)
+    marks = []
+    real = gemv.outer_lowering
+
+    def spy(a, b):
+        out = real(a, b)
+        from torch._inductor.virtualized import V
+
+        marks.append(V.graph.current_node.meta[gemv.MARK])
+        return out
+
+    monkeypatch.setattr(gemv, "outer_lowering", spy)
+    a, b = torch.randn(24, 1), torch.randn(1, 40)
+    with gi.installed():
+        torch.testing.assert_close(torch.compile(lambda x, y: x @ y, fullgraph=True)(a, b), a @ b)
+    assert marks == [gemv.OUTER_TUNING]

@@ -74,6 +74,7 @@ def _static_sizes(node: Any) -> tuple[int, ...] | None:
 
 
 TUNING = {True: {"coordinate_descent_tuning": True}, "autotune": {"max_autotune_pointwise": True}}
+OUTER_TUNING = {"max_autotune_pointwise": True}  # an outer product's kernel (`outer_lowering`)
 
 
 def gemv_lowering(mat1: Any, mat2: Any, how: bool | str = True) -> Any:
@@ -102,9 +103,15 @@ def gemv_lowering(mat1: Any, mat2: Any, how: bool | str = True) -> Any:
 def outer_lowering(mat1: Any, mat2: Any) -> Any:
     """Lower `mm(mat1, mat2)` (Inductor IR, K equal to 1) as the broadcast multiply it is, a pointwise
     kernel that fuses with its neighbours (newer Inductor decomposes such an mm so on a GPU itself).
-    The product of two values is the same whether rounded from float32 or computed in their dtype."""
+    The product of two values is the same whether rounded from float32 or computed in their dtype.
+    The FX node is marked so that its kernel's configs are timed once, as max-autotune's pointwise
+    kernels are (`OUTER_TUNING`)."""
     from torch._inductor.lowering import lowerings
+    from torch._inductor.virtualized import V
 
+    node = getattr(V.graph, "current_node", None)
+    if node is not None:
+        node.meta[MARK] = dict(OUTER_TUNING)
     return lowerings[torch.ops.aten.mul.Tensor](mat1, mat2)
 
 
