@@ -248,3 +248,30 @@ def test_a_default_mode_vector_product_is_a_reduction_tuned_by_coordinate_descen
     assert ("'coordinate_descent_tuning': True" in text) is (gemv is True)
     assert ("'max_autotune_pointwise': True" in text) is (gemv == "autotune")
     torch.testing.assert_close(out.float(), model(x).float(), rtol=2e-2, atol=2e-2)
+
+
+def test_a_training_steps_backward_meets_the_handler_after_a_plain_compiles_backward():
+    """The backward graph is compiled in autograd's device thread.  A plain compile's backward ran
+    there first, so Inductor made that thread's handler before install(); the gemmtune backward must
+    still meet gemmtune's handler: its M = 1 products become reductions and its weight gradients
+    (K = 1) broadcast multiplies, and the gradients match eager's."""
+    torch.manual_seed(0)
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 2048, bias=False), torch.nn.SiLU(),
+                                torch.nn.Linear(2048, 1024, bias=False)).to(**bf)
+    x = torch.randn(1, 1024, **bf)
+
+    def grads(fn):
+        model.zero_grad(set_to_none=True)
+        fn(x).float().pow(2).mean().backward()
+        return [p.grad.float().clone() for p in model.parameters()]
+
+    ref = grads(model)
+    grads(torch.compile(model))  # a plain compile's backward: the device thread's handler is made now
+    torch._dynamo.reset()
+    with gi.installed() as handler:
+        got = grads(torch.compile(model))
+    assert handler.stats["outer_product"] == 2, handler.stats  # both weight gradients
+    assert handler.stats["vector_product"] >= 3, handler.stats  # 2 in the forward, >= 1 in the backward
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r, rtol=3e-2, atol=3e-2)
