@@ -74,7 +74,7 @@ def _static_sizes(node: Any) -> tuple[int, ...] | None:
 
 
 TUNING = {True: {"coordinate_descent_tuning": True}, "autotune": {"max_autotune_pointwise": True}}
-OUTER_TUNING = {"max_autotune_pointwise": True}  # an outer product's kernel (`outer_lowering`)
+OUTER_TUNING = TUNING["autotune"]  # an outer product's kernel (`outer_lowering`)
 
 
 def gemv_lowering(mat1: Any, mat2: Any, how: bool | str = True) -> Any:

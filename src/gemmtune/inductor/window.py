@@ -107,36 +107,27 @@ def cpu_pick_alone(args: tuple, is_ours: Callable[[Any], bool], at: int = -1) ->
     return ",".join(kept or ["ATEN"]) if len(kept) < len(backends) else None
 
 
-def _vector_product(args: tuple, kwargs: dict) -> bool:
-    """Whether this mm, in the window of a default-mode compile, is lowered as a reduction
-    (`inductor.gemv`): the handler asks for it (`install(gemv=True)`) and this torch supports it."""
+def _as_product(args: tuple, kwargs: dict) -> Any:
+    """This mm, in the window of a default-mode compile, lowered as the product it is (`inductor.gemv`):
+    a reduction when M or N is 1 and the handler asks for it (`install(gemv=...)`), a broadcast
+    multiply when K is 1; None keeps it a GEMM (and where this torch's codegen cannot be hooked)."""
     from torch._inductor.virtualized import V
 
     from . import gemv
 
-    if user_autotunes() or not getattr(V.choices, "gemv", False) or len(args) < 2:
-        return False
-    if not gemv.applies(args[0], args[1], kwargs) or not gemv.hook_codegen():
-        return False
+    if user_autotunes() or len(args) < 2 or not gemv.hook_codegen():
+        return None
+    how = getattr(V.choices, "gemv", False)
+    if how and gemv.applies(args[0], args[1], kwargs):
+        kind, lower = "vector_product", lambda: gemv.gemv_lowering(args[0], args[1], how)
+    elif gemv.applies(args[0], args[1], kwargs, gemv.is_outer_product):
+        kind, lower = "outer_product", lambda: gemv.outer_lowering(args[0], args[1])
+    else:
+        return None
     stats = getattr(V.choices, "stats", None)
     if stats is not None:
-        stats["vector_product"] += 1
-    return True
-
-
-def _outer_product(args: tuple, kwargs: dict) -> bool:
-    """Whether this mm, in the window of a default-mode compile, is an outer product (K = 1), lowered
-    as a broadcast multiply (`inductor.gemv.outer_lowering`) rather than a GEMM kernel."""
-    from torch._inductor.virtualized import V
-
-    from . import gemv
-
-    if user_autotunes() or len(args) < 2 or not gemv.applies(args[0], args[1], kwargs, gemv.is_outer_product):
-        return False
-    stats = getattr(V.choices, "stats", None)
-    if stats is not None:
-        stats["outer_product"] += 1
-    return True
+        stats[kind] += 1
+    return lower()
 
 
 def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool], op: Any = None) -> Callable[..., Any]:
@@ -148,16 +139,10 @@ def _wrap(fn: Callable[..., Any], is_ours: Callable[[Any], bool], op: Any = None
         if _SYNC is not None:  # this thread's handler follows install() / uninstall() (a backward's thread)
             _SYNC()
         opened = window_applies(args, is_ours, at)
-        if opened and op is torch.ops.aten.mm.default and _vector_product(args, kwargs):
-            from torch._inductor.virtualized import V
-
-            from .gemv import gemv_lowering
-
-            return gemv_lowering(args[0], args[1], getattr(V.choices, "gemv", True))
-        if opened and op is torch.ops.aten.mm.default and _outer_product(args, kwargs):
-            from .gemv import outer_lowering
-
-            return outer_lowering(args[0], args[1])
+        if opened and op is torch.ops.aten.mm.default:
+            product = _as_product(args, kwargs)
+            if product is not None:
+                return product
         if not opened:
             backends = cpu_pick_alone(args, is_ours, at)
             if backends is None:
