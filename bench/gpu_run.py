@@ -303,6 +303,18 @@ JOBS: dict[str, Job] = {
                                     "--out", "{out}/{job}.json"), 150, env=(("GEMMTUNE_SHARE_KERNELS", "1"),)),
     "tests-store": Job("tests/gpu: kernels shared through the store, and the in-model check's kept verdicts",
                        gpu_tests("test_share_kernels_gpu", "test_in_model_gpu", show=True), 300),
+    "tests-configs": Job("tests/gpu/test_kernel_configs_gpu.py: reduction configs from the store on new Inductor "
+                         "and Triton caches", gpu_tests("test_kernel_configs_gpu", show=True), 300),
+    "models-stack1-store": Job("bench/models.py: first calls on the stack at M = 1: default, gemmtune cold, on a warm "
+                               "store (new Inductor and Triton caches) and a second start",
+                               (PY, "bench/models.py", "--cases", "stack:1", "--first",
+                                "default,gemmtune,gemmtune_store,gemmtune_again", "--steady", "",
+                                "--out", "{out}/{job}.json"), 420),
+    "profile-stack1-store": Job("bench/models.py: the stack's first calls at M = 1 under cProfile (default, gemmtune "
+                                "cold, warm store; BENCH_PROFILE_DIR)",
+                                ("env", "BENCH_PROFILE_DIR={out}/profile", PY, "bench/models.py", "--cases",
+                                 "stack:1", "--first", "default,gemmtune,gemmtune_store", "--steady", "",
+                                 "--out", "{out}/{job}.json"), 420),
     "tests-share": Job("tests/gpu/test_share_kernels_gpu.py: a pick's kernels from the store on a new Triton cache",
                        gpu_tests("test_share_kernels_gpu", show=True), 240),
     "kernels-stack512": Job("bench/models.py: the steady state alone on the stack at M = 512, with the "

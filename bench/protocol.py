@@ -35,6 +35,7 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -132,7 +133,7 @@ def first_child(model_name: str, m: int, variant: str) -> dict[str, Any]:
     imported = time.perf_counter() - t_import
     model, inputs = build(model_name, m)
     _sync(torch)
-    with torch.no_grad(), gi.benchmark_probe() as probe:
+    with torch.no_grad(), gi.benchmark_probe() as probe, _profiled(variant):
         t0 = time.perf_counter()
         fn, facts = compiled_variant(variant, model, inputs, torch, gemmtune)
         fn()
@@ -147,7 +148,36 @@ def first_child(model_name: str, m: int, variant: str) -> dict[str, Any]:
            "benchmarked": probe.choices, "autotuned": probe.autotuned, **facts}
     if handler is not None:
         out["handler"] = dict(handler.stats)
+        from gemmtune.inductor import kernel_configs
+
+        out["kernel_configs"] = dict(kernel_configs.stats)
     return out
+
+
+@contextlib.contextmanager
+def _profiled(variant: str) -> Any:
+    """With BENCH_PROFILE_DIR=DIR, the first call under cProfile: DIR/VARIANT.txt gets the 60
+    functions of most cumulative time and Dynamo's compile-time table (where a first call's time goes)."""
+    where = os.environ.get("BENCH_PROFILE_DIR")
+    if not where:
+        yield
+        return
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        yield
+    finally:
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(60)
+        import torch._dynamo.utils as dynamo_utils
+
+        Path(where).mkdir(parents=True, exist_ok=True)
+        (Path(where) / f"{variant}.txt").write_text(text.getvalue() + "\n" + str(dynamo_utils.compile_times(repr="str")))
 
 
 def _sync(torch: Any) -> None:

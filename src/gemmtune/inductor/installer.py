@@ -31,6 +31,11 @@
   kernel, an extern call writing into Inductor's buffer (`inductor.extern`; default: the CUTLASS
   templates, which reach a compile with `templates="all", measure="gemmtune"`).
 
+The configs Inductor times for the kernels it tunes (the reductions and multiplies above, and every
+pointwise kernel under max-autotune) are kept in the handler's store and served to a new Inductor
+cache, so a machine that shares the store compiles one config of each and times none
+(`inductor.kernel_configs`).
+
 It serves every `torch.compile` mode: in the default mode (and "reduce-overhead") a GPU GEMM's
 lowering is offered Inductor's templates for its own duration (`inductor.window`), so a Triton pick
 is built there too, with nothing benchmarked and the rest of the compile at default cost; under
@@ -62,6 +67,7 @@ from .export import drop_stale, read_table
 from .entries import FUSION, companions_for
 from .extern import EXTERN_TEMPLATES, extern_choice
 from .handler import is_gemmtune_handler, make_handler
+from . import kernel_configs
 from .scaled import note_lowering
 from .shortlist import SHORTLIST
 from .window import open_window
@@ -107,6 +113,7 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     if handler.extern:
         extern_choice()  # `extern_kernels.gemmtune_pick` exists before a graph from Inductor's cache calls it
     open_window(is_gemmtune_handler, sync_thread)
+    kernel_configs.keep(handler._store)  # configs Inductor tunes for its own kernels, kept and served
     note_lowering()  # `_scaled_mm` is answered where this torch lowers it through the handler (inductor/scaled.py)
     from torch._inductor import virtualized
 
@@ -184,6 +191,7 @@ def uninstall() -> None:
 
     cls, handler = _PRIOR.pop()
     _ACTIVE.pop()
+    kernel_configs.keep(_ACTIVE[-1]._store if _ACTIVE else None)
     config.inductor_choices_class = cls
     V.set_choices_handler(handler)
 

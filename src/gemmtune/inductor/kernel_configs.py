@@ -1,0 +1,216 @@
+"""The configs Inductor tunes for pointwise and reduction kernels, kept in gemmtune's store.
+
+In a default-mode compile gemmtune has Inductor tune a few kernels it would otherwise not: a
+matrix-vector product's reduction and an outer product's multiply (`inductor.gemv`).  Inductor keeps
+the config it picks for a kernel in its own cache directory (a `.best_config` file beside the kernel),
+so a new machine, or a new Inductor cache, compiles and times every config of those kernels again
+(on the stack at M = 1: 16 reductions, about half of a warm-store compile).  Here:
+
+- **kept**: when such a kernel's configs have been timed (or tuned by coordinate descent), the pick
+  is written to the store, under Inductor's lookup-table hash of the kernel's source and size hints
+  (`triton_heuristics.generate_lookup_hash_from_source_code`) and the device's env key;
+- **served**: when Inductor hands a kernel's source to its compile (`AsyncCompile.triton`, in the
+  compiling process, before any compile worker sees it), a config the store holds for it is put in
+  Inductor's lookup table (`config.autotune_lookup_table`) for that call only.  Inductor then
+  compiles that one config and times nothing, in a compile worker as in-process.  The table is
+  patched per call, so it never enters the key of Inductor's FX-graph cache.
+
+Every fused kernel (the kernels Inductor's table serves) is looked up, and only a config made of
+block sizes, warps and stages is kept (what the table can give back).  So the pointwise kernels a
+default compile times itself (`triton.autotune_pointwise`) are served too, and under max-autotune
+every pointwise and reduction kernel.  A config found by descent is served marked so, and not
+descended from again.  `keep(store_of)` turns it on (`install()` does, with the handler's store);
+`keep(None)` off.  `stats` counts configs "kept", lookups "served" and "missed".
+
+Example:
+    >>> servable("@triton.jit\\ndef triton_red_fused_sum_0(in_ptr0, out_ptr0, xnumel, r0_numel):\\n    pass\\n")
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from typing import Any, Callable
+
+__all__ = ["keep", "servable", "lookup_hash", "entry_of", "stats", "PREFIX", "FILE"]
+
+log = logging.getLogger("gemmtune")
+PREFIX = "inductor_config:"  # store key: PREFIX + env key + ":" + lookup hash
+FILE = "config.json"
+_STATE: dict[str, Any] = {"store_of": None, "served": {}}
+stats: dict[str, int] = {"kept": 0, "served": 0, "missed": 0}
+
+
+def servable(source_code: str) -> bool:
+    """Whether Inductor's lookup table can serve a kernel module's source a config: a fused Triton kernel."""
+    return "_fused_" in source_code and "@triton.jit\n" in source_code
+
+
+def lookup_hash(source_code: str) -> str | None:
+    """Inductor's lookup-table hash of a kernel module's source, as `AsyncCompile.triton` computes it;
+    None where this torch has no such table or the source is not a Triton kernel's."""
+    try:
+        from torch._inductor.async_compile import size_hints_regex
+        from torch._inductor.runtime.triton_heuristics import generate_lookup_hash_from_source_code
+    except ImportError:  # a torch without Inductor's lookup table of kernel configs
+        return None
+    if "@triton.jit\n" not in source_code:
+        return None
+    found = size_hints_regex.search(source_code)
+    return generate_lookup_hash_from_source_code(found.group(1) if found else str(None),
+                                                 source_code.split("@triton.jit\n")[1])
+
+
+def entry_of(config: Any, found_by_coordesc: bool = False) -> dict[str, Any] | None:
+    """A Triton config as the lookup table's entry (its block sizes, warps, stages), or None when it
+    holds anything the table cannot give back.
+
+    Example:
+        >>> class C: kwargs, num_warps, num_stages, num_ctas, maxnreg = {"XBLOCK": 1, "R0_BLOCK": 2048}, 8, 1, 1, None
+        >>> entry_of(C())
+        {'XBLOCK': 1, 'R0_BLOCK': 2048, 'num_warps': 8, 'num_stages': 1, 'found_by_coordesc': False}
+    """
+    kwargs = dict(getattr(config, "kwargs", None) or {})
+    if not all("BLOCK" in k and isinstance(v, int) for k, v in kwargs.items()):
+        return None
+    if getattr(config, "num_ctas", 1) not in (1, None) or getattr(config, "maxnreg", None) is not None:
+        return None
+    return {**kwargs, "num_warps": int(config.num_warps), "num_stages": int(config.num_stages),
+            "found_by_coordesc": bool(found_by_coordesc)}
+
+
+@functools.lru_cache(maxsize=None)
+def _env() -> str:
+    from ..store.keys import env_info, env_key
+
+    return env_key(env_info("cuda"))
+
+
+def _key(fn_hash: str) -> str:
+    return f"{PREFIX}{_env()}:{fn_hash}"
+
+
+def _stored(fn_hash: str) -> dict[str, Any] | None:
+    store_of = _STATE["store_of"]
+    if store_of is None:
+        return None
+    try:
+        data = store_of().kernel_files(_key(fn_hash)).get(FILE)
+        return json.loads(data) if data else None
+    except Exception as exc:  # noqa: BLE001 - a store that fails to answer: Inductor tunes, as without it
+        log.info("gemmtune: a kernel config was not read from the store: %s", exc)
+        return None
+
+
+def _wrap_triton(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def triton(self: Any, kernel_name: str, source_code: str, *args: Any, **kwargs: Any) -> Any:
+        fn_hash = lookup_hash(source_code) if _STATE["store_of"] is not None and servable(source_code) else None
+        entry = _stored(fn_hash) if fn_hash else None
+        if entry is None:
+            stats["missed"] += fn_hash is not None
+            return fn(self, kernel_name, source_code, *args, **kwargs)
+        from torch._inductor import config
+
+        stats["served"] += 1
+        _STATE["served"][fn_hash] = bool(entry.get("found_by_coordesc"))
+        with config.patch(autotune_lookup_table={**config.autotune_lookup_table, fn_hash: entry}):
+            return fn(self, kernel_name, source_code, *args, **kwargs)
+
+    triton.__gemmtune_configs__ = fn  # type: ignore[attr-defined]
+    return triton
+
+
+class _Keeper:
+    """A kernel's `save_cache_hook`: Inductor's own hook, then the config kept in the store."""
+
+    def __init__(self, prior: Any, fn_hash: str):
+        self.prior, self.fn_hash = prior, fn_hash
+
+    def __call__(self, config: Any, *args: Any, found_by_coordesc: bool = False, **kwargs: Any) -> Any:
+        out = self.prior(config, *args, found_by_coordesc=found_by_coordesc, **kwargs) if self.prior else None
+        descended = bool(getattr(config, "found_by_coordesc", False))
+        if found_by_coordesc and not descended:  # timed, with a descent to follow: the descent's pick is kept
+            return out
+        entry, store_of = entry_of(config, descended), _STATE["store_of"]
+        if entry is not None and store_of is not None:
+            try:
+                store_of().put_kernel_files(_key(self.fn_hash), {FILE: json.dumps(entry, sort_keys=True).encode()})
+                stats["kept"] += 1
+            except Exception as exc:  # noqa: BLE001 - not kept: the next new cache times it again
+                log.info("gemmtune: a kernel config was not kept in the store: %s", exc)
+        return out
+
+
+def _attach(kernel: Any) -> None:
+    """After `precompile` in the compiling process: a kernel with configs to time, or to descend
+    from, keeps its pick; one served a descent's pick is not descended from again."""
+    from torch._inductor.runtime.triton_heuristics import generate_lookup_hash_from_source_code
+
+    launchers, meta = getattr(kernel, "launchers", None) or [], getattr(kernel, "inductor_meta", None) or {}
+    src = getattr(getattr(kernel, "fn", None), "src", None)
+    if not launchers or not isinstance(src, str) or "_fused_" not in src:
+        return
+    fn_hash = generate_lookup_hash_from_source_code(str(getattr(kernel, "size_hints", None)), src)
+    if _STATE["served"].get(fn_hash) and len(launchers) == 1:
+        launchers[0].config.found_by_coordesc = True
+    descends = meta.get("coordinate_descent_tuning") and not getattr(launchers[0].config, "found_by_coordesc", False)
+    if (len(launchers) > 1 or descends) and not isinstance(kernel.save_cache_hook, _Keeper):
+        kernel.save_cache_hook = _Keeper(kernel.save_cache_hook, fn_hash)
+
+
+def _wrap_precompile(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def precompile(self: Any, warm_cache_only: bool = False, *args: Any, **kwargs: Any) -> Any:
+        out = fn(self, warm_cache_only, *args, **kwargs)
+        if not warm_cache_only and _STATE["store_of"] is not None:
+            try:
+                _attach(self)
+            except Exception as exc:  # noqa: BLE001 - a kernel we cannot read: Inductor's own caching only
+                log.debug("gemmtune: kernel config not followed: %s", exc)
+        return out
+
+    precompile.__gemmtune_configs__ = fn  # type: ignore[attr-defined]
+    return precompile
+
+
+def _hook() -> bool:
+    """Wrap `AsyncCompile.triton` and `CachingAutotuner.precompile` once per process; False where
+    this torch lacks either, or Inductor's lookup table of kernel configs."""
+    try:
+        from torch._inductor import config
+        from torch._inductor.async_compile import AsyncCompile
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except Exception:  # noqa: BLE001 - no Triton runtime for Inductor here
+        return False
+    if not isinstance(getattr(config, "autotune_lookup_table", None), dict) or lookup_hash("@triton.jit\n") is None:
+        return False
+    for owner, name, wrap in ((AsyncCompile, "triton", _wrap_triton),
+                              (CachingAutotuner, "precompile", _wrap_precompile)):
+        fn = getattr(owner, name, None)
+        if fn is None:
+            return False
+        if not hasattr(fn, "__gemmtune_configs__"):
+            setattr(owner, name, wrap(fn))
+    return True
+
+
+def keep(store_of: Callable[[], Any] | None) -> bool:
+    """Keep and serve tuned kernel configs through the store `store_of()` gives (None: stop); False
+    where this torch cannot (nothing is hooked then).
+
+    Example:
+        >>> from gemmtune.store.sqlite import Store
+        >>> store = Store(":memory:")
+        >>> keep(lambda: store) in (True, False), keep(None)
+        (True, False)
+    """
+    if store_of is None:
+        _STATE["store_of"] = None
+        return False
+    if not _hook():
+        return False
+    _STATE["store_of"] = store_of
+    return True
