@@ -150,7 +150,8 @@ def first_child(model_name: str, m: int, variant: str) -> dict[str, Any]:
         out["handler"] = dict(handler.stats)
         from gemmtune.inductor import kernel_configs
 
-        out["kernel_configs"] = dict(kernel_configs.stats)
+        out["kernel_configs"] = {**kernel_configs.stats, "kept_hashes": kernel_configs._STATE["kept"],
+                                 "missed_hashes": kernel_configs._STATE["missed"]}
     return out
 
 

@@ -31,7 +31,8 @@ MODULE = ("import triton\n@triton_heuristics.reduction(\n    size_hints=" + repr
 def store(monkeypatch):
     db = Store(":memory:")
     monkeypatch.setattr(kc, "_env", lambda: "E")  # the device's env key (a GPU's name and versions)
-    monkeypatch.setitem(kc._STATE, "served", {})
+    for name, empty in (("served", {}), ("kept", []), ("missed", [])):
+        monkeypatch.setitem(kc._STATE, name, empty)
     for k in kc.stats:
         monkeypatch.setitem(kc.stats, k, 0)
     assert kc.keep(lambda: db)
@@ -151,3 +152,14 @@ def test_install_serves_through_the_handlers_store_and_uninstall_stops():
     assert kc._STATE["store_of"] is not None
     gi.uninstall()
     assert kc._STATE["store_of"] is None
+
+
+def test_a_kernel_built_with_every_config_keeps_only_the_stored_ones_launcher(store):
+    """Inductor's bundle of a cached graph's kernels brings them back with every config built."""
+    first, _ = _kernel(_config(XBLOCK=1, R0_BLOCK=1024), _config(XBLOCK=1, R0_BLOCK=2048))
+    kc._attach(first)
+    first.save_cache_hook(first.launchers[1].config, 1000)
+    again, saved = _kernel(_config(XBLOCK=1, R0_BLOCK=1024), _config(XBLOCK=1, R0_BLOCK=2048))
+    kc._attach(again)
+    assert [launcher.config.kwargs["R0_BLOCK"] for launcher in again.launchers] == [2048]  # nothing left to time
+    assert kc.stats["served"] == 1 and not isinstance(again.save_cache_hook, kc._Keeper)

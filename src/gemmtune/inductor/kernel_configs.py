@@ -39,7 +39,7 @@ __all__ = ["keep", "servable", "lookup_hash", "entry_of", "stats", "PREFIX", "FI
 log = logging.getLogger("gemmtune")
 PREFIX = "inductor_config:"  # store key: PREFIX + env key + ":" + lookup hash
 FILE = "config.json"
-_STATE: dict[str, Any] = {"store_of": None, "served": {}}
+_STATE: dict[str, Any] = {"store_of": None, "served": {}, "kept": [], "missed": []}  # hashes, for a report
 stats: dict[str, int] = {"kept": 0, "served": 0, "missed": 0}
 
 
@@ -110,7 +110,9 @@ def _wrap_triton(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn_hash = lookup_hash(source_code) if _STATE["store_of"] is not None and servable(source_code) else None
         entry = _stored(fn_hash) if fn_hash else None
         if entry is None:
-            stats["missed"] += fn_hash is not None
+            if fn_hash is not None:
+                stats["missed"] += 1
+                _STATE["missed"].append(fn_hash[:12])
             return fn(self, kernel_name, source_code, *args, **kwargs)
         from torch._inductor import config
 
@@ -139,6 +141,7 @@ class _Keeper:
             try:
                 store_of().put_kernel_files(_key(self.fn_hash), {FILE: json.dumps(entry, sort_keys=True).encode()})
                 stats["kept"] += 1
+                _STATE["kept"].append(self.fn_hash[:12])
             except Exception as exc:  # noqa: BLE001 - not kept: the next new cache times it again
                 log.info("gemmtune: a kernel config was not kept in the store: %s", exc)
         return out
@@ -154,11 +157,30 @@ def _attach(kernel: Any) -> None:
     if not launchers or not isinstance(src, str) or "_fused_" not in src:
         return
     fn_hash = generate_lookup_hash_from_source_code(str(getattr(kernel, "size_hints", None)), src)
+    if len(launchers) > 1 and _chosen(kernel, fn_hash):  # built with every config (Inductor's bundle of a cached graph)
+        launchers = kernel.launchers
     if _STATE["served"].get(fn_hash) and len(launchers) == 1:
         launchers[0].config.found_by_coordesc = True
     descends = meta.get("coordinate_descent_tuning") and not getattr(launchers[0].config, "found_by_coordesc", False)
     if (len(launchers) > 1 or descends) and not isinstance(kernel.save_cache_hook, _Keeper):
         kernel.save_cache_hook = _Keeper(kernel.save_cache_hook, fn_hash)
+
+
+def _chosen(kernel: Any, fn_hash: str) -> bool:
+    """Keep only the launcher of the stored config, where a kernel was built with all of them (its
+    configs came from elsewhere than the compile this module serves: Inductor's bundle of a cached
+    graph's kernels); False when the store holds none of its configs."""
+    entry = _stored(fn_hash)
+    if entry is None:
+        return False
+    descended = bool(entry.get("found_by_coordesc"))
+    chosen = [launcher for launcher in kernel.launchers if entry_of(launcher.config, descended) == entry]
+    if not chosen:
+        return False
+    kernel.launchers = chosen[:1]
+    _STATE["served"][fn_hash] = descended
+    stats["served"] += 1
+    return True
 
 
 def _wrap_precompile(fn: Callable[..., Any]) -> Callable[..., Any]:
