@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 # The protocol runs on the H200 (2026-12-01), each case's runs oldest first.
 RUNS = ("models_stack1_h200_2026-12-01.json", "models_stack1_gemv_autotune_h200_2026-12-01.json",
-        "models_stack1_h200_2026-12-03.json",
+        "models_stack1_h200_2026-12-03.json", "models_stack1_store_h200_2026-12-04.json",
+        "models_stack1_store_run2_h200_2026-12-04.json",
         "models_stack64_timed_h200_2026-12-01.json",
         "models_stack512_h200_2026-12-01.json", "models_shortlist_h200_2026-12-01.json",
         "models_stack512_kernel_split_h200_2026-12-01.json", "models_prologue_h200_2026-12-01.json",
