@@ -163,3 +163,41 @@ def test_a_kernel_built_with_every_config_keeps_only_the_stored_ones_launcher(st
     kc._attach(again)
     assert [launcher.config.kwargs["R0_BLOCK"] for launcher in again.launchers] == [2048]  # nothing left to time
     assert kc.stats["served"] == 1 and not isinstance(again.save_cache_hook, kc._Keeper)
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    from redis_server import RedisServer, require_redis
+
+    require_redis()
+    srv = RedisServer().start()
+    yield srv.url(prefix="kernel-configs")
+    srv.stop()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_second_machine_on_the_same_store_is_served_what_the_first_kept(kind, tmp_path, monkeypatch, request):
+    """Two store objects on one location (a SQLite file, a Redis server): one machine keeps, the other serves."""
+    from torch._inductor import config
+
+    from gemmtune.store.locations import open_store
+
+    location = str(tmp_path / "shared.sqlite") if kind == "sqlite" else request.getfixturevalue("redis_url")
+    monkeypatch.setattr(kc, "_env", lambda: "E")
+    first, second = open_store(location), open_store(location)
+    try:
+        kc.keep(lambda: first)
+        kernel, _ = _kernel(_config(XBLOCK=1, R0_BLOCK=1024), _config(XBLOCK=1, R0_BLOCK=2048))
+        kc._attach(kernel)
+        kernel.save_cache_hook(kernel.launchers[0].config, 1000)
+        kc.keep(lambda: second)
+        seen = []
+        kc._wrap_triton(lambda self, name, src: seen.append(dict(config.autotune_lookup_table)))(None, "k", MODULE)
+        (table,) = seen
+        assert list(table.values()) == [{"XBLOCK": 1, "R0_BLOCK": 1024, "num_warps": 8, "num_stages": 1,
+                                         "found_by_coordesc": False}]
+    finally:
+        kc.keep(None)
+        first.clear()
+        for store in (first, second):
+            store.close()
