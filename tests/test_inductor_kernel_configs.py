@@ -103,7 +103,7 @@ def test_a_descent_keeps_its_own_pick_not_the_timed_one_it_starts_from(store):
     found = _config(XBLOCK=1, R0_BLOCK=512)
     found.found_by_coordesc = True
     kernel.save_cache_hook(found, 20, found_by_coordesc=True)
-    (data,) = store.kernel_files(kc._key(kc.lookup_hash(MODULE))).values()
+    (data,) = store.kernel_files(kc._key(kc.lookup_hash(MODULE), descended=True)).values()
     assert json.loads(data) == {"XBLOCK": 1, "R0_BLOCK": 512, "num_warps": 8, "num_stages": 1,
                                 "found_by_coordesc": True}
     served, _ = _kernel(_config(XBLOCK=1, R0_BLOCK=512), coordesc=True)  # a new cache, served that pick
@@ -201,3 +201,16 @@ def test_a_second_machine_on_the_same_store_is_served_what_the_first_kept(kind, 
         first.clear()
         for store in (first, second):
             store.close()
+
+
+def test_a_descents_pick_is_kept_beside_a_timed_one_and_served_first(store):
+    """A default-mode compile timed the kernel first; a max-autotune compile then descends from there."""
+    timed, _ = _kernel(_config(XBLOCK=1, R0_BLOCK=1024), _config(XBLOCK=1, R0_BLOCK=2048))
+    kc._attach(timed)
+    timed.save_cache_hook(timed.launchers[1].config, 10)
+    start, _ = _kernel(_config(XBLOCK=1, R0_BLOCK=2048), coordesc=True)
+    kc._attach(start)
+    found = _config(XBLOCK=1, R0_BLOCK=512)
+    found.found_by_coordesc = True
+    start.save_cache_hook(found, 20, found_by_coordesc=True)
+    assert kc._stored(kc.lookup_hash(MODULE))["R0_BLOCK"] == 512 and kc.stats["kept"] == 2

@@ -8,7 +8,8 @@ so a new machine, or a new Inductor cache, compiles and times every config of th
 
 - **kept**: when such a kernel's configs have been timed (or tuned by coordinate descent), the pick
   is written to the store, under Inductor's lookup-table hash of the kernel's source and size hints
-  (`triton_heuristics.generate_lookup_hash_from_source_code`) and the device's env key;
+  (`triton_heuristics.generate_lookup_hash_from_source_code`) and the device's env key (a descent's
+  pick under a key of its own, served first);
 - **served**: when Inductor hands a kernel's source to its compile (`AsyncCompile.triton`, in the
   compiling process, before any compile worker sees it), a config the store holds for it is put in
   Inductor's lookup table (`config.autotune_lookup_table`) for that call only.  Inductor then
@@ -88,8 +89,10 @@ def _env() -> str:
     return env_key(env_info("cuda"))
 
 
-def _key(fn_hash: str) -> str:
-    return f"{PREFIX}{_env()}:{fn_hash}"
+def _key(fn_hash: str, descended: bool = False) -> str:
+    """The store key of a kernel's timed pick, or of its descent's pick (`descended`): a store keeps
+    the first entry written under a key, so a descent's pick is not shadowed by a timed one."""
+    return f"{PREFIX}{_env()}:{fn_hash}" + (":descent" if descended else "")
 
 
 def _stored(fn_hash: str) -> dict[str, Any] | None:
@@ -97,8 +100,12 @@ def _stored(fn_hash: str) -> dict[str, Any] | None:
     if store_of is None:
         return None
     try:
-        data = store_of().kernel_files(_key(fn_hash)).get(FILE)
-        return json.loads(data) if data else None
+        store = store_of()
+        for descended in (True, False):  # a descent's pick first: it is at least as good as the timed one
+            data = store.kernel_files(_key(fn_hash, descended)).get(FILE)
+            if data:
+                return json.loads(data)
+        return None
     except Exception as exc:  # noqa: BLE001 - a store that fails to answer: Inductor tunes, as without it
         log.info("gemmtune: a kernel config was not read from the store: %s", exc)
         return None
@@ -139,7 +146,7 @@ class _Keeper:
         entry, store_of = entry_of(config, descended), _STATE["store_of"]
         if entry is not None and store_of is not None:
             try:
-                store_of().put_kernel_files(_key(self.fn_hash), {FILE: json.dumps(entry, sort_keys=True).encode()})
+                store_of().put_kernel_files(_key(self.fn_hash, descended), {FILE: json.dumps(entry, sort_keys=True).encode()})
                 stats["kept"] += 1
                 _STATE["kept"].append(self.fn_hash[:12])
             except Exception as exc:  # noqa: BLE001 - not kept: the next new cache times it again
