@@ -214,3 +214,19 @@ def test_a_descents_pick_is_kept_beside_a_timed_one_and_served_first(store):
     found.found_by_coordesc = True
     start.save_cache_hook(found, 20, found_by_coordesc=True)
     assert kc._stored(kc.lookup_hash(MODULE))["R0_BLOCK"] == 512 and kc.stats["kept"] == 2
+
+
+def test_inductors_caches_switched_off_time_every_config_afresh(store):
+    from torch._inductor import config
+
+    kernel, _ = _kernel(_config(XBLOCK=1, R0_BLOCK=1024), _config(XBLOCK=1, R0_BLOCK=2048))
+    kc._attach(kernel)
+    kernel.save_cache_hook(kernel.launchers[1].config, 10)
+    with config.patch(force_disable_caches=True):
+        tables = []
+        kc._wrap_triton(lambda self, name, src: tables.append(dict(config.autotune_lookup_table)))(None, "k", MODULE)
+    assert tables == [{}] and kc.stats["served"] == 0
+    again, _ = _kernel(_config(XBLOCK=1, R0_BLOCK=1024), _config(XBLOCK=1, R0_BLOCK=2048))
+    again.inductor_meta["force_disable_caches"] = True
+    kc._attach(again)
+    assert len(again.launchers) == 2 and not isinstance(again.save_cache_hook, kc._Keeper)

@@ -21,7 +21,7 @@ block sizes, warps and stages is kept (what the table can give back).  So the po
 default compile times itself (`triton.autotune_pointwise`) are served too, and under max-autotune
 every pointwise and reduction kernel.  A config found by descent is served marked so, and not
 descended from again.  `keep(store_of)` turns it on (`install()` does, with the handler's store);
-`keep(None)` off.  `stats` counts configs "kept", lookups "served" and "missed".
+`keep(None)` off; Inductor's `force_disable_caches` turns it off too.  `stats` counts configs "kept", lookups "served" and "missed".
 
 Example:
     >>> servable("@triton.jit\\ndef triton_red_fused_sum_0(in_ptr0, out_ptr0, xnumel, r0_numel):\\n    pass\\n")
@@ -111,10 +111,17 @@ def _stored(fn_hash: str) -> dict[str, Any] | None:
         return None
 
 
+def _serving() -> bool:
+    """On, and Inductor's caches not switched off (`force_disable_caches`: every config timed afresh)."""
+    from torch._inductor import config
+
+    return _STATE["store_of"] is not None and not getattr(config, "force_disable_caches", False)
+
+
 def _wrap_triton(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def triton(self: Any, kernel_name: str, source_code: str, *args: Any, **kwargs: Any) -> Any:
-        fn_hash = lookup_hash(source_code) if _STATE["store_of"] is not None and servable(source_code) else None
+        fn_hash = lookup_hash(source_code) if _serving() and servable(source_code) else None
         entry = _stored(fn_hash) if fn_hash else None
         if entry is None:
             if fn_hash is not None:
@@ -161,7 +168,7 @@ def _attach(kernel: Any) -> None:
 
     launchers, meta = getattr(kernel, "launchers", None) or [], getattr(kernel, "inductor_meta", None) or {}
     src = getattr(getattr(kernel, "fn", None), "src", None)
-    if not launchers or not isinstance(src, str) or "_fused_" not in src:
+    if not launchers or not isinstance(src, str) or "_fused_" not in src or meta.get("force_disable_caches"):
         return
     fn_hash = generate_lookup_hash_from_source_code(str(getattr(kernel, "size_hints", None)), src)
     if len(launchers) > 1 and _chosen(kernel, fn_hash):  # built with every config (Inductor's bundle of a cached graph)
