@@ -9,7 +9,11 @@ reports, per strategy, the regret of the final's pick measured against the exhau
 - `ms`: the recorded cost (what `gemmtune simulate` reports);
 - `launch`: the cost with each host time within the noise of its template's median taken as that
   median (`launch_key`, what the final ranks by);
-- `gpu`: the GPU time alone (what `bench/compare.py` compares).
+- `gpu`: the GPU time alone (what `bench/compare.py` compares);
+
+and, for each strategy, its pick's regret against the exhaustive strategy's pick under the same final
+and the same readings (`vs_exhaustive_*`: what timing fewer choices loses), beside the share of
+choices it timed (`runs_pct`, the mean over shapes of timed / correct choices).
 
     python bench/replay_readings.py bench/results/fp8_sweep_m16_h200_2026-12-02.jsonl.gz --json out.json
 
@@ -36,6 +40,7 @@ from gemmtune.search import ProblemDims  # noqa: E402
 from gemmtune.search.final import launch_key  # noqa: E402
 
 STRATEGIES = ("exhaustive", "default", "prescreen[x=5,swizzle=4]")
+READINGS = ("ms", "launch", "gpu")
 
 
 def readings(path: str) -> list[dict]:
@@ -56,11 +61,51 @@ def costs(shape, recorded: dict) -> dict[str, dict]:
             for t in timings}
 
 
-def pick(shape, spec, dims: ProblemDims, recorded: dict, with_readings: bool) -> str:
-    """The final's pick under `spec`, the recorded readings handed on (or only the recorded cost)."""
+def pick(shape, spec, dims: ProblemDims, recorded: dict, with_readings: bool) -> tuple[str, int]:
+    """The final's pick under `spec`, the recorded readings handed on (or only the recorded cost), and
+    how many choices it timed."""
     answers = recorded if with_readings else {k: Measurement(m.cost_ms) for k, m in recorded.items()}
     d = decide(shape, spec.registered, spec.options_for(shape, dims), spec.final, spec.runs_for(shape), answers)
-    return d.pick.key
+    return d.pick.key, len(d.timed)
+
+
+def against_exhaustive(rows: list[dict], costs_of: dict[str, dict]) -> None:
+    """Add to each row its pick's regret against the exhaustive strategy's pick under the same final
+    and readings (`vs_exhaustive_{reading}_pct`): what the strategy loses by timing fewer choices."""
+    exhaustive = {(r["shape"], r["readings_handed_on"]): r["pick"] for r in rows if r["strategy"] == "exhaustive"}
+    for r in rows:
+        ref = exhaustive.get((r["shape"], r["readings_handed_on"]))
+        if ref is None:
+            continue
+        cost = costs_of[r["shape"]]
+        r.update({f"vs_exhaustive_{k}_pct": 100 * (cost[r["pick"]][k] / cost[ref][k] - 1) for k in READINGS})
+
+
+def _cells(mine: list[dict], prefix: str) -> dict[str, tuple[float, float]]:
+    got = {r: [x[f"{prefix}{r}_pct"] for x in mine if f"{prefix}{r}_pct" in x] for r in READINGS}
+    return {r: (max(v), statistics.median(v)) for r, v in got.items() if v}
+
+
+def summarize(rows: list[dict], names: list[str]) -> list[dict]:
+    """Per strategy and handed-on flag: max and median regret by each reading, against the best and
+    against exhaustive's pick, and the share of choices timed (`runs_pct`, over every shape); printed."""
+    print(f"{'strategy':28} {'GPU/host':8} {'runs %':>6}  {'vs best: ms':>14} {'launch':>14} {'gpu':>14}"
+          f"  {'vs exhaustive: ms':>17} {'launch':>14} {'gpu':>14}")
+    summary = []
+    for name in names:
+        for handed in (False, True):
+            mine = [r for r in rows if r["strategy"] == name and r["readings_handed_on"] == handed]
+            best, exh = _cells(mine, "regret_"), _cells(mine, "vs_exhaustive_")
+            runs = statistics.fmean(r["runs_pct"] for r in mine)
+            summary.append({"strategy": name, "readings_handed_on": handed, "runs_pct": runs,
+                            **{f"{r}_max_pct": v[0] for r, v in best.items()},
+                            **{f"{r}_median_pct": v[1] for r, v in best.items()},
+                            **{f"vs_exhaustive_{r}_max_pct": v[0] for r, v in exh.items()},
+                            **{f"vs_exhaustive_{r}_median_pct": v[1] for r, v in exh.items()}})
+            print(f"{name:28} {'yes' if handed else 'no':8} {runs:6.1f}  "
+                  + " ".join(f"{v[0]:7.2f} ({v[1]:4.2f})" for v in best.values()) + "     "
+                  + " ".join(f"{v[0]:7.2f} ({v[1]:4.2f})" for v in exh.values()))
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,28 +116,20 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     shapes, dims = load(args.dataset)
     specs = select_specs(default_specs(shapes), args.strategy)
-    rows = []
+    rows, costs_of = [], {}
     for shape, dim, recorded in zip(shapes, dims, readings(args.dataset)):
-        cost = costs(shape, recorded)
-        best = {r: min(c[r] for c in cost.values()) for r in ("ms", "launch", "gpu")}
+        cost = costs_of[shape.name] = costs(shape, recorded)
+        best = {r: min(c[r] for c in cost.values()) for r in READINGS}
         for spec in specs:
             for handed in (False, True):
-                key = pick(shape, spec, dim, recorded, handed)
+                key, timed = pick(shape, spec, dim, recorded, handed)
                 rows.append({"shape": shape.name, "strategy": spec.name, "readings_handed_on": handed,
-                             "pick": key, **{f"regret_{r}_pct": 100 * (cost[key][r] / best[r] - 1) for r in best}})
-    print(f"{args.dataset}: {len(shapes)} shapes; max (median) regret %, by each reading")
-    print(f"{'strategy':28} {'GPU/host handed on':18} {'ms':>14} {'launch':>14} {'gpu':>14}")
-    summary = []
-    for spec in specs:
-        for handed in (False, True):
-            mine = [r for r in rows if r["strategy"] == spec.name and r["readings_handed_on"] == handed]
-            cells = {r: (max(x[f"regret_{r}_pct"] for x in mine), statistics.median(x[f"regret_{r}_pct"] for x in mine))
-                     for r in ("ms", "launch", "gpu")}
-            summary.append({"strategy": spec.name, "readings_handed_on": handed,
-                            **{f"{r}_max_pct": v[0] for r, v in cells.items()},
-                            **{f"{r}_median_pct": v[1] for r, v in cells.items()}})
-            print(f"{spec.name:28} {'yes' if handed else 'no':18} "
-                  + " ".join(f"{v[0]:7.2f} ({v[1]:4.2f})" for v in cells.values()))
+                             "pick": key, "runs_pct": 100 * timed / len(cost),
+                             **{f"regret_{r}_pct": 100 * (cost[key][r] / best[r] - 1) for r in best}})
+    against_exhaustive(rows, costs_of)
+    print(f"{args.dataset}: {len(shapes)} shapes; max (median) regret %, by each reading: against the best "
+          "choice, and against the exhaustive strategy's pick (same final, same readings)")
+    summary = summarize(rows, [spec.name for spec in specs])
     if args.json_path:
         Path(args.json_path).write_text(json.dumps({"dataset": args.dataset, "summary": summary, "rows": rows}, indent=1))
     return 0

@@ -52,3 +52,25 @@ def test_the_launch_reading_ties_configs_of_one_template_on_their_median_launch(
     triton = sorted(v["launch"] for k, v in cost.items() if "triton_mm" in k)
     assert triton == pytest.approx([0.0165, 0.0165])  # both within 25 % of their median host time: they cost it
     assert [v["launch"] for k, v in cost.items() if "aten_mm" in k] == pytest.approx([0.030])
+
+
+def test_a_strategys_pick_is_read_against_exhaustives_under_the_same_final_and_readings():
+    costs_of = {"p": {"lib": {"ms": 0.030, "launch": 0.030, "gpu": 0.010},
+                      "tri": {"ms": 0.016, "launch": 0.0165, "gpu": 0.012}}}
+    rows = [{"shape": "p", "strategy": "exhaustive", "readings_handed_on": True, "pick": "lib"},
+            {"shape": "p", "strategy": "prescreen", "readings_handed_on": True, "pick": "tri"},
+            {"shape": "p", "strategy": "prescreen", "readings_handed_on": False, "pick": "tri"}]  # no exhaustive row
+    replay_readings.against_exhaustive(rows, costs_of)
+    assert rows[0]["vs_exhaustive_gpu_pct"] == 0.0
+    assert rows[1]["vs_exhaustive_gpu_pct"] == pytest.approx(20.0)  # 12 us against exhaustive's 10 us
+    assert rows[1]["vs_exhaustive_ms_pct"] == pytest.approx(100 * (0.016 / 0.030 - 1))  # faster by the cost
+    assert "vs_exhaustive_gpu_pct" not in rows[2]
+
+
+def test_the_summary_counts_the_share_of_choices_each_strategy_timed(tmp_path):
+    out = tmp_path / "r.json"
+    assert replay_readings.main([str(_dataset(tmp_path / "d.jsonl")), "--strategy", "exhaustive",
+                                 "--json", str(out)]) == 0
+    summary = json.loads(out.read_text())["summary"]
+    assert [s["runs_pct"] for s in summary] == [100.0, 100.0]  # exhaustive times all three choices
+    assert all(s["vs_exhaustive_gpu_max_pct"] == 0.0 for s in summary)
