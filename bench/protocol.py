@@ -150,8 +150,7 @@ def first_child(model_name: str, m: int, variant: str) -> dict[str, Any]:
         out["handler"] = dict(handler.stats)
         from gemmtune.inductor import kernel_configs
 
-        out["kernel_configs"] = {**kernel_configs.stats, "kept_hashes": kernel_configs._STATE["kept"],
-                                 "missed_hashes": kernel_configs._STATE["missed"]}
+        out["kernel_configs"] = kernel_configs.report()
     return out
 
 

@@ -35,7 +35,7 @@ import json
 import logging
 from typing import Any, Callable
 
-__all__ = ["keep", "servable", "lookup_hash", "entry_of", "stats", "PREFIX", "FILE"]
+__all__ = ["keep", "report", "servable", "lookup_hash", "entry_of", "stats", "PREFIX", "FILE"]
 
 log = logging.getLogger("gemmtune")
 PREFIX = "inductor_config:"  # store key: PREFIX + env key + ":" + lookup hash
@@ -231,6 +231,16 @@ def _hook() -> bool:
         if not hasattr(fn, "__gemmtune_configs__"):
             setattr(owner, name, wrap(fn))
     return True
+
+
+def report() -> dict[str, Any]:
+    """`stats` and the hashes (12 hex digits) of the kernels kept and of the lookups missed, in order.
+
+    Example:
+        >>> sorted(report())
+        ['kept', 'kept_hashes', 'missed', 'missed_hashes', 'served']
+    """
+    return {**stats, "kept_hashes": list(_STATE["kept"]), "missed_hashes": list(_STATE["missed"])}
 
 
 def keep(store_of: Callable[[], Any] | None) -> bool:
