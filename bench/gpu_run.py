@@ -315,6 +315,15 @@ JOBS: dict[str, Job] = {
                                 ("env", "BENCH_PROFILE_DIR={out}/profile", PY, "bench/models.py", "--cases",
                                  "stack:1", "--first", "default,gemmtune,gemmtune_store", "--steady", "",
                                  "--out", "{out}/{job}.json"), 420),
+    "tests-pipeline": Job("tests/gpu/test_pipeline_gpu.py: a graph's new problems timed together by Inductor's "
+                          "pipelined autotuning (install(pipeline=True)), in a script without a __main__ guard",
+                          gpu_tests("test_pipeline_gpu", show=True), 300),
+    "models-pipeline": Job("bench/models.py: first calls with each new problem timed while lowered against a "
+                           "graph's problems timed together (install(pipeline=True)), and their steady state",
+                           (PY, "bench/models.py", "--cases", "stack:512,llama:64", "--first",
+                            "default,gemmtune,gemmtune_pipeline,gemmtune_pipeline_store", "--steady",
+                            "default,gemmtune,gemmtune_pipeline", "--rounds", "15", "--iters", "20",
+                            "--out", "{out}/{job}.json"), 560),
     "tests-share": Job("tests/gpu/test_share_kernels_gpu.py: a pick's kernels from the store on a new Triton cache",
                        gpu_tests("test_share_kernels_gpu", show=True), 240),
     "kernels-stack512": Job("bench/models.py: the steady state alone on the stack at M = 512, with the "

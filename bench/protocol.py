@@ -16,6 +16,9 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
    - `gemmtune_gemv`: `gemmtune` with `install(gemv=True)`: a matrix-vector mm becomes a reduction
      tuned by coordinate descent too, as in max-autotune (`gemmtune.inductor.gemv`); `gemmtune_mm`:
      `install(gemv=False)`, it stays a GEMM;
+   - `gemmtune_pipeline`: `gemmtune` with `install(pipeline=True)`: the graph's new problems timed
+     together by Inductor's pipelined GEMM autotuning (`gemmtune.inductor.pipeline`);
+     `gemmtune_pipeline_store`: its warm store;
    - `gemmtune_warmup`: `gemmtune.warmup(model, x, for_compile=True)` then `torch.compile(model)`;
    - `eager_warmup`: `gemmtune.warmup(model, x)` then an eager forward; `eager_warmup_store`: again
      with its store (a warm-store warm-up); `eager_warmup_shared` and `eager_warmup_shared_store`: the
@@ -58,6 +61,7 @@ FIRST = {
     "default_cd": ("cd", "new"), "autotune_gemm": ("ag", "new"), "gemmtune_gemv": ("gv", "new"),
     "gemmtune_mm": ("gm", "new"), "gemmtune_noprologue": ("gn", "new"),
     "eager_warmup_shared": ("es", "new"), "eager_warmup_shared_store": ("es", "store"),
+    "gemmtune_pipeline": ("gp", "new"), "gemmtune_pipeline_store": ("gp", "store"),
 }
 SHARED = ("es",)  # groups whose store keeps the picks' compiled kernels (share_kernels)
 BREAKDOWN = ("default_cd", "autotune_gemm")
@@ -116,7 +120,8 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
             report = gemmtune.warmup(model, *inputs, progress=False, for_compile=True)
             facts.update(tuned=report.tuned, problems=len(report.rows))
         else:
-            facts["handler"] = gi.install(gemv={"gemmtune_gemv": True, "gemmtune_mm": False}.get(variant, "autotune"))
+            facts["handler"] = gi.install(gemv={"gemmtune_gemv": True, "gemmtune_mm": False}.get(variant, "autotune"),
+                                          pipeline=variant.startswith("gemmtune_pipeline"))
     compiled = torch.compile(own_frame(model, variant), mode=mode)
     return (lambda: output_of(compiled, inputs)), facts
 

@@ -101,6 +101,7 @@ class _Mixin:
         self.measure = "inductor"  # GPU: Inductor times its own kernels for a problem the store lacks
         self.shortlist: int | None = SHORTLIST  # ... its `shortlist` best-modelled configs per template
         self.gemv: bool | str = "autotune"  # an M = 1 / N = 1 mm lowered as a tuned reduction (inductor.gemv)
+        self.pipeline = False  # new problems timed by Inductor's pipelined autotuning (inductor.pipeline)
         self.extern: tuple[str, ...] = EXTERN_TEMPLATES  # picks handed over as gemmtune's kernel (inductor.extern)
         self._pending: list[tuple[str, Any, Any]] = []  # (key, problem, KernelTemplateChoice) awaiting timings
         self.built: list[tuple[str, str, dict]] = []  # (op, template uid, kwargs) handed to Inductor, in order
@@ -123,7 +124,8 @@ class _Mixin:
         from ..core.version import __version__
 
         body = (f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self.fusion} {self.measure} "
-                f"{self.shortlist} {self.gemv} {','.join(self.extern)} {self._static}")
+                f"{self.shortlist} {self.gemv} {','.join(self.extern)} {self._static}"
+                + (" pipeline" if self.pipeline else ""))
         return hashlib.sha256(body.encode()).hexdigest()
 
     def add(self, pick: InductorPick) -> None:
@@ -204,7 +206,7 @@ class _Mixin:
         ki = gemmtune_inputs(kernel_inputs, op_name)
         kept = shortlist_choices(ktcs, ki, self.shortlist, kernel_inputs.device())
         self.stats["shortlisted_out"] += len(ktcs) - len(kept)
-        ktcs = kept
+        ktcs = self._pipelined(kept)
         if ki is not None:
             self._pending += [(key, ki, ktc) for ktc in ktcs]
         self.stats["timed_in_inductor"] += 1
@@ -212,6 +214,19 @@ class _Mixin:
 
         listen()
         return ktcs
+
+    def _pipelined(self, ktcs: list) -> list:
+        """With `pipeline` in a default-mode compile: this problem is timed by Inductor's pipelined
+        autotuning, together with the graph's other new problems (`inductor.pipeline`)."""
+        from torch._inductor.virtualized import V
+
+        from . import pipeline, timed
+
+        if not self.pipeline or not in_window() or _autotuning() or not pipeline.hold(V.graph):
+            return ktcs
+        pipeline.feed(timed.feedback)
+        self.stats["pipelined"] += 1
+        return pipeline.timeable(ktcs)
 
     def on_timings(self, timings: Mapping[Any, float]) -> None:
         """Inductor benchmarked a GEMM's choices: keep the timings of those this handler handed it."""

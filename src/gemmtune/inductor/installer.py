@@ -27,6 +27,10 @@
   multiply and a reduction (`inductor.gemv`), tuned by timing the reduction configs max-autotune
   tries ("autotune", the default: about 1.6 s more per cold compile on the stack at M = 1) or by
   coordinate descent from Inductor's default config (True: 14-22 s more); False keeps it a GEMM.
+- `pipeline`: in the default mode on a GPU, time a graph's new problems together, by Inductor's
+  pipelined GEMM autotuning: their compiles overlap each other and the rest of the compile, and one
+  worker process times them one after another (`inductor.pipeline`); False (the default) times each
+  while it is lowered.
 - `extern`: the templates whose pick Inductor cannot build and calls instead as gemmtune's own
   kernel, an extern call writing into Inductor's buffer (`inductor.extern`; default: the CUTLASS
   templates, which reach a compile with `templates="all", measure="gemmtune"`).
@@ -67,7 +71,7 @@ from .export import drop_stale, read_table
 from .entries import FUSION, companions_for
 from .extern import EXTERN_TEMPLATES, extern_choice
 from .handler import is_gemmtune_handler, make_handler
-from . import kernel_configs
+from . import kernel_configs, pipeline
 from .scaled import note_lowering
 from .shortlist import SHORTLIST
 from .window import open_window
@@ -82,11 +86,11 @@ _ACTIVE: list[Any] = []  # the handler of each install, in step with _PRIOR
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
             fusion: int | str = FUSION, measure: str = "inductor", shortlist: int | None = SHORTLIST,
-            gemv: bool | str = "autotune", extern: Sequence[str] | None = None) -> Any:
+            gemv: bool | str = "autotune", extern: Sequence[str] | None = None, pipeline: bool = False) -> Any:
     """Make Inductor build gemmtune's pick for every mm / addmm / bmm / `_scaled_mm` it lowers; returns the handler.
 
     Its options (`table`, `tune_on_miss`, `templates`, `all_threads`, `fusion`, `measure`,
-    `shortlist`, `gemv`, `extern`) and the compile modes it serves: the docstring of `gemmtune.inductor.installer`
+    `shortlist`, `gemv`, `extern`, `pipeline`) and the compile modes it serves: the docstring of `gemmtune.inductor.installer`
     and docs/INDUCTOR.md.
 
     Raises InductorUnavailable when the installed torch has no Inductor lookup table.
@@ -108,7 +112,9 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
     if not (isinstance(gemv, bool) or gemv == "autotune"):
         raise ValueError(f"gemv: expected True, False or 'autotune', got {gemv!r}")
-    handler.measure, handler.shortlist, handler.gemv = measure, shortlist, gemv
+    if not isinstance(pipeline, bool):
+        raise ValueError(f"pipeline: expected True or False, got {pipeline!r}")
+    handler.measure, handler.shortlist, handler.gemv, handler.pipeline = measure, shortlist, gemv, pipeline
     handler.extern = _extern_option(extern)
     if handler.extern:
         extern_choice()  # `extern_kernels.gemmtune_pick` exists before a graph from Inductor's cache calls it
@@ -262,7 +268,7 @@ def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
               fusion: int | str = FUSION, measure: str = "inductor",
               shortlist: int | None = SHORTLIST, gemv: bool | str = "autotune",
-              extern: Sequence[str] | None = None) -> Iterator[Any]:
+              extern: Sequence[str] | None = None, pipeline: bool = False) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
@@ -270,7 +276,8 @@ def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss
         >>> with gi.installed(tune_on_miss=False) as h:   # doctest: +SKIP
         ...     pass
     """
-    handler = install(table, tune_on_miss, settings, templates, all_threads, fusion, measure, shortlist, gemv, extern)
+    handler = install(table, tune_on_miss, settings, templates, all_threads, fusion, measure, shortlist, gemv, extern,
+                      pipeline)
     try:
         yield handler
     finally:
@@ -289,8 +296,9 @@ class BenchmarkProbe:
 
 @contextlib.contextmanager
 def benchmark_probe() -> Iterator[BenchmarkProbe]:
-    """Count Inductor's autotuning benchmarks (`AlgorithmSelectorCache.benchmark_choice` calls and the
-    `select_algorithm_autotune` counter) while the block runs.
+    """Count Inductor's autotuning benchmarks (`AlgorithmSelectorCache.benchmark_choice` calls, the
+    choices its pipelined autotuning timed in its worker, and the `select_algorithm_autotune` counter)
+    while the block runs.
 
     Example:
         >>> import gemmtune.inductor as gi
@@ -311,9 +319,16 @@ def benchmark_probe() -> Iterator[BenchmarkProbe]:
         probe.names.append(getattr(choice, "name", str(choice)))
         return original.__func__(cls, choice, autotune_args)
 
+    def pipelined(timings: dict) -> None:  # timed in Inductor's benchmark worker (inductor.pipeline)
+        probe.choices += len(timings)
+        probe.names += [getattr(c, "name", str(c)) for c in timings]
+
     AlgorithmSelectorCache.benchmark_choice = classmethod(spy)  # type: ignore[method-assign, assignment]
+    if pipeline.available():
+        pipeline.feed(pipelined)
     try:
         yield probe
     finally:
         AlgorithmSelectorCache.benchmark_choice = original  # type: ignore[method-assign]
+        pipeline.unfeed(pipelined)
         probe.autotuned = counters["inductor"]["select_algorithm_autotune"] - before

@@ -36,7 +36,7 @@ from ..store.keys import Row
 from ..store.rows import to_row, to_timing
 from ..store.sqlite import Store, env_info, env_key
 
-__all__ = ["TAG", "problem_of", "remember", "recall", "plain_options", "listen"]
+__all__ = ["TAG", "problem_of", "remember", "recall", "plain_options", "listen", "feedback"]
 
 log = logging.getLogger("gemmtune")
 
@@ -103,7 +103,7 @@ def recall(ki: KernelInputs, store: Store, current_hash: Callable[[str], Any], e
     return entry
 
 
-def _feedback(timings: Any, *rest: Any) -> None:
+def feedback(timings: Any, *rest: Any) -> None:
     """Inductor's feedback saver: the timings of one GEMM's benchmark go to the active gemmtune
     handler (`V.choices`), when it handed Inductor those choices."""
     from torch._inductor.virtualized import V
@@ -119,10 +119,10 @@ def _feedback(timings: Any, *rest: Any) -> None:
 
 
 def listen() -> None:
-    """Register `_feedback` with Inductor's algorithm selector (once per selector: it can be rebuilt)."""
+    """Register `feedback` with Inductor's algorithm selector (once per selector: it can be rebuilt)."""
     from torch._inductor import select_algorithm
 
     getter = getattr(select_algorithm, "get_algorithm_selector_cache", None)
     cache = getter() if getter else getattr(select_algorithm, "_ALGORITHM_SELECTOR_CACHE", None)
-    if cache is None or _feedback not in getattr(cache, "feedback_saver_fns", []):
-        select_algorithm.add_feedback_saver(_feedback)
+    if cache is None or feedback not in getattr(cache, "feedback_saver_fns", []):
+        select_algorithm.add_feedback_saver(feedback)

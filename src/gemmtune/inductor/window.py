@@ -87,6 +87,10 @@ def _opened() -> Iterator[None]:
     finally:
         _STATE.depth -= 1
         _STATE.autotunes = prior
+        if _STATE.depth == 0:
+            from . import pipeline
+
+            pipeline.reapply()  # a problem timed by pipelined autotuning: its flags outlive this patch
 
 
 def cpu_pick_alone(args: tuple, is_ours: Callable[[Any], bool], at: int = -1) -> str | None:
