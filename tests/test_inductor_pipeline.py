@@ -74,17 +74,17 @@ def test_the_handler_pipelines_a_new_problem_in_the_default_mode_window_only(fla
     from torch._inductor.virtualized import V
 
     handler = gi.install(pipeline=True)
+    assert handler.uuid() != gi.install().uuid()  # a pipelined compile has an FX-graph cache key of its own
     graph = object()
     plain, subgraph = _ktc(), _ktc(subgraph=True)
     with V.set_graph_handler(graph):
-        assert handler._pipelined([plain, subgraph]) == [plain, subgraph]  # outside a lowering: as it was
+        assert pipeline.pipelined(handler, [plain, subgraph], False) == [plain, subgraph]  # not the window
         with window._opened():
-            assert handler._pipelined([plain, subgraph]) == [plain]  # decompose-k cannot be pipelined
+            assert pipeline.pipelined(handler, [plain, subgraph], True) == [plain]  # decompose-k dropped
         assert handler.stats["pipelined"] == 1 and pipeline.held()
         _finalize(graph)
-        with flags.patch(max_autotune=True), window._opened():  # a max-autotune compile: left as it is
-            assert handler._pipelined([plain]) == [plain] and not pipeline.held()
-    assert handler.uuid() != gi.install().uuid()  # a pipelined compile has an FX-graph cache key of its own
+        handler.pipeline = False
+        assert pipeline.pipelined(handler, [plain], True) == [plain] and not pipeline.held()
 
 
 def _ktc(subgraph: bool = False):

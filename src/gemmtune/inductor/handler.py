@@ -206,7 +206,9 @@ class _Mixin:
         ki = gemmtune_inputs(kernel_inputs, op_name)
         kept = shortlist_choices(ktcs, ki, self.shortlist, kernel_inputs.device())
         self.stats["shortlisted_out"] += len(ktcs) - len(kept)
-        ktcs = self._pipelined(kept)
+        from . import pipeline
+
+        ktcs = pipeline.pipelined(self, kept, in_window() and not _autotuning())  # with the graph's other new ones
         if ki is not None:
             self._pending += [(key, ki, ktc) for ktc in ktcs]
         self.stats["timed_in_inductor"] += 1
@@ -214,19 +216,6 @@ class _Mixin:
 
         listen()
         return ktcs
-
-    def _pipelined(self, ktcs: list) -> list:
-        """With `pipeline` in a default-mode compile: this problem is timed by Inductor's pipelined
-        autotuning, together with the graph's other new problems (`inductor.pipeline`)."""
-        from torch._inductor.virtualized import V
-
-        from . import pipeline, timed
-
-        if not self.pipeline or not in_window() or _autotuning() or not pipeline.hold(V.graph):
-            return ktcs
-        pipeline.feed(timed.feedback)
-        self.stats["pipelined"] += 1
-        return pipeline.timeable(ktcs)
 
     def on_timings(self, timings: Mapping[Any, float]) -> None:
         """Inductor benchmarked a GEMM's choices: keep the timings of those this handler handed it."""

@@ -29,7 +29,7 @@ import sys
 import threading
 from typing import Any, Callable, Iterable
 
-__all__ = ["available", "hold", "held", "release", "reapply", "timeable", "feed", "unfeed"]
+__all__ = ["available", "pipelined", "hold", "held", "release", "reapply", "timeable", "feed", "unfeed"]
 
 log = logging.getLogger("gemmtune")
 _FLAGS = {"pipeline_max_autotune_gemm": True, "benchmark_epilogue_fusion": False}
@@ -48,6 +48,21 @@ def available() -> bool:
     return (hasattr(config, "pipeline_max_autotune_gemm") and hasattr(autotune_process, "AsyncAutotuner")
             and hasattr(Scheduler, "finalize_multi_template_buffers")
             and not getattr(getattr(autotune_process, "AutotuneProcessPool", None), "_shutdown_for_inactivity", False))
+
+
+def pipelined(handler: Any, ktcs: list, default_window: bool) -> list:
+    """The candidates `handler` hands Inductor to time for a new problem: with `handler.pipeline`, in a
+    default-mode compile's GEMM lowering (`default_window`), timed by pipelined autotuning with the
+    graph's other new problems (the subgraph ones dropped); else `ktcs` as they are."""
+    from torch._inductor.virtualized import V
+
+    from . import timed
+
+    if not getattr(handler, "pipeline", False) or not default_window or not hold(V.graph):
+        return ktcs
+    feed(timed.feedback)
+    handler.stats["pipelined"] += 1
+    return timeable(ktcs)
 
 
 def held() -> bool:
