@@ -158,7 +158,7 @@ def feed(listener: Callable[[dict], None]) -> None:
     tuner = autotune_process.AsyncAutotuner
     if getattr(tuner.get_results, "__gemmtune__", False):
         return
-    orig = tuner.get_results.__func__
+    orig = tuner.__dict__["get_results"].__func__
 
     @functools.wraps(orig)
     def get_results(cls: Any, *args: Any, **kwargs: Any) -> dict:
