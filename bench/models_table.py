@@ -26,8 +26,10 @@ RUNS = ("models_stack1_h200_2026-12-01.json", "models_stack1_gemv_autotune_h200_
         "models_stack1_store_run2_h200_2026-12-04.json",
         "models_stack64_timed_h200_2026-12-01.json",
         "models_stack512_h200_2026-12-01.json", "models_shortlist_h200_2026-12-01.json",
+        "models_stack512_h200_2026-12-04.json",
         "models_stack512_kernel_split_h200_2026-12-01.json", "models_prologue_h200_2026-12-01.json",
-        "models_llama64_h200_2026-12-01.json", "models_llama64_first_calls_h200_2026-12-01_s5.json")
+        "models_llama64_h200_2026-12-01.json", "models_llama64_first_calls_h200_2026-12-01_s5.json",
+        "models_llama64_first_calls_h200_2026-12-04.json")
 CASES = ("stack:1", "stack:64", "stack:512", "llama:64")
 BEGIN, END = "<!-- models-table -->", "<!-- /models-table -->"
 HEAD = ("| case | run | first call s: default / max-autotune | gemmtune cold (x max-autotune) "
