@@ -61,13 +61,22 @@ def test_the_flags_are_held_for_one_graph_and_set_back_by_its_scheduler(flags):
     assert (flags.pipeline_max_autotune_gemm, flags.benchmark_epilogue_fusion) == (False, True)
 
 
-def test_a_graph_that_failed_before_scheduling_is_set_back_when_the_next_one_holds(flags):
+def test_a_graph_that_failed_before_scheduling_leaves_no_flags_to_a_max_autotune_compile(flags):
     with window._opened():
         pipeline.hold("failed graph")
-    with window._opened():
+    with window._opened():  # a default-mode compile's next graph takes the hold over
         pipeline.hold("next graph")
     _finalize("next graph")
     assert (flags.pipeline_max_autotune_gemm, flags.benchmark_epilogue_fusion) == (False, True)
+    with window._opened():
+        pipeline.hold("failed graph")
+    with flags.patch(max_autotune=True), window._opened():  # a max-autotune compile: never pipelined
+        assert not pipeline.held() and flags.pipeline_max_autotune_gemm is False
+    with window._opened():
+        pipeline.hold("failed again")
+    gi.install()
+    gi.uninstall()  # uninstall sets back what a failed compile held
+    assert not pipeline.held() and (flags.pipeline_max_autotune_gemm, flags.benchmark_epilogue_fusion) == (False, True)
 
 
 def test_the_handler_pipelines_a_new_problem_in_the_default_mode_window_only(flags):

@@ -197,6 +197,7 @@ def uninstall() -> None:
 
     cls, handler = _PRIOR.pop()
     _ACTIVE.pop()
+    pipeline.release()  # flags a failed pipelined compile may still hold
     kernel_configs.keep(_ACTIVE[-1]._store if _ACTIVE else None)
     config.inductor_choices_class = cls
     V.set_choices_handler(handler)

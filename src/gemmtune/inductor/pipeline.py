@@ -72,8 +72,9 @@ def held() -> bool:
 
 def hold(graph: Any) -> bool:
     """Inside a GEMM lowering of `graph` (Inductor's `V.graph`): switch on pipelined autotuning until its
-    scheduler has picked its GEMMs; False where this torch cannot pipeline.  A graph that failed
-    before scheduling hands its hold to the next graph.  Epilogue benchmarking
+    scheduler has picked its GEMMs; False where this torch cannot pipeline.  A graph whose compile
+    failed before its scheduler ran hands its hold on (a max-autotune compile's window and `uninstall()`
+    set the flags back: `release()`).  Epilogue benchmarking
     is switched off by `reapply()`, after the window's own patch of it ends."""
     if not available():
         return False
@@ -81,8 +82,8 @@ def hold(graph: Any) -> bool:
 
     _hook_scheduler()
     with _LOCK:
-        if _HELD:
-            _HELD["graph"] = graph  # the values before a graph that failed before scheduling carry over
+        if _HELD:  # this graph's, or one whose compile failed before its scheduler ran: the user's values carry over
+            _HELD["graph"] = graph
         else:
             _HELD.update(graph=graph, prior={})
             _warm_up()

@@ -74,7 +74,11 @@ def window_applies(args: tuple, is_ours: Callable[[Any], bool], at: int = -1) ->
 def _opened() -> Iterator[None]:
     from torch._inductor import config
 
+    from . import pipeline
+
     autotunes = user_autotunes()
+    if autotunes:
+        pipeline.release()  # a max-autotune compile never runs pipelined: flags a failed compile held
     _STATE.depth, prior = getattr(_STATE, "depth", 0) + 1, getattr(_STATE, "autotunes", False)
     _STATE.autotunes = autotunes
     try:
@@ -88,8 +92,6 @@ def _opened() -> Iterator[None]:
         _STATE.depth -= 1
         _STATE.autotunes = prior
         if _STATE.depth == 0:
-            from . import pipeline
-
             pipeline.reapply()  # a problem timed by pipelined autotuning: its flags outlive this patch
 
 
