@@ -122,13 +122,20 @@ def test_the_workers_timings_reach_listeners_and_the_probe():
         done.set_result(0.01 * (i + 1))
         AsyncAutotuner.choice_hash_to_future[c.hash_key() + "|k"] = done
     heard: list = []
+
+    def broken(timings):
+        raise RuntimeError("a listener that fails")
+
     try:
+        pipeline.feed(broken)  # logged, never raised into Inductor
         pipeline.feed(heard.append)
         with gi.benchmark_probe() as probe:
             timings = AsyncAutotuner.get_results(choices, "|k")
         pipeline.unfeed(heard.append)
-        AsyncAutotuner.get_results(choices[:1], "|k")
+        AsyncAutotuner.get_results(choices[:1], "|k")  # no longer heard
     finally:
+        pipeline.unfeed(heard.append)
+        pipeline.unfeed(broken)
         for c in choices:
             AsyncAutotuner.choice_hash_to_future.pop(c.hash_key() + "|k")
     assert heard == [timings] and sorted(timings.values()) == [0.01, 0.02, 0.03]

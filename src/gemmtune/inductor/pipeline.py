@@ -4,10 +4,12 @@ With `install(pipeline=True)`, a default-mode compile on a GPU times the problem
 know (`inductor.timed`) the way Inductor's `config.pipeline_max_autotune_gemm` does: each problem's
 lowering hands its shortlisted candidates to Inductor's precompile thread pool and returns at once,
 so the compiles of every problem in the graph overlap each other and the rest of the lowering; one
-worker process (Inductor's `AutotuneProcessPool`, spawned at the first such problem) times them one
-after another, so timings stay serial and fair; the scheduler waits for a problem's timings only
+worker process (Inductor's `AutotuneProcessPool`, started here at the graph's first such problem with
+the main script hidden from it, so a script without a `__main__` guard is not run again) times them
+one after another, so timings stay serial and fair; the scheduler waits for a problem's timings only
 when it picks its kernel.  The timings still reach the handler and the store: `feed()` wraps
-`AsyncAutotuner.get_results`.
+`AsyncAutotuner.get_results`.  Off by default: on the H200 its first calls took 1.5-1.9x as long,
+because each layer's copy of a problem is timed again (docs/INDUCTOR.md).
 
 The flags are held from the first such lowering of a graph until its scheduler has picked every
 GEMM (`Scheduler.finalize_multi_template_buffers`), then set back: Inductor's precompile thread
@@ -73,9 +75,9 @@ def held() -> bool:
 def hold(graph: Any) -> bool:
     """Inside a GEMM lowering of `graph` (Inductor's `V.graph`): switch on pipelined autotuning until its
     scheduler has picked its GEMMs; False where this torch cannot pipeline.  A graph whose compile
-    failed before its scheduler ran hands its hold on (a max-autotune compile's window and `uninstall()`
-    set the flags back: `release()`).  Epilogue benchmarking
-    is switched off by `reapply()`, after the window's own patch of it ends."""
+    failed before its scheduler ran hands its hold on (a max-autotune compile's window and
+    `uninstall()` set the flags back: `release()`).  Epilogue benchmarking is switched off by
+    `reapply()`, after the window's own patch of it ends."""
     if not available():
         return False
     from torch._inductor import config
@@ -165,7 +167,10 @@ def feed(listener: Callable[[dict], None]) -> None:
     def get_results(cls: Any, *args: Any, **kwargs: Any) -> dict:
         timings = orig(cls, *args, **kwargs)
         for fn in list(_LISTENERS):
-            fn(timings)
+            try:
+                fn(timings)
+            except Exception as exc:  # noqa: BLE001 - a listener never fails Inductor's compile
+                log.warning("gemmtune.inductor: pipelined timings not heard (%s: %s)", type(exc).__name__, exc)
         return timings
 
     get_results.__gemmtune__ = True  # type: ignore[attr-defined]
