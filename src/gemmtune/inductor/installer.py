@@ -298,8 +298,8 @@ class BenchmarkProbe:
 @contextlib.contextmanager
 def benchmark_probe() -> Iterator[BenchmarkProbe]:
     """Count Inductor's autotuning benchmarks (`AlgorithmSelectorCache.benchmark_choice` calls, the
-    choices its pipelined autotuning timed in its worker, and the `select_algorithm_autotune` counter)
-    while the block runs.
+    timings its pipelined autotuning hands back from its worker, and the `select_algorithm_autotune`
+    counter) while the block runs.
 
     Example:
         >>> import gemmtune.inductor as gi
