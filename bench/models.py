@@ -347,17 +347,18 @@ def print_tables(cases: list[dict], meta: dict) -> None:
         for r in c["first"]:
             cell = r.get("error") or f"{r['first_s']:.1f}"
             print(f"| {c['case']} | {r['variant']} | {cell} | {r.get('benchmarked', '-')} | {r.get('handler', '-')} |")
-    print("\n| case | variant | ms per call | x max-autotune (median of rounds) | q1-q3 | rel. err |")
-    print("|---|---|---|---|---|---|")
+    print("\n| case | variant | ms per call | x max-autotune (median of rounds) | q1-q3 | x eager (q1-q3) | rel. err |")
+    print("|---|---|---|---|---|---|---|")
     for c in cases:
         for r in c["steady"]:
             if "error" in r:
-                print(f"| {c['case']} | - | {r['error']} | | | |")
+                print(f"| {c['case']} | - | {r['error']} | | | | |")
                 continue
-            q = r["ratio_q1_q3"]
+            q, qe = r["ratio_q1_q3"], r.get("ratio_vs_eager_q1_q3")
             err = "-" if r.get("rel_err") is None else f"{r['rel_err']:.1e}"
+            vs_eager = f"{r['ratio_vs_eager']:.3f} ({qe[0]:.3f}-{qe[1]:.3f})" if qe else "-"
             print(f"| {c['case']} | {r['variant']} | {r['ms']:.3f} | {r['ratio_vs_max_autotune']:.3f} | "
-                  f"{q[0]:.3f}-{q[1]:.3f} | {err} |")
+                  f"{q[0]:.3f}-{q[1]:.3f} | {vs_eager} | {err} |")
     split = [(c["case"], r) for c in cases for r in c["steady"] if "kernels" in r]
     if split:
         print("\n| case | variant | GPU ms per call: gemm | attention | triton | other | kernels per call |")

@@ -29,7 +29,11 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
    choices Inductor benchmarked (`benchmark_probe`) and gemmtune's handler counts.
 2. **Steady state**, in one process: every variant compiled again from the caches of its first call,
    then timed in `--rounds` shuffled rounds of `--iters` forwards (CUDA events); ratios are medians of
-   per-round ratios to `max_autotune`, so drift that hits a round hits every variant.  With `--train`
+   per-round ratios to `max_autotune`, so drift that hits a round hits every variant; an eager variant
+   also gets its paired per-round ratio to plain `eager` (`ratio_vs_eager`: the eager target's reading),
+   and every row keeps its per-round ms (`round_ms`).  `eager_warmup_release` (steady only, from
+   `eager_warmup`'s store) is `gemmtune.warmup(model, x, release=True)`: layers whose problems all run
+   torch's op get `nn.Linear.forward` back.  With `--train`
    also one training step (forward, loss, backward) per call for `default`, `max_autotune` and
    `gemmtune`, in a second process after the forward one (caches new for these: a training compile is
    not a first-call target).  `--root DIR` keeps the caches in DIR: a later run with `--first ''` and
@@ -71,6 +75,7 @@ FIRST_DEFAULT = ("default", "max_autotune", "max_autotune_again", "gemmtune", "g
 STEADY = ("eager", "eager_warmup", "default", "max_autotune", "gemmtune", "gemmtune_warmup")
 STEADY_BREAKDOWN = ("default_cd", "autotune_gemm", "max_autotune_fed", "gemmtune_traced")
 TRAIN = ("default", "max_autotune", "gemmtune")
+STEADY_GROUP = {"eager_warmup_release": "ew"}  # steady-only variants timed from another variant's caches
 
 
 def cache_env(root: Path, group: str, phase: str) -> dict[str, str]:
@@ -101,10 +106,10 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
     if variant == "eager":
         return (lambda: output_of(model, inputs)), facts
     if variant.startswith("eager_warmup"):
-        report = gemmtune.warmup(model, *inputs, progress=False)
+        report = gemmtune.warmup(model, *inputs, progress=False, release=variant == "eager_warmup_release")
         facts.update(tuned=report.tuned, problems=len(report.rows), warmup_s=report.seconds,
                      forward_s=round(report.forward_s, 3), check_s=round(report.check_s, 3),
-                     winners=sorted({r.winner for r in report.rows}))
+                     winners=sorted({r.winner for r in report.rows}), released=len(report.released))
         return (lambda: output_of(model, inputs)), facts
     from torch._inductor import config as inductor_config
 
@@ -225,7 +230,7 @@ def steady_variants(model_name: str, m: int, variants: list[str], root: Path, tr
     fns: dict[str, Callable[[], Any]] = {}
     plan = [(v, False) for v in variants] + [(v, True) for v in (TRAIN if train else ())]
     for variant, training in plan:
-        group = FIRST.get(variant, (variant, "new"))[0]
+        group = STEADY_GROUP.get(variant) or FIRST.get(variant, (variant, "new"))[0]
         os.environ.update(cache_env(root, group + ("_train" if training else ""), "keep"))
         forget_stores()
         model = copy.deepcopy(base).train(training)
@@ -275,15 +280,35 @@ def steady_child(model_name: str, m: int, variants: list[str], root: Path, round
         for v in order:
             with torch.enable_grad() if v.endswith("+train") else torch.no_grad():
                 split[v] = model_rounds.kernel_split(fns[v])
-    rows = []
-    for v, ms in times.items():
-        ref_v = "max_autotune+train" if v.endswith("+train") else "max_autotune"
-        ratio = [a / b for a, b in zip(ms, times[ref_v])] if ref_v in times else [float("nan")]
-        rows.append({"model": model_name, "M": m, "variant": v, "ms": statistics.median(ms),
-                     "ratio_vs_max_autotune": statistics.median(ratio),
-                     "ratio_q1_q3": statistics.quantiles(ratio, n=4)[::2] if len(ratio) > 1 else ratio * 2,
-                     "rel_err": errs.get(v), **({"kernels": split[v]} if v in split else {})})
-    return rows
+    return [{"model": model_name, "M": m, "variant": v, **round_stats(v, times), "rel_err": errs.get(v),
+             **({"kernels": split[v]} if v in split else {})} for v in times]
+
+
+def _paired(ms: list[float], ref: list[float] | None) -> tuple[float, list[float]]:
+    """Median and quartiles (q1, q3) of the per-round ratios ms / ref; NaN without a reference."""
+    ratio = [a / b for a, b in zip(ms, ref)] if ref else [float("nan")]
+    return statistics.median(ratio), statistics.quantiles(ratio, n=4)[::2] if len(ratio) > 1 else ratio * 2
+
+
+def round_stats(variant: str, times: dict[str, list[float]]) -> dict[str, Any]:
+    """One variant's steady-state figures from every variant's per-round ms: its median ms, its per-round
+    ratios to max-autotune (the training step's to max-autotune's step) and, for an eager variant
+    where plain `eager` ran in the same rounds, its paired per-round ratios to plain eager.
+
+    Example:
+        >>> t = {"eager": [2.0, 2.2, 2.4], "eager_warmup": [1.8, 2.2, 2.4], "max_autotune": [1.0, 1.1, 1.2]}
+        >>> r = round_stats("eager_warmup", t)
+        >>> r["ms"], round(r["ratio_vs_max_autotune"], 3), r["ratio_vs_eager"]
+        (2.2, 2.0, 1.0)
+    """
+    ms = times[variant]
+    ref = "max_autotune+train" if variant.endswith("+train") else "max_autotune"
+    ratio, quartiles = _paired(ms, times.get(ref))
+    row: dict[str, Any] = {"ms": statistics.median(ms), "ratio_vs_max_autotune": ratio, "ratio_q1_q3": quartiles,
+                           "round_ms": [round(t, 4) for t in ms]}
+    if variant.startswith("eager") and "eager" in times:
+        row["ratio_vs_eager"], row["ratio_vs_eager_q1_q3"] = _paired(ms, times["eager"])
+    return row
 
 
 def spawn(args: list[str], env: dict[str, str], timeout: float) -> Any:

@@ -1,0 +1,46 @@
+"""bench/protocol.py's steady-state figures: each ratio is paired within a round, and an eager variant is
+also read against plain eager in the same rounds (the eager target's reading)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+spec = importlib.util.spec_from_file_location("protocol_under_test", ROOT / "bench" / "protocol.py")
+protocol = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(protocol)
+
+
+def test_ratios_are_paired_by_round_not_taken_of_medians():
+    # eager drifts 2x between rounds; the warm-up variant is 5 % faster in every round.
+    times = {"eager": [1.0, 2.0, 1.0, 2.0, 1.0], "eager_warmup": [0.95, 1.9, 0.95, 1.9, 0.95],
+             "max_autotune": [0.5, 0.5, 0.5, 0.5, 0.5]}
+    row = protocol.round_stats("eager_warmup", times)
+    assert math.isclose(row["ratio_vs_eager"], 0.95)
+    assert all(math.isclose(q, 0.95) for q in row["ratio_vs_eager_q1_q3"])
+    assert row["round_ms"] == [0.95, 1.9, 0.95, 1.9, 0.95]
+    assert math.isclose(row["ratio_vs_max_autotune"], 1.9)  # median of 1.9, 3.8, 1.9, 3.8, 1.9
+
+
+def test_a_training_step_is_read_against_max_autotunes_step_and_compiled_variants_not_against_eager():
+    times = {"eager": [3.0, 3.0, 3.0], "gemmtune": [1.0, 1.2, 1.1], "max_autotune": [1.0, 1.0, 1.0],
+             "gemmtune+train": [4.0, 4.4, 4.2], "max_autotune+train": [4.0, 4.0, 4.0]}
+    train = protocol.round_stats("gemmtune+train", times)
+    assert math.isclose(train["ratio_vs_max_autotune"], 1.05)
+    assert "ratio_vs_eager" not in protocol.round_stats("gemmtune", times)
+    assert "ratio_vs_eager" not in train
+
+
+def test_without_the_reference_in_the_rounds_the_ratio_is_nan_not_a_guess():
+    row = protocol.round_stats("eager_warmup", {"eager_warmup": [1.0, 1.1], "eager": [1.0, 1.0]})
+    assert math.isnan(row["ratio_vs_max_autotune"]) and all(math.isnan(q) for q in row["ratio_q1_q3"])
+    assert math.isclose(row["ratio_vs_eager"], 1.05)
+    assert "ratio_vs_eager" not in protocol.round_stats("eager_warmup", {"eager_warmup": [1.0]})
+
+
+def test_the_release_variant_is_timed_from_the_warm_up_variants_store():
+    assert protocol.STEADY_GROUP["eager_warmup_release"] == protocol.FIRST["eager_warmup"][0]
