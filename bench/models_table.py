@@ -29,12 +29,14 @@ RUNS = ("models_stack1_h200_2026-12-01.json", "models_stack1_gemv_autotune_h200_
         "models_stack512_h200_2026-12-04.json",
         "models_stack512_kernel_split_h200_2026-12-01.json", "models_prologue_h200_2026-12-01.json",
         "models_llama64_h200_2026-12-01.json", "models_llama64_first_calls_h200_2026-12-01_s5.json",
-        "models_llama64_first_calls_h200_2026-12-04.json")
+        "models_llama64_first_calls_h200_2026-12-04.json", "models_llama64_h200_2026-12-04.json",
+        "steady_stack512_h200_2026-12-04.json", "steady_eager_h200_2026-12-04.json")
 CASES = ("stack:1", "stack:64", "stack:512", "llama:64")
 BEGIN, END = "<!-- models-table -->", "<!-- /models-table -->"
 HEAD = ("| case | run | first call s: default / max-autotune | gemmtune cold (x max-autotune) "
         "| warm store (x default) | second start (x max-autotune's) | steady, x max-autotune: default / gemmtune "
-        "| training step: gemmtune | eager warm-up + first forward s: cold / warm store / warm store with kernels |\n|---|---|---|---|---|---|---|---|---|")
+        "| training step: gemmtune | eager warm-up + first forward s: cold / warm store / warm store with kernels "
+        "| eager after warm-up, x plain eager |\n|---|---|---|---|---|---|---|---|---|---|")
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -43,6 +45,18 @@ def _num(value: Any, fmt: str) -> str:
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or not b else a / b
+
+
+def eager_ratio(steady: list[dict]) -> str:
+    """`warmup` then eager over plain eager: the paired per-round ratio where the run kept it
+    (`ratio_vs_eager`), else "~" and the quotient of the two variants' medians of ratios to max-autotune."""
+    rows = {r["variant"]: r for r in steady}
+    warm, plain = rows.get("eager_warmup", {}), rows.get("eager", {})
+    if warm.get("ratio_vs_eager") is not None:
+        q = warm["ratio_vs_eager_q1_q3"]
+        return f"{warm['ratio_vs_eager']:.3f} ({q[0]:.3f}-{q[1]:.3f})"
+    derived = _ratio(warm.get("ratio_vs_max_autotune"), plain.get("ratio_vs_max_autotune"))
+    return "-" if derived is None or math.isnan(derived) else f"~{derived:.3f}"
 
 
 def row(case: dict, name: str) -> str | None:
@@ -61,6 +75,7 @@ def row(case: dict, name: str) -> str | None:
         _num(steady.get("gemmtune+train"), ".3f"),
         f"{_num(first.get('eager_warmup'), '.1f')} / {_num(first.get('eager_warmup_store'), '.1f')} / "
         f"{_num(first.get('eager_warmup_shared_store'), '.1f')}",
+        eager_ratio(case.get("steady", [])),
     ]
     return f"| {case['case']} | `{name}` | " + " | ".join(cells) + " |"
 

@@ -33,9 +33,19 @@ def test_each_row_is_one_run_and_its_ratios_come_from_it(tmp_path):
                      {"case": "stack:64", "first": [], "steady": []}]}
     (tmp_path / "r.json").write_text(__import__("json").dumps(run))
     lines = models_table.table(("r.json",), tmp_path).splitlines()
-    assert lines[2:] == ["| stack:1 | `r.json` | 6.0 / 30.0 | 9.0 (0.30) | 7.2 (1.20) | 0.40 | 1.200 / 0.990 | - | - / - / 1.3 |"]
+    assert lines[2:] == ["| stack:1 | `r.json` | 6.0 / 30.0 | 9.0 (0.30) | 7.2 (1.20) | 0.40 | 1.200 / 0.990 | - | - / - / 1.3 | - |"]
 
 
 def test_every_run_the_table_cites_is_in_the_results():
     for name in models_table.RUNS:
         assert (models_table.RESULTS / name).is_file(), name
+
+
+def test_the_eager_column_prefers_the_paired_ratio_and_marks_a_derived_one():
+    paired = [{"variant": "eager", "ratio_vs_max_autotune": 3.0, "ratio_vs_eager": 1.0},
+              {"variant": "eager_warmup", "ratio_vs_max_autotune": 2.7, "ratio_vs_eager": 1.017,
+               "ratio_vs_eager_q1_q3": [1.008, 1.024]}]
+    assert models_table.eager_ratio(paired) == "1.017 (1.008-1.024)"
+    derived = [{"variant": "eager", "ratio_vs_max_autotune": 3.0}, {"variant": "eager_warmup", "ratio_vs_max_autotune": 2.7}]
+    assert models_table.eager_ratio(derived) == "~0.900"
+    assert models_table.eager_ratio([{"variant": "gemmtune", "ratio_vs_max_autotune": 0.99}]) == "-"
