@@ -33,7 +33,8 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
    also gets its paired per-round ratio to plain `eager` (`ratio_vs_eager`: the eager target's reading),
    and every row keeps its per-round ms (`round_ms`).  `eager_warmup_release` (steady only, from
    `eager_warmup`'s store) is `gemmtune.warmup(model, x, release=True)`: layers whose problems all run
-   torch's op get `nn.Linear.forward` back.  With `--train`
+   torch's op get `nn.Linear.forward` back; `eager_copy` (steady only) is plain eager on its own copy of
+   the model, the A/A control of those ratios (two copies running the same code).  With `--train`
    also one training step (forward, loss, backward) per call for `default`, `max_autotune` and
    `gemmtune`, in a second process after the forward one (caches new for these: a training compile is
    not a first-call target).  `--root DIR` keeps the caches in DIR: a later run with `--first ''` and
@@ -103,13 +104,14 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
     facts: dict[str, Any] = {}
     mode = {"max_autotune": "max-autotune-no-cudagraphs", "max_autotune_again": "max-autotune-no-cudagraphs",
             "max_autotune_fed": "max-autotune-no-cudagraphs"}.get(variant)
-    if variant == "eager":
+    if variant in ("eager", "eager_copy"):  # eager_copy: the A/A control, plain eager on another copy
         return (lambda: output_of(model, inputs)), facts
     if variant.startswith("eager_warmup"):
         report = gemmtune.warmup(model, *inputs, progress=False, release=variant == "eager_warmup_release")
         facts.update(tuned=report.tuned, problems=len(report.rows), warmup_s=report.seconds,
                      forward_s=round(report.forward_s, 3), check_s=round(report.check_s, 3),
-                     winners=sorted({r.winner for r in report.rows}), released=len(report.released))
+                     winners=sorted({r.winner for r in report.rows}), runs=sorted({r.runs for r in report.rows}),
+                     released=len(report.released))
         return (lambda: output_of(model, inputs)), facts
     from torch._inductor import config as inductor_config
 
@@ -220,9 +222,10 @@ def _train_step(compiled: Callable[[], Any], model: Any) -> Callable[[], Any]:
 
 
 def steady_variants(model_name: str, m: int, variants: list[str], root: Path, train: bool,
-                    torch: Any, gemmtune: Any) -> dict[str, Callable[[], Any]]:
+                    torch: Any, gemmtune: Any, facts: dict[str, dict] | None = None) -> dict[str, Callable[[], Any]]:
     """Every variant of the steady-state process, each on its own copy of the model, compiled from the
-    caches its first call left (`root`), warmed up."""
+    caches its first call left (`root`), warmed up; what each reports goes into `facts` by variant
+    (a warm-up's winners, what runs after its in-model check, the layers it released)."""
     from gemmtune.store.locations import forget_stores
     from models import build
 
@@ -235,7 +238,9 @@ def steady_variants(model_name: str, m: int, variants: list[str], root: Path, tr
         forget_stores()
         model = copy.deepcopy(base).train(training)
         with torch.no_grad() if not training else torch.enable_grad():
-            fn, _ = compiled_variant(variant, model, inputs, torch, gemmtune)
+            fn, told = compiled_variant(variant, model, inputs, torch, gemmtune)
+            if facts is not None and told and not training:
+                facts[variant] = {k: v for k, v in told.items() if k != "handler"}
             fn = _train_step(fn, model) if training else fn
             for _ in range(3):
                 fn()
@@ -260,7 +265,8 @@ def steady_child(model_name: str, m: int, variants: list[str], root: Path, round
     import gemmtune
     from models import build, output_of, rel_err
 
-    fns = steady_variants(model_name, m, variants, root, train, torch, gemmtune)
+    told: dict[str, dict] = {}
+    fns = steady_variants(model_name, m, variants, root, train, torch, gemmtune, told)
     base, inputs = build(model_name, m)
     with torch.no_grad():
         ref = output_of(base, inputs)
@@ -281,7 +287,8 @@ def steady_child(model_name: str, m: int, variants: list[str], root: Path, round
             with torch.enable_grad() if v.endswith("+train") else torch.no_grad():
                 split[v] = model_rounds.kernel_split(fns[v])
     return [{"model": model_name, "M": m, "variant": v, **round_stats(v, times), "rel_err": errs.get(v),
-             **({"kernels": split[v]} if v in split else {})} for v in times]
+             **({"kernels": split[v]} if v in split else {}), **({"facts": told[v]} if v in told else {})}
+            for v in times]
 
 
 def _paired(ms: list[float], ref: list[float] | None) -> tuple[float, list[float]]:
