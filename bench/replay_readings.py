@@ -10,6 +10,10 @@ reports, per strategy, the regret of the final's pick measured against the exhau
 - `launch`: the cost with each host time within the noise of its template's median taken as that
   median (`launch_key`, what the final ranks by);
 - `gpu`: the GPU time alone (what `bench/compare.py` compares);
+- `gpu_pooled`: the GPU time with repeats pooled: a tiled Triton config's swizzles that give one tile
+  order on the problem (`templates.triton.base.tile_order`: every swizzle, with one row of tiles) run
+  the same kernel, so their readings are repeats, and each reads their median.  The spread of those
+  repeats (`repeats`: max - min over the median, per group) is the single readings' noise;
 
 and, for each strategy, its pick's regret against the exhaustive strategy's pick under the same final
 and the same readings (`vs_exhaustive_*`: what timing fewer choices loses), beside the share of
@@ -38,9 +42,10 @@ from gemmtune.offline.replay import decide  # noqa: E402
 from gemmtune.offline.simulate import default_specs, load, select_specs  # noqa: E402
 from gemmtune.search import ProblemDims  # noqa: E402
 from gemmtune.search.final import launch_key  # noqa: E402
+from gemmtune.templates.triton.base import cdiv, tile_order  # noqa: E402
 
 STRATEGIES = ("exhaustive", "default", "prescreen[x=5,swizzle=4]")
-READINGS = ("ms", "launch", "gpu")
+READINGS = ("ms", "launch", "gpu", "gpu_pooled")
 
 
 def readings(path: str) -> list[dict]:
@@ -53,12 +58,38 @@ def readings(path: str) -> list[dict]:
     return out
 
 
-def costs(shape, recorded: dict) -> dict[str, dict]:
-    """choice key -> its cost by each reading (`ms`, `launch`, `gpu`)."""
+def repeat_groups(shape, m: int) -> list[list]:
+    """The choices of `shape` that run one kernel: per binary, those whose swizzles give one tile order
+    on `m` rows (`tile_order`); a choice without a swizzle or a BLOCK_M is a group of its own."""
+    groups: dict[tuple, list] = {}
+    for c in shape.times:
+        swizzle, bm = c.runtime_dict.get("swizzle"), c.config_dict.get("BLOCK_M")
+        order = tile_order(swizzle, cdiv(m, bm)) if swizzle is not None and bm else c.key
+        groups.setdefault((c.binary_key, order), []).append(c)
+    return list(groups.values())
+
+
+def costs(shape, recorded: dict, m: int) -> dict[str, dict]:
+    """choice key -> its cost by each reading (`ms`, `launch`, `gpu`, `gpu_pooled` over `m` rows)."""
     timings = [recorded[c.key].timing(c, "final") for c in shape.times]
     key = launch_key(timings)
-    return {t.choice.key: {"ms": t.ms, "launch": key(t)[0], "gpu": t.gpu_ms if t.gpu_ms is not None else t.ms}
-            for t in timings}
+    out = {t.choice.key: {"ms": t.ms, "launch": key(t)[0], "gpu": t.gpu_ms if t.gpu_ms is not None else t.ms}
+           for t in timings}
+    for group in repeat_groups(shape, m):
+        pooled = statistics.median(out[c.key]["gpu"] for c in group)
+        for c in group:
+            out[c.key]["gpu_pooled"] = pooled
+    return out
+
+
+def repeat_spread(shape, recorded: dict, m: int) -> list[float]:
+    """(max - min) / median of the GPU readings of each group of repeats with two or more readings."""
+    spreads = []
+    for group in repeat_groups(shape, m):
+        gpu = [recorded[c.key].gpu_ms for c in group if recorded[c.key].gpu_ms is not None]
+        if len(gpu) > 1:
+            spreads.append((max(gpu) - min(gpu)) / statistics.median(gpu))
+    return spreads
 
 
 def pick(shape, spec, dims: ProblemDims, recorded: dict, with_readings: bool) -> tuple[str, int]:
@@ -89,8 +120,8 @@ def _cells(mine: list[dict], prefix: str) -> dict[str, tuple[float, float]]:
 def summarize(rows: list[dict], names: list[str]) -> list[dict]:
     """Per strategy and handed-on flag: max and median regret by each reading, against the best and
     against exhaustive's pick, and the share of choices timed (`runs_pct`, over every shape); printed."""
-    print(f"{'strategy':28} {'GPU/host':8} {'runs %':>6}  {'vs best: ms':>14} {'launch':>14} {'gpu':>14}"
-          f"  {'vs exhaustive: ms':>17} {'launch':>14} {'gpu':>14}")
+    print(f"{'strategy':28} {'GPU/host':8} {'runs %':>6}  {'vs best: ms':>14} {'launch':>14} {'gpu':>14} {'pooled':>14}"
+          f"  {'vs exhaustive: ms':>17} {'launch':>14} {'gpu':>14} {'pooled':>14}")
     summary = []
     for name in names:
         for handed in (False, True):
@@ -108,6 +139,22 @@ def summarize(rows: list[dict], names: list[str]) -> list[dict]:
     return summary
 
 
+def repeats_summary(spreads: dict[str, list[float]]) -> dict[str, dict]:
+    """Per shape with repeats: how many groups, and the median and 90th percentile of their spreads
+    (%); printed."""
+    out = {}
+    for name, got in spreads.items():
+        if got:
+            ranked = sorted(got)
+            out[name] = {"groups": len(got), "median_pct": 100 * statistics.median(got),
+                         "p90_pct": 100 * ranked[min(len(ranked) - 1, int(0.9 * len(ranked)))]}
+    if out:
+        print("repeats (one kernel read at several swizzles): spread (max - min) / median, %")
+        for name, r in out.items():
+            print(f"  {name:44} {r['groups']:4d} groups  median {r['median_pct']:6.2f}  p90 {r['p90_pct']:6.2f}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dataset")
@@ -116,9 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     shapes, dims = load(args.dataset)
     specs = select_specs(default_specs(shapes), args.strategy)
-    rows, costs_of = [], {}
+    rows, costs_of, spreads = [], {}, {}
     for shape, dim, recorded in zip(shapes, dims, readings(args.dataset)):
-        cost = costs_of[shape.name] = costs(shape, recorded)
+        cost = costs_of[shape.name] = costs(shape, recorded, dim.M)
+        spreads[shape.name] = repeat_spread(shape, recorded, dim.M)
         best = {r: min(c[r] for c in cost.values()) for r in READINGS}
         for spec in specs:
             for handed in (False, True):
@@ -130,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.dataset}: {len(shapes)} shapes; max (median) regret %, by each reading: against the best "
           "choice, and against the exhaustive strategy's pick (same final, same readings)")
     summary = summarize(rows, [spec.name for spec in specs])
+    repeats = repeats_summary(spreads)
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps({"dataset": args.dataset, "summary": summary, "rows": rows}, indent=1))
+        Path(args.json_path).write_text(json.dumps({"dataset": args.dataset, "summary": summary, "repeats": repeats,
+                                                    "rows": rows}, indent=1))
     return 0
 
 

@@ -48,15 +48,15 @@ def test_handed_the_readings_the_final_keeps_the_library_kernel_that_is_fastest_
 def test_the_launch_reading_ties_configs_of_one_template_on_their_median_launch(tmp_path):
     shapes, _ = replay_readings.load(str(_dataset(tmp_path / "d.jsonl")))
     (recorded,) = replay_readings.readings(str(tmp_path / "d.jsonl"))
-    cost = replay_readings.costs(shapes[0], recorded)
+    cost = replay_readings.costs(shapes[0], recorded, 16)
     triton = sorted(v["launch"] for k, v in cost.items() if "triton_mm" in k)
     assert triton == pytest.approx([0.0165, 0.0165])  # both within 25 % of their median host time: they cost it
     assert [v["launch"] for k, v in cost.items() if "aten_mm" in k] == pytest.approx([0.030])
 
 
 def test_a_strategys_pick_is_read_against_exhaustives_under_the_same_final_and_readings():
-    costs_of = {"p": {"lib": {"ms": 0.030, "launch": 0.030, "gpu": 0.010},
-                      "tri": {"ms": 0.016, "launch": 0.0165, "gpu": 0.012}}}
+    costs_of = {"p": {"lib": {"ms": 0.030, "launch": 0.030, "gpu": 0.010, "gpu_pooled": 0.010},
+                      "tri": {"ms": 0.016, "launch": 0.0165, "gpu": 0.012, "gpu_pooled": 0.012}}}
     rows = [{"shape": "p", "strategy": "exhaustive", "readings_handed_on": True, "pick": "lib"},
             {"shape": "p", "strategy": "prescreen", "readings_handed_on": True, "pick": "tri"},
             {"shape": "p", "strategy": "prescreen", "readings_handed_on": False, "pick": "tri"}]  # no exhaustive row
@@ -74,3 +74,47 @@ def test_the_summary_counts_the_share_of_choices_each_strategy_timed(tmp_path):
     summary = json.loads(out.read_text())["summary"]
     assert [s["runs_pct"] for s in summary] == [100.0, 100.0]  # exhaustive times all three choices
     assert all(s["vs_exhaustive_gpu_max_pct"] == 0.0 for s in summary)
+
+
+def _repeats_dataset(path: Path) -> Path:
+    """One 16-row problem: a 16-row tile at four swizzles (one kernel, read four times), a 32-row tile
+    at two, and the library kernel."""
+    def choice(template, cfg, swizzle, gpu):
+        extern = template == "aten_mm"
+        return {"template": template, "src_hash": None if extern else "h", "family": "extern" if extern else "triton",
+                "config": cfg, "runtime_params": {} if extern else {"swizzle": swizzle},
+                "ms": gpu, "gpu_ms": gpu, "host_ms": gpu / 2, "status": "ok"}
+    small = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "num_stages": 2, "num_warps": 1}
+    tall = dict(small, BLOCK_M=32)
+    meta = {"type": "meta", "format": "gemmtune-dataset/1", "device": "cuda"}
+    shape = {"type": "shape", "name": "p", "op": "mm", "M": 16, "K": 64, "N": 64, "batch": 1, "dtype": "bfloat16",
+             "problem_key": "mm 16x64x64", "choices": [
+                 choice("aten_mm", {}, None, 0.0125),
+                 *(choice("triton_mm", small, s, g) for s, g in ((1, 0.0130), (2, 0.0100), (4, 0.0132), (8, 0.0128))),
+                 *(choice("triton_mm", tall, s, g) for s, g in ((1, 0.0121), (8, 0.0123)))]}
+    path.write_text("\n".join(json.dumps(r) for r in (meta, shape)) + "\n")
+    return path
+
+
+def test_repeats_of_one_kernel_are_pooled_and_their_spread_is_the_noise(tmp_path):
+    data = _repeats_dataset(tmp_path / "d.jsonl")
+    shapes, dims = replay_readings.load(str(data))
+    (recorded,) = replay_readings.readings(str(data))
+    assert dims[0].M == 16
+    groups = sorted(len(g) for g in replay_readings.repeat_groups(shapes[0], dims[0].M))
+    assert groups == [1, 2, 4]  # the library kernel; both tiles fill one row of tiles at every swizzle
+    cost = replay_readings.costs(shapes[0], recorded, dims[0].M)
+    lucky = next(k for k in cost if "swizzle=2" in k)
+    assert cost[lucky]["gpu"] == pytest.approx(0.0100)  # the single reading: the fastest of all
+    assert cost[lucky]["gpu_pooled"] == pytest.approx(0.0129)  # the median of its kernel's four readings
+    assert min(cost, key=lambda k: cost[k]["gpu_pooled"]).startswith("triton_mm_bk32_bm32")
+    spread = sorted(replay_readings.repeat_spread(shapes[0], recorded, dims[0].M))
+    assert spread == pytest.approx([0.0002 / 0.0122, 0.0032 / 0.0129])
+
+
+def test_with_more_rows_than_a_tile_the_swizzles_are_kernels_of_their_own(tmp_path):
+    data = _repeats_dataset(tmp_path / "d.jsonl")
+    shapes, _ = replay_readings.load(str(data))
+    assert sorted(len(g) for g in replay_readings.repeat_groups(shapes[0], 128)) == [1, 1, 1, 1, 1, 1, 1]
+    # on 4 rows of 16-row tiles, swizzles 4 and 8 both take the whole grid as one group: one kernel
+    assert sorted(len(g) for g in replay_readings.repeat_groups(shapes[0], 64)) == [1, 1, 1, 1, 1, 2]

@@ -165,17 +165,21 @@ def _final_order(finalists: Sequence[Choice], times: Sequence[float], records: M
 
 
 HOST_NOISE = 0.25
-"""Host launch times within this fraction of their template's median are that median (`launch_key`)."""
+"""Host launch times up to this fraction above their template's median, and every one below it, are
+that median (`launch_key`)."""
 
 
 def launch_key(timings: Sequence[Timing]) -> Callable[[Timing], tuple[float, float]]:
     """The sort key of GPU timings whose cost counts the host (`count_host_overhead`): the cost with each
-    host time within `HOST_NOISE` of its template's median taken as that median, then the GPU time.
+    host time below its template's median, or above it by at most `HOST_NOISE`, taken as that median,
+    then the GPU time.
 
     Every config of a template launches through the same launcher, so their host times differ by noise
     only; where a kernel runs shorter than its launch, the cost is that launch for all of them, and
     the raw costs ranked them by the host's noise.  Here they tie on the launch, and the fastest on
-    the GPU comes first (no slower eagerly, faster where launches cost less: a compiled graph).
+    the GPU comes first (no slower eagerly, faster where launches cost less: a compiled graph).  A
+    host time far below the median is that noise too (one lucky reading, not a cheaper launcher), so
+    it ties as well; one far above it keeps its own time, which may be a real cost.
     Timings without GPU and host times (CPU), or a set timed without counting the host, keep their
     `ms`.
 
@@ -186,6 +190,9 @@ def launch_key(timings: Sequence[Timing]) -> Callable[[Timing], tuple[float, flo
         >>> ts = [t(1, 0.010, 0.0172), t(2, 0.013, 0.0160), t(3, 0.030, 0.0168)]  # raw costs rank 2, 1, 3
         >>> [m.choice.config_dict["c"] for m in launch_ranked(ts)]  # 1 and 2 tie on the launch: 1 is faster
         [1, 2, 3]
+        >>> lucky = [t(1, 0.010, 0.0200), t(2, 0.0119, 0.0135), t(3, 0.011, 0.0210)]  # 2's launch read low once
+        >>> [m.choice.config_dict["c"] for m in launch_ranked(lucky)]  # all tie on the launch: by GPU time
+        [1, 3, 2]
     """
     timed = [t for t in timings if t.ms is not None and t.gpu_ms is not None and t.host_ms is not None]
     counted = all(t.ms >= max(t.gpu_ms, t.host_ms) * (1 - 1e-9) for t in timed)  # type: ignore[operator, type-var]
@@ -199,7 +206,7 @@ def launch_key(timings: Sequence[Timing]) -> Callable[[Timing], tuple[float, flo
         if not counted or t.gpu_ms is None or t.host_ms is None or t.ms is None:
             return ms, ms
         floor = floors.get(t.choice.template_uid, t.host_ms)
-        host = floor if abs(t.host_ms - floor) <= HOST_NOISE * floor else t.host_ms
+        host = floor if t.host_ms - floor <= HOST_NOISE * floor else t.host_ms
         return max(t.gpu_ms, host), t.gpu_ms
     return key
 
