@@ -11,7 +11,7 @@ reports, per strategy, the regret of the final's pick measured against the exhau
   median (`launch_key`, what the final ranks by);
 - `gpu`: the GPU time alone (what `bench/compare.py` compares);
 - `gpu_pooled`: the GPU time with repeats pooled: a tiled Triton config's swizzles that give one tile
-  order on the problem (`templates.triton.base.tile_order`: every swizzle, with one row of tiles) run
+  order on the problem (`templates.base.tile_order`: every swizzle, with one row of tiles) run
   the same kernel, so their readings are repeats, and each reads their median.  The spread of those
   repeats (`repeats`: max - min over the median, per group) is the single readings' noise;
 
@@ -42,7 +42,7 @@ from gemmtune.offline.replay import decide  # noqa: E402
 from gemmtune.offline.simulate import default_specs, load, select_specs  # noqa: E402
 from gemmtune.search import ProblemDims  # noqa: E402
 from gemmtune.search.final import launch_key  # noqa: E402
-from gemmtune.templates.triton.base import cdiv, tile_order  # noqa: E402
+from gemmtune.templates.base import kernel_key  # noqa: E402
 
 STRATEGIES = ("exhaustive", "default", "prescreen[x=5,swizzle=4]")
 READINGS = ("ms", "launch", "gpu", "gpu_pooled")
@@ -59,13 +59,11 @@ def readings(path: str) -> list[dict]:
 
 
 def repeat_groups(shape, m: int) -> list[list]:
-    """The choices of `shape` that run one kernel: per binary, those whose swizzles give one tile order
-    on `m` rows (`tile_order`); a choice without a swizzle or a BLOCK_M is a group of its own."""
+    """The choices of `shape` that run one kernel on `m` rows (`templates.base.kernel_key`: a tiled
+    Triton binary's swizzles of one tile order); every other choice is a group of its own."""
     groups: dict[tuple, list] = {}
     for c in shape.times:
-        swizzle, bm = c.runtime_dict.get("swizzle"), c.config_dict.get("BLOCK_M")
-        order = tile_order(swizzle, cdiv(m, bm)) if swizzle is not None and bm else c.key
-        groups.setdefault((c.binary_key, order), []).append(c)
+        groups.setdefault(kernel_key(c, m), []).append(c)
     return list(groups.values())
 
 

@@ -13,7 +13,8 @@ if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from gemmtune.templates.triton.base import SWIZZLES, tile_order  # noqa: E402
+from gemmtune.templates.base import tile_order  # noqa: E402
+from gemmtune.templates.triton.base import SWIZZLES  # noqa: E402
 from gemmtune.templates.triton.common_kernel import swizzled_tile  # noqa: E402
 
 

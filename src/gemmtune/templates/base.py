@@ -135,6 +135,37 @@ class Template(ABC):
         return f"<{type(self).__name__} uid={self.uid} src_hash={(self.src_hash or 'None')[:12]}>"
 
 
+def tile_order(swizzle: int, grid_m: int) -> int:
+    """Which order of output tiles a swizzle gives on `grid_m` rows of tiles (`cdiv(M, BLOCK_M)`): two
+    swizzles with the same value launch the same programs on the same tiles (the Triton kernels'
+    `swizzled_tile`: a group of `swizzle` rows as tall as the grid or taller is the whole grid).  So
+    with one row of tiles every swizzle runs the same kernel, and their timings are repeats.
+
+    Example:
+        >>> [tile_order(s, 1) for s in (1, 2, 4, 8)], [tile_order(s, 2) for s in (1, 2, 4, 8)]
+        ([1, 1, 1, 1], [1, 2, 2, 2])
+    """
+    return min(swizzle, max(1, grid_m))
+
+
+def kernel_key(choice: Choice, m: int | None) -> tuple:
+    """What `choice` runs on a problem of `m` rows (per batch): choices with one key run one kernel.  A
+    tiled Triton choice (a BLOCK_M and a runtime `swizzle`) is its binary and its `tile_order`; any
+    other choice, or `m` unknown (None), is a kernel of its own.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice, as_params
+        >>> tile = lambda s: Choice("triton_mm", "h", as_params({"BLOCK_M": 16}), as_params({"swizzle": s}),
+        ...                         family="triton")
+        >>> kernel_key(tile(1), 16) == kernel_key(tile(8), 16), kernel_key(tile(1), 64) == kernel_key(tile(8), 64)
+        (True, False)
+    """
+    swizzle, bm = choice.runtime_dict.get("swizzle"), choice.config_dict.get("BLOCK_M")
+    if m is None or choice.family != "triton" or not isinstance(swizzle, int) or not isinstance(bm, int) or bm < 1:
+        return (choice.key,)
+    return choice.binary_key, tile_order(swizzle, -(-m // bm))
+
+
 def _product(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     combos: list[dict[str, Any]] = [{}]
     for name, values in sorted(space.items()):

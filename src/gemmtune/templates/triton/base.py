@@ -36,18 +36,6 @@ SWIZZLES = (1, 2, 4, 8)
 """Values of the runtime tile swizzle (GROUP_M) of the tiled templates."""
 
 
-def tile_order(swizzle: int, grid_m: int) -> int:
-    """Which order of output tiles a swizzle gives on `grid_m` rows of tiles (`cdiv(M, BLOCK_M)`): two
-    swizzles with the same value launch the same programs on the same tiles (the kernels'
-    `swizzled_tile`: a group of `swizzle` rows as tall as the grid or taller is the whole grid).  So
-    with one row of tiles every swizzle runs the same kernel, and their timings are repeats.
-
-    Example:
-        >>> [tile_order(s, 1) for s in SWIZZLES], [tile_order(s, 2) for s in SWIZZLES]
-        ([1, 1, 1, 1], [1, 2, 2, 2])
-    """
-    return min(swizzle, max(1, grid_m))
-
 # Stage-1 swizzle for prescreening: on the recorded H200 replay data (docs/PERFORMANCE.md,
 # 26 shapes) swizzle 8 kept the exhaustive winner in the top 5 on every shape,
 # while swizzle 1 or 2 lost 1.6% on one odd shape.
