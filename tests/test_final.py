@@ -243,3 +243,22 @@ def test_budgeted_is_default_under_the_budget_of_runs():
     plan = plan_for(Settings(strategy="budgeted", budget_runs=5, top_x=7), _cpu_problem())
     assert plan.name == "budgeted" and plan.asked == "budgeted" and plan.strategy is STRATEGIES["prescreen"]
     assert plan.budget.runs == 5 and plan.options.top_x == Settings().top_x
+
+
+def test_one_launch_that_read_low_does_not_beat_kernels_faster_on_the_gpu():
+    # Three Triton finalists shorter than their launch (about 20 us, one launcher); the third's launch read
+    # 13.5 us once.  The first is fastest on the GPU: the lucky reading ties on the launch and loses.
+    a, b, lucky = gen(16), gen(32), gen(64)
+    final = {a: (0.0200, 0.0108, 0.0200), b: (0.0210, 0.0110, 0.0210), lucky: (0.0135, 0.0119, 0.0135),
+             LIB: (0.0300, 0.0130, 0.0300)}
+    pick, _ = run_final(final)
+    assert pick == a
+
+
+def test_a_launch_far_above_its_templates_median_keeps_its_own_time():
+    # The same, but the GPU-fastest one's launch read 40 us, twice the others': that may be a real cost.
+    a, b, c = gen(16), gen(32), gen(64)
+    final = {a: (0.0400, 0.0108, 0.0400), b: (0.0200, 0.0110, 0.0200), c: (0.0210, 0.0115, 0.0210),
+             LIB: (0.0500, 0.0130, 0.0500)}  # a slower library launch: `a` could still beat it
+    pick, _ = run_final(final)
+    assert pick == b
