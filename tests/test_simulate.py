@@ -335,3 +335,31 @@ def test_simulate_with_no_arguments_prints_the_table_from_shipped_data(capsys):
     assert main(["simulate", "--strategy", "default", "exhaustive"]) == 0
     out = capsys.readouterr().out
     assert "24 shapes" in out and "default" in out and "exhaustive" in out
+
+
+def _tile(bn, swizzle):
+    return Choice("triton_mm", "h", as_params({"BLOCK_M": 16, "BLOCK_N": bn}), as_params({"swizzle": swizzle}),
+                  family="triton")
+
+
+def test_pooled_regret_reads_the_pick_by_its_kernels_repeats_not_its_luckiest_reading():
+    # 16 rows: each tile's four swizzles run one kernel.  Tile 32 is faster (1.00) but tile 16 read low once
+    # (0.95), so every search picks that reading; its kernel's median is 1.10.
+    times = {**{_tile(16, s): ms for s, ms in zip((1, 2, 4, 8), (1.10, 0.95, 1.12, 1.10))},
+             **{_tile(32, s): ms for s, ms in zip((1, 2, 4, 8), (1.00, 1.01, 0.99, 1.00))}}
+    shape = ReplayShape((16, 64, 64), times, name="p")
+    dims = [sim.ProblemDims(16, 64, 64)]
+    spec = sim.StrategySpec("exhaustive", "exhaustive")
+    single = sim.simulate([shape], [spec], dims)["exhaustive"].per_shape[0]
+    pooled = sim.simulate([shape], [spec], dims, pooled=True)["exhaustive"].per_shape[0]
+    assert single.regret_pct == 0.0 and "bn16" in single.winner
+    assert pooled.regret_pct == pytest.approx(10.0)  # 1.10 against tile 32's 1.00
+    # with 128 rows (8 rows of tiles) every swizzle orders the tiles its own way: nothing is pooled
+    assert sim.pooled_times(shape, 128) == times
+
+
+def test_cli_pooled(sweep_path, tmp_path):
+    assert simulate_main(["--dataset", str(sweep_path), "--strategy", "exhaustive", "--pooled",
+                          "--json", str(tmp_path / "r.json")]) == 0
+    (row,) = json.loads((tmp_path / "r.json").read_text())["strategies"]
+    assert row["name"] == "exhaustive" and row["max_regret_pct"] >= 0.0

@@ -14,15 +14,18 @@ import argparse
 import itertools
 import json
 import math
+import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..core.choices import Choice
 from ..core.inputs import OPS, parse_dtype
 from ..measure.timers import planned_runs
 from ..pipeline.plan import default_options, template_stage1
 from ..search import ALIASES, STRATEGIES, Options, PrescreenOptions, ProblemDims, for_device
 from ..search.final import FinalRule
+from ..templates.base import kernel_key
 from .dataset import ReplayShape, load_dataset, read_lines
 from .replay import decide
 from .simulate_report import plot_regret_vs_work, render_table
@@ -81,9 +84,31 @@ def choice_seconds(ms: float, rep_ms: float = 10.0, flush_ms: float = FLUSH_MS, 
     return (ms + planned_runs(ms, flush_ms, rep_ms, min_reps, max_reps) * (ms + flush_ms)) / 1e3
 
 
+def pooled_times(shape: ReplayShape, m: int) -> dict[Choice, float]:
+    """Each timed choice's recorded time as the median over its kernel's repeats on `m` rows: choices
+    that run one kernel (`templates.base.kernel_key`: with one row of tiles, every swizzle of a Triton
+    tile) were timed several times, and their single readings differ by the timer's noise only.
+
+    Example:
+        >>> from gemmtune.core.choices import as_params
+        >>> tile = lambda s: Choice("triton_mm", "h", as_params({"BLOCK_M": 16}), as_params({"swizzle": s}),
+        ...                         family="triton")
+        >>> s = ReplayShape((16, 64, 64), {tile(1): 1.0, tile(2): 0.8, tile(4): 1.1, Choice("lib", None): 0.95})
+        >>> sorted(pooled_times(s, 16).values())
+        [0.95, 1.0, 1.0, 1.0]
+    """
+    groups: dict[tuple, list[Choice]] = {}
+    for c, ms in shape.times.items():
+        if ms is not None:
+            groups.setdefault(kernel_key(c, m), []).append(c)
+    return {c: statistics.median(shape.times[x] for x in group) for group in groups.values() for c in group}
+
+
 def run_one(shape: ReplayShape, spec: StrategySpec, dims: ProblemDims, parallel: int = 16,
-            rep_ms: float = 10.0) -> ShapeResult:
-    """Replay `spec` on one shape, its final step included.
+            rep_ms: float = 10.0, pooled: bool = False) -> ShapeResult:
+    """Replay `spec` on one shape, its final step included.  The search and the final see the single
+    recorded readings; `pooled` reads the pick's regret by `pooled_times` instead (the best choice
+    too), so that a repeat that read low is not the yardstick.
 
     Example:
         >>> from gemmtune.core.choices import Choice
@@ -93,7 +118,9 @@ def run_one(shape: ReplayShape, spec: StrategySpec, dims: ProblemDims, parallel:
         ('lib', 0.503)
     """
     d = decide(shape, spec.registered, spec.options_for(shape, dims), spec.final, spec.runs_for(shape))
-    regret = 100.0 * (shape.times[d.pick] / shape.best_ms - 1.0) if d.pick is not None else math.inf
+    truth = pooled_times(shape, dims.M) if pooled else shape.times
+    best = min(v for v in truth.values() if v is not None)
+    regret = 100.0 * (truth[d.pick] / best - 1.0) if d.pick is not None else math.inf
     binaries = {c.binary_key for c in d.timed if not c.is_extern}
     est = sum(shape.compile_s.get(k, 0.0) for k in binaries) / max(1, parallel)
     est += sum(choice_seconds(ms, rep_ms) for ms in (shape.times.get(c) for c in d.timed) if ms)
@@ -102,8 +129,10 @@ def run_one(shape: ReplayShape, spec: StrategySpec, dims: ProblemDims, parallel:
 
 
 def simulate(shapes: Sequence[ReplayShape], strategies: Sequence[StrategySpec],
-             dims: Sequence[ProblemDims] | None = None, parallel: int = 16, rep_ms: float = 10.0) -> SimulationReport:
-    """Replay every strategy on every shape; `dims` default to (M, N, K), batch 1, 2-byte elements.
+             dims: Sequence[ProblemDims] | None = None, parallel: int = 16, rep_ms: float = 10.0,
+             pooled: bool = False) -> SimulationReport:
+    """Replay every strategy on every shape; `dims` default to (M, N, K), batch 1, 2-byte elements;
+    `pooled`: regret read by `pooled_times` (see `run_one`).
 
     Example:
         >>> from gemmtune.core.choices import Choice
@@ -114,7 +143,7 @@ def simulate(shapes: Sequence[ReplayShape], strategies: Sequence[StrategySpec],
     """
     dims = list(dims) if dims is not None else [ProblemDims(s.shape[0], s.shape[2], s.shape[1]) for s in shapes]
     return SimulationReport(tuple(
-        StrategyResult(spec.name, tuple(run_one(s, spec, d, parallel, rep_ms) for s, d in zip(shapes, dims)))
+        StrategyResult(spec.name, tuple(run_one(s, spec, d, parallel, rep_ms, pooled) for s, d in zip(shapes, dims)))
         for spec in strategies))
 
 
@@ -235,6 +264,9 @@ def _parser() -> argparse.ArgumentParser:
                    "PATH-OP.png, when the data holds several)")
     p.add_argument("--no-library", action="store_true", help="drop library kernels: regret of the template search alone")
     p.add_argument("--parallel", type=int, default=16, help="compile workers assumed by est_tuning_s")
+    p.add_argument("--pooled", action="store_true",
+                   help="read regret against the median of each kernel's repeats (every swizzle of a tile with "
+                        "one row of tiles runs one kernel), not against single readings")
     return p
 
 
@@ -261,7 +293,7 @@ def simulate_main(argv: Sequence[str] | None = None) -> int:
         for op, (op_shapes, op_dims) in groups.items():
             specs = default_specs(op_shapes)
             reports[op] = simulate(op_shapes, select_specs(specs, args.strategy) if args.strategy else specs, op_dims,
-                                   args.parallel)
+                                   args.parallel, pooled=args.pooled)
             console.print(render_table(reports[op], title=f"gemmtune simulate: {len(op_shapes)} shapes ({op})"))
         _write(reports, args.json_path, args.plot)
     except (ValueError, OSError, RuntimeError) as exc:
