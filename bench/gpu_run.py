@@ -220,6 +220,9 @@ JOBS: dict[str, Job] = {
                                   _fp8_compare(FP8_INDUCTOR_2, "10"), 440),
     "fp8-sweep": Job("gemmtune sweep of the fp8 suite's Llama-3-8B shapes at M = 16 and 128 (16 problems)",
                      _fp8_sweep(FP8_SWEEP), 540),
+    "fp8-sweep-m16-rounds": Job("gemmtune sweep of the fp8 suite's Llama-3-8B shapes at M = 16 (8 problems), "
+                                "every correct choice then re-timed in 10 interleaved rounds (--rounds 10): "
+                                "readings a replay can rank by", (*_fp8_sweep(FP8_SWEEP_M16), "--rounds", "10"), 560),
     "fp8-sweep-m16": Job("gemmtune sweep of the fp8 suite's Llama-3-8B shapes at M = 16 (8 problems), the skinny "
                          "configs in the space", _fp8_sweep(FP8_SWEEP_M16), 400),
     "compare-fp8-m16": Job("bench/compare.py on the 8 fp8 shapes at M = 16 that Inductor ran on before, Inductor "

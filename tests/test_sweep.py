@@ -80,3 +80,35 @@ def test_a_last_line_cut_short_by_a_kill_is_dropped_and_its_shape_recorded_again
     assert "dropped a last line cut short" in printed and "a: already recorded, skipped" in printed
     assert "recorded 1 new shapes" in printed
     assert [json.loads(line)["name"] for line in out.read_text().splitlines()[1:]] == ["a", "b"]
+
+
+def test_sweep_rounds_re_times_the_choices_interleaved_and_records_their_spread(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert main(["sweep", "--suite", str(suite(tmp_path)), "--out", str(out), "--device", "cpu", "--only", "a",
+                 "--backends", "extern,numpy", "--rounds", "5"]) == 0
+    meta, rec = [json.loads(line) for line in out.read_text().splitlines()]
+    assert meta["timer"]["rounds"] == 5
+    timed = [c for c in rec["choices"] if c["ms"] is not None]
+    assert len(timed) >= 2
+    # on CPU the choices within 2x of the fastest are re-timed interleaved; the fastest always is
+    again = [c for c in timed if c["interleaved"]]
+    assert min(timed, key=lambda c: c["ms"]) in again
+    assert all(c["spread"] is not None and c["spread"] >= 0.0 for c in again)
+    assert all(not c["interleaved"] for c in timed if c not in again)
+    _, shapes = load_dataset(out)
+    assert replay(shapes[0], "exhaustive", ExhaustiveOptions()).regret_pct == 0.0
+
+
+def test_a_plain_sweep_keeps_each_choices_own_timing_but_the_finals(tmp_path, capsys):
+    out = tmp_path / "p.jsonl"
+    assert main(["sweep", "--suite", str(suite(tmp_path)), "--out", str(out), "--device", "cpu", "--only", "a"]) == 0
+    meta, rec = [json.loads(line) for line in out.read_text().splitlines()]
+    assert meta["timer"]["rounds"] == 0
+    again = [c for c in rec["choices"] if c["interleaved"]]
+    assert len(again) <= 2 < len(rec["choices"])  # the final's own: the pick and the library kernel at most
+
+
+def test_sweep_rounds_refuses_a_negative_count(tmp_path, capsys):
+    assert main(["sweep", "--suite", str(suite(tmp_path)), "--out", str(tmp_path / "n.jsonl"), "--device", "cpu",
+                 "--rounds", "-1"]) == 2
+    assert "--rounds" in capsys.readouterr().err

@@ -92,6 +92,9 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--gpus", type=int, default=None,
                    help="on cuda: deal the shapes across at most N of the visible GPUs, one worker process each "
                    "(default: every visible GPU; 1: one GPU; docs/SCALE.md)")
+    w.add_argument("--rounds", type=int, default=0,
+                   help="then re-time every correct choice in N interleaved rounds and record their median and "
+                   "spread (default 0: each choice's own timing; on cpu only those within 2x of the fastest)")
 
 
 def add_cache_parser(sub: argparse._SubParsersAction) -> None:

@@ -6,7 +6,11 @@ each choice's time is the timer's own measurement.  The library kernel is
 timed before and after the shape as a drift marker.  Lines are appended and
 flushed one shape at a time; a rerun skips shapes already in the file, so an
 interrupted sweep continues where it stopped (a last line cut short by a kill
-is dropped first).  A scaled_mm shape is recorded as the other ops are, its
+is dropped first).  With `rounds` (`--rounds N`) every correct choice is then
+re-timed in N interleaved rounds, as tune's final re-times its finalists, and
+its record holds that median and its spread: one reading per choice is noisy
+where kernels are short (docs/FP8.md, "Repeats of one kernel"); on CPU only the
+choices within 2x of the fastest are re-timed (`Bench.retime`).  A scaled_mm shape is recorded as the other ops are, its
 record holding what keys it besides the shape: scales, output dtype, fast
 accumulation (docs/DATASET.md).
 """
@@ -30,6 +34,9 @@ from ..core.settings import Settings
 from ..store.sqlite import env_info
 from ..templates.base import Template
 from .suite import ProblemSpec
+
+EVERY = 1_000_000
+"""`finalists` for a sweep with `rounds`: every correct choice reaches the interleaved re-time."""
 
 LIBRARY = {"mm": "torch.mm", "bmm": "torch.bmm", "addmm": "torch.addmm", "scaled_mm": "torch._scaled_mm"}
 """The library call timed before and after each shape of an op: the sweep's drift marker."""
@@ -80,22 +87,28 @@ def _header(out: Path, device: str, settings: Settings, timer, command: str) -> 
                                 "cpu_rep_ms": settings.cpu_rep_ms, "min_reps": settings.min_reps,
                                 "max_reps": settings.max_reps, "l2_flush": settings.l2_flush if device.startswith("cuda") else None,
                                 "count_host_overhead": settings.count_host_overhead,
-                                "statistic": "median"},
+                                "statistic": "median",
+                                "rounds": settings.finalist_rounds if settings.finalists == EVERY else 0},
                       "command": command})
 
 
 def sweep(specs: Sequence[ProblemSpec], out: str | Path, device: str, settings: Settings | None = None,
           log: Callable[[str], None] = print, command: str = "", slots: Sequence[Any] = (),
-          templates: Sequence[Template] | None = None) -> int:
+          templates: Sequence[Template] | None = None, rounds: int = 0) -> int:
     """Record `specs` into the dataset `out`; returns how many shapes were added.  `slots` (more than
     one GPU of the host, `offline.gpus.slots_for`): the shapes are dealt across those of `device`'s kind.
     `templates` replaces the pool the device's families give (as `gemmtune.tune`'s own argument).
+    `rounds` > 0: every correct choice re-timed in that many interleaved rounds (module docstring).
 
     Example:
         sweep(load_suite("bench/shapes_fp8.json"), "fp8.jsonl", "cuda")
     """
     out = Path(out)
-    settings = (settings or Settings()).with_(strategy="exhaustive", finalists=1, store="off")
+    if rounds < 0:
+        raise ValueError(f"sweep: rounds must be 0 (each choice's own timing) or more, got {rounds}")
+    settings = (settings or Settings()).with_(strategy="exhaustive", store="off",
+                                              **({"finalists": EVERY, "finalist_rounds": rounds} if rounds else
+                                                 {"finalists": 1}))
     keys = [f"{spec.name}|{spec.kernel_inputs(spec.tensors(device)).problem_key}" for spec in specs]  # checks all
     timer = timer_for(device, settings)
     done = _done(out, log)
@@ -161,8 +174,9 @@ def record_shape(spec: ProblemSpec, device: str, settings: Settings, timer: Any,
     compile_s = getattr(sel, "binary_seconds", {})
     choices = [{"template": t.choice.template_uid, "src_hash": t.choice.src_hash, "family": t.choice.family,
                 "config": t.choice.config_dict, "runtime_params": t.choice.runtime_dict, "ms": t.ms,
-                "status": t.status, "gpu_ms": t.gpu_ms, "host_ms": t.host_ms,
-                "compile_s": compile_s.get(t.choice.binary_key)} for t in sel.timings]
+                "status": t.status, "gpu_ms": t.gpu_ms, "host_ms": t.host_ms, "spread": t.spread,
+                "interleaved": t.stage == "finalist", "compile_s": compile_s.get(t.choice.binary_key)}
+               for t in sel.timings]
     record = {"type": "shape", **problem_fields(spec), "problem_key": ki.problem_key,
               "drift": {"library": LIBRARY[spec.op], "start_ms": start_ms, "end_ms": end_ms},
               "compile_total_s": sel.compile_s, "wall_s": time.perf_counter() - t0, "choices": choices}
