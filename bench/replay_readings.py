@@ -39,10 +39,9 @@ if str(ROOT / "src") not in sys.path:
 from gemmtune.measure.measurement import Measurement  # noqa: E402
 from gemmtune.offline.dataset import choice_from, read_lines  # noqa: E402
 from gemmtune.offline.replay import decide  # noqa: E402
-from gemmtune.offline.simulate import default_specs, load, select_specs  # noqa: E402
+from gemmtune.offline.simulate import default_specs, load, repeat_groups, select_specs  # noqa: E402
 from gemmtune.search import ProblemDims  # noqa: E402
 from gemmtune.search.final import launch_key  # noqa: E402
-from gemmtune.templates.base import kernel_key  # noqa: E402
 
 STRATEGIES = ("exhaustive", "default", "prescreen[x=5,swizzle=4]")
 READINGS = ("ms", "launch", "gpu", "gpu_pooled")
@@ -58,22 +57,13 @@ def readings(path: str) -> list[dict]:
     return out
 
 
-def repeat_groups(shape, m: int) -> list[list]:
-    """The choices of `shape` that run one kernel on `m` rows (`templates.base.kernel_key`: a tiled
-    Triton binary's swizzles of one tile order); every other choice is a group of its own."""
-    groups: dict[tuple, list] = {}
-    for c in shape.times:
-        groups.setdefault(kernel_key(c, m), []).append(c)
-    return list(groups.values())
-
-
 def costs(shape, recorded: dict, m: int) -> dict[str, dict]:
     """choice key -> its cost by each reading (`ms`, `launch`, `gpu`, `gpu_pooled` over `m` rows)."""
     timings = [recorded[c.key].timing(c, "final") for c in shape.times]
     key = launch_key(timings)
     out = {t.choice.key: {"ms": t.ms, "launch": key(t)[0], "gpu": t.gpu_ms if t.gpu_ms is not None else t.ms}
            for t in timings}
-    for group in repeat_groups(shape, m):
+    for group in repeat_groups(list(shape.times), m):
         pooled = statistics.median(out[c.key]["gpu"] for c in group)
         for c in group:
             out[c.key]["gpu_pooled"] = pooled
@@ -83,7 +73,7 @@ def costs(shape, recorded: dict, m: int) -> dict[str, dict]:
 def repeat_spread(shape, recorded: dict, m: int) -> list[float]:
     """(max - min) / median of the GPU readings of each group of repeats with two or more readings."""
     spreads = []
-    for group in repeat_groups(shape, m):
+    for group in repeat_groups(list(shape.times), m):
         gpu = [recorded[c.key].gpu_ms for c in group if recorded[c.key].gpu_ms is not None]
         if len(gpu) > 1:
             spreads.append((max(gpu) - min(gpu)) / statistics.median(gpu))

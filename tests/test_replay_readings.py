@@ -101,7 +101,7 @@ def test_repeats_of_one_kernel_are_pooled_and_their_spread_is_the_noise(tmp_path
     shapes, dims = replay_readings.load(str(data))
     (recorded,) = replay_readings.readings(str(data))
     assert dims[0].M == 16
-    groups = sorted(len(g) for g in replay_readings.repeat_groups(shapes[0], dims[0].M))
+    groups = sorted(len(g) for g in replay_readings.repeat_groups(list(shapes[0].times), dims[0].M))
     assert groups == [1, 2, 4]  # the library kernel; both tiles fill one row of tiles at every swizzle
     cost = replay_readings.costs(shapes[0], recorded, dims[0].M)
     lucky = next(k for k in cost if "swizzle=2" in k)
@@ -115,6 +115,6 @@ def test_repeats_of_one_kernel_are_pooled_and_their_spread_is_the_noise(tmp_path
 def test_with_more_rows_than_a_tile_the_swizzles_are_kernels_of_their_own(tmp_path):
     data = _repeats_dataset(tmp_path / "d.jsonl")
     shapes, _ = replay_readings.load(str(data))
-    assert sorted(len(g) for g in replay_readings.repeat_groups(shapes[0], 128)) == [1, 1, 1, 1, 1, 1, 1]
+    assert sorted(len(g) for g in replay_readings.repeat_groups(list(shapes[0].times), 128)) == [1, 1, 1, 1, 1, 1, 1]
     # on 4 rows of 16-row tiles, swizzles 4 and 8 both take the whole grid as one group: one kernel
-    assert sorted(len(g) for g in replay_readings.repeat_groups(shapes[0], 64)) == [1, 1, 1, 1, 1, 2]
+    assert sorted(len(g) for g in replay_readings.repeat_groups(list(shapes[0].times), 64)) == [1, 1, 1, 1, 1, 2]

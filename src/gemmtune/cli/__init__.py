@@ -91,8 +91,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from ..offline.gpus import slots_for
 
     settings = Settings.from_env(backends=args.backends, gpus=args.gpus)
-    if args.rounds < 0:
-        raise InputError(f"--rounds: must be 0 or more, got {args.rounds}")
     added = sweep(specs, args.out, device, settings, log=lambda m: out.print(m),
                   command="gemmtune sweep " + " ".join(sys.argv[2:]), slots=slots_for(device, settings.gpus),
                   rounds=args.rounds)

@@ -97,11 +97,21 @@ def pooled_times(shape: ReplayShape, m: int) -> dict[Choice, float]:
         >>> sorted(pooled_times(s, 16).values())
         [0.95, 1.0, 1.0, 1.0]
     """
+    groups = repeat_groups([c for c, ms in shape.times.items() if ms is not None], m)
+    return {c: statistics.median(shape.times[x] for x in group) for group in groups for c in group}
+
+
+def repeat_groups(choices: Sequence[Choice], m: int) -> list[list[Choice]]:
+    """`choices` grouped by the kernel each runs on `m` rows (`templates.base.kernel_key`), in order.
+
+    Example:
+        >>> [len(g) for g in repeat_groups([Choice("a", None), Choice("b", None)], 16)]
+        [1, 1]
+    """
     groups: dict[tuple, list[Choice]] = {}
-    for c, ms in shape.times.items():
-        if ms is not None:
-            groups.setdefault(kernel_key(c, m), []).append(c)
-    return {c: statistics.median(shape.times[x] for x in group) for group in groups.values() for c in group}
+    for c in choices:
+        groups.setdefault(kernel_key(c, m), []).append(c)
+    return list(groups.values())
 
 
 def run_one(shape: ReplayShape, spec: StrategySpec, dims: ProblemDims, parallel: int = 16,
@@ -322,5 +332,6 @@ if __name__ == "__main__":
     sys.exit(simulate_main())
 
 __all__ = ["StrategySpec", "ShapeResult", "StrategyResult", "SimulationReport", "simulate", "run_one",
-           "default_specs", "select_specs", "stage1_values", "without_library", "load", "load_shipped",
+           "default_specs", "select_specs", "stage1_values", "without_library", "load", "load_shipped", "pooled_times",
+           "repeat_groups",
            "by_op", "simulate_main", "render_table", "plot_regret_vs_work"]

@@ -30,6 +30,7 @@ import torch
 from .dataset import FORMAT, read_lines
 from ..engine import tune
 from ..measure.timers import timer_for
+from ..core.errors import InputError
 from ..core.settings import Settings
 from ..store.sqlite import env_info
 from ..templates.base import Template
@@ -78,7 +79,7 @@ def _library_ms(spec: ProblemSpec, tensors, timer) -> float:
     return timer.time(fn).cost_ms
 
 
-def _header(out: Path, device: str, settings: Settings, timer, command: str) -> None:
+def _header(out: Path, device: str, settings: Settings, timer, command: str, rounds: int) -> None:
     if not out.exists() or out.stat().st_size == 0:
         out.parent.mkdir(parents=True, exist_ok=True)
         _append(out, {"type": "meta", "format": FORMAT, "env": env_info(device), "device": device,
@@ -88,7 +89,7 @@ def _header(out: Path, device: str, settings: Settings, timer, command: str) -> 
                                 "max_reps": settings.max_reps, "l2_flush": settings.l2_flush if device.startswith("cuda") else None,
                                 "count_host_overhead": settings.count_host_overhead,
                                 "statistic": "median",
-                                "rounds": settings.finalist_rounds if settings.finalists == EVERY else 0},
+                                "rounds": rounds},
                       "command": command})
 
 
@@ -105,14 +106,14 @@ def sweep(specs: Sequence[ProblemSpec], out: str | Path, device: str, settings: 
     """
     out = Path(out)
     if rounds < 0:
-        raise ValueError(f"sweep: rounds must be 0 (each choice's own timing) or more, got {rounds}")
+        raise InputError(f"--rounds: must be 0 (each choice's own timing) or more, got {rounds}")
     settings = (settings or Settings()).with_(strategy="exhaustive", store="off",
                                               **({"finalists": EVERY, "finalist_rounds": rounds} if rounds else
                                                  {"finalists": 1}))
     keys = [f"{spec.name}|{spec.kernel_inputs(spec.tensors(device)).problem_key}" for spec in specs]  # checks all
     timer = timer_for(device, settings)
     done = _done(out, log)
-    _header(out, device, settings, timer, command)
+    _header(out, device, settings, timer, command, rounds)
     todo = []
     for spec, key in zip(specs, keys):
         if key in done:
