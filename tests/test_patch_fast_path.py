@@ -169,3 +169,28 @@ def test_a_decided_library_input_skips_the_weight_signature(monkeypatch):
     patched(x)
     monkeypatch.setattr(patching, "_signature", lambda *a: pytest.fail("the full signature was built"))
     torch.testing.assert_close(patched(x), plain(x))
+
+
+
+def test_a_decided_size_serves_every_input_shape_of_that_problem(monkeypatch):
+    """The warm check keys on the input's element count: [6, 12] and [2, 3, 12] are one 6 x 12 problem,
+    so the second runs F.linear at once; a new size is a new problem and is tuned; a last dimension
+    that is not in_features raises as nn.Linear raises."""
+    plain, patched = _pair(True, seed=5)
+    gemmtune.patch(patched, backends=("extern",))
+    calls = _api_calls(monkeypatch)
+    patched(torch.randn(6, 12))
+    assert calls == ["addmm"]
+    with monkeypatch.context() as m:
+        m.setattr(patching, "_signature", lambda *a: pytest.fail("the full signature was built"))
+        x3 = torch.randn(2, 3, 12)
+        torch.testing.assert_close(patched(x3), plain(x3))
+    assert calls == ["addmm"]
+    x7 = torch.randn(7, 12)
+    torch.testing.assert_close(patched(x7), plain(x7))
+    assert calls == ["addmm", "addmm"]  # 7 x 12 is another problem: tuned on its first call
+    wrong = torch.randn(9, 8)  # 72 elements, as 6 x 12, but K = 8
+    with pytest.raises(RuntimeError):
+        plain(wrong)
+    with pytest.raises(RuntimeError):
+        patched(wrong)

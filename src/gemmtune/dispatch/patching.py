@@ -7,10 +7,12 @@ output reshaped back, as `nn.Linear` does.  `unpatch(model)` restores them.
 Outputs, gradients and `torch.compile` keep working; each new input shape is
 tuned once on its first call.
 
-A warm call costs about what `nn.Linear.forward` costs: once an input shape is
-decided for the library kernel, the layer checks that shape and calls `F.linear`
-(the same call an unpatched layer makes); a generated winner is looked up by the
-full signature (shapes, strides, dtypes, device of input, weight and bias).
+A warm call costs no more than `nn.Linear.forward`: once an input size is decided
+for the library kernel, the layer checks the input's element count and calls
+`F.linear` (the same call an unpatched layer makes) on the weight and bias read
+from its parameter dict, which skips the two `Module.__getattr__` calls the
+unpatched forward makes; a generated winner is looked up by the full signature
+(shapes, strides, dtypes, device of input, weight and bias).
 
 Only layers whose class uses `nn.Linear.forward` unchanged are patched: a
 subclass with its own forward (LoRA adapters, quantised wrappers, ...) is left
@@ -47,21 +49,29 @@ _RELEASED = "_gemmtune_released"  # on a layer `release_library_layers` unpatche
 _LINEAR: dict[tuple, Callable[..., torch.Tensor]] = {}
 # A generated winner's entry: key -> (Selection, its callable), so that `set_library` can send a problem
 # to `F.linear` and back (`gemmtune.warmup`'s in-model check); and per key sent to F.linear, the layers'
-# `_Decided` sets that hold its input shape.
+# `_Decided` sets that hold its input size.
 _ORIGIN: dict[tuple, tuple[Any, Callable[..., torch.Tensor]]] = {}
 _HOLDERS: dict[tuple, list["_Decided"]] = {}
 _is_compiling = torch.compiler.is_compiling
+# The warm path's own check: Dynamo folds it to True while it traces (so a traced layer takes the general
+# path, as with `is_compiling`), and it costs a third of `is_compiling` in eager calls.  Under non-strict
+# export a decided size runs `F.linear`, which export records as the aten GEMM the general path emits.
+_is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", _is_compiling)
 _autocast_on = _ac.enabled
 _LIBRARY_UIDS = frozenset({"aten_mm", "aten_addmm", "aten_bias_addmm"})  # what F.linear runs
 _linear = F.linear
 
 
 class _Decided(set):
-    """One patched layer's input shapes whose problem runs `F.linear`: its warm path's only check.
+    """One patched layer's input sizes (element counts) whose problem runs `F.linear`: its warm path's
+    only check.
 
-    `F.linear` is right for any input and weight, so a library decision needs no look at strides,
-    dtypes or devices (a generated winner is looked up by the full signature).  What could make a
-    decided shape another problem empties the set: `module.to()`, `.half()`, `.cuda()` (through the
+    With the layer's weight fixed, an input's element count fixes the 2-D problem gemmtune tunes (M =
+    numel / K, as `nn.Linear` flattens the leading dimensions), and `x.numel()` costs less than
+    `x.shape` and its hash.  `F.linear` is right for any input and weight, so a library decision needs
+    no look at strides, dtypes or devices (a generated winner is looked up by the full signature), and
+    an input whose last dimension is not K raises in `F.linear` as it does in `nn.Linear`.  What could
+    make a decided size another problem empties the set: `module.to()`, `.half()`, `.cuda()` (through the
     layer's `_apply`), `clear_dispatch_cache()`, and a warm-up's recording forward sets it aside.
     A copy of a layer (`copy.deepcopy`) starts with an empty set of its own."""
 
@@ -94,12 +104,12 @@ def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     The parameters are read from the layer's parameter dict: `self.weight` goes through
     nn.Module.__getattr__, about half a microsecond each.  A weight kept anywhere else (a
     parametrisation, weight norm's hook) raises KeyError here and takes the general path."""
-    if not _is_compiling():
+    if not _is_dynamo_compiling():
         try:  # only the look-up may fail over to the general path; the call itself raises as it would
             d = self.__dict__
             params = d["_parameters"]
             w, bias = params["weight"], params["bias"]
-            if x.shape in d[_DECIDED_ATTR]:
+            if x.numel() in d[_DECIDED_ATTR]:
                 fn = _linear
             elif TABLE.recorder is None and not _autocast_on():  # recording: gemmtune.mm records
                 key = _signature(x, w, bias, d[_FLAG])
@@ -116,7 +126,7 @@ def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _apply_clearing(self: nn.Module, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """nn.Module._apply (`.to()`, `.half()`, `.cuda()`, ...) that first forgets the layer's decided shapes."""
+    """nn.Module._apply (`.to()`, `.half()`, `.cuda()`, ...) that first forgets the layer's decided sizes."""
     decided = self.__dict__.get(_DECIDED_ATTR)
     if decided is not None:
         decided.clear()
@@ -160,11 +170,16 @@ def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backe
 
 
 def _hold(key: tuple, decided: _Decided) -> None:
-    """`decided` (a layer's) sends the input shape of `key` to F.linear; remembered per key."""
-    decided.add(key[0])
+    """`decided` (a layer's) sends the input size of `key` to F.linear; remembered per key."""
+    decided.add(_numel(key[0]))
     holders = _HOLDERS.setdefault(key, [])
     if not any(h is decided for h in holders):
         holders.append(decided)
+
+
+def _numel(shape: torch.Size) -> int:
+    """What `x.numel()` gives for an input of `shape` (the decided sets' key)."""
+    return shape.numel()
 
 
 def set_library(selection: Any, library: bool) -> int:
@@ -180,7 +195,7 @@ def set_library(selection: Any, library: bool) -> int:
         if sel is selection:
             _LINEAR[key] = _linear if library else kernel
             for decided in _HOLDERS.get(key, []) if not library else ():
-                decided.discard(key[0])
+                decided.discard(_numel(key[0]))
             switched += 1
     return switched
 
@@ -197,14 +212,14 @@ _SET_ASIDE: list[tuple[_Decided, set]] = []
 
 
 def _recording(started: bool) -> None:
-    """A warm-up's recording forward must reach gemmtune.mm: the decided shapes are set aside for it."""
+    """A warm-up's recording forward must reach gemmtune.mm: the decided sizes are set aside for it."""
     if started:
         _SET_ASIDE[:] = [(d, set(d)) for d in list(_DECIDED)]
         for d, _ in _SET_ASIDE:
             d.clear()
     else:
-        for d, shapes in _SET_ASIDE:
-            d.update(shapes)
+        for d, sizes in _SET_ASIDE:
+            d.update(sizes)
         _SET_ASIDE.clear()
 
 
