@@ -185,6 +185,8 @@ JOBS: dict[str, Job] = {
     "tests-dispatch": Job("tests/gpu: in-model check, patched layer, bound launches, Inductor, compiled, API",
                           gpu_tests("test_in_model_gpu", "test_patch_fast_gpu", "test_bound_launch_gpu",
                                     "test_inductor_gpu", "test_compiled_gpu", "test_api_gpu", show=True), 560),
+    "tests-patch": Job("tests/gpu: the patched layer's warm path, the in-model check, compiled patched models",
+                       gpu_tests("test_patch_fast_gpu", "test_in_model_gpu", "test_compiled_gpu"), 300),
     "tests-warmup": Job("tests/gpu: warm-up, patched layer, isolation faults, API, compiled paths",
                         gpu_tests("test_in_model_gpu", "test_patch_fast_gpu", "test_faults_gpu", "test_api_gpu",
                                   "test_compiled_gpu"), 300),
