@@ -20,7 +20,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-# The protocol runs on the H200 (2026-12-01), each case's runs oldest first.
+# The protocol runs, each case's runs oldest first: on the H200 (2026-12-01 to 2026-12-04), and the two
+# steady-eager runs of 2026-12-05 on an H100 (no H200 came that day; the file name says which card).
 RUNS = ("models_stack1_h200_2026-12-01.json", "models_stack1_gemv_autotune_h200_2026-12-01.json",
         "models_stack1_h200_2026-12-03.json", "models_stack1_store_h200_2026-12-04.json",
         "models_stack1_store_run2_h200_2026-12-04.json",
@@ -30,7 +31,8 @@ RUNS = ("models_stack1_h200_2026-12-01.json", "models_stack1_gemv_autotune_h200_
         "models_stack512_kernel_split_h200_2026-12-01.json", "models_prologue_h200_2026-12-01.json",
         "models_llama64_h200_2026-12-01.json", "models_llama64_first_calls_h200_2026-12-01_s5.json",
         "models_llama64_first_calls_h200_2026-12-04.json", "models_llama64_h200_2026-12-04.json",
-        "steady_stack512_h200_2026-12-04.json", "steady_eager_h200_2026-12-04.json")
+        "steady_stack512_h200_2026-12-04.json", "steady_eager_h200_2026-12-04.json",
+        "steady_eager_h100_2026-12-05.json", "steady_eager_61rounds_h100_2026-12-05.json")
 CASES = ("stack:1", "stack:64", "stack:512", "llama:64")
 BEGIN, END = "<!-- models-table -->", "<!-- /models-table -->"
 HEAD = ("| case | run | first call s: default / max-autotune | gemmtune cold (x max-autotune) "
@@ -49,12 +51,18 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def eager_ratio(steady: list[dict]) -> str:
     """`warmup` then eager over plain eager: the paired per-round ratio where the run kept it
-    (`ratio_vs_eager`), else "~" and the quotient of the two variants' medians of ratios to max-autotune."""
+    (`ratio_vs_eager`), with the A/A control's (`eager_copy`, plain eager on another copy) where the run
+    timed it, else "~" and the quotient of the two variants' medians of ratios to max-autotune."""
     rows = {r["variant"]: r for r in steady}
     warm, plain = rows.get("eager_warmup", {}), rows.get("eager", {})
     if warm.get("ratio_vs_eager") is not None:
         q = warm["ratio_vs_eager_q1_q3"]
-        return f"{warm['ratio_vs_eager']:.3f} ({q[0]:.3f}-{q[1]:.3f})"
+        text = f"{warm['ratio_vs_eager']:.3f} ({q[0]:.3f}-{q[1]:.3f})"
+        copy = rows.get("eager_copy", {})
+        if copy.get("ratio_vs_eager") is not None:
+            c = copy["ratio_vs_eager_q1_q3"]
+            text += f"; A/A {copy['ratio_vs_eager']:.3f} ({c[0]:.3f}-{c[1]:.3f})"
+        return text
     derived = _ratio(warm.get("ratio_vs_max_autotune"), plain.get("ratio_vs_max_autotune"))
     return "-" if derived is None or math.isnan(derived) else f"~{derived:.3f}"
 
