@@ -94,12 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]))
         return 0
-    if shutil.which("valgrind") is None:
-        raise SystemExit("host_instructions.py needs valgrind on the PATH")
     variants = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(variants) - set(VARIANTS))
-    if unknown or args.calls < 1:
-        raise SystemExit(f"--variants: unknown {unknown}; known {list(VARIANTS)}" if unknown else "--calls must be >= 1")
+    if unknown or not variants:
+        raise SystemExit(f"--variants: unknown {unknown or 'none given'}; known: {', '.join(VARIANTS)}")
+    if args.calls < 1:
+        raise SystemExit(f"--calls: must be >= 1, got {args.calls}")
+    if shutil.which("valgrind") is None:
+        raise SystemExit("host_instructions.py needs valgrind on the PATH")
     import torch
 
     with tempfile.TemporaryDirectory() as cache:
