@@ -194,3 +194,19 @@ def test_a_decided_size_serves_every_input_shape_of_that_problem(monkeypatch):
         plain(wrong)
     with pytest.raises(RuntimeError):
         patched(wrong)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_export_of_a_decided_layer_records_the_general_path(strict):
+    """A decided size must not leak the eager warm path into a trace: strict (Dynamo) and non-strict
+    export both record what the general path emits, whether or not the layer ran eagerly first."""
+    plain, patched = _pair(True, seed=6)
+    gemmtune.patch(patched, backends=("extern",))
+    x = torch.randn(5, 12)
+    fresh = torch.export.export(patched, (x,), strict=strict)
+    patched(x), patched(x)  # now decided: the eager warm path serves this size
+    decided = torch.export.export(patched, (x,), strict=strict)
+    targets = lambda ep: [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]  # noqa: E731
+    assert targets(decided) == targets(fresh)
+    assert "aten.linear.default" not in targets(decided)
+    torch.testing.assert_close(decided.module()(x), plain(x))

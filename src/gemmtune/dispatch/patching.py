@@ -52,11 +52,7 @@ _LINEAR: dict[tuple, Callable[..., torch.Tensor]] = {}
 # `_Decided` sets that hold its input size.
 _ORIGIN: dict[tuple, tuple[Any, Callable[..., torch.Tensor]]] = {}
 _HOLDERS: dict[tuple, list["_Decided"]] = {}
-_is_compiling = torch.compiler.is_compiling
-# The warm path's own check: Dynamo folds it to True while it traces (so a traced layer takes the general
-# path, as with `is_compiling`), and it costs a third of `is_compiling` in eager calls.  Under non-strict
-# export a decided size runs `F.linear`, which export records as the aten GEMM the general path emits.
-_is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", _is_compiling)
+_is_compiling = torch.compiler.is_compiling  # True under Dynamo and under (non-strict) export alike
 _autocast_on = _ac.enabled
 _LIBRARY_UIDS = frozenset({"aten_mm", "aten_addmm", "aten_bias_addmm"})  # what F.linear runs
 _linear = F.linear
@@ -104,7 +100,7 @@ def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     The parameters are read from the layer's parameter dict: `self.weight` goes through
     nn.Module.__getattr__, about half a microsecond each.  A weight kept anywhere else (a
     parametrisation, weight norm's hook) raises KeyError here and takes the general path."""
-    if not _is_dynamo_compiling():
+    if not _is_compiling():
         try:  # only the look-up may fail over to the general path; the call itself raises as it would
             d = self.__dict__
             params = d["_parameters"]
