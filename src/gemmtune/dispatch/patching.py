@@ -60,14 +60,11 @@ _linear = F.linear
 
 class _Decided(set):
     """One patched layer's input sizes (element counts) whose problem runs `F.linear`: its warm path's
-    only check.
-
-    With the layer's weight fixed, an input's element count fixes the 2-D problem gemmtune tunes (M =
-    numel / K, as `nn.Linear` flattens the leading dimensions), and `x.numel()` costs less than
-    `x.shape` and its hash.  `F.linear` is right for any input and weight, so a library decision needs
-    no look at strides, dtypes or devices (a generated winner is looked up by the full signature), and
-    an input whose last dimension is not K raises in `F.linear` as it does in `nn.Linear`.  What could
-    make a decided size another problem empties the set: `module.to()`, `.half()`, `.cuda()` (through the
+    only check.  With the weight fixed, `x.numel()` fixes the 2-D problem gemmtune tunes (M = numel / K)
+    and costs less than `x.shape` and its hash.  `F.linear` is right for any input and weight, so a
+    library decision needs no look at strides, dtypes or devices (a generated winner is looked up by
+    the full signature); an input whose last dimension is not K raises in `F.linear` as in `nn.Linear`.
+    What could make a decided size another problem empties the set: `module.to()`, `.half()`, `.cuda()` (through the
     layer's `_apply`), `clear_dispatch_cache()`, and a warm-up's recording forward sets it aside.
     A copy of a layer (`copy.deepcopy`) starts with an empty set of its own."""
 
@@ -167,15 +164,10 @@ def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backe
 
 def _hold(key: tuple, decided: _Decided) -> None:
     """`decided` (a layer's) sends the input size of `key` to F.linear; remembered per key."""
-    decided.add(_numel(key[0]))
+    decided.add(key[0].numel())  # what x.numel() gives for that input
     holders = _HOLDERS.setdefault(key, [])
     if not any(h is decided for h in holders):
         holders.append(decided)
-
-
-def _numel(shape: torch.Size) -> int:
-    """What `x.numel()` gives for an input of `shape` (the decided sets' key)."""
-    return shape.numel()
 
 
 def set_library(selection: Any, library: bool) -> int:
@@ -191,7 +183,7 @@ def set_library(selection: Any, library: bool) -> int:
         if sel is selection:
             _LINEAR[key] = _linear if library else kernel
             for decided in _HOLDERS.get(key, []) if not library else ():
-                decided.discard(_numel(key[0]))
+                decided.discard(key[0].numel())
             switched += 1
     return switched
 
