@@ -70,7 +70,7 @@ def count(model_name: str, variant: str, calls: int, cache: str) -> int:
     """Instructions callgrind counted inside the loop of `child` for one variant, in a fresh process."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
-        env = {**os.environ, "GEMMTUNE_CACHE_DIR": cache,
+        env = {**os.environ, "GEMMTUNE_CACHE_DIR": cache, "PYTHONHASHSEED": "0",  # one dict layout per run
                "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")])}
         cmd = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=starmap_next",
                f"--callgrind-out-file={out}", sys.executable, __file__, "--child", model_name, variant, str(calls)]
