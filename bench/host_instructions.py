@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             for v, n in per_call.items()]
     meta = {"model": args.model, "calls": args.calls, "python": platform.python_version(), "torch": torch.__version__,
             "machine": platform.machine(), "command": " ".join(["python", "bench/host_instructions.py", *sys.argv[1:]])}
-    print(f"{args.model}: host instructions per eager forward (callgrind), python {meta['python']}, torch {meta['torch']}")
+    print(f"{args.model}: host instructions per eager forward (callgrind), "
+          f"python {meta['python']}, torch {meta['torch']}")
     print("| variant | instructions per forward | x eager |\n|---|---|---|")
     for r in rows:
         print(f"| {r['variant']} | {r['instructions_per_forward']:,} | "

@@ -171,7 +171,6 @@ def test_a_decided_library_input_skips_the_weight_signature(monkeypatch):
     torch.testing.assert_close(patched(x), plain(x))
 
 
-
 def test_a_decided_size_serves_every_input_shape_of_that_problem(monkeypatch):
     """The warm check keys on the input's element count: [6, 12] and [2, 3, 12] are one 6 x 12 problem,
     so the second runs F.linear at once; a new size is a new problem and is tuned; a last dimension

@@ -64,8 +64,8 @@ class _Decided(set):
     and costs less than `x.shape` and its hash.  `F.linear` is right for any input and weight, so a
     library decision needs no look at strides, dtypes or devices (a generated winner is looked up by
     the full signature); an input whose last dimension is not K raises in `F.linear` as in `nn.Linear`.
-    What could make a decided size another problem empties the set: `module.to()`, `.half()`, `.cuda()` (through the
-    layer's `_apply`), `clear_dispatch_cache()`, and a warm-up's recording forward sets it aside.
+    What could make a decided size another problem empties the set: `module.to()`, `.half()`, `.cuda()`
+    (through the layer's `_apply`), `clear_dispatch_cache()`, and a warm-up's recording forward sets it aside.
     A copy of a layer (`copy.deepcopy`) starts with an empty set of its own."""
 
     __hash__ = object.__hash__  # type: ignore[assignment]  # one per layer, in a WeakSet: identity, not contents
