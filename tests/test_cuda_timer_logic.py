@@ -126,3 +126,58 @@ def test_measurement_cost_is_the_larger_of_gpu_and_host_time_when_host_counts(ti
     assert m.cost_ms == m.gpu_ms
     with pytest.raises(Exception):  # a value object: frozen
         m.cost_ms = 0.0
+
+
+@pytest.fixture
+def queue(timer, monkeypatch):
+    """Counts the runs enqueued since the last synchronise; `peaks` holds each synchronise's count, and
+    `covers` the cover (spin) kernels asked for."""
+    state = types.SimpleNamespace(since=0, peaks=[], covers=0)
+
+    def synchronize(*_):
+        state.peaks.append(state.since)
+        state.since = 0
+
+    def sleep(_cycles):
+        state.covers += 1
+
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    timer._sleep = sleep
+    return state
+
+
+def enqueuing(state, n):
+    """`n` functions that count themselves as enqueued runs, and the calls of each."""
+    calls = [[] for _ in range(n)]
+
+    def make(i):
+        def fn():
+            calls[i].append(1)
+            state.since += 1
+            Clock.now += 1e-6
+        return fn
+    return [make(i) for i in range(n)], calls
+
+
+def test_interleaved_rounds_of_many_choices_never_fill_the_launch_queue(timer, queue):
+    fns, calls = enqueuing(queue, 249)  # a sweep's 249 fp8 choices: one round is 249 runs
+    costs = timer.time_interleaved(fns, rounds=3)
+    assert max(queue.peaks) <= measure.QUEUE_RUNS
+    assert len({len(c) for c in calls}) == 1 and len(calls[0]) - 2 >= 3  # every round runs every choice
+    assert queue.covers >= 3 * 249 / measure.QUEUE_RUNS  # a cover before every chunk
+    assert len(costs) == 249 and all(len(c) - 2 == len(calls[0]) - 2 for c in calls)
+
+
+def test_interleaved_rounds_keep_rotating_the_order_across_chunks(timer, queue):
+    order = []
+    fns = [lambda i=i: (order.append(i), setattr(queue, "since", queue.since + 1)) for i in range(3)]
+    timer.time_interleaved(fns, rounds=4)
+    timed = order[6:]  # after the warm-up and the host-time probe
+    assert timed[:12] == [0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2]
+
+
+def test_a_single_function_with_many_reps_is_timed_in_chunks(timer, queue):
+    fns, calls = enqueuing(queue, 1)
+    m = timer.time(fns[0])
+    assert len(calls[0]) - 2 == timer.max_reps > measure.QUEUE_RUNS  # the warm-up and the probe aside
+    assert max(queue.peaks) <= measure.QUEUE_RUNS and m.gpu_ms is not None
