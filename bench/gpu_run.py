@@ -222,9 +222,9 @@ JOBS: dict[str, Job] = {
                                   _fp8_compare(FP8_INDUCTOR_2, "10"), 440),
     "fp8-sweep": Job("gemmtune sweep of the fp8 suite's Llama-3-8B shapes at M = 16 and 128 (16 problems)",
                      _fp8_sweep(FP8_SWEEP), 540),
-    "queue-probe": Job("bench/queue_probe.py: torch._scaled_mm's host reading among 2-249 interleaved choices, "
-                       "with the timer's batches and without (a full launch queue reads as host time)",
-                       (PY, "bench/queue_probe.py", "--out", "{out}/{job}.json"), 300),
+    "interleave-probe": Job("bench/interleave_probe.py: torch._scaled_mm's host and GPU readings among 2-249 "
+                            "interleaved choices, beside its reading alone",
+                            (PY, "bench/interleave_probe.py", "--out", "{out}/{job}.json"), 300),
     "layer-host-cost": Job("bench/layer_host_cost.py: host microseconds per call of one nn.Linear, plain and "
                            "patched (a decided size), at 1x64x64",
                            (PY, "bench/layer_host_cost.py", "--shape", "1x64x64", "--out", "{out}/{job}.json"), 120),

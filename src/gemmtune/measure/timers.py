@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
@@ -16,12 +16,6 @@ from .cpu_timer import CpuTimer, relative_spread
 from .measurement import Fn, Measurement, Timer
 
 MAX_ROUNDS_FACTOR = 10  # CudaTimer.time_interleaved: at most this many times the rounds asked for
-# Timed runs enqueued between two synchronises.  A run is four entries of the device's launch queue
-# (flush, event, the choice's kernel(s), event); once the queue is full a launch waits for a free slot,
-# and that wait reads as the choice's host time.  The GPU runs behind the host by design (the cover),
-# so 249 choices in interleaved rounds filled the queue: torch._scaled_mm's host time read 0.10-0.19 ms
-# for its 0.03 ms (bench/queue_probe.py).  64 runs stay far below the queue's ~1000 entries.
-QUEUE_RUNS = 64
 
 __all__ = ["CpuTimer", "CudaTimer", "Fn", "Measurement", "Timer", "planned_runs", "relative_spread", "timer_for"]
 
@@ -150,8 +144,10 @@ class CudaTimer:
             if more > 0:
                 # The GPU needs a head start only where enqueueing a run takes longer than running it.
                 per_run_s = (est + self.flush_ms()) * 1e-3
-                lag_s = max(host_s - per_run_s, 0.0)
-                samples += self._enqueue([fn], [0] * more, lambda chunk: len(chunk) * lag_s + 3 * host_s)[0]
+                self._cover_host(more * max(host_s - per_run_s, 0.0) + 3 * host_s)
+                pending = [self._one(fn, k) for k in range(more)]
+                torch.cuda.synchronize(self.device)
+                samples += self._collect(pending)
             return self._cost(samples)
 
     def extra_rounds(self, done: int, spent_s: float, n_fns: int) -> int:
@@ -171,49 +167,38 @@ class CudaTimer:
         per_round = max(spent_s / done, 1e-9)
         return int(min(done * (MAX_ROUNDS_FACTOR - 1), (budget_s - spent_s) / per_round))
 
-    def _enqueue(self, fns: Sequence[Fn], runs: Sequence[int],
-                 cover_s: Callable[[Sequence[int]], float]) -> list[list[tuple[float, float]]]:
-        """Time one run of `fns[i]` per entry `i` of `runs`, in chunks of at most `QUEUE_RUNS`: each after
-        a cover of `cover_s(chunk)` seconds and followed by a synchronise, so that no launch waits on a
-        full queue.  Per function, the (GPU ms, host ms) of its runs."""
-        samples: list[list[tuple[float, float]]] = [[] for _ in fns]
-        for start in range(0, len(runs), QUEUE_RUNS):
-            chunk = runs[start:start + QUEUE_RUNS]
-            self._cover_host(cover_s(chunk))  # the GPU never waits for the host inside a chunk
-            pending = [self._one(fns[i], k) for k, i in enumerate(chunk)]
-            torch.cuda.synchronize(self.device)  # the chunk's event pairs are free again
-            for i, gpu_host in zip(chunk, self._collect(pending)):
-                samples[i].append(gpu_host)
-        return samples
-
-    def _in_chunks(self, fns: Sequence[Fn], call: Callable[[Fn], float | None]) -> list:
-        """`call(fn)` for each of `fns`, with a synchronise after every `QUEUE_RUNS` of them."""
-        out = []
-        for start in range(0, len(fns), QUEUE_RUNS):
-            out += [call(fn) for fn in fns[start:start + QUEUE_RUNS]]
-            torch.cuda.synchronize(self.device)
-        return out
-
-    def _rounds(self, fns: Sequence[Fn], first: int, last: int,
-                host_s: Sequence[float]) -> list[list[tuple[float, float]]]:
-        """Time rounds `first`..`last`; per function, the (GPU ms, host ms) of its runs."""
-        n = len(fns)
-        # Rotate the order each round so no choice always runs first.
-        runs = [(r + j) % n for r in range(first, last) for j in range(n)]
-        return self._enqueue(fns, runs, lambda chunk: sum(host_s[i] for i in chunk))
+    def _rounds(self, fns: Sequence[Fn], first: int, last: int, round_s: float) -> list[list[tuple[int, float]]]:
+        """Enqueue rounds `first`..`last`; per function, its (event pair, host ms) runs."""
+        order = list(range(len(fns)))
+        pending: list[list[tuple[int, float]]] = [[] for _ in fns]
+        k = 0
+        for r in range(first, last):
+            self._cover_host(round_s)  # per round: the GPU never waits for the host inside a round
+            # Rotate the order each round so no choice always runs first.
+            for i in order[r % len(fns):] + order[: r % len(fns)]:
+                pending[i].append(self._one(fns[i], k))
+                k += 1
+        return pending
 
     def time_interleaved(self, fns: Sequence[Fn], rounds: int) -> list[Measurement]:
         """At least `rounds` rounds (every function once per round, rotated order), then more while
         the call has used less than `rep_ms` per function (`extra_rounds`)."""
         with torch.cuda.device(self.device):
-            self._in_chunks(fns, lambda fn: fn())  # warm-up
-            host_s = self._in_chunks(fns, self._host_s)
+            for fn in fns:
+                fn()
+            torch.cuda.synchronize(self.device)
+            round_s = sum(self._host_s(fn) for fn in fns)
+            torch.cuda.synchronize(self.device)
             t0 = time.perf_counter()
-            samples = self._rounds(fns, 0, rounds, host_s)
+            pending = self._rounds(fns, 0, rounds, round_s)
+            torch.cuda.synchronize(self.device)
+            samples = [self._collect(p) for p in pending]
             extra = self.extra_rounds(rounds, time.perf_counter() - t0, len(fns))
             if extra:
-                for mine, more in zip(samples, self._rounds(fns, rounds, rounds + extra, host_s)):
-                    mine += more
+                pending = self._rounds(fns, rounds, rounds + extra, round_s)
+                torch.cuda.synchronize(self.device)
+                for mine, more in zip(samples, pending):
+                    mine += self._collect(more)
             return [self._cost(mine) for mine in samples]
 
 
