@@ -32,7 +32,9 @@ RUNS = ("models_stack1_h200_2026-12-01.json", "models_stack1_gemv_autotune_h200_
         "models_llama64_h200_2026-12-01.json", "models_llama64_first_calls_h200_2026-12-01_s5.json",
         "models_llama64_first_calls_h200_2026-12-04.json", "models_llama64_h200_2026-12-04.json",
         "steady_stack512_h200_2026-12-04.json", "steady_eager_h200_2026-12-04.json",
-        "steady_eager_h100_2026-12-05.json", "steady_eager_61rounds_h100_2026-12-05.json")
+        "steady_eager_h100_2026-12-05.json", "steady_eager_61rounds_h100_2026-12-05.json",
+        "steady_eager_run2_h100_2026-12-05.json", "steady_eager_h200_2026-12-05.json",
+        "steady_eager_401x2_h100_2026-12-05.json")
 CASES = ("stack:1", "stack:64", "stack:512", "llama:64")
 BEGIN, END = "<!-- models-table -->", "<!-- /models-table -->"
 HEAD = ("| case | run | first call s: default / max-autotune | gemmtune cold (x max-autotune) "
@@ -51,17 +53,18 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def eager_ratio(steady: list[dict]) -> str:
     """`warmup` then eager over plain eager: the paired per-round ratio where the run kept it
-    (`ratio_vs_eager`), with the A/A control's (`eager_copy`, plain eager on another copy) where the run
-    timed it, else "~" and the quotient of the two variants' medians of ratios to max-autotune."""
+    (`ratio_vs_eager`), with the A/A controls' where the run timed them (`eager_copy`, plain eager on
+    another copy; `eager_late`, on a copy made after the warm-ups), else "~" and the quotient of the two variants' medians of ratios to max-autotune."""
     rows = {r["variant"]: r for r in steady}
     warm, plain = rows.get("eager_warmup", {}), rows.get("eager", {})
     if warm.get("ratio_vs_eager") is not None:
         q = warm["ratio_vs_eager_q1_q3"]
         text = f"{warm['ratio_vs_eager']:.3f} ({q[0]:.3f}-{q[1]:.3f})"
-        copy = rows.get("eager_copy", {})
-        if copy.get("ratio_vs_eager") is not None:
-            c = copy["ratio_vs_eager_q1_q3"]
-            text += f"; A/A {copy['ratio_vs_eager']:.3f} ({c[0]:.3f}-{c[1]:.3f})"
+        for variant, label in (("eager_copy", "A/A"), ("eager_late", "A/A late")):
+            copy = rows.get(variant, {})
+            if copy.get("ratio_vs_eager") is not None:
+                c = copy["ratio_vs_eager_q1_q3"]
+                text += f"; {label} {copy['ratio_vs_eager']:.3f} ({c[0]:.3f}-{c[1]:.3f})"
         return text
     derived = _ratio(warm.get("ratio_vs_max_autotune"), plain.get("ratio_vs_max_autotune"))
     return "-" if derived is None or math.isnan(derived) else f"~{derived:.3f}"

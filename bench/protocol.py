@@ -34,7 +34,9 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
    and every row keeps its per-round ms (`round_ms`).  `eager_warmup_release` (steady only, from
    `eager_warmup`'s store) is `gemmtune.warmup(model, x, release=True)`: layers whose problems all run
    torch's op get `nn.Linear.forward` back; `eager_copy` (steady only) is plain eager on its own copy of
-   the model, the A/A control of those ratios (two copies running the same code).  With `--train`
+   the model, the A/A control of those ratios (two copies running the same code); `eager_late` (steady
+   only) is the same control on a copy made after the variants listed before it were set up (listed
+   last: after the warm-ups' tuning, as `eager_warmup_release`'s copy is).  With `--train`
    also one training step (forward, loss, backward) per call for `default`, `max_autotune` and
    `gemmtune`, in a second process after the forward one (caches new for these: a training compile is
    not a first-call target).  `--root DIR` keeps the caches in DIR: a later run with `--first ''` and
@@ -104,7 +106,7 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
     facts: dict[str, Any] = {}
     mode = {"max_autotune": "max-autotune-no-cudagraphs", "max_autotune_again": "max-autotune-no-cudagraphs",
             "max_autotune_fed": "max-autotune-no-cudagraphs"}.get(variant)
-    if variant in ("eager", "eager_copy"):  # eager_copy: the A/A control, plain eager on another copy
+    if variant in ("eager", "eager_copy", "eager_late"):  # the A/A controls: plain eager on another copy
         return (lambda: output_of(model, inputs)), facts
     if variant.startswith("eager_warmup"):
         report = gemmtune.warmup(model, *inputs, progress=False, release=variant == "eager_warmup_release")

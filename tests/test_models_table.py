@@ -48,6 +48,8 @@ def test_the_eager_column_prefers_the_paired_ratio_and_marks_a_derived_one():
     assert models_table.eager_ratio(paired) == "1.017 (1.008-1.024)"
     with_control = paired + [{"variant": "eager_copy", "ratio_vs_eager": 0.997, "ratio_vs_eager_q1_q3": [0.951, 1.021]}]
     assert models_table.eager_ratio(with_control) == "1.017 (1.008-1.024); A/A 0.997 (0.951-1.021)"
+    late = with_control + [{"variant": "eager_late", "ratio_vs_eager": 1.012, "ratio_vs_eager_q1_q3": [0.99, 1.03]}]
+    assert models_table.eager_ratio(late) == "1.017 (1.008-1.024); A/A 0.997 (0.951-1.021); A/A late 1.012 (0.990-1.030)"
     derived = [{"variant": "eager", "ratio_vs_max_autotune": 3.0}, {"variant": "eager_warmup", "ratio_vs_max_autotune": 2.7}]
     assert models_table.eager_ratio(derived) == "~0.900"
     assert models_table.eager_ratio([{"variant": "gemmtune", "ratio_vs_max_autotune": 0.99}]) == "-"

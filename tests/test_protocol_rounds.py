@@ -44,3 +44,20 @@ def test_without_the_reference_in_the_rounds_the_ratio_is_nan_not_a_guess():
 
 def test_the_release_variant_is_timed_from_the_warm_up_variants_store():
     assert protocol.STEADY_GROUP["eager_warmup_release"] == protocol.FIRST["eager_warmup"][0]
+
+
+def test_every_a_a_control_is_plain_eager_on_the_copy_it_is_given(monkeypatch):
+    import torch
+    import gemmtune
+    from gemmtune.dispatch.patching import patched_modules
+
+    def no_compile(*_a, **_k):
+        raise AssertionError("an A/A control compiles nothing")
+    monkeypatch.setattr(torch, "compile", no_compile)
+
+    for variant in ("eager", "eager_copy", "eager_late"):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+        x = torch.randn(2, 4)
+        fn, facts = protocol.compiled_variant(variant, model, (x,), torch, gemmtune)
+        assert facts == {} and not patched_modules(model)  # nothing tuned, nothing patched
+        assert torch.equal(fn(), model(x))
