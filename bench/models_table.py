@@ -54,13 +54,14 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def eager_ratio(steady: list[dict]) -> str:
     """`warmup` then eager over plain eager: the paired per-round ratio where the run kept it
     (`ratio_vs_eager`), with the A/A controls' where the run timed them (`eager_copy`, plain eager on
-    another copy; `eager_late`, on a copy made after the warm-ups), else "~" and the quotient of the two variants' medians of ratios to max-autotune."""
+    another copy; `eager_late`, on a copy made after the warm-ups), and the instance-forward control's
+    (`eager_closure`), else "~" and the quotient of the two variants' medians of ratios to max-autotune."""
     rows = {r["variant"]: r for r in steady}
     warm, plain = rows.get("eager_warmup", {}), rows.get("eager", {})
     if warm.get("ratio_vs_eager") is not None:
         q = warm["ratio_vs_eager_q1_q3"]
         text = f"{warm['ratio_vs_eager']:.3f} ({q[0]:.3f}-{q[1]:.3f})"
-        for variant, label in (("eager_copy", "A/A"), ("eager_late", "A/A late")):
+        for variant, label in (("eager_copy", "A/A"), ("eager_late", "A/A late"), ("eager_closure", "closure")):
             copy = rows.get(variant, {})
             if copy.get("ratio_vs_eager") is not None:
                 c = copy["ratio_vs_eager_q1_q3"]

@@ -36,7 +36,9 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
    torch's op get `nn.Linear.forward` back; `eager_copy` (steady only) is plain eager on its own copy of
    the model, the A/A control of those ratios (two copies running the same code); `eager_late` (steady
    only) is the same control on a copy made after the variants listed before it were set up (listed
-   last: after the warm-ups' tuning, as `eager_warmup_release`'s copy is).  With `--train`
+   last: after the warm-ups' tuning, as `eager_warmup_release`'s copy is); `eager_closure` (steady only,
+   no gemmtune) gives every `nn.Linear` an instance forward that calls `F.linear` on its parameter dict,
+   as a patched layer's warm path does: what an instance-level forward costs by itself.  With `--train`
    also one training step (forward, loss, backward) per call for `default`, `max_autotune` and
    `gemmtune`, in a second process after the forward one (caches new for these: a training compile is
    not a first-call target).  `--root DIR` keeps the caches in DIR: a later run with `--first ''` and
@@ -98,6 +100,21 @@ def cache_env(root: Path, group: str, phase: str) -> dict[str, str]:
 _PROLOGUE: bool | None = None  # Inductor's prologue_fusion as the installed torch sets it
 
 
+def closure_forwards(model: Any, torch: Any) -> int:
+    """Give every `nn.Linear` of `model` an instance forward calling `F.linear` on its parameter dict
+    (no gemmtune: the shape of a patched layer's warm path); returns how many."""
+    import types
+
+    def bare(self: Any, x: Any) -> Any:
+        p = self.__dict__["_parameters"]
+        return torch.nn.functional.linear(x, p["weight"], p["bias"])
+
+    layers = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    for m in layers:
+        object.__setattr__(m, "forward", types.MethodType(bare, m))
+    return len(layers)
+
+
 def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtune: Any) -> tuple[Callable, dict]:
     """The callable of one variant (compiled, warmed up) and what it reports; nothing run yet."""
     import gemmtune.inductor as gi
@@ -107,6 +124,9 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
     mode = {"max_autotune": "max-autotune-no-cudagraphs", "max_autotune_again": "max-autotune-no-cudagraphs",
             "max_autotune_fed": "max-autotune-no-cudagraphs"}.get(variant)
     if variant in ("eager", "eager_copy", "eager_late"):  # the A/A controls: plain eager on another copy
+        return (lambda: output_of(model, inputs)), facts
+    if variant == "eager_closure":
+        facts["layers"] = closure_forwards(model, torch)
         return (lambda: output_of(model, inputs)), facts
     if variant.startswith("eager_warmup"):
         report = gemmtune.warmup(model, *inputs, progress=False, release=variant == "eager_warmup_release")

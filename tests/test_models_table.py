@@ -50,6 +50,8 @@ def test_the_eager_column_prefers_the_paired_ratio_and_marks_a_derived_one():
     assert models_table.eager_ratio(with_control) == "1.017 (1.008-1.024); A/A 0.997 (0.951-1.021)"
     late = with_control + [{"variant": "eager_late", "ratio_vs_eager": 1.012, "ratio_vs_eager_q1_q3": [0.99, 1.03]}]
     assert models_table.eager_ratio(late) == "1.017 (1.008-1.024); A/A 0.997 (0.951-1.021); A/A late 1.012 (0.990-1.030)"
+    closure = [*paired, {"variant": "eager_closure", "ratio_vs_eager": 1.009, "ratio_vs_eager_q1_q3": [0.98, 1.02]}]
+    assert models_table.eager_ratio(closure) == "1.017 (1.008-1.024); closure 1.009 (0.980-1.020)"
     derived = [{"variant": "eager", "ratio_vs_max_autotune": 3.0}, {"variant": "eager_warmup", "ratio_vs_max_autotune": 2.7}]
     assert models_table.eager_ratio(derived) == "~0.900"
     assert models_table.eager_ratio([{"variant": "gemmtune", "ratio_vs_max_autotune": 0.99}]) == "-"

@@ -61,3 +61,17 @@ def test_every_a_a_control_is_plain_eager_on_the_copy_it_is_given(monkeypatch):
         fn, facts = protocol.compiled_variant(variant, model, (x,), torch, gemmtune)
         assert facts == {} and not patched_modules(model)  # nothing tuned, nothing patched
         assert torch.equal(fn(), model(x))
+
+
+def test_the_closure_control_gives_each_linear_an_instance_forward_and_keeps_the_result(monkeypatch):
+    import torch
+    from gemmtune.dispatch.patching import patched_modules
+
+    monkeypatch.setattr(torch, "compile", lambda *_a, **_k: (_ for _ in ()).throw(AssertionError("compiled")))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3, bias=False))
+    x = torch.randn(2, 4)
+    ref = model(x)
+    fn, facts = protocol.compiled_variant("eager_closure", model, (x,), torch, None)
+    assert facts == {"layers": 2} and not patched_modules(model)
+    assert all("forward" in vars(m) for m in model if isinstance(m, torch.nn.Linear))
+    assert torch.allclose(fn(), ref)
