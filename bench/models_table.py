@@ -61,7 +61,8 @@ def eager_ratio(steady: list[dict]) -> str:
     if warm.get("ratio_vs_eager") is not None:
         q = warm["ratio_vs_eager_q1_q3"]
         text = f"{warm['ratio_vs_eager']:.3f} ({q[0]:.3f}-{q[1]:.3f})"
-        for variant, label in (("eager_copy", "A/A"), ("eager_late", "A/A late"), ("eager_closure", "closure")):
+        for variant, label in (("eager_copy", "A/A"), ("eager_late", "A/A late"), ("eager_closure", "closure"),
+                               ("eager_subclass", "subclass")):
             copy = rows.get(variant, {})
             if copy.get("ratio_vs_eager") is not None:
                 c = copy["ratio_vs_eager_q1_q3"]

@@ -38,7 +38,9 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
    only) is the same control on a copy made after the variants listed before it were set up (listed
    last: after the warm-ups' tuning, as `eager_warmup_release`'s copy is); `eager_closure` (steady only,
    no gemmtune) gives every `nn.Linear` an instance forward that calls `F.linear` on its parameter dict,
-   as a patched layer's warm path does: what an instance-level forward costs by itself.  With `--train`
+   as a patched layer's warm path does: what an instance-level forward costs by itself;
+   `eager_subclass` (steady only, no gemmtune) gives each `nn.Linear` a subclass with that forward at
+   class level instead.  With `--train`
    also one training step (forward, loss, backward) per call for `default`, `max_autotune` and
    `gemmtune`, in a second process after the forward one (caches new for these: a training compile is
    not a first-call target).  `--root DIR` keeps the caches in DIR: a later run with `--first ''` and
@@ -100,9 +102,10 @@ def cache_env(root: Path, group: str, phase: str) -> dict[str, str]:
 _PROLOGUE: bool | None = None  # Inductor's prologue_fusion as the installed torch sets it
 
 
-def closure_forwards(model: Any, torch: Any) -> int:
-    """Give every `nn.Linear` of `model` an instance forward calling `F.linear` on its parameter dict
-    (no gemmtune: the shape of a patched layer's warm path); returns how many."""
+def closure_forwards(model: Any, torch: Any, at_class: bool = False) -> int:
+    """Give every `nn.Linear` of `model` a forward calling `F.linear` on its parameter dict (no gemmtune:
+    the shape of a patched layer's warm path): on the instance, or (`at_class`) on a subclass the layer
+    is moved to; returns how many layers."""
     import types
 
     def bare(self: Any, x: Any) -> Any:
@@ -110,8 +113,12 @@ def closure_forwards(model: Any, torch: Any) -> int:
         return torch.nn.functional.linear(x, p["weight"], p["bias"])
 
     layers = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    subclass = type("BareLinear", (torch.nn.Linear,), {"forward": bare})
     for m in layers:
-        object.__setattr__(m, "forward", types.MethodType(bare, m))
+        if at_class:
+            m.__class__ = subclass
+        else:
+            object.__setattr__(m, "forward", types.MethodType(bare, m))
     return len(layers)
 
 
@@ -125,8 +132,8 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
             "max_autotune_fed": "max-autotune-no-cudagraphs"}.get(variant)
     if variant in ("eager", "eager_copy", "eager_late"):  # the A/A controls: plain eager on another copy
         return (lambda: output_of(model, inputs)), facts
-    if variant == "eager_closure":
-        facts["layers"] = closure_forwards(model, torch)
+    if variant in ("eager_closure", "eager_subclass"):
+        facts["layers"] = closure_forwards(model, torch, at_class=variant == "eager_subclass")
         return (lambda: output_of(model, inputs)), facts
     if variant.startswith("eager_warmup"):
         report = gemmtune.warmup(model, *inputs, progress=False, release=variant == "eager_warmup_release")

@@ -75,3 +75,15 @@ def test_the_closure_control_gives_each_linear_an_instance_forward_and_keeps_the
     assert facts == {"layers": 2} and not patched_modules(model)
     assert all("forward" in vars(m) for m in model if isinstance(m, torch.nn.Linear))
     assert torch.allclose(fn(), ref)
+
+
+def test_the_subclass_control_moves_each_linear_to_a_class_level_forward(monkeypatch):
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    x = torch.randn(2, 4)
+    ref = model(x)
+    fn, facts = protocol.compiled_variant("eager_subclass", model, (x,), torch, None)
+    linears = [m for m in model if isinstance(m, torch.nn.Linear)]
+    assert facts == {"layers": 2} and all(type(m) is not torch.nn.Linear and "forward" not in vars(m) for m in linears)
+    assert torch.allclose(fn(), ref)
