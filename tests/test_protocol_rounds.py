@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -46,7 +49,21 @@ def test_the_release_variant_is_timed_from_the_warm_up_variants_store():
     assert protocol.STEADY_GROUP["eager_warmup_release"] == protocol.FIRST["eager_warmup"][0]
 
 
-def test_every_a_a_control_is_plain_eager_on_the_copy_it_is_given(monkeypatch):
+@pytest.fixture
+def variants_env(monkeypatch):
+    """`protocol.compiled_variant` imports bench/models.py, which points the cache and store variables
+    at fresh scratch folders on import unless it runs as a protocol child: keep this process's (every
+    later test's store would be one shared folder), and check that they are kept."""
+    def caches():
+        return {k: v for k, v in os.environ.items() if k.startswith(("GEMMTUNE_", "TRITON_", "TORCHINDUCTOR_"))}
+
+    monkeypatch.setenv("GEMMTUNE_PROTOCOL_CHILD", "1")
+    before = caches()
+    yield
+    assert caches() == before
+
+
+def test_every_a_a_control_is_plain_eager_on_the_copy_it_is_given(monkeypatch, variants_env):
     import torch
     import gemmtune
     from gemmtune.dispatch.patching import patched_modules
@@ -63,7 +80,7 @@ def test_every_a_a_control_is_plain_eager_on_the_copy_it_is_given(monkeypatch):
         assert torch.equal(fn(), model(x))
 
 
-def test_the_closure_control_gives_each_linear_an_instance_forward_and_keeps_the_result(monkeypatch):
+def test_the_closure_control_gives_each_linear_an_instance_forward_and_keeps_the_result(monkeypatch, variants_env):
     import torch
     from gemmtune.dispatch.patching import patched_modules
 
@@ -77,7 +94,7 @@ def test_the_closure_control_gives_each_linear_an_instance_forward_and_keeps_the
     assert torch.allclose(fn(), ref)
 
 
-def test_the_subclass_control_moves_each_linear_to_a_class_level_forward(monkeypatch):
+def test_the_subclass_control_moves_each_linear_to_a_class_level_forward(variants_env):
     import torch
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
