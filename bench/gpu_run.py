@@ -351,11 +351,12 @@ JOBS: dict[str, Job] = {
     "steady-eager": Job("bench/models.py: plain eager against gemmtune.warmup then eager, with and without "
                         "release=True, against plain eager on other copies (the A/A controls: one made before "
                         "the warm-ups, one after), and against forwards calling F.linear on the instance or on "
-                        "a subclass (no gemmtune), paired per round, 401 rounds of 2 forwards, on the stack "
-                        "at M = 1 and the Llama at M = 64",
+                        "a subclass (no gemmtune), paired per round, 401 rounds of 4 forwards, each variant on 4 "
+                        "copies called in turn, on the stack at M = 1 and the Llama at M = 64",
                         (PY, "bench/models.py", "--cases", "stack:1,llama:64", "--first", "", "--steady",
                          "eager,eager_copy,eager_closure,eager_subclass,eager_warmup,eager_warmup_release,"
-                         "eager_late", "--rounds", "401", "--iters", "2", "--out", "{out}/{job}.json"), 250),
+                         "eager_late", "--rounds", "401", "--iters", "4", "--copies", "4", "--out",
+                         "{out}/{job}.json"), 300),
     "kernels-stack1": Job("bench/models.py: the steady state alone on the stack at M = 1, with the kernel split "
                           "and the top kernels (every variant compiled in that process)",
                           (PY, "bench/models.py", "--cases", "stack:1", "--first", "", "--steady",

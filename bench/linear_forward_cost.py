@@ -29,67 +29,37 @@ import random
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import gemmtune  # noqa: E402
+from linear_variants import set_forwards  # noqa: E402
 
 VARIANTS = ("eager", "patched", "released", "closure", "subclass", "check", "decided")
-_is_compiling = torch.compiler.is_compiling
-
-
-def _closure(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    p = self._parameters
-    return F.linear(x, p["weight"], p["bias"])
-
-
-def _check(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    if not _is_compiling():
-        p = self._parameters
-        return F.linear(x, p["weight"], p["bias"])
-    raise AssertionError("compiling")
-
-
-def _decided(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    if x.numel() in self._sizes:
-        p = self._parameters
-        return F.linear(x, p["weight"], p["bias"])
-    raise AssertionError("undecided size")
-
-
-class _Subclass(nn.Linear):
-    forward = _closure  # type: ignore[assignment]
 
 
 def apply(variant: str, model: nn.Module) -> nn.Module:
     """`model` (in place) with every `nn.Linear` changed as `variant` says; returns it."""
-    linears = [m for m in model.modules() if type(m) is nn.Linear]
     if variant in ("patched", "released"):
         gemmtune.patch(model, backends=("extern",))
-        for m in linears:
-            m.__dict__["_gemmtune_decided"].add(m.in_features)  # a [1, 1, K] input: numel K
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                m.__dict__["_gemmtune_decided"].add(m.in_features)  # a [1, 1, K] input: numel K
         if variant == "released":
             gemmtune.unpatch(model)
-    for m in linears:
-        if variant == "subclass":
-            m.__class__ = _Subclass
-        elif variant in ("closure", "check", "decided"):
-            object.__setattr__(m, "_sizes", {m.in_features})
-            fn = {"closure": _closure, "check": _check, "decided": _decided}[variant]
-            object.__setattr__(m, "forward", types.MethodType(fn, m))
+    elif variant != "eager":
+        set_forwards(model, variant)
     return model
 
 
 def build(width: int, layers: int) -> tuple[nn.Module, torch.Tensor]:
-    sys.path.insert(0, str(HERE))
     import models  # the stack's layer; importing it points the caches at scratch folders (a benchmark)
 
     torch.manual_seed(0)

@@ -312,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also each steady variant's GPU time by kernel kind (gemm, attention, triton, other)")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--copies", type=int, default=1,
+                   help="steady eager variants (eager*) on this many copies each, called in turn (layout noise)")
     p.add_argument("--first-timeout", type=float, default=300.0)
     p.add_argument("--steady-timeout", type=float, default=420.0)
     p.add_argument("--out", default="models.json")
@@ -325,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     steady = [v for v in args.steady.split(",") if v] + (list(protocol.STEADY_BREAKDOWN) if args.breakdown else [])
     meta = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
             "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
-            "rounds": args.rounds, "iters": args.iters}
+            "rounds": args.rounds, "iters": args.iters, "copies": args.copies}
     cases: list[dict] = []
 
     def write(case: dict) -> None:  # after every process, so a run cut short keeps what it measured

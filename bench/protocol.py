@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import json
 import os
 import random
@@ -102,26 +103,6 @@ def cache_env(root: Path, group: str, phase: str) -> dict[str, str]:
 _PROLOGUE: bool | None = None  # Inductor's prologue_fusion as the installed torch sets it
 
 
-def closure_forwards(model: Any, torch: Any, at_class: bool = False) -> int:
-    """Give every `nn.Linear` of `model` a forward calling `F.linear` on its parameter dict (no gemmtune:
-    the shape of a patched layer's warm path): on the instance, or (`at_class`) on a subclass the layer
-    is moved to; returns how many layers."""
-    import types
-
-    def bare(self: Any, x: Any) -> Any:
-        p = self.__dict__["_parameters"]
-        return torch.nn.functional.linear(x, p["weight"], p["bias"])
-
-    layers = [m for m in model.modules() if type(m) is torch.nn.Linear]
-    subclass = type("BareLinear", (torch.nn.Linear,), {"forward": bare})
-    for m in layers:
-        if at_class:
-            m.__class__ = subclass
-        else:
-            object.__setattr__(m, "forward", types.MethodType(bare, m))
-    return len(layers)
-
-
 def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtune: Any) -> tuple[Callable, dict]:
     """The callable of one variant (compiled, warmed up) and what it reports; nothing run yet."""
     import gemmtune.inductor as gi
@@ -133,7 +114,9 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
     if variant in ("eager", "eager_copy", "eager_late"):  # the A/A controls: plain eager on another copy
         return (lambda: output_of(model, inputs)), facts
     if variant in ("eager_closure", "eager_subclass"):
-        facts["layers"] = closure_forwards(model, torch, at_class=variant == "eager_subclass")
+        from linear_variants import set_forwards
+
+        facts["layers"] = set_forwards(model, variant.removeprefix("eager_"))
         return (lambda: output_of(model, inputs)), facts
     if variant.startswith("eager_warmup"):
         report = gemmtune.warmup(model, *inputs, progress=False, release=variant == "eager_warmup_release")
@@ -251,40 +234,58 @@ def _train_step(compiled: Callable[[], Any], model: Any) -> Callable[[], Any]:
 
 
 def steady_variants(model_name: str, m: int, variants: list[str], root: Path, train: bool,
-                    torch: Any, gemmtune: Any, facts: dict[str, dict] | None = None) -> dict[str, Callable[[], Any]]:
+                    torch: Any, gemmtune: Any, facts: dict[str, dict] | None = None,
+                    copies: int = 1) -> dict[str, Callable[[], Any]]:
     """Every variant of the steady-state process, each on its own copy of the model, compiled from the
     caches its first call left (`root`), warmed up; what each reports goes into `facts` by variant
-    (a warm-up's winners, what runs after its in-model check, the layers it released)."""
-    from gemmtune.store.locations import forget_stores
+    (a warm-up's winners, what runs after its in-model check, the layers it released).  An eager
+    variant runs on `copies` copies, one after the other call by call: one copy's memory layout alone
+    moved a reading by about 1 % (bench/linear_forward_cost.py)."""
     from models import build
 
     base, inputs = build(model_name, m)
     fns: dict[str, Callable[[], Any]] = {}
     plan = [(v, False) for v in variants] + [(v, True) for v in (TRAIN if train else ())]
     for variant, training in plan:
-        group = STEADY_GROUP.get(variant) or FIRST.get(variant, (variant, "new"))[0]
-        os.environ.update(cache_env(root, group + ("_train" if training else ""), "keep"))
-        forget_stores()
-        model = copy.deepcopy(base).train(training)
-        with torch.no_grad() if not training else torch.enable_grad():
-            fn, told = compiled_variant(variant, model, inputs, torch, gemmtune)
-            if facts is not None and told and not training:
-                facts[variant] = {k: v for k, v in told.items() if k != "handler"}
-            fn = _train_step(fn, model) if training else fn
-            for _ in range(3):
-                fn()
-        _sync(torch)
-        if variant.startswith("gemmtune") or variant == "max_autotune_fed":
-            import gemmtune.inductor as gi
-
-            while gi.installer._PRIOR:
-                gi.uninstall()
-        fns[variant + ("+train" if training else "")] = fn
+        n = copies if variant.startswith("eager") and not training else 1
+        made = [_set_up(variant, training, base, inputs, root, torch, gemmtune, facts) for _ in range(n)]
+        fns[variant + ("+train" if training else "")] = made[0] if n == 1 else _in_turn(made)
     return fns
 
 
+def _in_turn(fns: list[Callable[[], Any]]) -> Callable[[], Any]:
+    """One callable that calls `fns` in turn, one per call."""
+    turn = itertools.cycle(fns)
+    return lambda: next(turn)()
+
+
+def _set_up(variant: str, training: bool, base: Any, inputs: tuple, root: Path, torch: Any, gemmtune: Any,
+            facts: dict[str, dict] | None) -> Callable[[], Any]:
+    """One copy of `base` set up as `variant` (from its caches under `root`), called 3 times."""
+    from gemmtune.store.locations import forget_stores
+
+    group = STEADY_GROUP.get(variant) or FIRST.get(variant, (variant, "new"))[0]
+    os.environ.update(cache_env(root, group + ("_train" if training else ""), "keep"))
+    forget_stores()
+    model = copy.deepcopy(base).train(training)
+    with torch.no_grad() if not training else torch.enable_grad():
+        fn, told = compiled_variant(variant, model, inputs, torch, gemmtune)
+        if facts is not None and told and not training:
+            facts[variant] = {k: v for k, v in told.items() if k != "handler"}
+        fn = _train_step(fn, model) if training else fn
+        for _ in range(3):
+            fn()
+    _sync(torch)
+    if variant.startswith("gemmtune") or variant == "max_autotune_fed":
+        import gemmtune.inductor as gi
+
+        while gi.installer._PRIOR:
+            gi.uninstall()
+    return fn
+
+
 def steady_child(model_name: str, m: int, variants: list[str], root: Path, rounds: int, iters: int,
-                 train: bool, kernels: bool = False) -> list[dict[str, Any]]:
+                 train: bool, kernels: bool = False, copies: int = 1) -> list[dict[str, Any]]:
     """Interleaved rounds of every variant in this one process; per variant its median ms and the
     median of per-round ratios to max_autotune (forward) or max_autotune+train (training step).  With
     `kernels` (CUDA only) also each variant's GPU time per call by kernel kind, from torch.profiler
@@ -295,7 +296,7 @@ def steady_child(model_name: str, m: int, variants: list[str], root: Path, round
     from models import build, output_of, rel_err
 
     told: dict[str, dict] = {}
-    fns = steady_variants(model_name, m, variants, root, train, torch, gemmtune, told)
+    fns = steady_variants(model_name, m, variants, root, train, torch, gemmtune, told, copies)
     base, inputs = build(model_name, m)
     with torch.no_grad():
         ref = output_of(base, inputs)
@@ -379,7 +380,8 @@ def run_case(case: str, first: list[str], steady: list[str], root: Path, opts: A
         if not variants and not train:
             continue
         rows = spawn(["steady", model_name, str(m), ",".join(variants), str(root / case), str(opts.rounds),
-                      str(opts.iters), "1" if train else "0", "1" if getattr(opts, "kernels", False) else "0"],
+                      str(opts.iters), "1" if train else "0", "1" if getattr(opts, "kernels", False) else "0",
+                      str(getattr(opts, "copies", 1))],
                      {}, opts.steady_timeout)
         out["steady"] += rows if isinstance(rows, list) else [rows]
         write(out)
@@ -391,7 +393,7 @@ if __name__ == "__main__":
     if kind == "first":
         print(json.dumps(first_child(model_arg, int(m_arg), sys.argv[4]), default=str))
     else:
-        variants_arg, root_arg, rounds_arg, iters_arg, train_arg, kernels_arg = (sys.argv[4:10] + ["0"])[:6]
+        variants_arg, root_arg, rounds_arg, iters_arg, train_arg, kernels_arg, copies_arg = sys.argv[4:11]
         print(json.dumps(steady_child(model_arg, int(m_arg), [v for v in variants_arg.split(",") if v], Path(root_arg),
-                                      int(rounds_arg), int(iters_arg), train_arg == "1", kernels_arg == "1"),
-                         default=str))
+                                      int(rounds_arg), int(iters_arg), train_arg == "1", kernels_arg == "1",
+                                      int(copies_arg)), default=str))

@@ -49,7 +49,7 @@ def test_each_variant_changes_the_layers_as_named(script):
     linears = {v: [m for m in model.modules() if isinstance(m, torch.nn.Linear)] for v, model in changed.items()}
     assert patched_modules(changed["patched"]) and not patched_modules(changed["released"])
     assert all("forward" in vars(m) for v in ("closure", "check", "decided") for m in linears[v])
-    assert all(type(m) is script._Subclass for m in linears["subclass"])
+    assert all(type(m).__name__ == "BareLinear" for m in linears["subclass"])
     assert all(type(m) is torch.nn.Linear and "forward" not in vars(m) for m in linears["eager"] + linears["released"])
     with torch.no_grad():
         ref = base(x)

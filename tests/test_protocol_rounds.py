@@ -104,3 +104,25 @@ def test_the_subclass_control_moves_each_linear_to_a_class_level_forward(variant
     linears = [m for m in model if isinstance(m, torch.nn.Linear)]
     assert facts == {"layers": 2} and all(type(m) is not torch.nn.Linear and "forward" not in vars(m) for m in linears)
     assert torch.allclose(fn(), ref)
+
+
+def test_an_eager_variant_runs_on_its_copies_in_turn_and_others_on_one(monkeypatch, tmp_path):
+    import torch
+
+    monkeypatch.setenv("GEMMTUNE_PROTOCOL_CHILD", "1")  # importing bench/models.py leaves the caches alone
+    monkeypatch.setattr(os, "environ", os.environ.copy())  # the set-up points the caches at `tmp_path`
+    import models
+
+    monkeypatch.setattr(models, "build", lambda name, m: (torch.nn.Sequential(torch.nn.Linear(4, 3)),
+                                                          (torch.randn(2, 4),)))
+    calls = []
+    monkeypatch.setattr(protocol, "compiled_variant",
+                        lambda variant, model, inputs, *_: ((lambda: calls.append((variant, id(model)))), {}))
+    fns = protocol.steady_variants("tiny", 1, ["eager", "default"], tmp_path, False, torch, None, {}, copies=3)
+    calls.clear()
+    for _ in range(6):
+        fns["eager"]()
+        fns["default"]()
+    eager = [model for variant, model in calls if variant == "eager"]
+    assert len(set(eager)) == 3 and eager[:3] == eager[3:]  # three copies, called in turn
+    assert len({model for variant, model in calls if variant == "default"}) == 1

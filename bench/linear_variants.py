@@ -1,0 +1,66 @@
+"""`nn.Linear` forwards without gemmtune: the eager controls of bench/protocol.py and the variants of
+bench/linear_forward_cost.py.  Each reads the weight and bias from the layer's parameter dict, as
+gemmtune's patched layer does, so it skips `Module.__getattr__`.
+
+    >>> import torch
+    >>> mlp = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    >>> x = torch.randn(2, 4); ref = mlp(x)
+    >>> set_forwards(mlp, "subclass"), torch.equal(mlp(x), ref)
+    (1, True)
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_is_compiling = torch.compiler.is_compiling
+
+
+def bare(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`F.linear` on the parameter dict."""
+    p = self._parameters
+    return F.linear(x, p["weight"], p["bias"])
+
+
+def checked(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`bare` behind `torch.compiler.is_compiling()`, the test gemmtune's warm path makes first."""
+    if not _is_compiling():
+        p = self._parameters
+        return F.linear(x, p["weight"], p["bias"])
+    raise AssertionError("a control of eager runs only")
+
+
+def decided(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`bare` behind a decided-size test (`x.numel()` in a set of the layer's), gemmtune's other test."""
+    if x.numel() in self._sizes:
+        p = self._parameters
+        return F.linear(x, p["weight"], p["bias"])
+    raise AssertionError("an input size the control was not given")
+
+
+class BareLinear(nn.Linear):
+    """`nn.Linear` with `bare` as its forward, at class level."""
+
+    forward = bare  # type: ignore[assignment]
+
+
+FORWARDS = {"closure": bare, "check": checked, "decided": decided}
+KINDS = (*FORWARDS, "subclass")
+
+
+def set_forwards(model: nn.Module, kind: str, sizes: tuple[int, ...] = ()) -> int:
+    """Give every plain `nn.Linear` of `model` the forward `kind` names (`KINDS`: an instance forward,
+    or "subclass": `BareLinear`); `sizes`: the input sizes `decided` accepts besides each layer's
+    in-features (a [1, 1, K] input).  Returns how many layers."""
+    layers = [m for m in model.modules() if type(m) is nn.Linear]
+    for m in layers:
+        if kind == "subclass":
+            m.__class__ = BareLinear
+        else:
+            object.__setattr__(m, "_sizes", {m.in_features, *sizes})
+            object.__setattr__(m, "forward", types.MethodType(FORWARDS[kind], m))
+    return len(layers)
