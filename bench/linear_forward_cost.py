@@ -122,13 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"python": platform.python_version(), "torch": torch.__version__, "cpu": platform.processor(),
             "date": time.strftime("%Y-%m-%d"), "command": "bench/linear_forward_cost.py " + " ".join(argv or sys.argv[1:]),
             "width": args.width, "layers": args.layers, "copies": args.copies, "rounds": args.rounds}
-    print(f"Python {meta['python']}, torch {meta['torch']}; {args.layers * 4} linear layers, width {args.width}, "
-          f"{args.copies} copies per variant, {args.rounds} rounds")
-    print("| variant | µs per forward | x plain eager (95 % interval) |\n|---|---|---|")
-    for v, r in rows.items():
-        print(f"| {v} | {r['us']:.1f} | {r['x_eager']:.4f} ({r['lo']:.4f}-{r['hi']:.4f}) |")
+    print(table(rows, meta))
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0
+
+
+def table(rows: dict[str, dict[str, float]], meta: dict[str, Any]) -> str:
+    """The run as Markdown: one line per variant, read against plain eager."""
+    head = (f"Python {meta['python']}, torch {meta['torch']}; {meta['layers'] * 4} linear layers, width "
+            f"{meta['width']}, {meta['copies']} copies per variant, {meta['rounds']} rounds")
+    lines = [f"| {v} | {r['us']:.1f} | {r['x_eager']:.4f} ({r['lo']:.4f}-{r['hi']:.4f}) |" for v, r in rows.items()]
+    return "\n".join([head, "| variant | µs per forward | x plain eager (95 % interval) |", "|---|---|---|", *lines])
 
 
 if __name__ == "__main__":
