@@ -356,7 +356,7 @@ JOBS: dict[str, Job] = {
                         (PY, "bench/models.py", "--cases", "stack:1,llama:64", "--first", "", "--steady",
                          "eager,eager_copy,eager_closure,eager_subclass,eager_warmup,eager_warmup_release,"
                          "eager_late", "--rounds", "401", "--iters", "4", "--copies", "4", "--out",
-                         "{out}/{job}.json"), 300),
+                         "{out}/{job}.json"), 420),
     "kernels-stack1": Job("bench/models.py: the steady state alone on the stack at M = 1, with the kernel split "
                           "and the top kernels (every variant compiled in that process)",
                           (PY, "bench/models.py", "--cases", "stack:1", "--first", "", "--steady",
