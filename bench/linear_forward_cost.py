@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         times = rounds_of(fns, args.rounds, args.iters)
     rows = {v: {"us": statistics.median(times[v]), **paired(times[v], times["eager"])} for v in variants}
     meta = {"python": platform.python_version(), "torch": torch.__version__, "cpu": platform.processor(),
-            "date": time.strftime("%Y-%m-%d"), "command": "bench/linear_forward_cost.py " + " ".join(argv or sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d"),
+            "command": "bench/linear_forward_cost.py " + " ".join(argv or sys.argv[1:]),
             "width": args.width, "layers": args.layers, "copies": args.copies, "rounds": args.rounds}
     print(table(rows, meta))
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -49,18 +49,17 @@ class BareLinear(nn.Linear):
 
 
 FORWARDS = {"closure": bare, "check": checked, "decided": decided}
-KINDS = (*FORWARDS, "subclass")
 
 
-def set_forwards(model: nn.Module, kind: str, sizes: tuple[int, ...] = ()) -> int:
-    """Give every plain `nn.Linear` of `model` the forward `kind` names (`KINDS`: an instance forward,
-    or "subclass": `BareLinear`); `sizes`: the input sizes `decided` accepts besides each layer's
-    in-features (a [1, 1, K] input).  Returns how many layers."""
+def set_forwards(model: nn.Module, kind: str) -> int:
+    """Give every plain `nn.Linear` of `model` the forward `kind` names (a key of `FORWARDS`: an
+    instance forward, or "subclass": `BareLinear`); `decided` accepts each layer's in-features (a
+    [1, 1, K] input).  Returns how many layers."""
     layers = [m for m in model.modules() if type(m) is nn.Linear]
     for m in layers:
         if kind == "subclass":
             m.__class__ = BareLinear
         else:
-            object.__setattr__(m, "_sizes", {m.in_features, *sizes})
+            object.__setattr__(m, "_sizes", {m.in_features})
             object.__setattr__(m, "forward", types.MethodType(FORWARDS[kind], m))
     return len(layers)

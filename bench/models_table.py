@@ -20,8 +20,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-# The protocol runs, each case's runs oldest first: on the H200 (2026-12-01 to 2026-12-04), and the two
-# steady-eager runs of 2026-12-05 on an H100 (no H200 came that day; the file name says which card).
+# The protocol runs, each case's runs oldest first: on the H200 (2026-12-01 to 2026-12-05), and the
+# steady-eager runs of 2026-12-05 on an H100 (the file name says which card).
 RUNS = ("models_stack1_h200_2026-12-01.json", "models_stack1_gemv_autotune_h200_2026-12-01.json",
         "models_stack1_h200_2026-12-03.json", "models_stack1_store_h200_2026-12-04.json",
         "models_stack1_store_run2_h200_2026-12-04.json",
@@ -54,8 +54,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def eager_ratio(steady: list[dict]) -> str:
     """`warmup` then eager over plain eager: the paired per-round ratio where the run kept it
     (`ratio_vs_eager`), with the A/A controls' where the run timed them (`eager_copy`, plain eager on
-    another copy; `eager_late`, on a copy made after the warm-ups), and the instance-forward control's
-    (`eager_closure`), else "~" and the quotient of the two variants' medians of ratios to max-autotune."""
+    another copy; `eager_late`, on a copy made after the warm-ups) and the bare-forward controls'
+    (`eager_closure`, `eager_subclass`), else "~" and the quotient of the two variants' medians of ratios to max-autotune."""
     rows = {r["variant"]: r for r in steady}
     warm, plain = rows.get("eager_warmup", {}), rows.get("eager", {})
     if warm.get("ratio_vs_eager") is not None:
