@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     patched = copy.deepcopy(base)
     result: dict = {"m": args.m, "date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name()}
     with torch.no_grad():
-        gemmtune.warmup(patched, *inputs, progress=False)
+        gemmtune.warmup(patched, *inputs, progress=False, release=False)
         fns = {"plain": lambda: base(*inputs), "patched": lambda: patched(*inputs)}
         for fn in fns.values():
             for _ in range(5):

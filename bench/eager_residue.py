@@ -37,7 +37,7 @@ def main() -> int:
         with torch.no_grad():
             row["plain_before"] = steady(fwd, args.iters)["ms"]
             t0 = time.perf_counter()
-            gemmtune.warmup(model, x, progress=False)
+            gemmtune.warmup(model, x, progress=False, release=False)
             row["warmup_s"] = time.perf_counter() - t0
             row["patched"] = steady(fwd, args.iters)["ms"]
             gemmtune.unpatch(model)

@@ -233,6 +233,9 @@ JOBS: dict[str, Job] = {
                                 "readings a replay can rank by", (*_fp8_sweep(FP8_SWEEP_M16), "--rounds", "10"), 560),
     "fp8-sweep-m16": Job("gemmtune sweep of the fp8 suite's Llama-3-8B shapes at M = 16 (8 problems), the skinny "
                          "configs in the space", _fp8_sweep(FP8_SWEEP_M16), 400),
+    "compare-fp8-18": Job("bench/compare.py on the 18 fp8 shapes of compare-fp8, compare-fp8-inductor and "
+                          "compare-fp8-inductor-2 in one run, Inductor max-autotune beside cuBLASLt and gemmtune, "
+                          "20 rounds", _fp8_compare(",".join((FP8_SHAPES, FP8_INDUCTOR, FP8_INDUCTOR_2)), "20"), 580),
     "compare-fp8-m16": Job("bench/compare.py on the 8 fp8 shapes at M = 16 that Inductor ran on before, Inductor "
                            "max-autotune beside cuBLASLt and gemmtune, 40 rounds (1 % of a 10 us kernel)",
                            _fp8_compare(FP8_M16_INDUCTOR, "40"), 540),
@@ -343,18 +346,18 @@ JOBS: dict[str, Job] = {
                                    "default,max_autotune,gemmtune", "--kernels", "--rounds", "31", "--iters", "20",
                                    "--out", "{out}/{job}.json"), 300),
     "steady-stack512": Job("bench/models.py: the steady state alone on the stack at M = 512, the eager variants "
-                           "(warm-up with and without release=True, paired with plain eager) beside the compiled "
+                           "(warm-up releasing torch's layers and keeping them patched, paired with plain eager) beside the compiled "
                            "ones, training step and kernel split (every variant compiled in that process)",
                            (PY, "bench/models.py", "--cases", "stack:512", "--first", "", "--steady",
-                            "eager,eager_warmup,eager_warmup_release,default,max_autotune,gemmtune", "--train",
+                            "eager,eager_warmup,eager_warmup_patched,default,max_autotune,gemmtune", "--train",
                             "--kernels", "--rounds", "31", "--iters", "20", "--out", "{out}/{job}.json"), 300),
-    "steady-eager": Job("bench/models.py: plain eager against gemmtune.warmup then eager, with and without "
-                        "release=True, against plain eager on other copies (the A/A controls: one made before "
+    "steady-eager": Job("bench/models.py: plain eager against gemmtune.warmup then eager, releasing torch's "
+                        "layers (the default) and with release=False, against plain eager on other copies (the A/A controls: one made before "
                         "the warm-ups, one after), and against forwards calling F.linear on the instance or on "
                         "a subclass (no gemmtune), paired per round, 401 rounds of 4 forwards, each variant on 4 "
                         "copies called in turn, on the stack at M = 1 and the Llama at M = 64",
                         (PY, "bench/models.py", "--cases", "stack:1,llama:64", "--first", "", "--steady",
-                         "eager,eager_copy,eager_closure,eager_subclass,eager_warmup,eager_warmup_release,"
+                         "eager,eager_copy,eager_closure,eager_subclass,eager_warmup,eager_warmup_patched,"
                          "eager_late", "--rounds", "401", "--iters", "4", "--copies", "4", "--out",
                          "{out}/{job}.json"), 420),
     "kernels-stack1": Job("bench/models.py: the steady state alone on the stack at M = 1, with the kernel split "

@@ -7,8 +7,9 @@ process under `valgrind --tool=callgrind`, which counts only inside the timed lo
 are not counted.  Every problem is decided for torch's op (`backends=("extern",)` on CPU), the case of
 a model whose warm-up kept torch's op everywhere.  Variants:
 - `eager`: the model as built;  `eager_copy`: another copy (the A/A control);
-- `eager_warmup`: `gemmtune.warmup(model, x)`, then the patched layers' warm path;
-- `eager_warmup_release`: the same with `release=True` (the layers get `nn.Linear.forward` back).
+- `eager_warmup`: `gemmtune.warmup(model, x, release=False)`, then the patched layers' warm path;
+- `eager_warmup_release`: the same with `release=True`, the warm-up's default (the layers get the lean
+  forward of `gemmtune.dispatch.release`).
 Models: `tiny` (bench/models.py's two-layer stack, width 256) and `llama-tiny` (a two-layer
 `transformers` Llama of width 64, where transformers is installed).  Needs valgrind; CPU only.
 

@@ -9,7 +9,8 @@ by about 1 %), all copies timed in shuffled rounds; a variant's round time is th
 copies, read against plain eager's in the same round (median, and a bootstrap 95 % interval).
 
 Variants: `eager` (plain `nn.Linear`); `patched` (`gemmtune.patch`, every input size decided for
-`F.linear`: the warm path of a warm-up that kept torch's op); `released` (patched, then unpatched);
+`F.linear`: the warm path of a warm-up with `release=False`); `released` (patched, then unpatched);
+`lean` (what a warm-up releases a layer to, by default: `dispatch.release.lean_forward`);
 `closure` (an instance forward calling `F.linear` on the parameter dict); `subclass` (that forward
 on a subclass); `check` (the closure behind `torch.compiler.is_compiling()`); `decided` (the closure
 behind a decided-size set check).
@@ -40,9 +41,11 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import gemmtune  # noqa: E402
+from gemmtune.dispatch.patching import release  # noqa: E402
+from gemmtune.dispatch.release import lean_forward  # noqa: E402
 from linear_variants import set_forwards  # noqa: E402
 
-VARIANTS = ("eager", "patched", "released", "closure", "subclass", "check", "decided")
+VARIANTS = ("eager", "patched", "released", "lean", "closure", "subclass", "check", "decided")
 
 
 def apply(variant: str, model: nn.Module) -> nn.Module:
@@ -54,6 +57,10 @@ def apply(variant: str, model: nn.Module) -> nn.Module:
                 m.__dict__["_gemmtune_decided"].add(m.in_features)  # a [1, 1, K] input: numel K
         if variant == "released":
             gemmtune.unpatch(model)
+    elif variant == "lean":
+        for m in gemmtune.patch(model, backends=("extern",)).modules():
+            if isinstance(m, nn.Linear):
+                release(m, lean_forward)
     elif variant != "eager":
         set_forwards(model, variant)
     return model

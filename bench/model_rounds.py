@@ -38,7 +38,7 @@ torch, gemmtune = models.torch, models.gemmtune
 VARIANTS = ("eager", "gemmtune", "inductor", "inductor_default", "gemmtune_compile", "inductor_gemmtune")
 # also: "gemmtune_library" (warm-up with backends=("extern",): the patched layers' own host cost) and
 # "gemmtune_unchecked" (warm-up without its in-model check: the tuned picks as they are) and
-# "gemmtune_release" (checked warm-up with release=True: library-only layers unpatched)
+# "gemmtune_release" (checked warm-up with release=True, the default: library-only layers released)
 
 
 own_frame = models.own_frame
@@ -51,7 +51,8 @@ def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
         model = own_frame(gemmtune.patch(model) if variant == "gemmtune_compile" else model, variant)
     if variant in ("gemmtune", "gemmtune_unchecked", "gemmtune_release"):
         # unchecked: the tuned picks, no in-model check; release: layers whose problems all run
-        # torch's op get nn.Linear.forward back.  Their backends are spelled out so that their
+        # torch's op are released (the warm-up's default; the others keep every layer patched).
+        # Their backends are spelled out so that their
         # dispatch entries are not the checked variant's (one dispatch dict per process).
         spelled = {"gemmtune": None, "gemmtune_unchecked": ("extern", "triton"),
                    "gemmtune_release": ("triton", "extern")}[variant]
@@ -59,7 +60,7 @@ def prepare(variant: str, base: Any, inputs: tuple) -> Callable[[], Any]:
                                  backends=spelled, release=variant == "gemmtune_release")
         print(report.table(), file=sys.stderr)
     elif variant == "gemmtune_library":  # picks among library kernels only: the patch's own host cost
-        gemmtune.warmup(model, *inputs, backends=("extern",), progress=False)
+        gemmtune.warmup(model, *inputs, backends=("extern",), progress=False, release=False)
     elif variant == "gemmtune_compile":
         model = torch.compile(model)
     elif variant == "inductor":

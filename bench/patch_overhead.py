@@ -76,7 +76,7 @@ def main() -> int:
     args = p.parse_args()
     base, inputs = models.build("stack", args.m)
     lib = copy.deepcopy(base)
-    gemmtune.warmup(lib, *inputs, backends=("extern",), progress=False, in_model=False)
+    gemmtune.warmup(lib, *inputs, backends=("extern",), progress=False, in_model=False, release=False)
     variants: dict[str, Any] = {"plain": copy.deepcopy(base), "closure": replaced(base, 0), "guards": replaced(base, 1),
                                 "keyed": replaced(base, 2), "gemmtune_library": lib}
     times: dict[str, list[float]] = {k: [] for k in variants}

@@ -31,12 +31,12 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
    then timed in `--rounds` shuffled rounds of `--iters` forwards (CUDA events); ratios are medians of
    per-round ratios to `max_autotune`, so drift that hits a round hits every variant; an eager variant
    also gets its paired per-round ratio to plain `eager` (`ratio_vs_eager`: the eager target's reading),
-   and every row keeps its per-round ms (`round_ms`).  `eager_warmup_release` (steady only, from
-   `eager_warmup`'s store) is `gemmtune.warmup(model, x, release=True)`: layers whose problems all run
-   torch's op get `nn.Linear.forward` back; `eager_copy` (steady only) is plain eager on its own copy of
+   and every row keeps its per-round ms (`round_ms`).  `eager_warmup` releases the layers whose
+   problems all run torch's op (the warm-up's default); `eager_warmup_patched` (steady only, from
+   `eager_warmup`'s store) is `gemmtune.warmup(model, x, release=False)`: every layer stays patched; `eager_copy` (steady only) is plain eager on its own copy of
    the model, the A/A control of those ratios (two copies running the same code); `eager_late` (steady
    only) is the same control on a copy made after the variants listed before it were set up (listed
-   last: after the warm-ups' tuning, as `eager_warmup_release`'s copy is); `eager_closure` (steady only,
+   last: after the warm-ups' tuning, as `eager_warmup_patched`'s copy is); `eager_closure` (steady only,
    no gemmtune) gives every `nn.Linear` an instance forward that calls `F.linear` on its parameter dict,
    as a patched layer's warm path does: what an instance-level forward costs by itself;
    `eager_subclass` (steady only, no gemmtune) gives each `nn.Linear` a subclass with that forward at
@@ -83,7 +83,7 @@ FIRST_DEFAULT = ("default", "max_autotune", "max_autotune_again", "gemmtune", "g
 STEADY = ("eager", "eager_warmup", "default", "max_autotune", "gemmtune", "gemmtune_warmup")
 STEADY_BREAKDOWN = ("default_cd", "autotune_gemm", "max_autotune_fed", "gemmtune_traced")
 TRAIN = ("default", "max_autotune", "gemmtune")
-STEADY_GROUP = {"eager_warmup_release": "ew"}  # steady-only variants timed from another variant's caches
+STEADY_GROUP = {"eager_warmup_patched": "ew"}  # steady-only variants timed from another variant's caches
 
 
 def cache_env(root: Path, group: str, phase: str) -> dict[str, str]:
@@ -119,7 +119,7 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
         facts["layers"] = set_forwards(model, variant.removeprefix("eager_"))
         return (lambda: output_of(model, inputs)), facts
     if variant.startswith("eager_warmup"):
-        report = gemmtune.warmup(model, *inputs, progress=False, release=variant == "eager_warmup_release")
+        report = gemmtune.warmup(model, *inputs, progress=False, release=variant != "eager_warmup_patched")
         facts.update(tuned=report.tuned, problems=len(report.rows), warmup_s=report.seconds,
                      forward_s=round(report.forward_s, 3), check_s=round(report.check_s, 3),
                      winners=sorted({r.winner for r in report.rows}), runs=sorted({r.runs for r in report.rows}),

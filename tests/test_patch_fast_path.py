@@ -110,7 +110,7 @@ def test_a_deep_copy_runs_its_own_weights():
 def test_warmup_recording_remembers_nothing_and_clear_forgets():
     _, patched = _pair(True)
     x = torch.randn(3, 12)
-    gemmtune.warmup(patched, x, backends=("extern",), progress=False)
+    gemmtune.warmup(patched, x, backends=("extern",), progress=False, release=False)
     assert not patching._LINEAR  # the recording forward ran torch, with no decision to remember
     patched(x)
     assert len(patching._LINEAR) == 1

@@ -45,8 +45,8 @@ def test_without_the_reference_in_the_rounds_the_ratio_is_nan_not_a_guess():
     assert "ratio_vs_eager" not in protocol.round_stats("eager_warmup", {"eager_warmup": [1.0]})
 
 
-def test_the_release_variant_is_timed_from_the_warm_up_variants_store():
-    assert protocol.STEADY_GROUP["eager_warmup_release"] == protocol.FIRST["eager_warmup"][0]
+def test_the_patched_warm_up_variant_is_timed_from_the_warm_up_variants_store():
+    assert protocol.STEADY_GROUP["eager_warmup_patched"] == protocol.FIRST["eager_warmup"][0]
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ calls `F.linear` (the call an unpatched layer makes) on the weight and bias from
 which skips the two `Module.__getattr__` calls of the unpatched forward; a generated winner is looked
 up by the full signature (shapes, strides, dtypes, device of input, weight and bias).  Inside a
 launch-bound model this warm path ran 1.5 % slower than `nn.Linear.forward` under Python 3.12 and 1 %
-faster under 3.11 (bench/linear_forward_cost.py); `warmup(..., release=True)` removes it.
+faster under 3.11 (bench/linear_forward_cost.py), so `gemmtune.warmup` releases, by default, the layers
+whose every problem runs torch's op (`dispatch.release`).
 
 Only layers whose class uses `nn.Linear.forward` unchanged are patched: a
 subclass with its own forward (LoRA adapters, quantised wrappers, ...) is left
@@ -36,10 +37,11 @@ from . import eager as api
 from . import fp8
 from .table import TABLE
 
-__all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library", "release_library_layers"]
+__all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library", "runs_library",
+           "release"]
 
 _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backends (None allowed)
-_RELEASED = "_gemmtune_released"  # on a layer `release_library_layers` unpatched
+_RELEASED = "_gemmtune_released"  # on a layer given back to torch's op (`release`)
 
 
 # Per patched problem, once decided: what the layer runs.  Key (`_signature`): the input's, weight's
@@ -263,8 +265,8 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
 
 
 def unpatch(module: nn.Module) -> nn.Module:
-    """Undo `patch`: every patched `nn.Linear` in `module` runs `nn.Linear.forward` again, and a routed
-    module (`patch(scaled_mm=True)`) its own forward; returns `module`.
+    """Undo `patch`: every patched or released `nn.Linear` in `module` runs `nn.Linear.forward` again,
+    and a routed module (`patch(scaled_mm=True)`) its own forward; returns `module`.
 
     Example:
         >>> import torch, gemmtune
@@ -277,51 +279,39 @@ def unpatch(module: nn.Module) -> nn.Module:
         if _FLAG in vars(m):
             for attr in (_FLAG, _DECIDED_ATTR, "forward", "_apply"):
                 vars(m).pop(attr, None)
+        elif vars(m).pop(_RELEASED, None):  # released by a warm-up: its lean forward goes too
+            vars(m).pop("forward", None)
     return module
 
 
-def release_library_layers(module: nn.Module, forward: Callable[[], Any]) -> list[str]:
-    """Unpatch the layers of `module` whose every problem runs torch's op (`F.linear`); their names.
-
-    `forward` runs once (under `torch.no_grad()`) to see which input each patched layer meets.  A
-    layer that met only problems decided for the library kernel gets `nn.Linear.forward` back: it
-    then costs exactly what an unpatched layer costs, and a new input shape there is no longer
-    tuned (torch's op computes it).  Layers with a generated pick, or not called by `forward`, stay
-    patched.
+def runs_library(layer: nn.Module, x: Any) -> bool:
+    """Whether the patched `layer`, called on `x`, runs torch's op (`F.linear`): a decided problem.
 
     Example:
         >>> import torch, gemmtune
-        >>> mlp = gemmtune.patch(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), backends=("extern",))
-        >>> x = torch.randn(3, 8)
-        >>> _ = mlp(x)
-        >>> released = release_library_layers(mlp, lambda: mlp(x))
-        >>> released in (['0'], [])  # [] where NumPy's BLAS won on CPU: F.linear would not run that pick
-        True
-        >>> patched_modules(mlp) == ([] if released else ['0'])
+        >>> runs_library(gemmtune.patch(torch.nn.Linear(4, 2)), torch.randn(3, 4))  # not yet called
+        False
+    """
+    if _FLAG not in vars(layer) or not isinstance(x, torch.Tensor):
+        return False
+    key = _signature(x, layer.weight, layer.bias, vars(layer)[_FLAG])  # type: ignore[arg-type]
+    return _LINEAR.get(key) is _linear
+
+
+def release(layer: nn.Module, forward: Callable[..., torch.Tensor]) -> nn.Module:
+    """Unpatch `layer` and give it `forward` (bound to it); `patch_report` says it was released, and
+    `patch` or `unpatch` take it back.  Returns `layer`.
+
+    Example:
+        >>> import torch, gemmtune
+        >>> lin = release(gemmtune.patch(torch.nn.Linear(4, 2)), torch.nn.Linear.forward)
+        >>> patch_report(lin).not_routed[""].startswith("released")
         True
     """
-    met: dict[str, set[tuple]] = {}
-    names = {id(m): name for name, m in module.named_modules() if _FLAG in vars(m)}
-
-    def seen(layer: nn.Module, args: tuple) -> None:
-        w: torch.Tensor = layer.weight  # type: ignore[assignment]
-        bias: torch.Tensor | None = layer.bias  # type: ignore[assignment]
-        x = args[0] if args else None  # called with a keyword input: not looked at, so not released
-        key = _signature(x, w, bias, vars(layer)[_FLAG]) if isinstance(x, torch.Tensor) else ("unseen",)
-        met.setdefault(names[id(layer)], set()).add(key)
-
-    handles = [m.register_forward_pre_hook(seen) for m in module.modules() if id(m) in names]
-    try:
-        with torch.no_grad():
-            forward()
-    finally:
-        for h in handles:
-            h.remove()
-    released = [name for name, keys in met.items() if all(_LINEAR.get(k) is _linear for k in keys)]
-    for name in released:
-        layer = unpatch(module.get_submodule(name))
-        object.__setattr__(layer, _RELEASED, True)  # patch_report says why; patch() takes it back
-    return released
+    unpatch(layer)
+    object.__setattr__(layer, "forward", types.MethodType(forward, layer))
+    object.__setattr__(layer, _RELEASED, True)
+    return layer
 
 
 def patched_modules(module: nn.Module) -> list[str]:
@@ -386,7 +376,7 @@ def patch_report(module: nn.Module) -> PatchReport:
         if _FLAG in vars(m):
             rep.routed.append(name)
         elif vars(m).get(_RELEASED):
-            rep.not_routed[name] = "released by gemmtune.warmup(release=True): every problem it met runs torch's op"
+            rep.not_routed[name] = "released by gemmtune.warmup: every problem it met runs torch's op"
         elif id(m) in inside_mha:
             rep.not_routed[name] = _MHA_WHY
         elif type(m).forward is not nn.Linear.forward:

@@ -33,7 +33,8 @@ from ..core.errors import InputError
 from ..core.settings import Settings
 from ..store import distributed
 from ..store.locations import shared_store
-from .patching import patch, patched_modules, release_library_layers
+from .patching import patch, patched_modules
+from .release import release_library_layers
 from .spread import as_tuned, prepare_for, spread
 
 __all__ = ["warmup", "WarmupReport", "WarmupRow"]
@@ -77,7 +78,7 @@ class WarmupReport:
     seconds: float
     forward_s: float
     check_s: float = 0.0  # the in-model check's wall time
-    released: tuple[str, ...] = ()  # layers given back nn.Linear.forward (`warmup(release=True)`)
+    released: tuple[str, ...] = ()  # layers given back to torch's op (`dispatch.release`; the default of eager use)
 
     @property
     def tuned(self) -> int:
@@ -103,8 +104,8 @@ class WarmupReport:
                      f"warm-up {self.seconds:.2f} s (forward {self.forward_s:.2f} s, in-model check "
                      f"{self.check_s:.2f} s)")
         if self.released:
-            lines.append(f"released {len(self.released)} layers to nn.Linear.forward (every problem they met "
-                         f"runs torch's op): {', '.join(self.released)}")
+            lines.append(f"released {len(self.released)} layers to torch's op (every problem they met runs it; a "
+                         f"new input shape there is not tuned): {', '.join(self.released)}")
         if any(r.in_model is not None for r in self.rows):
             lines.append("in model: forward time with torch's op over forward time with the pick, lower quartile "
                          "of the rounds (the pick stays above 1 + library_margin; 'torch': the model runs torch's op; 'all': "
@@ -114,7 +115,7 @@ class WarmupReport:
 
 def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | None = None,
            progress: bool | None = None, for_compile: bool = False, in_model: bool | None = None,
-           release: bool = False, group: Any = None, **example_kwargs: Any) -> WarmupReport:
+           release: bool | None = None, group: Any = None, **example_kwargs: Any) -> WarmupReport:
     """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
 
     `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are; calls of
@@ -140,9 +141,12 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     else the default group).  On a host with more than one GPU of the model's kind (at most
     `Settings.gpus`), the problems are tuned at once in one worker process per GPU (docs/SCALE.md).
 
-    `release=True` then gives every patched layer whose problems all run torch's op its own
-    `nn.Linear.forward` back (`patching.release_library_layers`, one more forward): it costs what an
-    unpatched layer costs, and a new input shape there is no longer tuned.  Eager use only.
+    `release` (default: on for eager use, off with `for_compile`) then takes the patch off every layer
+    whose problems all run torch's op (`dispatch.release`, one more forward): it computes what an
+    unpatched layer computes, through the parameter dict, so the warm-up costs eager use nothing where
+    torch's op won; a new input shape at such a layer is no longer tuned (`release=False` keeps every
+    layer patched, at the cost of its checks on each call: 1.5 % of a launch-bound model under Python
+    3.12, bench/linear_forward_cost.py).
 
     Example:
         >>> import torch, gemmtune
@@ -151,7 +155,9 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
         >>> len(report.rows), report.rows[0].winner.startswith(("aten", "numpy"))
         (2, True)
     """
-    if release and for_compile:
+    if release is None:
+        release = not for_compile
+    elif release and for_compile:
         raise InputError("warmup: release=True applies to eager use; a torch.compile trace of a released "
                          "layer would not see gemmtune (pass for_compile=False, or release=False)")
     with distributed.distributed_group(group) if group is not None else contextlib.nullcontext():

@@ -1,0 +1,110 @@
+"""`gemmtune.warmup` releases, by default, the layers whose every problem runs torch's op
+(`dispatch.release`): they compute what `nn.Linear` computes, through its parameter dict."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+import gemmtune
+from gemmtune.dispatch import patching
+from gemmtune.dispatch.release import lean_forward
+
+
+def _mlp() -> nn.Sequential:
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 6, bias=False))
+
+
+def _released(aten_library) -> tuple[nn.Sequential, torch.Tensor]:
+    model, x = _mlp(), torch.randn(5, 12)
+    report = gemmtune.warmup(model, x, backends=("extern",), progress=False, in_model=False)
+    assert report.released == ("0", "2")
+    return model, x
+
+
+def test_an_eager_warmup_releases_the_layers_torch_won_and_keeps_their_output(aten_library):
+    model, x = _mlp(), torch.randn(5, 12)
+    with torch.no_grad():
+        ref = model(x)
+    report = gemmtune.warmup(model, x, backends=("extern",), progress=False, in_model=False)
+    assert report.released == ("0", "2") and patching.patched_modules(model) == []
+    assert all(vars(m)["forward"].__func__ is lean_forward for m in (model[0], model[2]))
+    tunes = gemmtune.dispatch_stats()["tunes"]
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref, rtol=0, atol=0)
+        model(torch.randn(7, 12))  # a new shape at a released layer runs torch's op: nothing is tuned
+    assert gemmtune.dispatch_stats()["tunes"] == tunes
+    assert "released 2 layers to torch's op" in report.table()
+
+
+def test_release_false_and_for_compile_keep_every_layer_patched(aten_library):
+    for kwargs in ({"release": False}, {"for_compile": True}):
+        model, x = _mlp(), torch.randn(5, 12)
+        report = gemmtune.warmup(model, x, backends=("extern",), progress=False, in_model=False, **kwargs)
+        assert report.released == () and patching.patched_modules(model) == ["0", "2"], kwargs
+
+
+def test_a_released_layer_trains_like_nn_linear(aten_library):
+    model, x = _released(aten_library)
+    twin = _mlp()
+    model(x).square().sum().backward()
+    twin(x).square().sum().backward()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_a_weight_kept_outside_the_parameter_dict_runs_nn_linear_forward(aten_library):
+    """A parametrisation moves the weight out of `_parameters`: the lean forward falls back."""
+
+    class Doubled(nn.Module):
+        def forward(self, w: torch.Tensor) -> torch.Tensor:
+            return 2 * w
+
+    model, x = _released(aten_library)
+    parametrize.register_parametrization(model[0], "weight", Doubled())
+    with torch.no_grad():
+        w = model[0].parametrizations.weight.original
+        torch.testing.assert_close(model[0](x), torch.nn.functional.linear(x, 2 * w, model[0].bias))
+
+
+def test_a_released_model_copies_pickles_and_unpatches(aten_library):
+    model, x = _released(aten_library)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        twin[0].weight.mul_(3)  # the copy's forward reads the copy's weight
+        assert not torch.equal(twin(x), model(x))
+        buf = io.BytesIO()
+        torch.save(model, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)
+        torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+    gemmtune.unpatch(model)
+    assert all("forward" not in vars(m) for m in model.modules())
+    assert patching.patch_report(model).not_routed["0"].startswith("not patched")
+
+
+def test_patch_routes_a_released_layer_again(aten_library):
+    model, x = _released(aten_library)
+    assert patching.patch_report(model).not_routed["0"].startswith("released by gemmtune.warmup")
+    gemmtune.patch(model, backends=("extern",))
+    assert patching.patched_modules(model) == ["0", "2"]
+    tunes = gemmtune.dispatch_stats()["tunes"]
+    with torch.no_grad():
+        model(torch.randn(7, 12))
+    assert gemmtune.dispatch_stats()["tunes"] == tunes + 2
+
+
+@pytest.mark.parametrize("release", [True, None])
+def test_release_with_for_compile_is_refused_only_when_asked(release, aten_library):
+    model, x = _mlp(), torch.randn(5, 12)
+    if release:
+        with pytest.raises(gemmtune.InputError, match="release=True applies to eager use"):
+            gemmtune.warmup(model, x, progress=False, release=release, for_compile=True)
+    else:
+        assert gemmtune.warmup(model, x, backends=("extern",), progress=False, for_compile=True).released == ()
