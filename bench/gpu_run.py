@@ -354,10 +354,10 @@ JOBS: dict[str, Job] = {
     "steady-eager": Job("bench/models.py: plain eager against gemmtune.warmup then eager, releasing torch's "
                         "layers (the default) and with release=False, against plain eager on other copies (the A/A controls: one made before "
                         "the warm-ups, one after), and against forwards calling F.linear on the instance or on "
-                        "a subclass (no gemmtune), paired per round, 401 rounds of 4 forwards, each variant on 4 "
+                        "a subclass (no gemmtune) or with the released layer's forward on a copy never warmed up, paired per round, 401 rounds of 4 forwards, each variant on 4 "
                         "copies called in turn, on the stack at M = 1 and the Llama at M = 64",
                         (PY, "bench/models.py", "--cases", "stack:1,llama:64", "--first", "", "--steady",
-                         "eager,eager_copy,eager_closure,eager_subclass,eager_warmup,eager_warmup_patched,"
+                         "eager,eager_copy,eager_closure,eager_subclass,eager_lean,eager_warmup,eager_warmup_patched,"
                          "eager_late", "--rounds", "401", "--iters", "4", "--copies", "4", "--out",
                          "{out}/{job}.json"), 420),
     "kernels-stack1": Job("bench/models.py: the steady state alone on the stack at M = 1, with the kernel split "

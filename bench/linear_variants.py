@@ -1,6 +1,7 @@
-"""`nn.Linear` forwards without gemmtune: the eager controls of bench/protocol.py and the variants of
-bench/linear_forward_cost.py.  Each reads the weight and bias from the layer's parameter dict, as
-gemmtune's patched layer does, so it skips `Module.__getattr__`.
+"""`nn.Linear` forwards without gemmtune's dispatch: the eager controls of bench/protocol.py and the
+variants of bench/linear_forward_cost.py.  Each reads the weight and bias from the layer's parameter
+dict, as gemmtune's patched layer does, so it skips `Module.__getattr__`; "lean" is the forward a
+warm-up releases a layer to (`gemmtune.dispatch.release.lean_forward`), set on a never-patched layer.
 
     >>> import torch
     >>> mlp = torch.nn.Sequential(torch.nn.Linear(4, 3))
@@ -53,12 +54,17 @@ FORWARDS = {"closure": bare, "check": checked, "decided": decided}
 
 def set_forwards(model: nn.Module, kind: str) -> int:
     """Give every plain `nn.Linear` of `model` the forward `kind` names (a key of `FORWARDS`: an
-    instance forward, or "subclass": `BareLinear`); `decided` accepts each layer's in-features (a
+    instance forward; "subclass": `BareLinear`; "lean": gemmtune's released layer); `decided` accepts each layer's in-features (a
     [1, 1, K] input).  Returns how many layers."""
     layers = [m for m in model.modules() if type(m) is nn.Linear]
     for m in layers:
         if kind == "subclass":
             m.__class__ = BareLinear
+        elif kind == "lean":
+            from gemmtune.dispatch.patching import release
+            from gemmtune.dispatch.release import lean_forward
+
+            release(m, lean_forward)
         else:
             object.__setattr__(m, "_sizes", {m.in_features})
             object.__setattr__(m, "forward", types.MethodType(FORWARDS[kind], m))

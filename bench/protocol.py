@@ -40,7 +40,7 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
    no gemmtune) gives every `nn.Linear` an instance forward that calls `F.linear` on its parameter dict,
    as a patched layer's warm path does: what an instance-level forward costs by itself;
    `eager_subclass` (steady only, no gemmtune) gives each `nn.Linear` a subclass with that forward at
-   class level instead.  With `--train`
+   class level instead; `eager_lean` gives each the forward a warm-up releases a layer to.  With `--train`
    also one training step (forward, loss, backward) per call for `default`, `max_autotune` and
    `gemmtune`, in a second process after the forward one (caches new for these: a training compile is
    not a first-call target).  `--root DIR` keeps the caches in DIR: a later run with `--first ''` and
@@ -113,7 +113,7 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, torch: Any, gemmtu
             "max_autotune_fed": "max-autotune-no-cudagraphs"}.get(variant)
     if variant in ("eager", "eager_copy", "eager_late"):  # the A/A controls: plain eager on another copy
         return (lambda: output_of(model, inputs)), facts
-    if variant in ("eager_closure", "eager_subclass"):
+    if variant in ("eager_closure", "eager_subclass", "eager_lean"):
         from linear_variants import set_forwards
 
         facts["layers"] = set_forwards(model, variant.removeprefix("eager_"))

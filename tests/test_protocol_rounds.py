@@ -106,6 +106,21 @@ def test_the_subclass_control_moves_each_linear_to_a_class_level_forward(variant
     assert torch.allclose(fn(), ref)
 
 
+def test_the_lean_control_gives_each_linear_the_released_forward_without_a_warm_up(variants_env):
+    import torch
+    from gemmtune.dispatch.patching import patch_report
+    from gemmtune.dispatch.release import lean_forward
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    x = torch.randn(2, 4)
+    ref = model(x)
+    fn, facts = protocol.compiled_variant("eager_lean", model, (x,), torch, None)
+    linears = [m for m in model if isinstance(m, torch.nn.Linear)]
+    assert facts == {"layers": 2} and all(vars(m)["forward"].__func__ is lean_forward for m in linears)
+    assert sorted(patch_report(model).not_routed) == ["0", "2"] and not patch_report(model).routed
+    assert torch.equal(fn(), ref)
+
+
 def test_an_eager_variant_runs_on_its_copies_in_turn_and_others_on_one(monkeypatch, tmp_path):
     import torch
 
