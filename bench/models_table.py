@@ -21,7 +21,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 # The protocol runs, each case's runs oldest first: on the H200 (2026-12-01 to 2026-12-05), and the
-# steady-eager runs of 2026-12-05 on an H100 (the file name says which card).
+# steady-eager runs of 2026-12-05 on an H100 (the file name says which card).  From the `*_release_*`
+# runs on, `eager_warmup` is the warm-up's default, which releases the layers torch's op won;
+# before, it kept every layer patched (what `eager_warmup_patched` measures since).
 RUNS = ("models_stack1_h200_2026-12-01.json", "models_stack1_gemv_autotune_h200_2026-12-01.json",
         "models_stack1_h200_2026-12-03.json", "models_stack1_store_h200_2026-12-04.json",
         "models_stack1_store_run2_h200_2026-12-04.json",
@@ -34,7 +36,8 @@ RUNS = ("models_stack1_h200_2026-12-01.json", "models_stack1_gemv_autotune_h200_
         "steady_stack512_h200_2026-12-04.json", "steady_eager_h200_2026-12-04.json",
         "steady_eager_h100_2026-12-05.json", "steady_eager_61rounds_h100_2026-12-05.json",
         "steady_eager_run2_h100_2026-12-05.json", "steady_eager_h200_2026-12-05.json",
-        "steady_eager_401x2_h100_2026-12-05.json")
+        "steady_eager_401x2_h100_2026-12-05.json", "steady_eager_release_h100_2026-12-05.json",
+        "steady_eager_release_run2_h100_2026-12-05.json", "steady_eager_release_run3_h100_2026-12-05.json")
 CASES = ("stack:1", "stack:64", "stack:512", "llama:64")
 BEGIN, END = "<!-- models-table -->", "<!-- /models-table -->"
 HEAD = ("| case | run | first call s: default / max-autotune | gemmtune cold (x max-autotune) "
@@ -55,14 +58,17 @@ def eager_ratio(steady: list[dict]) -> str:
     """`warmup` then eager over plain eager: the paired per-round ratio where the run kept it
     (`ratio_vs_eager`), with the A/A controls' where the run timed them (`eager_copy`, plain eager on
     another copy; `eager_late`, on a copy made after the warm-ups) and the bare-forward controls'
-    (`eager_closure`, `eager_subclass`), else "~" and the quotient of the two variants' medians of ratios to max-autotune."""
+    (`eager_closure`, `eager_subclass`, `eager_lean`) and the warm-up with every layer kept patched
+    (`eager_warmup_patched`), else "~" and the quotient of the two variants' medians of ratios to
+    max-autotune."""
     rows = {r["variant"]: r for r in steady}
     warm, plain = rows.get("eager_warmup", {}), rows.get("eager", {})
     if warm.get("ratio_vs_eager") is not None:
         q = warm["ratio_vs_eager_q1_q3"]
         text = f"{warm['ratio_vs_eager']:.3f} ({q[0]:.3f}-{q[1]:.3f})"
         for variant, label in (("eager_copy", "A/A"), ("eager_late", "A/A late"), ("eager_closure", "closure"),
-                               ("eager_subclass", "subclass")):
+                               ("eager_subclass", "subclass"), ("eager_lean", "lean"),
+                               ("eager_warmup_patched", "kept patched")):
             copy = rows.get(variant, {})
             if copy.get("ratio_vs_eager") is not None:
                 c = copy["ratio_vs_eager_q1_q3"]
