@@ -10,7 +10,8 @@ copies, read against plain eager's in the same round (median, and a bootstrap 95
 
 Variants: `eager` (plain `nn.Linear`); `patched` (`gemmtune.patch`, every input size decided for
 `F.linear`: the warm path of a warm-up with `release=False`); `released` (patched, then unpatched);
-`lean` (what a warm-up releases a layer to, by default: `dispatch.release.lean_forward`);
+`lean` (what a warm-up releases a layer to, by default: `dispatch.release.lean_forward`); `warmed`
+(`gemmtune.warmup` itself, library kernels only, so every layer is released);
 `closure` (an instance forward calling `F.linear` on the parameter dict); `subclass` (that forward
 on a subclass); `check` (the closure behind `torch.compiler.is_compiling()`); `decided` (the closure
 behind a decided-size set check).
@@ -45,7 +46,7 @@ from gemmtune.dispatch.patching import release  # noqa: E402
 from gemmtune.dispatch.release import lean_forward  # noqa: E402
 from linear_variants import set_forwards  # noqa: E402
 
-VARIANTS = ("eager", "patched", "released", "lean", "closure", "subclass", "check", "decided")
+VARIANTS = ("eager", "patched", "released", "lean", "warmed", "closure", "subclass", "check", "decided")
 
 
 def apply(variant: str, model: nn.Module) -> nn.Module:
@@ -57,6 +58,9 @@ def apply(variant: str, model: nn.Module) -> nn.Module:
                 m.__dict__["_gemmtune_decided"].add(m.in_features)  # a [1, 1, K] input: numel K
         if variant == "released":
             gemmtune.unpatch(model)
+    elif variant == "warmed":
+        x = torch.randn(1, 1, next(m for m in model.modules() if isinstance(m, nn.Linear)).in_features)
+        gemmtune.warmup(model, x, backends=("extern",), progress=False, in_model=False)
     elif variant == "lean":
         for m in gemmtune.patch(model, backends=("extern",)).modules():
             if isinstance(m, nn.Linear):

@@ -48,9 +48,9 @@ def test_each_variant_changes_the_layers_as_named(script):
     base, x = script.build(64, 1)
     changed = {v: script.apply(v, __import__("copy").deepcopy(base)) for v in script.VARIANTS}
     linears = {v: [m for m in model.modules() if isinstance(m, torch.nn.Linear)] for v, model in changed.items()}
-    assert patched_modules(changed["patched"]) and not any(patched_modules(changed[v]) for v in ("released", "lean"))
+    assert patched_modules(changed["patched"]) and not any(patched_modules(changed[v]) for v in ("released", "lean", "warmed"))
     assert all("forward" in vars(m) for v in ("closure", "check", "decided") for m in linears[v])
-    assert all(vars(m)["forward"].__func__ is lean_forward for m in linears["lean"])
+    assert all(vars(m)["forward"].__func__ is lean_forward for m in linears["lean"] + linears["warmed"])
     assert all(type(m).__name__ == "BareLinear" for m in linears["subclass"])
     assert all(type(m) is torch.nn.Linear and "forward" not in vars(m) for m in linears["eager"] + linears["released"])
     with torch.no_grad():
