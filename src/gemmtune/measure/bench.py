@@ -79,6 +79,10 @@ class Bench:
         self.close()
 
     # -- the function strategies call -------------------------------------------------
+    def __call__(self, choices: Sequence[Choice], stage: str) -> list[float | None]:
+        """`measure`: a Bench is a strategy's `Measure`, whose `records` it may rank by."""
+        return self.measure(choices, stage)
+
     def measure(self, choices: Sequence[Choice], stage: str) -> list[float | None]:
         """Times of `choices` (None: failed), in their order.  While binaries are still compiling
         (a CompileJob), the first ready choice in order goes next; nothing waits for a binary

@@ -119,7 +119,7 @@ def decide(plan: Plan, bench: Bench, runnable: Sequence[Choice],
         return [], Decision(runnable[0])
     if plan.budget.limited:  # under a budget the library kernels, the safety net, are timed first
         bench.measure([c for c in runnable if c.is_extern], "final")
-    ranked = plan.strategy.search(runnable, bench.measure, plan.options)  # pruned before compiling
+    ranked = plan.strategy.search(runnable, bench, plan.options)  # pruned before compiling; bench: its records too
     if plan.budget.runs is not None:  # what the budget let through that the strategy did not rank
         listed = {m.choice for m in ranked}
         ranked = ranking([*ranked, *(Timing(c, t.ms if t.status == "ok" else None, t.stage)

@@ -10,7 +10,9 @@ from ..core.choices import Choice, Timing
 O = TypeVar("O", bound="Options")
 
 Measure = Callable[[Sequence[Choice], str], list["float | None"]]
-"""`measure(choices, stage) -> ms per choice` (None: failed or wrong).  Every call is recorded."""
+"""`measure(choices, stage) -> ms per choice` (None: failed or wrong).  Every call is recorded; a
+measure that keeps its readings in a `records` mapping (choice -> Timing with GPU and host times: tune's
+`Bench`) lets a strategy rank by them (`recorded`)."""
 
 
 class ProblemDims(NamedTuple):
@@ -159,3 +161,19 @@ def ranking(measured: Sequence[Timing]) -> list[Timing]:
     """Successful measurements, fastest first; failures last."""
     ok = sorted((m for m in measured if m.ms is not None), key=lambda m: m.ms or 0.0)
     return ok + [m for m in measured if m.ms is None]
+
+
+def recorded(measure: Measure, measured: Sequence[Timing]) -> list[Timing]:
+    """`measured` as `measure` recorded them (with their GPU and host times), where it keeps `records`;
+    as they are otherwise.
+
+    Example:
+        >>> a = Choice("a", None)
+        >>> class Kept:
+        ...     records = {a: Timing(a, 2.0, "final", gpu_ms=1.0, host_ms=2.0)}
+        ...     def __call__(self, choices, stage): return [2.0 for _ in choices]
+        >>> recorded(Kept(), [Timing(a, 2.0, "prescreen")])[0].gpu_ms, recorded(lambda c, s: [], [Timing(a, 2.0, "x")])[0].gpu_ms
+        (1.0, None)
+    """
+    records: Mapping[Choice, Timing] = getattr(measure, "records", None) or {}
+    return [records.get(m.choice, m) for m in measured]

@@ -2,7 +2,10 @@
 
 Stage 1 times every compile-time config at one runtime value; stage 2 times
 every runtime value of the best `top_x` configs.  Library kernels skip stage 1
-and always reach stage 2.  Stage-1 timings are reused, not repeated.
+and always reach stage 2.  Stage-1 timings are reused, not repeated.  Stage 1 ranks
+as the final does (`final.launch_ranked`): where a kernel runs shorter than its
+launch, its cost is the launch, so the host's noise would rank the configs; they
+tie on the launch instead and go by their GPU time.
 
 With `options.stage2_within` (the plan sets it on CPU) a binary slower at stage 1 than that many
 times the fastest binary skips stage 2: another runtime value (numba's tile grouping moves a kernel by
@@ -19,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..core.choices import Choice, Timing
-from .base import Measure, Options, knob, ranking
+from .base import Measure, Options, knob, ranking, recorded
+from .final import launch_ranked
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,9 @@ def prescreen(choices: Sequence[Choice], measure: Measure, options: PrescreenOpt
     reps = [stage1_member(g, options.stage1.get(g[0].template_uid, {})) for g in groups.values()]
     # Stage 1: one runtime value per binary.
     stage1 = [Timing(c, ms, "prescreen") for c, ms in zip(reps, measure(reps, "prescreen"))]
-    best = [m for m in ranking(stage1)[: options.top_x] if m.ms is not None]
+    # Ranked as the final ranks (`final.launch_ranked`): kernels shorter than their launch tie on it and
+    # go by their GPU time, not by the host's noise (where `measure` kept both readings).
+    best = launch_ranked(recorded(measure, [m for m in stage1 if m.ms is not None]))[: options.top_x]
     if options.stage2_within and best:
         fastest = min(m.ms for m in best if m.ms is not None)
         best = [m for m in best if m.ms is not None and m.ms <= options.stage2_within * fastest]
