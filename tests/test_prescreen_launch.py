@@ -55,16 +55,27 @@ def test_a_measure_without_readings_ranks_stage_1_by_its_times():
     assert [c.config_dict["B"] for c in kept.asked[1][1]] == [2]  # the lowest raw cost: 20 us of launch
 
 
-def test_on_the_recorded_fp8_sweep_the_prescreen_meets_its_regret_target(tmp_path):
-    """The H200 sweep of the eight fp8 problems at M = 16 (every choice re-timed in rounds), replayed with
-    its GPU and host times: prescreen at X = 3 picks within 0.5 % of the best by GPU time, timing under
-    30 % of the choices (before stage 1 ranked by the launch: 0.84 %)."""
+def _replay(tmp_path: Path, dataset: Path, *strategies: str) -> dict[str, dict]:
+    """bench/replay_readings.py on `dataset` with its GPU and host times handed on: summary by strategy."""
     spec = importlib.util.spec_from_file_location("replay_readings", ROOT / "bench" / "replay_readings.py")
     replay = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(replay)
-    data = ROOT / "bench" / "results" / "fp8_sweep_m16_rounds_h200_2026-12-05.jsonl.gz"
     out = tmp_path / "r.json"
-    assert replay.main([str(data), "--strategy", "prescreen[x=3,swizzle=4]", "--json", str(out)]) == 0
-    (row,) = [s for s in json.loads(out.read_text())["summary"] if s["readings_handed_on"]]
-    assert row["runs_pct"] <= 30.0
-    assert row["gpu_max_pct"] <= 0.5, row
+    assert replay.main([str(dataset), "--strategy", *strategies, "--json", str(out)]) == 0
+    return {s["strategy"]: s for s in json.loads(out.read_text())["summary"] if s["readings_handed_on"]}
+
+
+def test_on_the_recorded_m16_sweep_stage_1_no_longer_drops_the_best_config_on_host_noise(tmp_path):
+    """The H200 sweep of the eight fp8 problems at M = 16, every choice re-timed in rounds: ranked by the
+    host's noise, stage 1 at swizzle 4 dropped the best config of one problem (0.84 % by GPU time)."""
+    row = _replay(tmp_path, ROOT / "bench" / "results" / "fp8_sweep_m16_rounds_h200_2026-12-05.jsonl.gz",
+                  "prescreen[x=3,swizzle=4]")["prescreen[x=3,swizzle=4]"]
+    assert row["runs_pct"] <= 30.0 and row["gpu_max_pct"] == 0.0, row
+
+
+def test_on_the_shipped_fp8_slice_the_default_strategy_finds_exhaustives_pick(tmp_path):
+    """The shipped fp8 slice (16 problems, H200): the default strategy timing 11.5 % of the choices
+    picks what exhaustive search picks under the same final (6.22 % behind it, by GPU time, before)."""
+    row = _replay(tmp_path, ROOT / "src" / "gemmtune" / "data" / "sweep_h200_fp8.jsonl.gz", "exhaustive",
+                  "default")["default"]
+    assert row["runs_pct"] < 12.0 and row["vs_exhaustive_gpu_max_pct"] == 0.0, row
