@@ -108,3 +108,19 @@ def test_release_with_for_compile_is_refused_only_when_asked(release, aten_libra
             gemmtune.warmup(model, x, progress=False, release=release, for_compile=True)
     else:
         assert gemmtune.warmup(model, x, backends=("extern",), progress=False, for_compile=True).released == ()
+
+
+def test_a_second_warm_up_tunes_the_new_shapes_of_released_layers_too(monkeypatch, aten_library):
+    """`wide` keeps a numba pick (patched), `narrow` is released; warmed up again at a new batch size,
+    both layers' new problems are tuned, and `narrow` keeps its backends."""
+    from gemmtune import engine
+
+    real = engine.tune
+    monkeypatch.setattr(engine, "tune", lambda op, *t, backends=None, **kw: real(
+        op, *t, backends=("numba",) if t[-2].shape[-1] == 12 else ("extern",), **kw))
+    model = nn.Sequential(nn.Linear(12, 16, bias=False), nn.Linear(16, 6))
+    first = gemmtune.warmup(model, torch.randn(5, 12), progress=False, in_model=False, backends=("extern",))
+    assert first.released == ("1",) and patching.patched_modules(model) == ["0"]
+    second = gemmtune.warmup(model, torch.randn(9, 12), progress=False, in_model=False)
+    assert second.tuned == 2 and len(second.rows) == 2  # both layers' M = 9 problems, not only the patched one's
+    assert second.released == ("1",) and vars(model[0])["_gemmtune_backends"] == ("extern",)

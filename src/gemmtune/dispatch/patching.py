@@ -1,11 +1,9 @@
 """Opt-in: route the matmuls of a module's `nn.Linear` layers through gemmtune.
 
-`patch(model)` gives every `nn.Linear` in `model` (the model itself included)
-a forward that computes `x @ W^T (+ b)` with `gemmtune.addmm` (with a bias)
-or `gemmtune.mm` (without).  Inputs of any rank are flattened to 2-D and the
-output reshaped back, as `nn.Linear` does.  `unpatch(model)` restores them.
-Outputs, gradients and `torch.compile` keep working; each new input shape is
-tuned once on its first call.
+`patch(model)` gives every `nn.Linear` in `model` (the model itself included) a forward that computes
+`x @ W^T (+ b)` with `gemmtune.addmm` (with a bias) or `gemmtune.mm` (without).  Inputs of any rank are
+flattened to 2-D and the output reshaped back, as `nn.Linear` does.  `unpatch(model)` restores them.
+Outputs, gradients and `torch.compile` keep working; each new input shape is tuned once on its first call.
 
 Once an input size is decided for the library kernel, a call checks the input's element count and
 calls `F.linear` (the call an unpatched layer makes) on the weight and bias from the parameter dict,
@@ -13,13 +11,11 @@ which skips the two `Module.__getattr__` calls of the unpatched forward; a gener
 up by the full signature (shapes, strides, dtypes, device of input, weight and bias).  Inside a
 launch-bound model this warm path ran 1.5 % slower than `nn.Linear.forward` under Python 3.12 and 1 %
 faster under 3.11 (bench/linear_forward_cost.py), so `gemmtune.warmup` releases, by default, the layers
-whose every problem runs torch's op (`dispatch.release`).
+whose every problem runs torch's op (`release`, `dispatch.release`).
 
-Only layers whose class uses `nn.Linear.forward` unchanged are patched: a
-subclass with its own forward (LoRA adapters, quantised wrappers, ...) is left
-alone, as are lazy layers that are not yet materialised.
+Only layers whose class uses `nn.Linear.forward` unchanged are patched: a subclass with its own forward
+(LoRA adapters, quantised wrappers, ...) is left alone, as are lazy layers that are not yet materialised.
 """
-
 from __future__ import annotations
 
 import sys
@@ -38,20 +34,17 @@ from . import fp8
 from .table import TABLE
 
 __all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library", "runs_library",
-           "release"]
+           "release", "repatch_released"]
 
 _FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backends (None allowed)
-_RELEASED = "_gemmtune_released"  # on a layer given back to torch's op (`release`)
-
+_RELEASED = "_gemmtune_released"  # on a layer given back to torch's op (`release`): (its backends,)
 
 # Per patched problem, once decided: what the layer runs.  Key (`_signature`): the input's, weight's
 # and bias's shapes, strides and dtypes (None: no bias), the input's device and the layer's backends.
-# A library winner runs `F.linear` itself (what an unpatched layer runs: no Python between the layer
-# and cuBLAS), any other winner its dispatch callable on the 2-D view.
+# A library winner runs `F.linear` itself (what an unpatched layer runs), any other its callable on the 2-D view.
 _LINEAR: dict[tuple, Callable[..., torch.Tensor]] = {}
-# A generated winner's entry: key -> (Selection, its callable), so that `set_library` can send a problem
-# to `F.linear` and back (`gemmtune.warmup`'s in-model check); and per key sent to F.linear, the layers'
-# `_Decided` sets that hold its input size.
+# A generated winner's entry: key -> (Selection, its callable), so that `set_library` can send a problem to
+# `F.linear` and back (the in-model check); per key sent to F.linear, the `_Decided` sets holding its size.
 _ORIGIN: dict[tuple, tuple[Any, Callable[..., torch.Tensor]]] = {}
 _HOLDERS: dict[tuple, list["_Decided"]] = {}
 _is_compiling = torch.compiler.is_compiling  # True under Dynamo and under (non-strict) export alike
@@ -300,7 +293,7 @@ def runs_library(layer: nn.Module, x: Any) -> bool:
 
 def release(layer: nn.Module, forward: Callable[..., torch.Tensor]) -> nn.Module:
     """Unpatch `layer` and give it `forward` (bound to it); `patch_report` says it was released, and
-    `patch` or `unpatch` take it back.  Returns `layer`.
+    `patch`, `unpatch` or `repatch_released` take it back.  Returns `layer`.
 
     Example:
         >>> import torch, gemmtune
@@ -308,10 +301,28 @@ def release(layer: nn.Module, forward: Callable[..., torch.Tensor]) -> nn.Module
         >>> patch_report(lin).not_routed[""].startswith("released")
         True
     """
+    backends = vars(layer).get(_FLAG)
     unpatch(layer)
     object.__setattr__(layer, "forward", types.MethodType(forward, layer))
-    object.__setattr__(layer, _RELEASED, True)
+    object.__setattr__(layer, _RELEASED, (backends,))  # what `repatch_released` patches it with again
     return layer
+
+
+def repatch_released(module: nn.Module) -> list[str]:
+    """Patch again, each with the backends it had, the layers of `module` that `release` gave back
+    (a later `gemmtune.warmup` tunes their new problems); their names.
+
+    Example:
+        >>> import torch
+        >>> lin = release(patch(torch.nn.Linear(4, 2), backends=("extern",)), torch.nn.Linear.forward)
+        >>> repatch_released(lin), vars(lin)[_FLAG]
+        ([''], ('extern',))
+    """
+    names = [name for name, m in module.named_modules() if _RELEASED in vars(m)]
+    for name in names:
+        layer = module.get_submodule(name)
+        patch(layer, backends=vars(layer)[_RELEASED][0])
+    return names
 
 
 def patched_modules(module: nn.Module) -> list[str]:

@@ -33,7 +33,7 @@ from ..core.errors import InputError
 from ..core.settings import Settings
 from ..store import distributed
 from ..store.locations import shared_store
-from .patching import patch, patched_modules
+from .patching import patch, patched_modules, repatch_released
 from .release import release_library_layers
 from .spread import as_tuned, prepare_for, spread
 
@@ -167,6 +167,7 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
 def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backends: Sequence[str] | None,
             progress: bool | None, for_compile: bool, in_model: bool | None, release: bool) -> WarmupReport:
     started = time.perf_counter()
+    repatch_released(model)  # an earlier warm-up's released layers: this one meets their problems too
     if not patched_modules(model) or backends is not None:
         patch(model, backends=backends)
     forward = functools.partial(model, *example_inputs, **example_kwargs)
