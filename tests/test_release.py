@@ -124,3 +124,13 @@ def test_a_second_warm_up_tunes_the_new_shapes_of_released_layers_too(monkeypatc
     second = gemmtune.warmup(model, torch.randn(9, 12), progress=False, in_model=False)
     assert second.tuned == 2 and len(second.rows) == 2  # both layers' M = 9 problems, not only the patched one's
     assert second.released == ("1",) and vars(model[0])["_gemmtune_backends"] == ("extern",)
+
+
+def test_a_released_model_compiles_and_matches_eager(aten_library):
+    """Dynamo traces the lean forward (an instance forward calling F.linear) like nn.Linear's."""
+    model, x = _released(aten_library)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
+        assert compiled(torch.randn(3, 12)).shape == (3, 6)  # another batch size: traced again, still right
