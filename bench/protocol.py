@@ -31,9 +31,9 @@ A case is `MODEL:M` (bench/models.py's models: `stack`, `llama`).  Per case:
    then timed in `--rounds` shuffled rounds of `--iters` forwards (CUDA events); ratios are medians of
    per-round ratios to `max_autotune`, so drift that hits a round hits every variant; an eager variant
    also gets its paired per-round ratio to plain `eager` (`ratio_vs_eager`: the eager target's reading),
-   and every row keeps its per-round ms (`round_ms`).  `eager_warmup` releases the layers whose
-   problems all run torch's op (the warm-up's default); `eager_warmup_patched` (steady only, from
-   `eager_warmup`'s store) is `gemmtune.warmup(model, x, release=False)`: every layer stays patched; `eager_copy` (steady only) is plain eager on its own copy of
+   and every row keeps its per-round ms (`round_ms`).  `eager_warmup` releases the layers whose problems
+   all run torch's op (the default); `eager_warmup_patched` (steady only, from `eager_warmup`'s store) keeps
+   every layer patched (`release=False`); `eager_copy` (steady only) is plain eager on its own copy of
    the model, the A/A control of those ratios (two copies running the same code); `eager_late` (steady
    only) is the same control on a copy made after the variants listed before it were set up (listed
    last: after the warm-ups' tuning, as `eager_warmup_patched`'s copy is); `eager_closure` (steady only,

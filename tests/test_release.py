@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import io
 
-import pytest
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
@@ -98,16 +97,6 @@ def test_patch_routes_a_released_layer_again(aten_library):
     with torch.no_grad():
         model(torch.randn(7, 12))
     assert gemmtune.dispatch_stats()["tunes"] == tunes + 2
-
-
-@pytest.mark.parametrize("release", [True, None])
-def test_release_with_for_compile_is_refused_only_when_asked(release, aten_library):
-    model, x = _mlp(), torch.randn(5, 12)
-    if release:
-        with pytest.raises(gemmtune.InputError, match="release=True applies to eager use"):
-            gemmtune.warmup(model, x, progress=False, release=release, for_compile=True)
-    else:
-        assert gemmtune.warmup(model, x, backends=("extern",), progress=False, for_compile=True).released == ()
 
 
 def test_a_second_warm_up_tunes_the_new_shapes_of_released_layers_too(monkeypatch, aten_library):

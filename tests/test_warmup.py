@@ -126,15 +126,3 @@ def test_release_gives_library_layers_their_own_forward_and_keeps_generated_pick
 def test_release_is_for_eager_use():
     with pytest.raises(gemmtune.InputError, match="release=True applies to eager use"):
         gemmtune.warmup(_Two(), torch.randn(2, 24), progress=False, release=True, for_compile=True)
-
-
-def test_patching_a_released_layer_again_routes_it_through_gemmtune(monkeypatch, tmp_path, aten_library):
-    from gemmtune.dispatch import patching
-
-    monkeypatch.setenv("GEMMTUNE_STORE", str(tmp_path / "store.db"))
-    gemmtune.clear_dispatch_cache()
-    model, x = _Two(), torch.randn(4, 24)
-    report = gemmtune.warmup(model, x, progress=False, release=True, backends=("extern",))
-    assert set(report.released) == {"wide", "narrow"}
-    gemmtune.patch(model)
-    assert patching.patch_report(model).routed == ["wide", "narrow", "spare"]

@@ -16,6 +16,7 @@ whose every problem runs torch's op (`release`, `dispatch.release`).
 Only layers whose class uses `nn.Linear.forward` unchanged are patched: a subclass with its own forward
 (LoRA adapters, quantised wrappers, ...) is left alone, as are lazy layers that are not yet materialised.
 """
+
 from __future__ import annotations
 
 import sys
@@ -309,8 +310,7 @@ def release(layer: nn.Module, forward: Callable[..., torch.Tensor]) -> nn.Module
 
 
 def repatch_released(module: nn.Module) -> list[str]:
-    """Patch again, each with the backends it had, the layers of `module` that `release` gave back
-    (a later `gemmtune.warmup` tunes their new problems); their names.
+    """Patch again, each with its former backends, the layers of `module` that `release` gave back; their names.
 
     Example:
         >>> import torch
