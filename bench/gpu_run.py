@@ -242,6 +242,10 @@ JOBS: dict[str, Job] = {
     "compare-fp8-18b": Job("bench/compare.py on the last 9 of the 18 fp8 shapes of compare-fp8-18, Inductor "
                            "max-autotune beside cuBLASLt and gemmtune, 20 rounds",
                            _fp8_compare(",".join(FP8_18[9:]), "20"), 420),
+    "compare-fp8-narrow": Job("bench/compare.py on the fp8 shapes that get the narrow configs (M = 128, N = 1024), "
+                              "Inductor max-autotune beside cuBLASLt and gemmtune, 40 rounds",
+                              _fp8_compare("llama3-8b-kv-m128-rowwise,llama3-8b-kv-m128-tensorwise,"
+                                           "llama3-70b-kv-m128-rowwise,llama3-70b-kv-m128-tensorwise", "40"), 360),
     "compare-fp8-m16": Job("bench/compare.py on the 8 fp8 shapes at M = 16 that Inductor ran on before, Inductor "
                            "max-autotune beside cuBLASLt and gemmtune, 40 rounds (1 % of a 10 us kernel)",
                            _fp8_compare(FP8_M16_INDUCTOR, "40"), 540),

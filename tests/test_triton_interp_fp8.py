@@ -17,7 +17,8 @@ from gemmtune.templates import default_templates  # noqa: E402
 from gemmtune.templates.registry import active_templates  # noqa: E402
 from gemmtune.templates.triton import base as triton_base  # noqa: E402
 from gemmtune.templates.triton.base import SWIZZLES  # noqa: E402
-from gemmtune.templates.triton.scaled_mm import TritonScaledMMTemplate, fit_configs  # noqa: E402
+from gemmtune.templates.triton.scaled_mm import (NARROW_OUTPUT, TritonScaledMMTemplate, fit_configs,  # noqa: E402
+                                                 narrow_space)
 
 from helpers import fp8_operands  # noqa: E402
 
@@ -138,11 +139,47 @@ def test_problems_of_at_most_sixteen_rows_also_get_the_skinny_one_and_two_warp_c
     one_warp = [c for c in configs if c["num_warps"] == 1]
     assert {(c["BLOCK_N"], c["BLOCK_K"]) for c in one_warp} == {(16, 128), (16, 256), (32, 128), (32, 256)}
     taller = KernelInputs.from_tensors("scaled_mm", *quantised(17, 512, 64, True), out_dtype=BF16)
-    assert not [c for c in template.compile_configs(taller) if c["num_warps"] == 1 or c["BLOCK_N"] == 16]
+    assert not [c for c in template.compile_configs(taller) if c["num_warps"] == 1]
     assert TritonScaledMMTemplate(space=SMALL).compile_configs(ki) == fit_configs(SMALL, 16, 64, 512,
                                                                                   triton_base.DEFAULT_SMEM)
     ref, exact = Reference.of(ki, tensors), reference(ki, tensors)
     for c in [c for c in template.configs(ki) if c.config_dict["num_warps"] == 1 and c.runtime_dict["swizzle"] == 8]:
+        out = torch.full(ki.out_size, float("nan"), dtype=BF16)
+        template.compile(c, ki, tensors)(tensors, out, **c.runtime_dict)
+        assert verdict(ki, out, ref) is None and check(ki, out, exact) is None, c.key
+
+
+def shape_of(M, N, K):
+    """The KernelInputs of a row-wise M x N x K scaled_mm (sizes only: the operands are left unset)."""
+    a, b = torch.empty(M, K, dtype=E4M3), torch.empty(N, K, dtype=E4M3).t()
+    return KernelInputs.from_tensors("scaled_mm", a, b, torch.ones(M, 1), torch.ones(1, N), out_dtype=BF16)
+
+
+def test_small_outputs_of_more_than_sixteen_rows_also_get_the_narrow_configs():
+    """Over 16 rows, an output of at most NARROW_OUTPUT elements adds the 32 x 16 and 64 x 16 tiles (an
+    H100 ran 128 x 1024 x 4096 row-wise 12 % faster on one); a larger output or M <= 16 does not, and a
+    given space stays as given. The narrow configs pass the gate in the interpreter."""
+    template = TritonScaledMMTemplate()
+    narrow = {(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_stages"], c["num_warps"]) for c in narrow_space()}
+
+    def added(M, N, K):
+        configs = template.compile_configs(shape_of(M, N, K))
+        return {(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_stages"], c["num_warps"]) for c in configs
+                if c["BLOCK_N"] == 16 and c["num_warps"] > 1}
+
+    assert 128 * 1024 <= NARROW_OUTPUT < 128 * 4096
+    assert added(128, 1024, 4096) == narrow
+    assert added(128, 4096, 4096) == set() and added(1024, 1024, 4096) == set()
+    assert {c[1] for c in added(16, 1024, 4096)} <= {16} and not added(16, 1024, 4096) & narrow
+    assert TritonScaledMMTemplate(space=SMALL).compile_configs(shape_of(128, 1024, 4096)) == fit_configs(
+        SMALL, 128, 1024, 4096, triton_base.DEFAULT_SMEM)
+    tensors = quantised(40, 256, 48, True)
+    ki = KernelInputs.from_tensors("scaled_mm", *tensors, out_dtype=BF16)
+    configs = [c for c in template.configs(ki) if c.config_dict["BLOCK_N"] == 16 and c.runtime_dict["swizzle"] == 8]
+    firsts = {c.config_dict["BLOCK_M"]: c for c in reversed(configs)}  # one config per tile height
+    assert sorted(firsts) == [32, 64]
+    ref, exact = Reference.of(ki, tensors), reference(ki, tensors)
+    for c in firsts.values():
         out = torch.full(ki.out_size, float("nan"), dtype=BF16)
         template.compile(c, ki, tensors)(tensors, out, **c.runtime_dict)
         assert verdict(ki, out, ref) is None and check(ki, out, exact) is None, c.key

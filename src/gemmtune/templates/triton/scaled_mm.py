@@ -27,6 +27,9 @@ MIN_BLOCK_K = 32
 SKINNY_M = 16
 """Problems of at most this many rows also get `skinny_space()`: on them a narrow tile over one or two
 warps and a deep K step keeps more SMs busy than any tile of the main space."""
+NARROW_OUTPUT = 128 * 64 * 32
+"""Problems of more than `SKINNY_M` rows whose output is at most this many elements (fewer than 128 tiles of
+64 x 32, under one wave of an H100's or H200's 132 SMs) also get `narrow_space()`."""
 MAX_IMPRECISE = 128
 """Without fast accumulation, the K elements a tensor-core partial sum may span before float32 (the kernel's
 `max_num_imprecise_acc`)."""
@@ -59,6 +62,20 @@ def skinny_space() -> list[dict[str, int]]:
     """
     return [dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_stages=st, num_warps=w)
             for bn, bk, st, w in itertools.product((16, 32), (128, 256), (4, 5), (1, 2))]
+
+
+def narrow_space() -> list[dict[str, int]]:
+    """The configs added for small outputs of more than `SKINNY_M` rows (`NARROW_OUTPUT`): 32 x 16 and
+    64 x 16 tiles on two or four warps, BLOCK_K 128 or 256, 4 or 5 stages.  Halving BLOCK_N doubles the
+    tiles, so more SMs share the K loop (on an H100, 128 x 1024 x 4096 row-wise ran 12 % faster at 64 x 16
+    than at the main space's best, bench/results/compare_fp8_18b_h100_2026-12-05.json).
+
+    Example:
+        >>> len(narrow_space()), {c["BLOCK_N"] for c in narrow_space()}, {c["BLOCK_M"] for c in narrow_space()}
+        (16, {16}, {32, 64})
+    """
+    return [dict(BLOCK_M=bm, BLOCK_N=16, BLOCK_K=bk, num_stages=st, num_warps=w)
+            for bm, bk, st, w in itertools.product((32, 64), (128, 256), (4, 5), (2, 4))]
 
 
 def _space(tiles_m: Sequence[int], tiles_n: Sequence[int], tiles_k: Sequence[int], stages: Sequence[int],
@@ -116,10 +133,12 @@ class TritonScaledMMTemplate(TritonTemplate):
     dtypes = FP8_DTYPES
 
     def __init__(self, space: Sequence[Mapping[str, int]] | None = None, size: str = "default"):
-        """`space` replaces the compile-time space, skinny configs included; otherwise `config_space(size)`,
-        with `skinny_space()` added on problems of at most `SKINNY_M` rows."""
+        """`space` replaces the compile-time space, skinny and narrow configs included; otherwise
+        `config_space(size)`, with `skinny_space()` added on problems of at most `SKINNY_M` rows and
+        `narrow_space()` on the other problems of at most `NARROW_OUTPUT` output elements."""
         super().__init__(space, size)
         self.skinny = [] if space is not None else skinny_space()
+        self.narrow = [] if space is not None else narrow_space()
 
     def runs_on(self, ki: KernelInputs) -> bool:
         """A CUDA device with fp8 tensor cores (compute capability >= 8.9), or the CPU under the interpreter."""
@@ -128,8 +147,12 @@ class TritonScaledMMTemplate(TritonTemplate):
         return super().runs_on(ki)
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
-        """The space fitted to the problem, with the skinny configs where it has at most `SKINNY_M` rows."""
-        space = [*self.space, *self.skinny] if ki.M <= SKINNY_M else self.space
+        """The space fitted to the problem, with the skinny configs where it has at most `SKINNY_M` rows
+        and the narrow ones where its output is small (`NARROW_OUTPUT`)."""
+        if ki.M <= SKINNY_M:
+            space = [*self.space, *self.skinny]
+        else:
+            space = [*self.space, *self.narrow] if ki.M * ki.N <= NARROW_OUTPUT else self.space
         return fit_configs(space, ki.M, ki.N, ki.K, smem_limit(ki.device))
 
     def launch_spec(self, choice: Choice, ki: KernelInputs) -> tuple[KernelLaunch, Callable[..., tuple]]:
