@@ -156,9 +156,10 @@ def shape_of(M, N, K):
 
 
 def test_small_outputs_of_more_than_sixteen_rows_also_get_the_narrow_configs():
-    """Over 16 rows, an output of at most NARROW_OUTPUT elements adds the 32 x 16 and 64 x 16 tiles (an
-    H100 ran 128 x 1024 x 4096 row-wise 12 % faster on one); a larger output or M <= 16 does not, and a
-    given space stays as given. The narrow configs pass the gate in the interpreter."""
+    """Over 16 rows, an output of at most NARROW_OUTPUT elements adds the 32 x 16 and 64 x 16 tiles (on an
+    H100, Inductor's 64 x 16 kernel beat the main space's best by 12 % at 128 x 1024 x 4096); a larger
+    output or M <= 16 does not, and a given space stays as given. The narrow configs pass the gate in the
+    interpreter."""
     template = TritonScaledMMTemplate()
     narrow = {(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_stages"], c["num_warps"]) for c in narrow_space()}
 

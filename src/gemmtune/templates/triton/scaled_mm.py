@@ -67,8 +67,8 @@ def skinny_space() -> list[dict[str, int]]:
 def narrow_space() -> list[dict[str, int]]:
     """The configs added for small outputs of more than `SKINNY_M` rows (`NARROW_OUTPUT`): 32 x 16 and
     64 x 16 tiles on two or four warps, BLOCK_K 128 or 256, 4 or 5 stages.  Halving BLOCK_N doubles the
-    tiles, so more SMs share the K loop (on an H100, 128 x 1024 x 4096 row-wise ran 12 % faster at 64 x 16
-    than at the main space's best, bench/results/compare_fp8_18b_h100_2026-12-05.json).
+    tiles, so more SMs share the work (on an H100, Inductor's 64 x 16 kernel ran 128 x 1024 x 4096 row-wise
+    in 12 % less time than the main space's best; bench/results/compare_fp8_18_b_run2_h100_2026-12-05.json).
 
     Example:
         >>> len(narrow_space()), {c["BLOCK_N"] for c in narrow_space()}, {c["BLOCK_M"] for c in narrow_space()}
