@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"shape": shape.name, "strategy": spec.name, "readings_handed_on": handed,
                              "pick": key, "runs_pct": 100 * timed / len(cost),
                              **{f"regret_{r}_pct": 100 * (cost[key][r] / best[r] - 1) for r in best}})
+    if not rows:
+        print(f"replay_readings: {args.dataset} has no shape with GPU and host readings to replay", file=sys.stderr)
+        return 2
     against_exhaustive(rows, costs_of)
     print(f"{args.dataset}: {len(shapes)} shapes; max (median) regret %, by each reading: against the best "
           "choice, and against the exhaustive strategy's pick (same final, same readings)")

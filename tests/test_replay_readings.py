@@ -118,3 +118,12 @@ def test_with_more_rows_than_a_tile_the_swizzles_are_kernels_of_their_own(tmp_pa
     assert sorted(len(g) for g in replay_readings.repeat_groups(list(shapes[0].times), 128)) == [1, 1, 1, 1, 1, 1, 1]
     # on 4 rows of 16-row tiles, swizzles 4 and 8 both take the whole grid as one group: one kernel
     assert sorted(len(g) for g in replay_readings.repeat_groups(list(shapes[0].times), 64)) == [1, 1, 1, 1, 1, 2]
+
+
+def test_a_dataset_without_gpu_and_host_readings_exits_2_naming_it(tmp_path, capsys):
+    """A sweep recorded before the readings were kept (the shipped bf16 Triton slice) has nothing to
+    replay: one line on stderr and exit 2, not a statistics error."""
+    dataset = ROOT / "src" / "gemmtune" / "data" / "sweep_h200_bf16_triton_plain.jsonl.gz"
+    assert replay_readings.main([str(dataset), "--strategy", "default"]) == 2
+    err = capsys.readouterr().err
+    assert "no shape with GPU and host readings" in err and dataset.name in err

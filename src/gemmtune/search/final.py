@@ -169,10 +169,10 @@ HOST_NOISE = 0.25
 that median (`launch_key`)."""
 
 
-def launch_key(timings: Sequence[Timing]) -> Callable[[Timing], tuple[float, float]]:
+def launch_key(timings: Sequence[Timing], band: float = HOST_NOISE) -> Callable[[Timing], tuple[float, float]]:
     """The sort key of GPU timings whose cost counts the host (`count_host_overhead`): the cost with each
-    host time below its template's median, or above it by at most `HOST_NOISE`, taken as that median,
-    then the GPU time.
+    host time below its template's median, or above it by at most `band` (`HOST_NOISE`; `math.inf`
+    ties them all), taken as that median, then the GPU time.
 
     Every config of a template launches through the same launcher, so their host times differ by noise
     only; where a kernel runs shorter than its launch, the cost is that launch for all of them, and
@@ -206,14 +206,14 @@ def launch_key(timings: Sequence[Timing]) -> Callable[[Timing], tuple[float, flo
         if not counted or t.gpu_ms is None or t.host_ms is None or t.ms is None:
             return ms, ms
         floor = floors.get(t.choice.template_uid, t.host_ms)
-        host = floor if t.host_ms - floor <= HOST_NOISE * floor else t.host_ms
+        host = floor if t.host_ms - floor <= band * floor else t.host_ms
         return max(t.gpu_ms, host), t.gpu_ms
     return key
 
 
-def launch_ranked(timings: Sequence[Timing]) -> list[Timing]:
+def launch_ranked(timings: Sequence[Timing], band: float = HOST_NOISE) -> list[Timing]:
     """`timings` sorted by `launch_key` (stable: equal keys keep their order)."""
-    key = launch_key(timings)
+    key = launch_key(timings, band)
     return sorted(timings, key=key)
 
 

@@ -5,7 +5,8 @@ every runtime value of the best `top_x` configs.  Library kernels skip stage 1
 and always reach stage 2.  Stage-1 timings are reused, not repeated.  Stage 1 ranks
 as the final does (`final.launch_ranked`): where a kernel runs shorter than its
 launch, its cost is the launch, so the host's noise would rank the configs; they
-tie on the launch instead and go by their GPU time.
+tie on the launch instead and go by their GPU time.  A binary that one high host
+reading kept out of the top `top_x` gets a second look in stage 2 (`second_looks`).
 
 With `options.stage2_within` (the plan sets it on CPU) a binary slower at stage 1 than that many
 times the fastest binary skips stage 2: another runtime value (numba's tile grouping moves a kernel by
@@ -17,6 +18,7 @@ keeps each template's first binaries in the template's own, data-ranked order.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -87,7 +89,9 @@ def prescreen(choices: Sequence[Choice], measure: Measure, options: PrescreenOpt
     stage1 = [Timing(c, ms, "prescreen") for c, ms in zip(reps, measure(reps, "prescreen"))]
     # Ranked as the final ranks (`final.launch_ranked`): kernels shorter than their launch tie on it and
     # go by their GPU time, not by the host's noise (where `measure` kept both readings).
-    best = launch_ranked(recorded(measure, [m for m in stage1 if m.ms is not None]))[: options.top_x]
+    timed = recorded(measure, [m for m in stage1 if m.ms is not None])
+    best = launch_ranked(timed)[: options.top_x]
+    best += second_looks(timed, best, options.top_x)
     if options.stage2_within and best:
         fastest = min(m.ms for m in best if m.ms is not None)
         best = [m for m in best if m.ms is not None and m.ms <= options.stage2_within * fastest]
@@ -100,6 +104,26 @@ def prescreen(choices: Sequence[Choice], measure: Measure, options: PrescreenOpt
     kept = {m.choice for m in stage1 if m.choice.binary_key in best_keys}
     final = [Timing(m.choice, m.ms, "final") if m.choice in kept else m for m in stage1]
     return ranking(final + stage2)
+
+
+def second_looks(timed: Sequence[Timing], best: Sequence[Timing], top_x: int) -> list[Timing]:
+    """The binaries that a single high host reading kept out of `best`: those in the top `top_x` once
+    every host time ties on its template's median (`launch_key` with an infinite band).  One reading
+    per binary is all stage 1 has, and within a template every binary launches alike, so a host time
+    far above the median is more likely noise than cost; stage 2 reads such a binary again (its other
+    runtime values) instead of dropping it on that one reading.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice, as_params
+        >>> t = lambda b, gpu, host: Timing(Choice("t", "h", as_params({"B": b})), max(gpu, host), "prescreen",
+        ...                                 gpu_ms=gpu, host_ms=host)
+        >>> ts = [t(1, 0.010, 0.0230), t(2, 0.011, 0.0178), t(3, 0.012, 0.0180), t(4, 0.013, 0.0179)]
+        >>> best = launch_ranked(ts)[:2]  # 1's host read 28 % above the median: it ranks last
+        >>> [m.choice.config_dict["B"] for m in best], [m.choice.config_dict["B"] for m in second_looks(ts, best, 2)]
+        ([2, 3], [1])
+    """
+    kept = {m.choice for m in best}
+    return [m for m in launch_ranked(timed, band=math.inf)[:top_x] if m.choice not in kept]
 
 
 def first_configs(choices: Sequence[Choice], options: PrescreenOptions) -> list[Choice]:
