@@ -13,6 +13,8 @@ if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
 
 from gemmtune.core.inputs import KernelInputs  # noqa: E402
 from gemmtune.measure.correctness import Reference, check, reference, verdict  # noqa: E402
+from gemmtune.search.base import ProblemDims  # noqa: E402
+from gemmtune.search.model_pruned import ModelPrunedOptions, stage0  # noqa: E402
 from gemmtune.templates import default_templates  # noqa: E402
 from gemmtune.templates.registry import active_templates  # noqa: E402
 from gemmtune.templates.triton import base as triton_base  # noqa: E402
@@ -174,6 +176,12 @@ def test_small_outputs_of_more_than_sixteen_rows_also_get_the_narrow_configs():
     assert {c[1] for c in added(16, 1024, 4096)} <= {16} and not added(16, 1024, 4096) & narrow
     assert TritonScaledMMTemplate(space=SMALL).compile_configs(shape_of(128, 1024, 4096)) == fit_configs(
         SMALL, 128, 1024, 4096, triton_base.DEFAULT_SMEM)
+    # tune's default strategy keeps Inductor's 64 x 16 pick and the main space's best in its stage 0
+    kv = stage0(template.configs(shape_of(128, 1024, 4096)),
+                ModelPrunedOptions(stage0_n=20, problem=ProblemDims(128, 1024, 4096, dtype_bytes=1)))
+    tiles = {(c.config_dict["BLOCK_M"], c.config_dict["BLOCK_N"], c.config_dict["BLOCK_K"],
+              c.config_dict["num_stages"], c.config_dict["num_warps"]) for c in kv}
+    assert {(64, 16, 256, 5, 4), (64, 32, 256, 4, 4)} <= tiles
     tensors = quantised(40, 256, 48, True)
     ki = KernelInputs.from_tensors("scaled_mm", *tensors, out_dtype=BF16)
     configs = [c for c in template.configs(ki) if c.config_dict["BLOCK_N"] == 16 and c.runtime_dict["swizzle"] == 8]
