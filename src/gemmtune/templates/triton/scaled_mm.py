@@ -149,11 +149,8 @@ class TritonScaledMMTemplate(TritonTemplate):
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
         """The space fitted to the problem, with the skinny configs where it has at most `SKINNY_M` rows
         and the narrow ones where its output is small (`NARROW_OUTPUT`)."""
-        if ki.M <= SKINNY_M:
-            space = [*self.space, *self.skinny]
-        else:
-            space = [*self.space, *self.narrow] if ki.M * ki.N <= NARROW_OUTPUT else self.space
-        return fit_configs(space, ki.M, ki.N, ki.K, smem_limit(ki.device))
+        extra = self.skinny if ki.M <= SKINNY_M else self.narrow if ki.M * ki.N <= NARROW_OUTPUT else []
+        return fit_configs([*self.space, *extra], ki.M, ki.N, ki.K, smem_limit(ki.device))
 
     def launch_spec(self, choice: Choice, ki: KernelInputs) -> tuple[KernelLaunch, Callable[..., tuple]]:
         from .scaled_mm_kernel import scaled_mm_kernel
