@@ -1,5 +1,6 @@
-"""bench/gpu_run.py, the GPU runner: its jobs name files that exist, lanes go one per GPU, every job's
-outcome reaches the summary and the exit status; the CuTe DSL set-up unpacks carried wheels (no GPU needed)."""
+"""bench/gpu_run.py, the GPU runner (its jobs in bench/gpu_jobs.py): its jobs name files that exist, lanes
+go one per GPU, every job's outcome reaches the summary and the exit status; the CuTe DSL set-up unpacks
+carried wheels (no GPU needed)."""
 
 import importlib.util
 import json
@@ -28,7 +29,7 @@ def test_every_job_names_files_and_shapes_that_exist(runner):
         return {s["name"] for s in json.loads((ROOT / suite).read_text())["shapes"]}
 
     for name, job in runner.JOBS.items():
-        assert job.argv or job.call, name
+        assert job.argv or job.unpack, name
         suite = next((job.argv[i + 1] for i, a in enumerate(job.argv[:-1]) if a == "--suite"), "bench/shapes.json")
         for i, arg in enumerate(job.argv):
             if arg.startswith(("bench/", "tests/")):
