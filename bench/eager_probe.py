@@ -92,29 +92,9 @@ def fast_launch_taken(sel, tensors) -> str:
     return "no FastLaunch" if not seen else ("fast" if all(seen) else "jit")
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--m", type=int, default=64)
-    p.add_argument("--out", default="eager_probe.json")
-    args = p.parse_args()
-    model, (x,) = build("stack", args.m)
+def per_problem(model) -> list[dict]:
+    """Per tuned problem: torch's op, `gemmtune.mm` and the pick's kernel, per call and host time."""
     rows = []
-    with torch.no_grad():
-        plain_fwd = host_us(lambda: model(x), calls=20)
-        report = gemmtune.warmup(model, x, progress=False)
-        patched_fwd = host_us(lambda: model(x), calls=20)
-    patched_grad_fwd = host_us(lambda: model(x), calls=20)  # grad mode on: what a script without no_grad pays
-    with torch.no_grad():
-        before = gemmtune.dispatch_stats()
-        patched_e2e = per_call_us(lambda: model(x), calls=20)
-        after = gemmtune.dispatch_stats()
-        profile_patched = profile(lambda: model(x))
-    dispatch = {k: after[k] - before[k] for k in ("hits", "misses", "tunes")}
-    gemmtune.unpatch(model)
-    plain_grad_fwd = host_us(lambda: model(x), calls=20)
-    with torch.no_grad():
-        plain_e2e = per_call_us(lambda: model(x), calls=20)
-        profile_plain = profile(lambda: model(x))
     with torch.no_grad():
         for canon, sel in eager.selections().items():
             ops = [t for t in (torch.randn(*o.size, device="cuda", dtype=o.dtype) for o in sel.problem.operands)]
@@ -131,6 +111,32 @@ def main() -> int:
                    "launch": fast_launch_taken(sel, (a, b))}
             rows.append(row)
             print(json.dumps(row), flush=True)
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--m", type=int, default=64)
+    p.add_argument("--out", default="eager_probe.json")
+    args = p.parse_args()
+    model, (x,) = build("stack", args.m)
+    with torch.no_grad():
+        plain_fwd = host_us(lambda: model(x), calls=20)
+        report = gemmtune.warmup(model, x, progress=False)
+        patched_fwd = host_us(lambda: model(x), calls=20)
+    patched_grad_fwd = host_us(lambda: model(x), calls=20)  # grad mode on: what a script without no_grad pays
+    with torch.no_grad():
+        before = gemmtune.dispatch_stats()
+        patched_e2e = per_call_us(lambda: model(x), calls=20)
+        after = gemmtune.dispatch_stats()
+        profile_patched = profile(lambda: model(x))
+    dispatch = {k: after[k] - before[k] for k in ("hits", "misses", "tunes")}
+    gemmtune.unpatch(model)
+    plain_grad_fwd = host_us(lambda: model(x), calls=20)
+    with torch.no_grad():
+        plain_e2e = per_call_us(lambda: model(x), calls=20)
+        profile_plain = profile(lambda: model(x))
+    rows = per_problem(model)
     result = {"M": args.m, "plain_forward_us": plain_fwd, "patched_forward_us": patched_fwd, "rows": rows,
               "plain_grad_forward_us": plain_grad_fwd, "patched_grad_forward_us": patched_grad_fwd,
               "warmup": report.table(), "plain_e2e_us": plain_e2e, "patched_e2e_us": patched_e2e,

@@ -52,6 +52,37 @@ class All:
             s.library(on)
 
 
+def interleaved(states: dict[str, tuple[Callable[[], Any], bool | None]], sw: list[Any], rounds: int,
+                iters: int) -> dict[str, Any]:
+    """Each state (a forward, and the switches on the library, on the picks, or left alone) timed in
+    shuffled rounds; each one's median over the plain forward's time in the same round."""
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in states}
+    for _ in range(3):
+        for name, (fn, lib) in states.items():
+            for s in sw:
+                s.library(bool(lib))
+            fn()
+    order = list(states)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for name in order:
+            fn, lib = states[name]
+            if lib is not None:
+                for s in sw:
+                    s.library(lib)
+            times[name].append(time_block(fn, iters))
+    rows: dict[str, Any] = {}
+    for name in states:
+        ratio = [a[0] / b[0] for a, b in zip(times[name], times["plain"])]
+        rows[name] = {"ms": statistics.median(t[0] for t in times[name]),
+                      "host_ms": statistics.median(t[1] for t in times[name]),
+                      "x_plain": statistics.median(ratio), "x_plain_q1_q3": statistics.quantiles(ratio, n=4)[::2]}
+    lib_over_picks = [b[0] / a[0] for a, b in zip(times["picks"], times["library"])]
+    rows["library_over_picks"] = {"median": statistics.median(lib_over_picks),
+                                  "q1_q3": statistics.quantiles(lib_over_picks, n=4)[::2]}
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--m", type=int, default=1)
@@ -89,31 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         result["check_all_at_once"] = [together[0].ratio, together[0].q1, together[0].kept]
         result["check_all_at_once_host_ms"] = host[:]
         print("check, all picks at once:", result["check_all_at_once"])
-        states = {"plain": (lambda: plain(*inputs), None), "picks": (fwd, False), "library": (fwd, True)}
-        times: dict[str, list[tuple[float, float]]] = {k: [] for k in states}
-        for _ in range(3):
-            for name, (fn, lib) in states.items():
-                for s in sw:
-                    s.library(bool(lib))
-                fn()
-        order = list(states)
-        for _ in range(args.rounds):
-            random.shuffle(order)
-            for name in order:
-                fn, lib = states[name]
-                if lib is not None:
-                    for s in sw:
-                        s.library(lib)
-                times[name].append(time_block(fn, args.iters))
-        rows = {}
-        for name in states:
-            ratio = [a[0] / b[0] for a, b in zip(times[name], times["plain"])]
-            rows[name] = {"ms": statistics.median(t[0] for t in times[name]),
-                          "host_ms": statistics.median(t[1] for t in times[name]),
-                          "x_plain": statistics.median(ratio), "x_plain_q1_q3": statistics.quantiles(ratio, n=4)[::2]}
-        lib_over_picks = [b[0] / a[0] for a, b in zip(times["picks"], times["library"])]
-        rows["library_over_picks"] = {"median": statistics.median(lib_over_picks),
-                                      "q1_q3": statistics.quantiles(lib_over_picks, n=4)[::2]}
+        rows = interleaved({"plain": (lambda: plain(*inputs), None), "picks": (fwd, False),
+                            "library": (fwd, True)}, sw, args.rounds, args.iters)
         result["rounds"] = rows
     print(json.dumps(rows, indent=1))
     Path(args.out).write_text(json.dumps(result, indent=1))

@@ -42,13 +42,42 @@ def host_us(fn, calls: int = 200) -> float:
     return t * 1e6
 
 
+def template_picks(op: str, tensors, templates, sel, row: dict) -> dict:
+    """Each template's best config of the exhaustive tune `sel`, compiled and ready to time; its top
+    five, pick and GPU time into `row` (and the skinny launch's host time, direct and through the JIT)."""
+    from gemmtune.core.inputs import KernelInputs
+    from gemmtune.templates.triton.launch import FastLaunch
+
+    ki = KernelInputs.from_tensors(op, *tensors)
+    fns = {}
+    for tpl in templates:
+        ok = [t for t in sel.timings if t.choice.template_uid == tpl.uid and t.status == "ok" and t.ms]
+        if not ok:
+            continue
+        best = min(ok, key=lambda t: t.ms)
+        row[f"{tpl.uid}_top5"] = [(t.choice.key, t.gpu_ms) for t in sorted(ok, key=lambda t: t.gpu_ms)[:5]]
+        row[f"{tpl.uid}_choice"] = best.choice.key
+        row[f"{tpl.uid}_tune_gpu_ms"] = best.gpu_ms
+        launch = tpl.compile(best.choice, ki, tensors)
+        out = launch(tensors)
+        fns[tpl.uid] = (lambda launch=launch, out=out, rt=best.choice.runtime_dict: launch(tensors, out, **rt))
+        if tpl.uid == "triton_skinny":
+            row["skinny_host_us_fast"] = host_us(fns[tpl.uid])
+            orig = FastLaunch.__call__
+            FastLaunch.__call__ = lambda self, a: False
+            try:
+                row["skinny_host_us_jit"] = host_us(fns[tpl.uid])
+            finally:
+                FastLaunch.__call__ = orig
+    return fns
+
+
 def probe(spec, rounds: int, rep_ms: float, space: str = "default", which: str = "skinny,gemv") -> dict:
     from gemmtune.engine import tune
     from gemmtune.measure.timers import CudaTimer
     from gemmtune.core.settings import Settings
     from gemmtune.templates.extern import AtenTemplate
     from gemmtune.templates.triton.gemv import TritonGemvTemplate
-    from gemmtune.templates.triton.launch import FastLaunch
     from gemmtune.templates.triton.skinny import TritonSkinnyTemplate
 
     tensors = spec.tensors("cuda")
@@ -65,28 +94,7 @@ def probe(spec, rounds: int, rep_ms: float, space: str = "default", which: str =
                    templates=[AtenTemplate(op)] + templates)
         row["tune_s"] = time.perf_counter() - t0
         row["bad"] = [(t.choice.key, t.status, t.detail[:120]) for t in sel.timings if t.status not in ("ok",)]
-        from gemmtune.core.inputs import KernelInputs
-
-        ki = KernelInputs.from_tensors(op, *tensors)
-        for tpl in templates:
-            ok = [t for t in sel.timings if t.choice.template_uid == tpl.uid and t.status == "ok" and t.ms]
-            if not ok:
-                continue
-            best = min(ok, key=lambda t: t.ms)
-            row[f"{tpl.uid}_top5"] = [(t.choice.key, t.gpu_ms) for t in sorted(ok, key=lambda t: t.gpu_ms)[:5]]
-            row[f"{tpl.uid}_choice"] = best.choice.key
-            row[f"{tpl.uid}_tune_gpu_ms"] = best.gpu_ms
-            launch = tpl.compile(best.choice, ki, tensors)
-            out = launch(tensors)
-            fns[tpl.uid] = (lambda launch=launch, out=out, rt=best.choice.runtime_dict: launch(tensors, out, **rt))
-            if tpl.uid == "triton_skinny":
-                row["skinny_host_us_fast"] = host_us(fns[tpl.uid])
-                orig = FastLaunch.__call__
-                FastLaunch.__call__ = lambda self, a: False
-                try:
-                    row["skinny_host_us_jit"] = host_us(fns[tpl.uid])
-                finally:
-                    FastLaunch.__call__ = orig
+        fns.update(template_picks(op, tensors, templates, sel, row))
         row["cublas_host_us"] = host_us(fns["cublas"])
     names = list(fns)
     for flush in ("read", "write"):

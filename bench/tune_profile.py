@@ -35,6 +35,50 @@ def _fields(sel, wall: float) -> dict:
             "binaries": len(sel.binary_seconds or {})}
 
 
+def profiled(spec, tensors, settings, top: int) -> dict:
+    """A warm tune under cProfile: its wall seconds and the top entries by cumulative time."""
+    from gemmtune.engine import tune
+
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    sel = tune(spec.op, *tensors, settings=settings)
+    prof.disable()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(top)
+    print(s.getvalue(), flush=True)
+    return {"warm_profiled_s": round(time.perf_counter() - t0, 4), "profile": s.getvalue(), "selection": sel}
+
+
+def reloads(spec, tensors, sel, settings) -> dict:
+    """What loading a compiled binary again costs (an isolation worker does this per binary), and one
+    `CudaTimer.time` call, for up to six of the tune's binaries."""
+    import torch
+
+    from gemmtune.core.inputs import KernelInputs
+    from gemmtune.measure.timers import CudaTimer
+    from gemmtune.templates import active_templates
+
+    ki = KernelInputs.from_tensors(spec.op, *tensors)
+    by_uid = {t.uid: t for t in active_templates(ki, None, None, True, "default", False)}
+    timer = CudaTimer(torch.device("cuda"), rep_ms=settings.gpu_rep_ms)
+    loads, times = [], []
+    for t in sel.timings:
+        if t.ms is None or t.choice.is_extern or len(loads) >= 6:
+            continue
+        t1 = time.perf_counter()
+        launch = by_uid[t.choice.template_uid].compile(t.choice, ki, tensors)
+        loads.append(time.perf_counter() - t1)
+        out = torch.empty(ki.out_size, dtype=ki.dtype, device="cuda")
+        rt = t.choice.runtime_dict
+        t1 = time.perf_counter()
+        timer.time(lambda: launch(tensors, out, **rt))
+        times.append(time.perf_counter() - t1)
+    row = {"reload_ms": [round(v * 1e3, 2) for v in loads], "timer_time_ms": [round(v * 1e3, 2) for v in times]}
+    print(spec.name, "reload ms", row["reload_ms"], "timer.time ms", row["timer_time_ms"], flush=True)
+    return row
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--suite", default="bench/shapes.json")
@@ -47,9 +91,8 @@ def main() -> int:
     import torch
 
     import gemmtune
-    from gemmtune.engine import tune
-    from gemmtune.measure.timers import CudaTimer
     from gemmtune.core.settings import Settings
+    from gemmtune.engine import tune
     from gemmtune.offline.suite import load_suite
 
     names = [s for s in args.only.split(",") if s]
@@ -63,45 +106,17 @@ def main() -> int:
     print(f"worker start + first extern-only tune: {time.perf_counter() - t0:.2f} s", flush=True)
     for spec in specs:
         tensors = spec.tensors("cuda")
-        row = {"name": spec.name}
+        row: dict = {"name": spec.name}
         for label, st in (("cold", base), ("warm", base), ("warm_inprocess", base.with_(isolation="off"))):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             sel = tune(spec.op, *tensors, settings=st)
             row[label] = _fields(sel, time.perf_counter() - t0)
             print(spec.name, label, row[label], flush=True)
-        prof = cProfile.Profile()
-        t0 = time.perf_counter()
-        prof.enable()
-        sel = tune(spec.op, *tensors, settings=base)
-        prof.disable()
-        row["warm_profiled_s"] = round(time.perf_counter() - t0, 4)
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(args.top)
-        row["profile"] = s.getvalue()
-        print(row["profile"], flush=True)
-        # What loading a compiled binary again costs (an isolation worker does this per binary).
-        from gemmtune.templates import active_templates
-        from gemmtune.core.inputs import KernelInputs
-
-        ki = KernelInputs.from_tensors(spec.op, *tensors)
-        by_uid = {t.uid: t for t in active_templates(ki, None, None, True, "default", False)}
-        timer = CudaTimer(torch.device("cuda"), rep_ms=base.gpu_rep_ms)
-        loads, times = [], []
-        for t in sel.timings:
-            if t.ms is None or t.choice.is_extern or len(loads) >= 6:
-                continue
-            t1 = time.perf_counter()
-            launch = by_uid[t.choice.template_uid].compile(t.choice, ki, tensors)
-            loads.append(time.perf_counter() - t1)
-            out = torch.empty(ki.out_size, dtype=ki.dtype, device="cuda")
-            rt = t.choice.runtime_dict
-            t1 = time.perf_counter()
-            timer.time(lambda: launch(tensors, out, **rt))
-            times.append(time.perf_counter() - t1)
-        row["reload_ms"] = [round(v * 1e3, 2) for v in loads]
-        row["timer_time_ms"] = [round(v * 1e3, 2) for v in times]
-        print(spec.name, "reload ms", row["reload_ms"], "timer.time ms", row["timer_time_ms"], flush=True)
+        prof = profiled(spec, tensors, base, args.top)
+        sel = prof.pop("selection")
+        row.update(prof)
+        row.update(reloads(spec, tensors, sel, base))
         rows.append(row)
         Path(args.out).write_text(json.dumps({"gemmtune": gemmtune.__version__,
                                               "device": torch.cuda.get_device_name(), "rows": rows}, indent=1))

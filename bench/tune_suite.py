@@ -32,6 +32,34 @@ def interleaved(timer, fns, rounds=30):
     return [m.cost_ms for m in timer.time_interleaved(fns, rounds)]
 
 
+def run_shape(spec, timer, exhaustive: bool) -> dict:
+    """One shape: the default tune (and the exhaustive one), their picks timed interleaved with cuBLAS."""
+    tensors = spec.tensors("cuda")
+    a, b = tensors[-2], tensors[-1]
+    t0 = time.perf_counter()
+    pre = gemmtune.tune(spec.op, *tensors)
+    wall = time.perf_counter() - t0
+    row = {"name": spec.name, "problem": spec.describe(), "M": spec.M, "K": spec.K, "N": spec.N,
+           "winner": pre.winner.key, "winner_is_library": pre.winner.is_extern,
+           "n_choices": pre.n_choices, "benchmark_runs": pre.benchmark_runs,
+           "tuning_wall_s": wall, "compile_s": pre.compile_s, "benchmark_s": pre.benchmark_s,
+           "prescreen_s": pre.prescreen_s, "selection": selection_dict(pre)}
+    fns = [lambda: pre(*tensors), lambda: torch.mm(a, b)]
+    if exhaustive:
+        t0 = time.perf_counter()
+        exh = gemmtune.tune(spec.op, *tensors, strategy="exhaustive")
+        row.update(exh_winner=exh.winner.key, exh_benchmark_runs=exh.benchmark_runs,
+                   exh_tuning_wall_s=time.perf_counter() - t0, exh_benchmark_s=exh.benchmark_s + exh.prescreen_s)
+        fns.append(lambda: exh(*tensors))
+    times = interleaved(timer, fns)
+    row.update(winner_ms=times[0], cublas_ms=times[1], speedup_vs_cublas=times[1] / times[0],
+               tflops=2 * spec.M * spec.N * spec.K / times[0] / 1e9)
+    if len(times) > 2:
+        same = row["exh_winner"] == row["winner"]
+        row.update(exh_ms=times[2], regret_pct=0.0 if same else 100 * (times[0] / times[2] - 1))
+    return row
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--suite", default="bench/shapes.json")
@@ -53,32 +81,10 @@ def main() -> int:
             "gemmtune": gemmtune.__version__, "python": platform.python_version(), "command": " ".join(sys.argv)}
     rows = []
     for spec in specs:
-        tensors = spec.tensors("cuda")
-        a, b = tensors[-2], tensors[-1]
-        t0 = time.perf_counter()
-        pre = gemmtune.tune(spec.op, *tensors)
-        wall = time.perf_counter() - t0
-        row = {"name": spec.name, "problem": spec.describe(), "M": spec.M, "K": spec.K, "N": spec.N,
-               "winner": pre.winner.key, "winner_is_library": pre.winner.is_extern,
-               "n_choices": pre.n_choices, "benchmark_runs": pre.benchmark_runs,
-               "tuning_wall_s": wall, "compile_s": pre.compile_s, "benchmark_s": pre.benchmark_s,
-               "prescreen_s": pre.prescreen_s, "selection": selection_dict(pre)}
-        fns = [lambda: pre(*tensors), lambda: torch.mm(a, b)]
-        if spec.name in exh_names:
-            t0 = time.perf_counter()
-            exh = gemmtune.tune(spec.op, *tensors, strategy="exhaustive")
-            row.update(exh_winner=exh.winner.key, exh_benchmark_runs=exh.benchmark_runs,
-                       exh_tuning_wall_s=time.perf_counter() - t0, exh_benchmark_s=exh.benchmark_s + exh.prescreen_s)
-            fns.append(lambda: exh(*tensors))
-        times = interleaved(timer, fns)
-        row.update(winner_ms=times[0], cublas_ms=times[1], speedup_vs_cublas=times[1] / times[0],
-                   tflops=2 * spec.M * spec.N * spec.K / times[0] / 1e9)
-        if len(times) > 2:
-            same = row["exh_winner"] == row["winner"]
-            row.update(exh_ms=times[2], regret_pct=0.0 if same else 100 * (times[0] / times[2] - 1))
+        row = run_shape(spec, timer, spec.name in exh_names)
         rows.append(row)
-        print(f"{spec.name}: {row['winner']} {times[0]:.4f} ms, cuBLAS {times[1]:.4f} ms, "
-              f"x{row['speedup_vs_cublas']:.3f}, tune {wall:.1f}s", flush=True)
+        print(f"{spec.name}: {row['winner']} {row['winner_ms']:.4f} ms, cuBLAS {row['cublas_ms']:.4f} ms, "
+              f"x{row['speedup_vs_cublas']:.3f}, tune {row['tuning_wall_s']:.1f}s", flush=True)
         with open(args.out, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1, default=str)
     print_table(rows, meta)

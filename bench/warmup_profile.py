@@ -140,6 +140,24 @@ def fed(torch, net, inputs) -> dict:  # type: ignore[no-untyped-def]
     return {"check_s": 0.0, "rows": [], "fed_stats": dict(handler.stats), "benchmarked": counted.choices}
 
 
+def print_case(case: str, res: dict, wall: float) -> None:
+    """One case's summary line, its imports, timeline, profile and per-problem table."""
+    print(f"\n== case {case}: import {res['import_s']:.2f} s, gemmtune {res['warmup_s']:.2f} s "
+          f"(check {res['check_s']:.2f} s), process {wall:.1f} s, Inductor first {res.get('inductor_first_s')}, "
+          f"ptxas {res['ptxas']}" + (f", fed: {res['fed_stats']}, Inductor benchmarked {res['benchmarked']}"
+                                     if "fed_stats" in res else ""))
+    print("  imported during the warm-up (package: modules, of them from source): "
+          + ", ".join(f"{k}: {v[0]}/{v[1]}" for k, v in sorted(res.get("imports", {}).items(), key=lambda kv: -kv[1][0])))
+    for t, msg in res["timeline"]:
+        print(f"  {t:8.3f}  {msg}")
+    if "cprofile" in res:
+        print(res["cprofile"])
+    print("  | problem | winner | tune s | compile s | binaries | sum of binaries s | prescreen s | final s | runs |")
+    for f in res["facts"]:
+        print(f"  | {f['problem']} | {f['winner']} | {f['tuning_s']:.2f} | {f['compile_s']:.2f} | {f['binaries']} | "
+              f"{f['binary_sum_s']:.2f} | {f['prescreen_s']:.2f} | {f['final_s']:.2f} | {f['runs']} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default="1,128")
@@ -184,20 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         res["process_wall_s"] = wall
         hosts[m] = res.get("cache_dirs", {})
         results.append(res)
-        print(f"\n== case {case}: import {res['import_s']:.2f} s, gemmtune {res['warmup_s']:.2f} s "
-              f"(check {res['check_s']:.2f} s), process {wall:.1f} s, Inductor first {res.get('inductor_first_s')}, "
-              f"ptxas {res['ptxas']}" + (f", fed: {res['fed_stats']}, Inductor benchmarked {res['benchmarked']}"
-                                         if "fed_stats" in res else ""))
-        print("  imported during the warm-up (package: modules, of them from source): "
-              + ", ".join(f"{k}: {v[0]}/{v[1]}" for k, v in sorted(res.get("imports", {}).items(), key=lambda kv: -kv[1][0])))
-        for t, msg in res["timeline"]:
-            print(f"  {t:8.3f}  {msg}")
-        if "cprofile" in res:
-            print(res["cprofile"])
-        print("  | problem | winner | tune s | compile s | binaries | sum of binaries s | prescreen s | final s | runs |")
-        for f in res["facts"]:
-            print(f"  | {f['problem']} | {f['winner']} | {f['tuning_s']:.2f} | {f['compile_s']:.2f} | {f['binaries']} | "
-                  f"{f['binary_sum_s']:.2f} | {f['prescreen_s']:.2f} | {f['final_s']:.2f} | {f['runs']} |")
+        print_case(case, res, wall)
         Path(args.out).write_text(json.dumps({"meta": {"date": time.strftime("%Y-%m-%d"),
                                                        "command": " ".join(sys.argv)}, "cases": results}, indent=1))
     return 0
