@@ -73,21 +73,3 @@ def aten_library():
     remove = add_finalize_hook(lambda ki, choices, op: [c for c in choices if c.template_uid != "numpy_blas"])
     yield
     remove()
-
-
-@pytest.fixture
-def fresh_inductor():
-    """A new dynamo state, no FX-graph or autotune cache read from an earlier compile (every compile
-    lowers and asks the handler), and every gemmtune handler uninstalled afterwards."""
-    import torch._dynamo
-    from torch._inductor import config
-
-    import gemmtune.inductor as gi
-    from gemmtune.inductor import installer
-
-    torch._dynamo.reset()
-    with config.patch(fx_graph_cache=False, autotune_local_cache=False):
-        yield
-    while installer._PRIOR:
-        gi.uninstall()
-    torch._dynamo.reset()

@@ -20,6 +20,8 @@ from gemmtune.cli import main
 from gemmtune.core.inputs import KernelInputs
 from gemmtune.inductor import compat, tuning
 
+from helpers import fresh_inductor  # noqa: F401 - the fixture
+
 pytestmark = [pytest.mark.skipif(not gi.available(), reason="this torch has no Inductor lookup table"),
               pytest.mark.usefixtures("fresh_inductor")]
 

@@ -14,6 +14,8 @@ from gemmtune.core.choices import Choice, as_params
 from gemmtune.core.inputs import KernelInputs, TensorMeta
 from gemmtune.inductor.entries import Measured
 
+from helpers import fresh_inductor  # noqa: F401 - the fixture
+
 pytestmark = [pytest.mark.skipif(not gi.available(), reason="this torch has no Inductor lookup table"),
               pytest.mark.usefixtures("fresh_inductor")]
 
