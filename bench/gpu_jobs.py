@@ -375,6 +375,8 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "rounds": ("rounds-eager,patch-overhead,rounds-inductor", "tests-dispatch,rounds-llama"),
     "cutlass": ("cutlass-all-setup,cutlass-ops-test,cutlass-sweep", "compare-without-cutlass,compare-shortlist-cutlass"),
     "cutlass-ops": ("cutlass-ops-setup,cutlass-ops-test,cutlass-ops-bench",),
+    "open-1": ("tests-fp8,compare-fp8-narrow,steady-eager",),
+    "open-2": ("compare-fp8-18,compare-fp8-18b",),
 }
 PRESET_DOCS = {
     "checks": "the GPU tests over two GPUs; on GPU 0 also the six-shape comparison and the dispatch probes",
@@ -382,4 +384,8 @@ PRESET_DOCS = {
     "rounds": "eager and Inductor rounds, host time per layer | the dispatch GPU tests and the Llama rounds",
     "cutlass": "carry .whl/cutlass: set-up, GPU tests and sweep of the operators | compare without and with them",
     "cutlass-ops": "after cutlass-setup, carry .whl/ops: the operators library's set-up, GPU tests and benchmark",
+    "open-1": "what the open issues still need, one call (about 5 min on an H100): the fp8 GPU tests, the narrow "
+              "configs against Inductor, the eager target's rounds",
+    "open-2": "what the open issues still need, a second call (about 6 min on an H100): the 18 fp8 shapes "
+              "against cuBLASLt and Inductor (merge the two JSON files with bench/compare.py --merge)",
 }
