@@ -298,6 +298,11 @@ JOBS: dict[str, Job] = {
                          "eager,eager_copy,eager_closure,eager_subclass,eager_lean,eager_warmup,eager_warmup_patched,"
                          "eager_late", "--rounds", "401", "--iters", "4", "--copies", "4", "--out",
                          "{out}/{job}.json"), 420),
+    "steady-eager-512": Job("bench/models.py: steady-eager's protocol on the stack at M = 512 (plain eager, its "
+                            "A/A copies, warm-up releasing or keeping layers patched), 201 rounds of 4 forwards",
+                            (PY, "bench/models.py", "--cases", "stack:512", "--first", "", "--steady",
+                             "eager,eager_copy,eager_warmup,eager_warmup_patched,eager_late", "--rounds", "201",
+                             "--iters", "4", "--copies", "4", "--out", "{out}/{job}.json"), 400),
     "kernels-stack1": Job("bench/models.py: the steady state alone on the stack at M = 1, with the kernel split "
                           "and the top kernels (every variant compiled in that process)",
                           (PY, "bench/models.py", "--cases", "stack:1", "--first", "", "--steady",
