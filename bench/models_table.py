@@ -38,7 +38,8 @@ RUNS = ("models_stack1_h200_2026-12-01.json", "models_stack1_gemv_autotune_h200_
         "steady_eager_run2_h100_2026-12-05.json", "steady_eager_h200_2026-12-05.json",
         "steady_eager_401x2_h100_2026-12-05.json", "steady_eager_release_h100_2026-12-05.json",
         "steady_eager_release_run2_h100_2026-12-05.json", "steady_eager_release_run3_h100_2026-12-05.json",
-        "steady_eager_release_run4_h100_2026-12-05.json", "steady_eager_release_run5_h100_2026-12-05.json")
+        "steady_eager_release_run4_h100_2026-12-05.json", "steady_eager_release_run5_h100_2026-12-05.json",
+        "steady_eager_512_h100_2026-12-05.json")
 CASES = ("stack:1", "stack:64", "stack:512", "llama:64")
 BEGIN, END = "<!-- models-table -->", "<!-- /models-table -->"
 HEAD = ("| case | run | first call s: default / max-autotune | gemmtune cold (x max-autotune) "
