@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fp8_ptx_loads import ROOT, compiled, kernel_module  # noqa: E402
+from fp8_ptx_loads import compiled, kernel_module  # noqa: E402
 
 TEMPLATE = "triton_scaled_mm"
 TILE = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
@@ -169,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = dict(triton=triton.__version__, target="sm_90", summary=summary(rows), rows=rows)
     if shapes:
-        result["sweep"] = dict(path=str(args.sweep.resolve().relative_to(ROOT)) if args.sweep.resolve().is_relative_to(ROOT)
-                               else str(args.sweep), **sweep_report(shapes, dict(zip(pairs, rows))))
+        result["sweep"] = dict(path=str(args.sweep), **sweep_report(shapes, dict(zip(pairs, rows))))
     print(table(rows))
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1))
     if args.json:
