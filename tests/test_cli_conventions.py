@@ -13,6 +13,7 @@ import torch
 
 from gemmtune import cli
 from gemmtune.cli import main
+from gemmtune.cli import cache as cli_cache
 from gemmtune.offline.suite import ProblemSpec
 from gemmtune.store import env as store_env
 from gemmtune.store.sqlite import env_info, env_key
@@ -95,7 +96,7 @@ def test_error_as_a_subprocess_is_one_line_exit_2(tmp_path):
 
 
 def test_bug_is_one_line_exit_1_and_vv_shows_the_traceback(capsys, monkeypatch):
-    monkeypatch.setattr(cli, "cmd_cache", lambda args: 1 / 0)
+    monkeypatch.setattr(cli_cache, "cmd_cache", lambda args: 1 / 0)
     assert main(["cache", "ls"]) == 1
     assert_one_line_error(capsys.readouterr().err, "internal error: ZeroDivisionError", "-vv")
     with pytest.raises(ZeroDivisionError):

@@ -10,7 +10,8 @@ import pytest
 import gemmtune
 from gemmtune.core.errors import BackendError, GemmtuneError, InputError, SettingsError
 from gemmtune.core.settings import (EFFORT_NAMES, EFFORTS, STRATEGY_NAMES, Effort, Settings, check_backends,
-                                    env_var, merge_effort, parse_runtime, settings_table)
+                                    env_var, merge_effort, parse_runtime)
+from gemmtune.core.settings_doc import settings_table
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "SETTINGS.md"
 
@@ -192,7 +193,7 @@ def test_settings_doc_holds_the_current_table():
     table = settings_table()
     assert table in DOC.read_text(), (
         "docs/SETTINGS.md is out of date with the Settings specs; regenerate the table with\n"
-        "  PYTHONPATH=src python -c 'from gemmtune.core.settings import settings_table; print(settings_table())'\n"
+        "  PYTHONPATH=src python -c 'from gemmtune.core.settings_doc import settings_table; print(settings_table())'\n"
         "and paste it between the <!-- settings-table --> markers")
     assert gemmtune.Settings is Settings
 

@@ -80,7 +80,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     settings = (settings or Settings.from_env()).with_(**asked)
     ki, tensors = _problem(op, tensors, device, alpha, beta, out_layout, out_dtype, use_fast_accum)
     plan = plan_for(settings, ki, templates, started=started, out_layout=out_layout, store_tag=store_tag)
-    store = store if store is not None else shared_store(plan.store)
+    store = store if store is not None else shared_store(plan.store, plan.trust)
     kernels.sharing(store if plan.share_kernels else None)  # before any template asks Triton anything
     choices = _choices(ki, plan, op, finalize)
     layout = _check_out_layout(ki, choices, out_layout)

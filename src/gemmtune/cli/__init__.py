@@ -98,53 +98,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_cache(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from ..engine import shared_store
-    from ..report import write_json
-    from ..store.lookup import import_file
-
-    location = Settings.from_env(store=args.store).store
-    if args.action in ("import", "clear"):  # an effect that must last: never on a fall-back in memory
-        import warnings
-
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            store = shared_store(location)
-        if store.path == ":memory:" and store.origin != ":memory:":
-            why = store.warnings[-1] if store.warnings else "it could not be opened"
-            raise InputError(f"cache {args.action}: nothing was changed: "
-                             f"{re.split('; (?:left it untouched and )?keeping', why)[0]}")
-    else:
-        store = shared_store(location)
-    if args.action == "ls":
-        table = Table(title=f"gemmtune store {store.path}")
-        for col in ("problem", "device", "pick", "ms", "timings"):
-            table.add_column(col, overflow="fold")
-        for p in store.problems():
-            rt = " ".join(f"{k}={v}" for k, v in p["runtime_params"].items())
-            cfg = ",".join(f"{k}={v}" for k, v in p["config"].items())
-            table.add_row(p["problem"], str(p["env_info"].get("device")), f"{p['template']} {cfg} {rt}".strip(),
-                          f"{p['ms']:.4f}" if p["ms"] is not None else "-", str(p["timings"]))
-        out.print(table)
-    elif args.action == "show":
-        out.print_json(data=store.show(args.arg or ""))
-    elif args.action == "clear":
-        out.print(f"cleared {store.clear()} picks from {store.path}")
-    elif args.action == "export":
-        if not args.arg:
-            raise ValueError("cache export: give the JSON file to write")
-        data = store.export()
-        write_json(data, args.arg)
-        out.print(f"exported {len(data['entries'])} picks to {args.arg}")
-    elif args.action == "import":
-        if not args.arg:
-            raise ValueError("cache import: give the JSON file to read")
-        out.print(f"imported {import_file(store, args.arg)} picks into {store.path}")
-    return 0
-
-
 def _listener(args: argparse.Namespace):
     """The bar on a terminal, stage lines off one, nothing with --no-progress or -v (the logs say it)."""
     if args.no_progress or args.verbose:
@@ -341,6 +294,8 @@ def run(argv: Sequence[str]) -> int:
         if args.command == "tune":
             return cmd_tune(args)
         if args.command == "cache":
+            from .cache import cmd_cache
+
             return cmd_cache(args)
         if args.command == "sweep":
             return cmd_sweep(args)

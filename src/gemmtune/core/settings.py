@@ -2,7 +2,7 @@
 
 Every field carries a `Spec` (core/spec.py): its type, its parser from an environment string, its
 valid values and a one-line doc.  `Settings(...)`, `Settings.from_env(...)` and `settings.with_(...)`
-all validate through those specs, and docs/SETTINGS.md is generated from them (`settings_table`).
+all validate through those specs, and docs/SETTINGS.md is generated from them (`core.settings_doc.settings_table`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 from .environment import (OTHER_VARIABLES, cache_dir, check_other_variables, check_runtime, check_store,  # noqa: F401
                           isolation_for, parse_runtime, runtime_pairs, warn_unknown)
 from .errors import BackendError, SettingsError
+from .secret import MIN_KEY_CHARS, Secret, parse_secret
 from .spec import Spec
 
 FAMILIES = ("extern", "numpy", "triton", "numba", "cutlass")
@@ -178,6 +179,16 @@ class Settings:
                                       range_note="a file path, memory, off, default (any case) or a redis URL"))
     share_kernels: bool = _f(False, _bool("keep the picks' compiled Triton kernels in the store too, so that a "
                                           "machine sharing it loads them instead of compiling (docs/SCALE.md)"))
+    store_key: Secret | None = _f(None, Spec(
+        "text", "secret the machines sharing a store hold: entries are signed with it (HMAC-SHA256) and only "
+        "entries that verify are read; several comma-separated (the first signs); never printed "
+        "(docs/SECURITY.md)", optional=True, parser=parse_secret, checker=parse_secret, type_text="secret",
+        range_note=f">= {MIN_KEY_CHARS} characters each"))
+    store_shared: str = _f("auto", _choice(
+        "stores whose picks are checked on first use in a process: auto: a redis store, and a SQLite file "
+        "another user owns or may write; on: every store (docs/SECURITY.md)", ("auto", "on")))
+    store_lock_timeout_s: float = _f(5.0, _pos("a SQLite store another process keeps locked is waited on this "
+                                               "long, then picks are kept in memory"))
     triton_key_cache: bool = _f(True, _bool("keep Triton's hash of its own installation across processes, under a "
                                             "signature of its files' metadata (templates/triton/key_cache.py)"))
     distributed: str = _f("auto", _choice(
@@ -358,26 +369,6 @@ def merge_effort(values: Mapping[str, Any], label: Callable[[str], str] = lambda
 def effort_help() -> str:
     """One line per effort for `--effort` (generated from the presets, so it cannot drift)."""
     return "; ".join(f"{e.name}: {e.summary} ({e.describe()})" for e in EFFORTS.values())
-
-
-def settings_table() -> str:
-    """The Markdown table of every setting in docs/SETTINGS.md, generated from the specs.
-
-    Example:
-        >>> settings_table().splitlines()[0]
-        '| field | environment variable | type | valid values | default | meaning |'
-    """
-    rows = ["| field | environment variable | type | valid values | default | meaning |",
-            "|---|---|---|---|---|---|"]
-    for f in fields(Settings):
-        spec: Spec = f.metadata["spec"]
-        valid = spec.range_text() + (", finite" if spec.kind == "float" else "")
-        cells = [f"`{f.name}`", f"`{env_var(f.name)}`", spec.describe_type(), valid,
-                 _default_text(f.default), spec.doc]
-        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    rows += ["", "| effort | sets | in short |", "|---|---|---|"]
-    rows += [f"| `{e.name}` | {_assignments(e.changes()) or '(nothing)'} | {e.summary} |" for e in EFFORTS.values()]
-    return "\n".join(rows) + "\n"
 
 
 def _assignments(values: Mapping[str, Any]) -> str:

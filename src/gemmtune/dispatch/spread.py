@@ -20,6 +20,7 @@ from ..core.settings import Settings
 from ..measure import devices
 from ..measure.devices import Dealt, Slot
 from ..store.locations import shared_store
+from ..store.trust import Trust
 from ..store.relay import relaying
 from . import eager, route
 from .table import Recorded
@@ -61,7 +62,7 @@ def spread(items: Sequence[Recorded], traced: bool, slots: Sequence[Slot] | None
     jobs = [WarmProblem(dataclasses.replace(items[i], tensors=tuple(t.cpu() for t in items[i].tensors)), traced,
                         settings.store) for i in at]
     dealt = devices.deal(jobs, slots, start=start)
-    store = shared_store(settings.store)
+    store = shared_store(settings.store, Trust.of(settings))
     for d in dealt:
         if d.ok:
             for saved in d.value[0]:

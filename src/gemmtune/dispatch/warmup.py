@@ -33,6 +33,7 @@ from ..core.errors import InputError
 from ..core.settings import Settings
 from ..store import distributed
 from ..store.locations import shared_store
+from ..store.trust import Trust
 from .patching import patch, patched_modules, repatch_released
 from .release import release_library_layers
 from .spread import as_tuned, prepare_for, spread
@@ -233,7 +234,7 @@ def _checked(rows: list[WarmupRow], seen: "dict[tuple, eager.Recorded]", forward
     settings = Settings.from_env()
     key = verdicts.verdict_key(model, [(rec.describe(), selections.get(canon), rec.calls)
                                        for canon, rec in seen.items()], settings.library_margin)
-    store = shared_store(settings.store)
+    store = shared_store(settings.store, Trust.of(settings))
     found = None if again or key is None else verdicts.matching(verdicts.kept(store, key), switches)
     if found is not None:
         found = _applied(forward, switches, found)
@@ -288,7 +289,7 @@ def _tune_all(seen: "dict[tuple, eager.Recorded]", show: bool, traced: bool) -> 
     items = list(seen.values())
     job = _job()
     if job is not None:
-        with job.dealing(shared_store(Settings.from_env().store)):
+        with job.dealing(shared_store(Settings.from_env().store)):  # the environment's trust
             for rec in items[job.rank::job.world]:
                 _tune_one(rec, traced)
         with distributed.alone():

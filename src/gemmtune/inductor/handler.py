@@ -169,7 +169,10 @@ class _Mixin:
         from ..core.settings import Settings
         from ..engine import shared_store
 
-        return shared_store((self.settings or Settings.from_env()).store)
+        from ..store.trust import Trust
+
+        settings = self.settings or Settings.from_env()
+        return shared_store(settings.store, Trust.of(settings))
 
     def _times_in_inductor(self, kernel_inputs: Any) -> bool:
         """A GPU problem of a compile that offers Inductor's templates (max-autotune, or the window),

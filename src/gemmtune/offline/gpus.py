@@ -51,8 +51,9 @@ class TuneSpec:
     def run_on(self, device: str) -> Tuned:
         from ..engine import tune
         from ..store.locations import shared_store
+        from ..store.trust import Trust
 
-        relay = RelayStore(shared_store(self.location))
+        relay = RelayStore(shared_store(self.location, Trust.of(self.settings)))
         sel = tune(self.spec.op, *self.spec.tensors(device), settings=self.settings, store=relay,
                    **self.spec.tune_kwargs)
         return Tuned(tuple(relay.saved), {f: getattr(sel, f) for f in FACTS}, sel.winner.key)
@@ -108,8 +109,9 @@ def deal_suite(specs: Sequence[ProblemSpec], settings: Settings, location: str |
     """`tune_suite` for `gemmtune tune --suite`: (the store the picks were written to, to tune from;
     the Dealt of each shape on `device`'s kind by index).  A line per shape as it finishes."""
     from ..store.locations import shared_store
+    from ..store.trust import Trust
 
-    store = shared_store(location)  # held: "off" is a fresh store each time, this one serves the suite
+    store = shared_store(location, Trust.of(settings))  # held: "off" is a fresh store each time, this one serves the suite
     kind = home_kind(slots, device)
     log_line(f"dealing {len(specs)} shapes across {len(slots)} GPUs: " + ", ".join(f"{s.label} ({s.kind})"
                                                                                   for s in slots))

@@ -20,6 +20,7 @@ from ..measure.compile import overlap_for
 from ..search import STRATEGIES, Options, ProblemDims, Strategy, for_device
 from ..search.final import FinalRule
 from ..store.memory import StoreKey
+from ..store.trust import Trust
 from ..templates import active_templates
 from ..templates.base import Template
 
@@ -88,6 +89,7 @@ class Plan:
     store: str | None = None
     distributed: tuple[str, float] = ("off", 600.0)
     share_kernels: bool = False  # the pick's compiled kernels kept in the store too (store.kernels)
+    trust: Trust = Trust()  # what the store is read under: its key, and whether it counts as shared
 
     def __post_init__(self) -> None:
         self.strategy.check(self.options)  # a strategy runs with its own options type only
@@ -190,7 +192,8 @@ def plan_for(settings: Settings, problem: KernelInputs, templates: Sequence[Temp
                 final_rule(settings), budget, runner, StoreKey.of(problem, out_layout, store_tag), tuple(active),
                 CompilePlan(settings.compile_timeout_s, settings.compile_workers), settings.check_correctness,
                 settings.lookup_table, settings.backends, settings.store,
-                (settings.distributed, settings.distributed_timeout_s), settings.share_kernels)
+                (settings.distributed, settings.distributed_timeout_s), settings.share_kernels,
+                Trust.of(settings))
 
 
 def replay_plan(strategy: str, options: Options, final: FinalRule | None = None,

@@ -1,5 +1,5 @@
 """Where a store lives: `open_store` turns a location (a setting's value) into a store object, and
-`shared_store` keeps one per location per process."""
+`shared_store` keeps one per location and trust policy per process."""
 
 from __future__ import annotations
 
@@ -8,35 +8,47 @@ from typing import Any
 from .redis_store import RedisStore, is_redis_url
 from . import sqlite
 from .sqlite import Store
+from .trust import Trust
 
-_STORES: dict[str, Any] = {}
+_STORES: dict[Any, Any] = {}
 
 
-def open_store(location: str | None) -> Any:
+def open_store(location: str | None, trust: Trust | None = None) -> Any:
     """`None`/"default": the SQLite file in the cache dir; "memory": this process only; a
-    `redis://` or `rediss://` URL: that server (`store.redis_store`); else a SQLite path."""
+    `redis://` or `rediss://` URL: that server (`store.redis_store`); else a SQLite path.
+    `trust`: the policy it is read under (`store.trust`; None: `Settings.from_env()`'s)."""
+    trust = trust if trust is not None else _env_trust()
     if is_redis_url(location):
-        return RedisStore(str(location))
-    if location in (None, "", "default"):
-        return Store(sqlite.default_cache_dir() / "store.sqlite")  # looked up at call time (tests point it elsewhere)
+        return RedisStore(str(location), trust=trust)
+    if location in (None, "", "default"):  # looked up at call time (tests point it elsewhere)
+        return Store(sqlite.default_cache_dir() / "store.sqlite", trust=trust)
     if location == "memory":
-        return Store(":memory:")
-    return Store(location)
+        return Store(":memory:", trust=trust)
+    return Store(location, trust=trust)
 
 
-def shared_store(location: str | None) -> Any:
-    """One Store per location per process; "off" gives a fresh, empty one every time.
+def _env_trust() -> Trust:
+    from ..core.settings import Settings
+
+    return Trust.of(Settings.from_env())
+
+
+def shared_store(location: str | None, trust: Trust | None = None) -> Any:
+    """One store per location and trust policy per process; "off" gives a fresh, empty one every time.
+    `trust`: None reads the policy from the environment (`Settings.from_env()`).
 
     Example:
         >>> shared_store("memory") is shared_store("memory"), shared_store("off") is shared_store("off")
         (True, False)
     """
+    trust = trust if trust is not None else _env_trust()
     if location == "off":
-        return Store(":memory:")
+        return Store(":memory:", trust=trust)
     key = location or "default"
-    if key not in _STORES:
-        _STORES[key] = open_store(location)
-    return _STORES[key]
+    slot = key if trust == Trust() or trust.fingerprint == Trust().fingerprint else (key, trust.fingerprint)
+    if slot not in _STORES:
+        _STORES[slot] = open_store(location, trust)
+    return _STORES[slot]
 
 
 def forget_stores() -> None:

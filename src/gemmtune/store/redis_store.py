@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..core.errors import SettingsError
 from .keys import Row, Stored, canon
+from .trust import Trust
 from .views import StoreViews
 
 log = logging.getLogger("gemmtune")
@@ -173,9 +174,10 @@ class RedisStore(StoreViews):
 
     shared = True  # a pick read from it is checked on first use in a process (engine)
 
-    def __init__(self, url: str, client: Any = None):
+    def __init__(self, url: str, client: Any = None, trust: Trust | None = None):
         from .sqlite import Store
 
+        self.trust = trust if trust is not None else Trust()
         self.path = self.origin = redact(url)
         self.warnings: list[str] = []
         clean, self.prefix, self.timeout = parse(url)

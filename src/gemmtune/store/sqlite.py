@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator
 from .keys import Row, Stored, canon, env_info, env_key
 from .marker import APPLICATION_ID, SCHEMA, SCHEMA_VERSION, not_ours as _not_ours
 from .recovery import _busy, _check_integrity, _close, _copy_into, _inode, _salvage, _unwritable
+from .trust import Trust
 from .views import StoreViews
 
 __all__ = ["Row", "Store", "Stored", "canon", "env_info", "env_key", "default_cache_dir"]
@@ -56,7 +57,9 @@ class Store(StoreViews):
         True
     """
 
-    def __init__(self, path: str | Path = ":memory:", retries: int = 20):
+    def __init__(self, path: str | Path = ":memory:", retries: int = 20, trust: Trust | None = None):
+        self.trust = trust if trust is not None else Trust()
+        self.shared = self.trust.shared == "on"  # a pick read from it is checked on first use (store.checked)
         self.retries = retries
         self.path = str(path)
         self.origin = self.path  # the location asked for (`path` becomes ":memory:" after a fall-back)
