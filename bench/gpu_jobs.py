@@ -276,6 +276,9 @@ JOBS: dict[str, Job] = {
                             "default,gemmtune,gemmtune_pipeline,gemmtune_pipeline_store", "--steady",
                             "default,gemmtune,gemmtune_pipeline", "--rounds", "15", "--iters", "20",
                             "--out", "{out}/{job}.json"), 560),
+    "first-use-check": Job("bench/first_use_check.py: the first-use check's cost per Triton pick from a shared store",
+                           (PY, "bench/first_use_check.py", "--device", "cuda", "--backends", "triton", "--sizes",
+                            "256,1024,4096", "--out", "{out}/{job}.json"), 300),
     "tests-share": Job("tests/gpu/test_share_kernels_gpu.py: a pick's kernels from the store on a new Triton cache",
                        gpu_tests("test_share_kernels_gpu", show=True), 240),
     "kernels-stack512": Job("bench/models.py: the steady state alone on the stack at M = 512, with the "

@@ -4,6 +4,10 @@ processes tuning against one server (with the server killed and restarted mid-ru
 Starts its own `redis-server` on a free loopback port.  Prints a table and writes JSON.
 
     python bench/redis_store.py --procs 64 --shapes 16 --out bench/results/redis_store.json
+    python bench/redis_store.py --signing-only      # what a store key (signed entries) costs
+
+`--signing-only` measures only what signing costs: cold lookups of problems of 1 and 64 rows read
+without and with a key (the entries signed), interleaved, and the warm eager call without and with a key.
 """
 
 from __future__ import annotations
@@ -85,6 +89,62 @@ def lookups(url: str, n: int = 200) -> dict:
                 warm_us=statistics.median(warm) * 1e6)
 
 
+KEY = "bench-fleet-key-0123456789abcdef"
+
+
+def signing(url: str, sizes: tuple[int, ...] = (1, 64), n: int = 200, rounds: int = 5) -> dict:
+    """Cold lookups read without a key and with one (of the same entries, signed), interleaved: the
+    median µs of each, per problem size (rows), the best of `rounds` rounds of `n` problems."""
+    from gemmtune.store.keys import Row
+    from gemmtune.store.locations import open_store
+    from gemmtune.store.signing import Signer
+    from gemmtune.store.trust import Trust
+
+    trusts = {"no key": Trust(), "key": Trust(Signer.from_text(KEY))}
+    out: dict = {}
+    for size in sizes:
+        rows = [Row("triton_mm", "ab" * 32, json.dumps({"BLOCK_K": 32, "BLOCK_M": 16 * (i + 1), "BLOCK_N": 64,
+                                                        "num_stages": 3, "num_warps": 4}, separators=(",", ":")),
+                    '{"GROUP_M":8}', 0.01 * (i + 1), "ok", "final") for i in range(size)]
+        where = {name: url.replace("prefix=", f"prefix={size}{name.replace(' ', '')}") for name in trusts}
+        for name, trust in trusts.items():
+            writer = open_store(where[name], trust)
+            for i in range(n):
+                writer.save("0123456789abcdef", {}, f"mm(8x4, 4x2)/float32/{i:016x}|out=row", "d", rows, rows[0], False)
+        best = {name: float("inf") for name in trusts}
+        ratios = []
+        for _ in range(rounds):
+            readers = {name: open_store(where[name], trust) for name, trust in trusts.items()}
+            times: dict = {name: [] for name in trusts}
+            for i in range(n):
+                for name, reader in readers.items():
+                    t = time.perf_counter()
+                    got = reader.load("0123456789abcdef", f"mm(8x4, 4x2)/float32/{i:016x}|out=row")
+                    times[name].append(time.perf_counter() - t)
+                    assert got.pick is not None and len(got.rows) == size
+            for name in trusts:
+                best[name] = min(best[name], statistics.median(times[name]) * 1e6)
+            ratios += [k / u for k, u in zip(times["key"], times["no key"])]  # the same problem, one after the other
+        out[f"{size} rows"] = dict(no_key_us=best["no key"], key_us=best["key"],
+                                   overhead_pct=100 * (best["key"] / best["no key"] - 1),
+                                   paired_overhead_pct=100 * (statistics.median(ratios) - 1))
+    return out
+
+
+def warm_calls_signed(store: str, keyed: str) -> dict:
+    """µs per warm `gemmtune.mm` without a store key (on `store`) and with one (on `keyed`), alternately."""
+    best = {"no key": float("inf"), "key": float("inf")}
+    for _ in range(3):
+        for name in best:
+            if name == "key":
+                os.environ["GEMMTUNE_STORE_KEY"] = KEY
+            else:
+                os.environ.pop("GEMMTUNE_STORE_KEY", None)
+            best[name] = min(best[name], warm_call(keyed if name == "key" else store))
+    os.environ.pop("GEMMTUNE_STORE_KEY", None)
+    return dict(no_key_us=best["no key"], key_us=best["key"], added_us=best["key"] - best["no key"])
+
+
 def warm_call(store: str, reps: int = 20000) -> float:
     """µs per warm `gemmtune.mm` with `store` (the dispatch dict answers; the store is not read)."""
     import torch
@@ -131,7 +191,10 @@ def main() -> None:
     p.add_argument("--procs", type=int, default=64)
     p.add_argument("--shapes", type=int, default=16)
     p.add_argument("--out", default=None)
+    p.add_argument("--signing-only", action="store_true", help="measure only what a store key costs")
     args = p.parse_args()
+    if args.signing_only:
+        return print_signing()
     srv = RedisServer().start()
     cache = tempfile.mkdtemp()
     env = {**os.environ, "GEMMTUNE_CACHE_DIR": cache, "GEMMTUNE_NOISE_LIMIT": "1e9"}
@@ -168,6 +231,22 @@ def main() -> None:
     print(f"| picks stored ({args.shapes} shapes) | {res['picks_stored']} |")
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
+
+
+def print_signing() -> None:
+    """`--signing-only`: the cost of a store key, printed as a table."""
+    srv = RedisServer().start()
+    try:
+        cold = signing(srv.url(prefix="sig"))
+        warm = warm_calls_signed(srv.url(prefix="sigwarm"), srv.url(prefix="sigwarmkey"))
+    finally:
+        srv.stop()
+    print(f"machine: {os.cpu_count()} CPU cores")
+    for size, r in cold.items():
+        print(f"| cold redis lookup, {size} | no key {r['no_key_us']:.0f} µs | key {r['key_us']:.0f} µs | "
+              f"{r['overhead_pct']:+.1f} % (median of pairs {r['paired_overhead_pct']:+.1f} %) |")
+    print(f"| warm gemmtune.mm (redis store) | no key {warm['no_key_us']:.2f} µs | key {warm['key_us']:.2f} µs | "
+          f"{warm['added_us']:+.2f} µs |")
 
 
 if __name__ == "__main__":

@@ -196,3 +196,29 @@ def test_a_forward_that_fails_before_the_kept_verdicts_apply_leaves_the_tuned_pi
         report = gemmtune.warmup(Once(), x, progress=False)
     assert checks == [2] and "not applied" in caplog.text
     assert all(r.in_model is None and r.runs.startswith("numba") for r in report.rows)
+
+
+GOOD_ROW = {"problem_key": "mm|1x8|8x8", "problem": "mm(1x8, 8x8)", "winner": "triton_gemv", "ratio": 1.2, "kept": True,
+            "q1": 1.1, "together": False}
+
+
+@pytest.mark.parametrize("rows", [
+    [{**GOOD_ROW, "ratio": "fast"}],
+    [{**GOOD_ROW, "kept": "yes"}],
+    [{**GOOD_ROW, "q1": -1.0}],
+    [{**GOOD_ROW, "stored": True, "extra": 1}],
+    [{k: v for k, v in GOOD_ROW.items() if k != "winner"}],
+    [[1, 2]],
+    {"rows": []},
+], ids=["ratio_text", "kept_text", "negative", "unknown_keys", "no_winner", "row_a_list", "not_a_list"])
+def test_malformed_kept_verdicts_are_not_found_with_one_line_naming_the_store_and_key(rows, caplog):
+    import json
+
+    store = open_store("memory")
+    store.put_kernel_files(verdicts.PREFIX + "K", {"verdicts-00000000000000000001.json": json.dumps(rows).encode()})
+    with caplog.at_level("WARNING", logger="gemmtune"):
+        assert verdicts.kept(store, "K") is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert store.path in line and verdicts.PREFIX + "K" in line
+    store.put_kernel_files(verdicts.PREFIX + "K", {"verdicts-00000000000000000002.json": json.dumps([GOOD_ROW]).encode()})
+    assert [v.ratio for v in verdicts.kept(store, "K").values()] == [1.2]  # the newest, well formed

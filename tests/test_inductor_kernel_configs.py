@@ -31,7 +31,7 @@ MODULE = ("import triton\n@triton_heuristics.reduction(\n    size_hints=" + repr
 def store(monkeypatch):
     db = Store(":memory:")
     monkeypatch.setattr(kc, "_env", lambda: "E")  # the device's env key (a GPU's name and versions)
-    for name, empty in (("served", {}), ("kept", []), ("missed", [])):
+    for name, empty in (("served", {}), ("kept", []), ("missed", []), ("skipped", set())):
         monkeypatch.setitem(kc._STATE, name, empty)
     for k in kc.stats:
         monkeypatch.setitem(kc.stats, k, 0)
@@ -91,7 +91,7 @@ def test_a_source_the_store_lacks_compiles_as_inductor_would(store):
 
     tables = []
     kc._wrap_triton(lambda self, name, src: tables.append(dict(config.autotune_lookup_table)))(None, "k", MODULE)
-    assert tables == [{}] and kc.stats == {"kept": 0, "served": 0, "missed": 1}
+    assert tables == [{}] and kc.stats == {"kept": 0, "served": 0, "missed": 1, "skipped": 0}
 
 
 def test_a_descent_keeps_its_own_pick_not_the_timed_one_it_starts_from(store):
@@ -230,3 +230,44 @@ def test_inductors_caches_switched_off_time_every_config_afresh(store):
     again.inductor_meta["force_disable_caches"] = True
     kc._attach(again)
     assert len(again.launchers) == 2 and not isinstance(again.save_cache_hook, kc._Keeper)
+
+
+GOOD_ENTRY = {"XBLOCK": 1, "R0_BLOCK": 2048, "num_warps": 8, "num_stages": 1, "found_by_coordesc": False}
+
+
+@pytest.mark.parametrize("data", [
+    b"[1, 2, 3]",
+    b"{not json",
+    json.dumps({**GOOD_ENTRY, "XBLOCK": 3}).encode(),  # not a power of two
+    json.dumps({**GOOD_ENTRY, "R0_BLOCK": 1 << 30}).encode(),  # absurd
+    json.dumps({**GOOD_ENTRY, "XBLOCK": 1024, "R0_BLOCK": 4096}).encode(),  # 4M elements in one block
+    json.dumps({**GOOD_ENTRY, "num_warps": 3}).encode(),
+    json.dumps({**GOOD_ENTRY, "num_stages": 0}).encode(),
+    json.dumps({**GOOD_ENTRY, "XBLOCK": True}).encode(),
+    json.dumps({**GOOD_ENTRY, "waves_per_eu": 2}).encode(),  # a key the table does not give back
+    json.dumps({k: v for k, v in GOOD_ENTRY.items() if k != "num_warps"}).encode(),
+    json.dumps({**GOOD_ENTRY, "found_by_coordesc": "yes"}).encode(),
+    b" " * 4096 + json.dumps(GOOD_ENTRY).encode(),  # too large for a config
+], ids=["list", "not_json", "block_3", "block_absurd", "too_many_elements", "warps_3", "stages_0", "bool_block",
+        "unknown_key", "no_warps", "coordesc_text", "oversized"])
+def test_a_malformed_stored_config_is_skipped_with_a_warning_naming_the_store_and_key(store, data, caplog):
+    from torch._inductor import config
+
+    key = kc._key(kc.lookup_hash(MODULE))
+    store.put_kernel_files(key, {kc.FILE: data})
+    tables = []
+    compile_source = kc._wrap_triton(lambda self, name, src: tables.append(dict(config.autotune_lookup_table)))
+    with caplog.at_level("WARNING", logger="gemmtune"), pytest.warns(RuntimeWarning, match="kernel config"):
+        compile_source(None, "k", MODULE)
+        compile_source(None, "k", MODULE)  # said and counted once
+    assert tables == [{}, {}] and kc.stats["served"] == 0 and kc.stats["skipped"] == 1
+    (line,) = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert key in line and store.path in line
+
+
+def test_a_malformed_descent_entry_falls_back_to_the_timed_one(store):
+    fn_hash = kc.lookup_hash(MODULE)
+    store.put_kernel_files(kc._key(fn_hash, descended=True), {kc.FILE: b"[1, 2, 3]"})
+    store.put_kernel_files(kc._key(fn_hash), {kc.FILE: json.dumps(GOOD_ENTRY).encode()})
+    with pytest.warns(RuntimeWarning, match="not a JSON object"):
+        assert kc._stored(fn_hash) == GOOD_ENTRY

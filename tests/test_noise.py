@@ -144,7 +144,8 @@ def test_an_old_store_without_the_table_gains_it(tmp_path):
     Store(path).close()
     db = sqlite3.connect(path)
     db.execute("DROP TABLE provisional_picks")
-    db.execute("INSERT INTO picks VALUES ('e','p','p','aten_mm',NULL,'{}','{}',1.0,'x',0)")
+    db.execute("INSERT INTO picks(env, problem, describe, template, src_hash, config, runtime, ms, strategy, recorded) "
+               "VALUES ('e','p','p','aten_mm',NULL,'{}','{}',1.0,'x',0)")
     db.commit()
     db.close()
     stored = Store(path).load("e", "p")

@@ -5,6 +5,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -179,35 +180,85 @@ def test_cache_cli_ls_show_export_import_clear(tmp_path, capsys):
 
 
 WORKER = textwrap.dedent("""
-    import sys, torch, gemmtune
-    sys.path.insert(0, {src!r})
-    torch.manual_seed(int(sys.argv[2]))
+    import dataclasses, os, sys, time, torch, gemmtune
+    from gemmtune.measure import load
+    from gemmtune.measure.runners import LocalRunner
+    path, seed, slow, done, release = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+    # Every pick is decided as if under load: stored provisional, so a later run would re-check it.
+    load.loaded_here = lambda cores: True
+    # `slow` (a template uid, or "-"): its timings read 10x, so that runs differing in it decide differently.
+    time_one, time_all = LocalRunner.time, LocalRunner.time_interleaved
+    scaled = lambda t: dataclasses.replace(t, ms=t.ms * 10) if t.ms and t.choice.template_uid == slow else t
+    LocalRunner.time = lambda self, c, stage, *, check: scaled(time_one(self, c, stage, check=check))
+    LocalRunner.time_interleaved = lambda self, cs, rounds: [scaled(t) for t in time_all(self, cs, rounds)]
+    torch.manual_seed(seed)
     out = []
     for M, K, N in [(64, 32, 48), (40, 24, 56), (96, 16, 8)]:
         a, b = torch.randn(M, K), torch.randn(K, N)
-        sel = gemmtune.tune("mm", a, b, settings=gemmtune.Settings(store=sys.argv[1], backends=("extern", "numpy"),
-                                                                   strategy="exhaustive"))
+        sel = gemmtune.tune("mm", a, b, settings=gemmtune.Settings(store=path, backends=("extern", "numpy"),
+                                                                   strategy="exhaustive", isolation="off"))
+        assert torch.allclose(sel(a, b), a @ b, atol=1e-4)
         out.append(sel.winner.key)
-    print(",".join(out))
+    print(",".join(out), flush=True)
+    open(done, "w").close()
+    deadline = time.monotonic() + 600
+    while not os.path.exists(release) and time.monotonic() < deadline:  # holds the store until all are done
+        time.sleep(0.02)
 """)
 
 
-def test_eight_processes_share_one_store(tmp_path):
-    path = tmp_path / "shared.sqlite"
+def _fleet(tmp_path, path, cohorts: list[list[str]]) -> list[str]:
+    """Cohorts of worker processes on one store, each cohort started once the one before it has stored its
+    picks (so its runs begin after those picks were written); every process holds the store until all
+    are done.  `cohorts`: the `slow` argument of each worker.  Returns each worker's picks."""
     script = tmp_path / "worker.py"
-    script.write_text(WORKER.format(src=str(SRC)))
+    script.write_text(WORKER)
     env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    procs = [subprocess.Popen([sys.executable, str(script), str(path), str(i)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for i in range(8)]
-    results = [p.communicate(timeout=240) for p in procs]
+    release, procs = tmp_path / "release", []
+    try:
+        for cohort in cohorts:
+            first = len(procs)
+            procs += [subprocess.Popen([sys.executable, str(script), str(path), str(len(procs) + i), slow,
+                                        str(tmp_path / f"done{len(procs) + i}"), str(release)],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                      for i, slow in enumerate(cohort)]
+            deadline = time.monotonic() + 300
+            while not all((tmp_path / f"done{i}").exists() for i in range(first, len(procs))):
+                assert time.monotonic() < deadline and all(p.poll() is None for p in procs[first:]), \
+                    [p.stderr.read()[-2000:] for p in procs if p.poll() is not None]
+                time.sleep(0.05)
+    finally:
+        release.touch()
+    results = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [r[1][-2000:] for r in results]
-    picks = {r[0].strip() for r in results}
+    return [r[0].strip() for r in results]
+
+
+def test_eight_processes_share_one_store(tmp_path):
+    """Eight processes tune at once, every pick stored provisional (as under load): they return the same
+    picks, and the store holds one pick per problem and one row per choice."""
+    path = tmp_path / "shared.sqlite"
+    picks = set(_fleet(tmp_path, path, [["-"] * 8]))
     assert len(picks) == 1, picks  # every process returned the same picks
     db = sqlite3.connect(path)
     assert db.execute("SELECT count(*) FROM picks").fetchone()[0] == 3
     per_choice = db.execute("SELECT count(*) FROM timings GROUP BY env, problem, template, config, runtime").fetchall()
     assert per_choice and all(n == 1 for (n,) in per_choice)
     assert db.execute("SELECT count(*) FROM timings").fetchone()[0] == 3 * 2  # aten_mm + numpy_blas per shape
+
+
+def test_a_process_that_starts_later_runs_the_pick_the_running_ones_run(tmp_path):
+    """The processes running store provisional picks in which torch's kernel reads slow (so NumPy's BLAS
+    wins); processes started after them, which would re-check those picks and find torch's kernel faster,
+    serve the stored picks as stored while the first ones hold the store (docs/SCALE.md, one answer per
+    problem).  Once every process is gone, a later run alone re-checks and replaces them."""
+    path = tmp_path / "shared.sqlite"
+    picks = _fleet(tmp_path, path, [["aten_mm", "aten_mm"], ["numpy_blas", "numpy_blas"]])
+    assert len(set(picks)) == 1 and "numpy_blas" in picks[0], picks
+    later = tmp_path / "later"
+    later.mkdir()
+    [alone] = _fleet(later, path, [["numpy_blas"]])
+    assert "numpy_blas" not in alone, alone  # re-checked, alone: torch's kernel, now the faster one
 
 
 def test_prescreen_pick_is_a_full_hit_but_exhaustive_measures_the_pruned_rest():

@@ -38,10 +38,13 @@ INFO = {"device": "test"}
 
 LOADER = textwrap.dedent("""
     import importlib.util, os, sys, types
-    pkg = types.ModuleType("gemmtune_store_alone_pkg")  # a bare package, so `from .marker import` works
-    pkg.__path__ = [os.path.dirname(STORE_PY_PATH)]
-    sys.modules[pkg.__name__] = pkg
-    spec = importlib.util.spec_from_file_location("gemmtune_store_alone_pkg.sqlite", STORE_PY_PATH)
+    root = os.path.dirname(os.path.dirname(STORE_PY_PATH))  # bare packages (no __init__ run), so that
+    for name, where in (("gemmtune_alone", root), ("gemmtune_alone.store", os.path.join(root, "store")),
+                        ("gemmtune_alone.core", os.path.join(root, "core"))):  # `from .marker`, `..core` work
+        pkg = types.ModuleType(name)
+        pkg.__path__ = [where]
+        sys.modules[name] = pkg
+    spec = importlib.util.spec_from_file_location("gemmtune_alone.store.sqlite", STORE_PY_PATH)
     st = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = st
     spec.loader.exec_module(st)
@@ -49,7 +52,7 @@ LOADER = textwrap.dedent("""
 
 
 def rows_for(i: int, n: int, ms_base: float = 1.0) -> list[Row]:
-    return [Row("tmpl", "hash0", json.dumps({"c": j}), json.dumps({"g": 1}), ms_base + j + i, "ok", "final")
+    return [Row("tmpl", "hash0", json.dumps({"c": j}, separators=(",", ":")), json.dumps({"g": 1}, separators=(",", ":")), ms_base + j + i, "ok", "final")
             for j in range(n)]
 
 
@@ -88,7 +91,7 @@ WRITER = LOADER + textwrap.dedent("""
     store = st.Store(path)
     i = 0
     while True:
-        rows = [st.Row("tmpl", "hash0", json.dumps({"c": j}), json.dumps({"g": 1}), 1.0 + j + i, "ok", "final")
+        rows = [st.Row("tmpl", "hash0", json.dumps({"c": j}, separators=(",", ":")), json.dumps({"g": 1}, separators=(",", ":")), 1.0 + j + i, "ok", "final")
                 for j in range(n_rows)]
         store.save("env0", {"device": "test"}, f"{tag}/p{i}", "d", rows, rows[i % n_rows], replace_pick=False)
         print(i, flush=True)  # committed: save() returned
@@ -114,7 +117,7 @@ def test_sigkill_mid_write_loses_nothing_committed_and_leaves_no_partial_pick(tm
         assert proc.returncode == -signal.SIGKILL, proc.stderr.read()[-2000:]
         done = [int(x) for x in proc.stdout.read().split()]
         for i in done:
-            committed[f"r{rnd}/p{i}"] = json.dumps({"c": i % n_rows})
+            committed[f"r{rnd}/p{i}"] = json.dumps({"c": i % n_rows}, separators=(",", ":"))
 
         store = open_quietly(path)  # no corruption warning, no fall-back
         for problem, pick_config in committed.items():
@@ -132,7 +135,7 @@ RACER = LOADER + textwrap.dedent("""
     import json, time
     path, w, start_at = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     store = st.Store(path)
-    rows = [st.Row("tmpl", "hash0", json.dumps({"c": j}), "{}", float(100 * (w + 1) + j), "ok", "final")
+    rows = [st.Row("tmpl", "hash0", json.dumps({"c": j}, separators=(",", ":")), "{}", float(100 * (w + 1) + j), "ok", "final")
             for j in range(6)]
     while time.time() < start_at:
         time.sleep(0.001)
@@ -166,7 +169,7 @@ def test_concurrent_writers_of_one_problem_agree_on_one_consistent_pick(tmp_path
     writer = {int(m) // 100 - 1 for _, m in rows}
     assert len(writer) == 1  # every row from one writer: rows and pick were one transaction
     w = writer.pop()
-    assert config == json.dumps({"c": w % 6}) and ms == float(100 * (w + 1) + w % 6)
+    assert config == json.dumps({"c": w % 6}, separators=(",", ":")) and ms == float(100 * (w + 1) + w % 6)
     assert db.execute("SELECT count(*) FROM picks").fetchone()[0] == 1
 
 
@@ -340,6 +343,6 @@ def test_read_only_store_serves_earlier_picks_and_keeps_new_ones_in_memory(share
     assert isinstance(res, dict), res  # no exception reached the caller
     assert res["path"] == ":memory:"
     assert res["before"] == picks  # every earlier pick is still served
-    assert res["stored"] == res["new"] == json.dumps({"c": 2})  # new picks work, in memory
+    assert res["stored"] == res["new"] == json.dumps({"c": 2}, separators=(",", ":"))  # new picks work, in memory
     assert any("not writable" in w and "20 picks" in w for w in res["warnings"]), res["warnings"]
     assert path.read_bytes() == before_bytes  # nothing was written to the read-only store

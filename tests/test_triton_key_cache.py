@@ -168,7 +168,9 @@ def test_a_module_that_imported_the_function_by_name_is_given_the_kept_one(fresh
 
 def test_a_new_machine_reads_the_key_from_a_shared_store_instead_of_hashing(fresh, tmp_path):
     from gemmtune.store import kernels
+    from gemmtune.store.signing import Signer
     from gemmtune.store.sqlite import Store
+    from gemmtune.store.trust import Trust
     from gemmtune.templates.triton import wheel_key
 
     cache, autotuner = fresh
@@ -176,9 +178,9 @@ def test_a_new_machine_reads_the_key_from_a_shared_store_instead_of_hashing(fres
     root = os.path.dirname(os.path.dirname(cache.__file__))
     if wheel_key.signature(root, __import__("triton").__version__) is None:
         pytest.skip("this Triton's files are not all vouched for by its wheel's RECORD")
-    store = Store(tmp_path / "store.db")
+    store = Store(tmp_path / "store.db", trust=Trust(Signer.from_text("a-fleet-secret-of-32-characters!")))
     try:
-        assert kernels.share(store)
+        assert kernels.share(store)  # kernels (and Triton's key) are shared only under a key
         assert key_cache.install(tmp_path / "machine1") and cache.triton_key() == own()  # hashed, then offered
         kernels.publish(store, [])
         # Machine 2: nothing in its own cache directory; Triton's own function is not called.

@@ -11,8 +11,17 @@ from pathlib import Path
 import pytest
 
 from gemmtune.store import kernels
+from gemmtune.store.signing import Signer
 from gemmtune.store.sqlite import Store
+from gemmtune.store.trust import Trust
 from gemmtune.templates.triton import wheel_key
+
+TRUST = Trust(Signer.from_text("a-fleet-secret-of-32-characters!"))  # kernels are shared only under a key
+
+
+def _key(machine: str) -> str:
+    """A key in Triton's form for Triton 3.6.0: the version, then sha256 digests joined by '-'."""
+    return "3.6.0" + "-".join(hashlib.sha256(f"{machine}:{i}".encode()).hexdigest() for i in range(3))
 
 FILES = ("runtime/cache.py", "compiler/compiler.py", "backends/nvidia/driver.py", "language/core.py",
          "_C/libtriton.so")
@@ -48,7 +57,7 @@ def _no_sharing():
 @pytest.fixture
 def shared_store(tmp_path):
     """A store this process shares kernels (and Triton's key) through, and an installed Triton tree."""
-    store = Store(tmp_path / "store.db")
+    store = Store(tmp_path / "store.db", trust=TRUST)
     if not kernels.share(store):
         pytest.skip("no Triton here: kernels are not shared")
     return store, _installed(tmp_path)
@@ -102,8 +111,8 @@ def test_the_shared_key_is_read_else_computed_and_offered(tmp_path):
     wheel_key.share_with(kept.get, kept.__setitem__)
     assert wheel_key.shared_key(root, "3.6.0", compute) == "KEY"
     assert kept == {wheel_key.signature(root, "3.6.0"): "KEY"} and len(computed) == 2
-    kept[wheel_key.signature(root, "3.6.0")] = "STORED"
-    assert wheel_key.shared_key(root, "3.6.0", compute) == "STORED" and len(computed) == 2
+    kept[wheel_key.signature(root, "3.6.0")] = _key("stored")
+    assert wheel_key.shared_key(root, "3.6.0", compute) == _key("stored") and len(computed) == 2
 
 
 def test_a_store_that_fails_or_files_that_change_while_hashing_keep_nothing(tmp_path):
@@ -127,14 +136,14 @@ def test_a_store_that_fails_or_files_that_change_while_hashing_keep_nothing(tmp_
 
 def test_the_store_keeps_the_key_for_the_next_machine(tmp_path, shared_store):
     store, root = shared_store
-    assert wheel_key.shared_key(root, "3.6.0", lambda: "KEY-OF-MACHINE-1") == "KEY-OF-MACHINE-1"
+    assert wheel_key.shared_key(root, "3.6.0", lambda: _key("machine-1")) == _key("machine-1")
     kernels.publish(store, [])  # written with the tune's other files, in the tuning thread
     kernels.stop_sharing()
     assert wheel_key.shared_key(root, "3.6.0", lambda: "NOT SHARED") == "NOT SHARED"  # sharing off
     # A new machine: the same wheel elsewhere, its own process state, the same store.
-    assert kernels.share(Store(tmp_path / "store.db"))
+    assert kernels.share(Store(tmp_path / "store.db", trust=TRUST))
     other = _installed(tmp_path / "machine2")
-    assert wheel_key.shared_key(other, "3.6.0", lambda: pytest.fail("hashed again")) == "KEY-OF-MACHINE-1"
+    assert wheel_key.shared_key(other, "3.6.0", lambda: pytest.fail("hashed again")) == _key("machine-1")
 
 
 def test_this_environments_triton_wheel_vouches_for_its_files():
@@ -155,3 +164,30 @@ def test_a_store_that_fails_when_the_key_is_written_does_not_fail_the_tune(share
     store.has_kernel_files = down  # type: ignore[method-assign]
     assert kernels.publish(store, []) == 0  # logged, not raised
     assert store.kernel_files(kernels.KEY_PREFIX + wheel_key.signature(root, "3.6.0")) == {}
+
+
+@pytest.mark.parametrize("stored", [
+    "KEY-OF-ANOTHER-KIND",
+    _key("x").replace("3.6.0", "3.5.0"),  # another Triton's
+    _key("x") + "-" + "g" * 64,
+    _key("x") + "\n",
+], ids=["not_triton_form", "other_version", "not_hex", "trailing_newline"])
+def test_a_stored_key_not_in_tritons_form_is_a_miss_with_one_line(tmp_path, stored, caplog):
+    root = _installed(tmp_path)
+    kept = {wheel_key.signature(root, "3.6.0"): stored}
+    wheel_key.share_with(kept.get, lambda sig, key: None)
+    with caplog.at_level("WARNING", logger="gemmtune"):
+        assert wheel_key.shared_key(root, "3.6.0", lambda: _key("computed")) == _key("computed")
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "not in Triton 3.6.0's form" in line
+
+
+def test_a_stored_key_that_is_not_text_or_too_long_is_a_miss(tmp_path, shared_store, caplog):
+    store, root = shared_store
+    sig = wheel_key.signature(root, "3.6.0")
+    for data in (b"\xff\xfe" + _key("x").encode(), _key("x").encode() + b"0" * (kernels.MAX_KEY_BYTES + 1)):
+        store.clear()
+        store.put_kernel_files(kernels.KEY_PREFIX + sig, {"key": data})
+        with caplog.at_level("WARNING", logger="gemmtune"):
+            assert wheel_key.shared_key(root, "3.6.0", lambda: _key("computed")) == _key("computed")
+    assert caplog.text.count("malformed") == 2 and store.path in caplog.text

@@ -29,8 +29,9 @@ from .measure.compile import CompileJob, CompileResult, Launchers
 from .measure.factory import runner_for
 from .measure.runners import Runner
 from .pipeline.plan import Plan, plan_for
-from .pipeline.steps import Outcome, Recalled, search
+from .pipeline.steps import Recalled, search
 from .store import distributed, kernels
+from .store.checked import wrong_output
 from .store.locations import shared_store
 from .store.lookup import LookupTable
 from .store.memory import Memory, recall
@@ -87,7 +88,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     ctx = _Context(ki, tensors, plan, listener or (lambda event, **info: None), out_layout, store)
     job = distributed.current(*plan.distributed, group=group)
     if job is not None:  # a torch.distributed job: tuned once, on the problem's owner, and shared
-        return job.share(ctx.store, plan.key.where(), lambda: _tune_here(ctx, choices, layout, started))
+        return job.share(ctx.store, plan.key.where(), lambda: _tune_here(ctx, choices, layout, started), distributed.pool_digest(choices, plan))
     return _tune_here(ctx, choices, layout, started)
 
 
@@ -100,21 +101,15 @@ def _tune_here(ctx: "_Context", choices: list[Choice], layout: Any, started: flo
         hit = ctx.from_store(choices, memory, layout, started)
         if hit is not None:
             return hit
-    outcome = search(plan, choices, Recalled(memory.known, memory.unknown(choices), memory.trusted_pick),
+    outcome = search(plan, choices, Recalled(memory.known, memory.unknown(choices), memory.trusted_pick, memory),
                      ctx.compile, ctx.open_runner, describe=ctx.ki.describe(), device_type=ctx.ki.device_type,
                      listener=ctx.emit)
     winner = memory.remember(choices, outcome.bench.records, outcome.compiled.failures, outcome.decision.choice,
                              strategy=plan.asked, provisional=outcome.decision.provisional,
-                             cut_short=outcome.bench.budget_exhausted)
-    _log_pick(ctx.ki, winner, outcome)
+                             cut_short=outcome.bench.budget_exhausted, check=ctx.fault)
+    outcome.log_pick(ctx.ki.describe(), winner)
     return ctx.selection(winner, outcome.timings(choices), layout, started,
                          **outcome.facts(plan.name, from_store=len(memory.known), stale_entries=memory.stale))
-
-
-def _log_pick(ki: KernelInputs, winner: Choice, outcome: Outcome) -> None:
-    t = outcome.bench.records.get(winner)
-    deciding = f"{t.ms:.4f} ms, stage {t.stage}" if t is not None and t.ms is not None else "none"
-    log.info("gemmtune: %s: picked %s (deciding time: %s)", ki.describe(), winner.key, deciding)
 
 
 def _problem(op: str, tensors: Sequence[Any], device: str | torch.device | None, alpha: float, beta: float,
@@ -222,11 +217,8 @@ class _Context:
         except NoCandidatesError as exc:
             log.warning("gemmtune: stored pick unusable, tuning again: %s", exc)
             return None
-        run = lambda: _kernel(self.ki, winner, self.launchers(winner), self.out_layout)(*self.tensors)  # noqa: E731
-        why = memory.first_use_fault(winner, run, self.ki, self.tensors)
-        if why is not None:  # a shared store's pick that computes something else: dropped, tuned again
-            memory.drop_pick(winner, why)
-            return None
+        if memory.check(winner, lambda: self.fault(winner)) is not None:
+            return None  # a shared store's pick that computes something else: dropped, tuned again
         self.emit("compile", done=1, total=1)
         log.info("gemmtune: %s: cache hit: %s from the store, nothing timed", self.ki.describe(), winner.key)
         timings = tuple(sorted((memory.known.get(c) or Timing(c, None, "skipped", "not_benchmarked") for c in choices),
@@ -234,6 +226,11 @@ class _Context:
         return self.selection(winner, timings, layout, started, strategy="store", benchmark_runs=0,
                               compile_s=self.launchers.compiled.seconds, benchmark_s=0.0, prescreen_s=0.0,
                               cache_hit=True, from_store=len(memory.known), stale_entries=0)
+
+    def fault(self, choice: Choice) -> str | None:
+        """Why `choice` (read from the store) computes something else on the tune's operands, else None."""
+        run = _kernel(self.ki, choice, self.ensure_compiled(choice), self.out_layout)
+        return wrong_output(self.ki, lambda: run(*self.tensors), self.tensors)
 
     def selection(self, winner: Choice, timings: tuple[Timing, ...], layout: Any, started: float,
                   **facts: Any) -> Selection:

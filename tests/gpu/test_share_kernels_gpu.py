@@ -46,14 +46,16 @@ SIDE = textwrap.dedent("""
     err = ((sel.kernel(a, b).float() - a.float() @ b.float()).norm() / (a.float() @ b.float()).norm()).item()
     print(json.dumps(dict(hits=hits, builds=builds, cache_hit=sel.cache_hit, pick=sel.winner.key,
                           seconds=time.perf_counter() - t0, err=err, hashed=len(hashed),
-                          wheel=wheel_key.signature(root, triton.__version__) is not None)))
+                          wheel=wheel_key.signature(root, triton.__version__) is not None,
+                          manager_put_back=knobs.cache.manager_class is None)))
 """)
 
 
 def _side(tmp_path, cache: str, share: bool) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / cache), "GEMMTUNE_STORE": str(tmp_path / "store.sqlite"),
            "GEMMTUNE_CACHE_DIR": str(tmp_path / f"{cache}-gemmtune"),  # a new machine: Triton's key not kept here
-           "GEMMTUNE_SHARE_KERNELS": "1" if share else "0", "GEMMTUNE_EFFORT": "quick"}
+           "GEMMTUNE_SHARE_KERNELS": "1" if share else "0", "GEMMTUNE_EFFORT": "quick",
+           "GEMMTUNE_STORE_KEY": "a-fleet-secret-of-32-characters!"}  # kernels are shared only under a key
     env.pop("TRITON_INTERPRET", None)
     done = subprocess.run([sys.executable, "-c", SIDE], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -67,6 +69,7 @@ def test_a_shared_pick_loads_on_a_new_triton_cache_with_nothing_compiled(tmp_pat
     print(f"\ntuned in {tuned['seconds']:.2f} s ({len(tuned['builds'])} native builds); on a new Triton cache "
           f"{loaded['seconds']:.2f} s, kernels {loaded['hits']}, native builds {loaded['builds']}")
     assert loaded["cache_hit"] and loaded["pick"] == tuned["pick"]
+    assert tuned["manager_put_back"] and loaded["manager_put_back"]  # the store served gemmtune's compiles only
     assert loaded["hits"] and all(loaded["hits"]), loaded  # every kernel came from the store
     assert loaded["builds"] == [], loaded  # the launcher and driver stub too: no C compiler ran
     assert loaded["err"] < 2e-2

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+from typing import Any, Iterator
 
 from rich.console import Console
 
-from ..core.errors import InputError
+from ..core.errors import InputError, StoreUnavailableError
 from ..core.settings import Settings
 
 __all__ = ["cmd_cache"]
@@ -21,16 +23,12 @@ def console() -> Console:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from ..store.locations import shared_store
     from ..store.trust import Trust
-    from ..report import write_json
-    from ..store.lookup import import_file
 
     settings = Settings.from_env(store=args.store)
     location, trust = settings.store, Trust.of(settings)
-    if args.action in ("import", "clear"):  # an effect that must last: never on a fall-back in memory
+    if args.action in ("import", "clear", "check"):  # an effect that must last, or a verdict: never on a fall-back
         import warnings
 
         with warnings.catch_warnings(record=True):
@@ -38,10 +36,39 @@ def cmd_cache(args: argparse.Namespace) -> int:
             store = shared_store(location, trust)
         if store.path == ":memory:" and store.origin != ":memory:":
             why = store.warnings[-1] if store.warnings else "it could not be opened"
-            raise InputError(f"cache {args.action}: nothing was changed: "
+            done = "the store cannot be read" if args.action == "check" else "nothing was changed"
+            raise InputError(f"cache {args.action}: {done}: "
                              f"{re.split('; (?:left it untouched and )?keeping', why)[0]}")
     else:
         store = shared_store(location, trust)
+    with answering(store, args.action):
+        return run_action(args, store)
+
+
+@contextlib.contextmanager
+def answering(store: Any, action: str) -> Iterator[None]:
+    """Every call of `action` reaches `store`: a Redis store that does not answer, or refuses, is a
+    StoreUnavailableError naming it and the cause (exit 2, one line), never a fall-back in memory."""
+    strictly = getattr(store, "strictly", None)
+    if strictly is None:  # a SQLite store: the fall-back in memory is caught when it is opened
+        yield
+        return
+    try:
+        with strictly():
+            yield
+    except StoreUnavailableError as exc:
+        done = ("not every pick was written (the import can be run again: it writes the same picks)"
+                if action == "import" else "nothing was done")
+        raise StoreUnavailableError(f"cache {action}: {exc}; {done}") from None
+
+
+def run_action(args: argparse.Namespace, store: Any) -> int:
+    """`gemmtune cache ACTION` on an opened store."""
+    from rich.table import Table
+
+    from ..report import write_json
+    from ..store.lookup import import_file
+
     if args.action == "ls":
         table = Table(title=f"gemmtune store {store.path}")
         for col in ("problem", "device", "pick", "ms", "timings"):
@@ -62,6 +89,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
         data = store.export()
         write_json(data, args.arg)
         console().print(f"exported {len(data['entries'])} picks to {args.arg}")
+    elif args.action == "check":
+        from .cache_check import check
+
+        return check(store, console())
     elif args.action == "import":
         if not args.arg:
             raise ValueError("cache import: give the JSON file to read")

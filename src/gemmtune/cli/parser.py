@@ -99,8 +99,13 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
 
 def add_cache_parser(sub: argparse._SubParsersAction) -> None:
     """`gemmtune cache`: inspect and ship the store of picks."""
-    c = sub.add_parser("cache", help="inspect and ship the store of picks")
-    c.add_argument("action", choices=("ls", "show", "clear", "export", "import"))
+    c = sub.add_parser("cache", help="inspect and ship the store of picks",
+                       epilog="check: read every entry of the store through the store's schema (and, with "
+                       "GEMMTUNE_STORE_KEY, its signature) and print one line per bad entry (store, key, why), "
+                       "then a summary; exit 0 when every entry is good, 1 when bad entries were found, 2 when "
+                       "the store cannot be read.  import is an act of trust: with a key, what it imports is "
+                       "signed under that key.")
+    c.add_argument("action", choices=("ls", "show", "clear", "export", "import", "check"))
     c.add_argument("arg", nargs="?", help="show: text in the problem key; export/import: JSON file")
     c.add_argument("--store", default=None, help="store location: a SQLite path or redis://HOST:PORT/DB (default: the "
                    "cache dir's store.sqlite)")

@@ -43,6 +43,12 @@ class LookupTableError(InputError):
     entry and what is wrong.  Raised when the file is loaded, before anything is tuned or written."""
 
 
+class StoreUnavailableError(GemmtuneError, RuntimeError):
+    """A store that had to answer (the `gemmtune cache` commands) did not, or refused the call: the
+    message names the store (its printable location) and the cause.  Nothing was kept in this
+    process's memory instead, as a tune would (exit 2 from the CLI)."""
+
+
 class InductorUnavailable(GemmtuneError, RuntimeError):
     """The installed torch has no Inductor lookup table (`torch._inductor.lookup_table`, in torch builds
     from late 2025 on): `gemmtune.inductor` cannot feed Inductor.  The message names the torch version."""

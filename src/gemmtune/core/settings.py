@@ -215,6 +215,20 @@ class Settings:
         _check_relations(lambda name: getattr(self, name), lambda name: name,
                          lambda name: getattr(self, name) != DEFAULTS[name])
 
+    def __repr__(self) -> str:
+        """The dataclass's repr, with a store URL's user part and query hidden (a password can be there).
+
+        Example:
+            >>> "s3cret" in repr(Settings(store="redis://:s3cret@db:6379/0?prefix=a"))
+            False
+        """
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        if isinstance(self.store, str) and "://" in self.store:
+            scheme, rest = self.store.split("://", 1)
+            host = rest.rsplit("@", 1)[-1].split("?", 1)[0].split("#", 1)[0]
+            shown["store"] = f"{scheme}://{'***@' if '@' in rest else ''}{host}{'?***' if '?' in rest else ''}"
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
     def with_(self, **changes: Any) -> "Settings":
         """A copy with `changes` applied and validated (an `effort` brings its preset under `changes`).
 

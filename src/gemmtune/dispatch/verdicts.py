@@ -17,6 +17,8 @@ A warm-up whose key is found applies the kept verdicts (a pick the check sent to
 there again) and times nothing.  `warmup(in_model=True)` checks again and keeps the new verdicts,
 which later warm-ups read (the newest wins).  They live in the store beside the shared kernels
 (`kernel_files` under the key `in_model:DIGEST`), so `gemmtune cache clear` removes them too.
+What is read there is untrusted input, parsed strictly (`parse_rows`): anything malformed is not
+found, said in one line naming the store and the key, and the warm-up checks again.
 
 Example:
     >>> from gemmtune.store.sqlite import Store
@@ -32,6 +34,8 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
+import re
 import time
 from typing import Any, Sequence
 
@@ -39,12 +43,17 @@ import torch
 
 from .in_model import InModel
 
-__all__ = ["verdict_key", "kept", "keep", "matching", "PREFIX"]
+__all__ = ["verdict_key", "kept", "keep", "matching", "parse_rows", "PREFIX"]
 
 log = logging.getLogger("gemmtune")
 PREFIX = "in_model:"
 _FIELDS = tuple(f.name for f in dataclasses.fields(InModel))
 _LAST = [0]  # the time stamp of this process's last kept verdicts (ns)
+FILE = re.compile(r"verdicts-\d{20}\.json")  # what `keep` names a file
+MAX_BYTES, MAX_ROWS = 1 << 20, 4096
+_TYPES = {"problem_key": str, "problem": str, "winner": str, "ratio": float, "kept": bool, "q1": float,
+          "together": bool}
+_NEEDED = {"problem_key", "problem", "winner", "ratio", "kept"}
 
 
 def verdict_key(model: Any, problems: Sequence[tuple[str, Any, int]], margin: float) -> str | None:
@@ -82,16 +91,46 @@ def kept(store: Any, key: str) -> dict[tuple[str, str], InModel] | None:
     read = getattr(store, "kernel_files", None)
     if read is None:
         return None
-    files = read(PREFIX + key)
+    files = {name: data for name, data in read(PREFIX + key).items() if FILE.fullmatch(name)}
     if not files:
         return None
-    try:
-        rows = json.loads(files[max(files)].decode())
-        return {(row["problem_key"], row["winner"]): dataclasses.replace(
-            InModel(**{k: row[k] for k in _FIELDS if k in row}), stored=True) for row in rows}
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        log.warning("gemmtune.warmup: the kept in-model verdicts could not be read (%s); checking again", exc)
+    rows = parse_rows(files[max(files)])
+    if isinstance(rows, str):
+        log.warning("gemmtune.warmup: store %s: the kept in-model verdicts under %s%s could not be read (%s); "
+                    "checking again", getattr(store, "path", "?"), PREFIX, key, rows)
         return None
+    return {(row["problem_key"], row["winner"]): dataclasses.replace(
+        InModel(**{k: row[k] for k in _FIELDS if k in row}), stored=True) for row in rows}
+
+
+def parse_rows(data: bytes) -> list[dict[str, Any]] | str:
+    """The verdict rows `keep` writes, read strictly (`_TYPES`: those keys only, times finite and not
+    negative, bounded in size), or why they are not.
+
+    Example:
+        >>> parse_rows(b'[{"problem_key": "p", "problem": "mm", "winner": "w", "ratio": 1.5, "kept": true}]')[0]["ratio"]
+        1.5
+        >>> parse_rows(b'[{"problem_key": "p", "problem": "mm", "winner": "w", "ratio": "fast", "kept": true}]')
+        'row 0: ratio is not a number'
+    """
+    if len(data) > MAX_BYTES:
+        return f"more than {MAX_BYTES} bytes"
+    try:
+        rows = json.loads(data)
+    except (ValueError, RecursionError):
+        return "not JSON"
+    if not isinstance(rows, list) or len(rows) > MAX_ROWS:
+        return f"not a list of at most {MAX_ROWS} rows"
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or not _NEEDED <= set(row) <= set(_TYPES):
+            return f"row {i}: not an object of the keys {sorted(_TYPES)}"
+        for name, value in row.items():
+            want = _TYPES[name]
+            if want is float and (type(value) not in (int, float) or not math.isfinite(value) or value < 0):
+                return f"row {i}: {name} is not a number"
+            if want is not float and type(value) is not want:
+                return f"row {i}: {name} is not a {want.__name__}"
+    return rows
 
 
 def keep(store: Any, key: str, verdicts: Sequence[InModel], problem_keys: Sequence[str]) -> None:

@@ -23,6 +23,11 @@ every pointwise and reduction kernel.  A config found by descent is served marke
 descended from again.  `keep(store_of)` turns it on (`install()` does, with the handler's store);
 `keep(None)` off; Inductor's `force_disable_caches` turns it off too.  `stats` counts configs "kept", lookups "served" and "missed".
 
+A config read from the store is untrusted input (`parse_entry`): a JSON object of `entry_of`'s keys
+only, block sizes that are powers of two within Inductor's bounds, warps and stages Triton takes, a
+few hundred bytes.  Anything else is skipped with one warning naming the store and the key, and
+counted ("skipped"); Inductor then tunes that kernel as it would without the store.
+
 Example:
     >>> servable("@triton.jit\\ndef triton_red_fused_sum_0(in_ptr0, out_ptr0, xnumel, r0_numel):\\n    pass\\n")
     True
@@ -33,15 +38,23 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import warnings
 from typing import Any, Callable
 
-__all__ = ["keep", "report", "servable", "lookup_hash", "entry_of", "stats", "PREFIX", "FILE"]
+__all__ = ["keep", "report", "servable", "lookup_hash", "entry_of", "parse_entry", "stats", "PREFIX", "FILE"]
 
 log = logging.getLogger("gemmtune")
 PREFIX = "inductor_config:"  # store key: PREFIX + env key + ":" + lookup hash
 FILE = "config.json"
 _STATE: dict[str, Any] = {"store_of": None, "served": {}, "kept": [], "missed": []}  # hashes, for a report
-stats: dict[str, int] = {"kept": 0, "served": 0, "missed": 0}
+stats: dict[str, int] = {"kept": 0, "served": 0, "missed": 0, "skipped": 0}
+# What a stored entry may hold: Inductor's block sizes with their bounds (`runtime.hints.TRITON_MAX_BLOCK`),
+# the warps and stages Triton takes, and whether a descent found it.
+_BLOCKS = {"XBLOCK": 8192, "YBLOCK": 1024, "ZBLOCK": 1024, "R0_BLOCK": 65536, "R1_BLOCK": 32768, "RBLOCK": 65536}
+_MAX_NUMEL = 1 << 20  # Triton's most elements in one block (`TRITON_MAX_TENSOR_NUMEL`)
+_WARPS = (1, 2, 4, 8, 16, 32)
+_MAX_STAGES = 8
+MAX_ENTRY_BYTES = 1024
 
 
 def servable(source_code: str) -> bool:
@@ -82,6 +95,42 @@ def entry_of(config: Any, found_by_coordesc: bool = False) -> dict[str, Any] | N
             "found_by_coordesc": bool(found_by_coordesc)}
 
 
+def parse_entry(data: bytes) -> dict[str, Any] | str:
+    """The lookup table's entry a store holds (`entry_of`'s form), or why it is not one.
+
+    Example:
+        >>> parse_entry(b'{"XBLOCK": 1, "R0_BLOCK": 2048, "num_warps": 8, "num_stages": 1}')["R0_BLOCK"]
+        2048
+        >>> parse_entry(b"[1, 2, 3]"), parse_entry(b'{"XBLOCK": 3, "num_warps": 8, "num_stages": 1}')
+        ('not a JSON object', 'XBLOCK=3 is not a power of two from 1 to 8192')
+    """
+    if not isinstance(data, bytes) or len(data) > MAX_ENTRY_BYTES:
+        return f"more than {MAX_ENTRY_BYTES} bytes"
+    try:
+        entry = json.loads(data)
+    except (ValueError, RecursionError):
+        return "not JSON"
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    unknown = sorted(set(entry) - set(_BLOCKS) - {"num_warps", "num_stages", "found_by_coordesc"})
+    if unknown or "num_warps" not in entry or "num_stages" not in entry:
+        return f"keys other than a config's ({', '.join(unknown[:3]) or 'num_warps or num_stages missing'})"
+    numel = 1
+    for name, top in _BLOCKS.items():
+        value = entry.get(name, 1)
+        if type(value) is not int or not 1 <= value <= top or value & (value - 1):
+            return f"{name}={value!r:.20} is not a power of two from 1 to {top}"
+        numel *= value
+    if numel > _MAX_NUMEL:
+        return f"blocks of {numel} elements, over {_MAX_NUMEL}"
+    warps, stages = entry["num_warps"], entry["num_stages"]
+    if type(warps) is not int or warps not in _WARPS or type(stages) is not int or not 1 <= stages <= _MAX_STAGES:
+        return f"num_warps={warps!r:.20}, num_stages={stages!r:.20}: not warps in {_WARPS} and stages in 1..{_MAX_STAGES}"
+    if type(entry.get("found_by_coordesc", False)) is not bool:
+        return "found_by_coordesc is not a boolean"
+    return entry
+
+
 @functools.lru_cache(maxsize=None)
 def _env() -> str:
     from ..store.keys import env_info, env_key
@@ -102,13 +151,29 @@ def _stored(fn_hash: str) -> dict[str, Any] | None:
     try:
         store = store_of()
         for descended in (True, False):  # a descent's pick first: it is at least as good as the timed one
-            data = store.kernel_files(_key(fn_hash, descended)).get(FILE)
-            if data:
-                return json.loads(data)
+            key = _key(fn_hash, descended)
+            data = store.kernel_files(key).get(FILE)
+            entry = parse_entry(data) if data else None
+            if isinstance(entry, str):
+                _skipped(store, key, entry)
+            elif entry is not None:
+                return entry
         return None
     except Exception as exc:  # noqa: BLE001 - a store that fails to answer: Inductor tunes, as without it
         log.info("gemmtune: a kernel config was not read from the store: %s", exc)
         return None
+
+
+def _skipped(store: Any, key: str, why: str) -> None:
+    """A stored config that is not one: counted, and said once per process, store and key."""
+    where = str(getattr(store, "path", "?"))
+    if (where, key) in _STATE.setdefault("skipped", set()):
+        return
+    _STATE["skipped"].add((where, key))
+    stats["skipped"] += 1
+    message = f"gemmtune: store {where}: kernel config {key} skipped: {why}"
+    log.warning(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
 
 
 def _serving() -> bool:
@@ -238,7 +303,7 @@ def report() -> dict[str, Any]:
 
     Example:
         >>> sorted(report())
-        ['kept', 'kept_hashes', 'missed', 'missed_hashes', 'served']
+        ['kept', 'kept_hashes', 'missed', 'missed_hashes', 'served', 'skipped']
     """
     return {**stats, "kept_hashes": list(_STATE["kept"]), "missed_hashes": list(_STATE["missed"])}
 

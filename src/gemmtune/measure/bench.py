@@ -1,7 +1,9 @@
 """Runs and records measurements for one problem: the `measure` a strategy gets.
 
 Each choice is checked against the reference the first time it is measured; a
-wrong or failing choice is recorded and never timed again.  Where the checks
+wrong or failing choice is recorded and never timed again.  A choice whose timing came from the store
+(`known`) ranks without running, but is checked before the interleaved re-time runs it (`retime`),
+and `check` gates a winner nothing has checked in this tune.  Where the checks
 and timings run is the Bench's runner (gemmtune.measure.runners); what is
 measured, the records, the run count and the budget (`gemmtune.measure.budget.Budget`: runs and
 seconds) belong to the Bench.
@@ -33,7 +35,9 @@ class Bench:
     (distinct choices asked for) a choice is answered None, as a failed one; past its deadline
     nothing more is timed except library kernels, the safety net of a cut-short search
     (`budget_exhausted` then says so).  `ki` may be None for a replay (`describe` and `device_type`
-    then name the problem).
+    then name the problem).  `check_recalled`: check recalled choices before re-timing them even
+    without `check_correctness` (a shared store's); `on_wrong(choice, why)`: told of each recalled
+    choice such a check finds wrong (the store drops it).
 
     Example:
         >>> import torch
@@ -50,7 +54,8 @@ class Bench:
     def __init__(self, ki: KernelInputs | None, runner: Runner, compiled: CompileResult, *,
                  known: Mapping[Choice, Timing] | None = None, check_correctness: bool = True,
                  listener: Listener | None = None, runnable: int = 0, budget: Budget | None = None,
-                 describe: str = "", device_type: str = "cuda"):
+                 describe: str = "", device_type: str = "cuda", check_recalled: bool = False,
+                 on_wrong: Callable[[Choice, str], None] | None = None):
         self.runner, self.compiled = runner, compiled
         self.describe = ki.describe() if ki is not None else describe
         self.device_type = ki.device_type if ki is not None else device_type
@@ -63,6 +68,8 @@ class Bench:
         self.budget_exhausted = False
         self.seconds: dict[str, float] = {}
         self.last_s = 0.0  # seconds the last choice measured took (check and timing): what the next may take
+        self.verified: set[Choice] = set()  # passed the correctness check in this tune
+        self.check_recalled, self.on_wrong = check_recalled or check_correctness, on_wrong
 
     @property
     def isolation(self) -> str:
@@ -131,6 +138,8 @@ class Bench:
         t0 = time.perf_counter()
         record = self.records[choice] = self.runner.time(choice, stage, check=self.check_correctness)
         self.last_s = time.perf_counter() - t0
+        if self.check_correctness and record.status == "ok":
+            self.verified.add(choice)
         if record.status != "ok":
             log.warning("gemmtune: excluded %s %s: %s: %s", choice.name, choice.description,
                         record.status.replace("_", " "), record.detail)
@@ -149,6 +158,8 @@ class Bench:
         problem = self.runner.check(choice) if self.check_correctness else None
         if problem:
             raise NoCandidatesError(f"{self.describe}: the pinned choice {choice.key} gives a wrong result: {problem}")
+        if self.check_correctness:
+            self.verified.add(choice)
         known = self.known.get(choice)
         self.records[choice] = Timing(choice, known.ms if known else None, "pinned")
 
@@ -158,9 +169,10 @@ class Bench:
         still win are re-timed (`_worth_retiming`); the others keep their earlier timings.
 
         Where the runner cannot (its worker was lost), the finalists keep their earlier, separate
-        timings."""
+        timings.  A finalist whose timing came from the store is checked first (`check_recalled`): one
+        found wrong is recorded so, left out, and its time is inf."""
         t0 = time.perf_counter()
-        again = self._worth_retiming(choices)
+        again = [c for c in self._worth_retiming(choices) if not self._wrong_recalled(c)]
         try:
             timed = self.runner.time_interleaved(again, rounds) if again else []
         except RunFailed as exc:
@@ -171,6 +183,41 @@ class Bench:
         self.records.update(zip(again, timed))
         self.runs += len(again)
         return [self._ms(c) for c in choices]
+
+    # -- the gate on what the store answered -------------------------------------------------
+    def recalled(self, choice: Choice) -> bool:
+        """`choice`'s timing came from the store and nothing checked it in this tune."""
+        return choice in self.known and choice not in self.verified
+
+    def check(self, choice: Choice) -> str | None:
+        """Run `choice` once against the reference: None when right (then it counts as checked), else
+        why not (recorded as a wrong result)."""
+        try:
+            problem = self.runner.check(choice)
+        except Exception as exc:  # a launch failure: not a correct kernel either
+            problem = f"it failed to run: {type(exc).__name__}: {str(exc).strip()[:200]}"
+        if problem:
+            self.records[choice] = Timing(choice, None, "check", "wrong_result", problem)
+            return problem
+        self.verified.add(choice)
+        return None
+
+    def distrust(self) -> None:
+        """Forget every timing the store answered and nothing confirmed: what follows measures afresh."""
+        self.known = {}
+        self.records = {c: t for c, t in self.records.items() if t.stage != "store"}
+
+    def _wrong_recalled(self, choice: Choice) -> bool:
+        """A recalled finalist, checked now: wrong (recorded, and the store told) or right."""
+        if not self.check_recalled or not self.recalled(choice):
+            return False
+        problem = self.check(choice)
+        if problem:
+            log.warning("gemmtune: excluded %s %s (its timing came from the store): wrong result: %s",
+                        choice.name, choice.description, problem)
+            if self.on_wrong is not None:
+                self.on_wrong(choice, problem)
+        return problem is not None
 
     def _earlier(self, choice: Choice) -> Timing:
         """`choice`'s timing as a finalist: its record's times (ms inf where it has none)."""

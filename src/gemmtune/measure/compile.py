@@ -21,6 +21,7 @@ from ..core.errors import NoCandidatesError
 from ..core.inputs import KernelInputs
 from ..templates.base import Launcher, Template
 from ..templates.binaries import BinaryFiles, collect
+from ..templates.compiler_cache import scope
 
 log = logging.getLogger("gemmtune")
 
@@ -153,7 +154,7 @@ class CompileJob(CompileResult):
 
         def build(c: Choice) -> Launcher:
             t0 = self._started[c.binary_key] = time.perf_counter()
-            with collect() as files:
+            with scope(), collect() as files:  # the compiler's cache manager of gemmtune's compiles (share_kernels)
                 launcher = templates[c.template_uid].compile(c, ki, example)
             self.binary_seconds[c.binary_key] = time.perf_counter() - t0
             self.binaries[c.binary_key] = tuple(files)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -12,6 +13,13 @@ import torch
 from ..core.errors import InputError
 from ..core.inputs import OPS, KernelInputs, parse_dtype
 from .fp8_spec import check_fp8_spec, fp8_operands, out_dtype_name
+
+MAX_DIM = 2**31 - 1
+"""The largest M, K, N or batch a spec takes (torch's kernels index a dimension with 32-bit integers)."""
+MAX_OPERAND_BYTES = 2**63 - 1
+"""No operand (A, B or the output) may need more bytes, as float64, than torch can address."""
+MAX_SUITE_BYTES = 16 << 20
+"""A suite file larger than this is refused before it is parsed (a suite is a list of shapes)."""
 
 
 @dataclass(frozen=True)
@@ -44,18 +52,41 @@ class ProblemSpec:
             v = getattr(self, dim)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(f"shape: {dim} must be a positive integer, got {v!r}")
+            if v > MAX_DIM:
+                shown = v if v.bit_length() <= 128 else f"a {v.bit_length()}-bit integer"
+                raise InputError(f"shape: {dim} must be at most {MAX_DIM} (2**31 - 1), got {shown}")
+        self._check_operand_sizes()
         if not isinstance(self.dtype, str) or not isinstance(self.name, str):
             raise InputError(f"dtype and name: expected strings, got {self.dtype!r} and {self.name!r}")
         check_fp8_spec(self.op, self.dtype, self.scales, self.b_layout, self.out_dtype, self.fast_accum)
         if self.op == "scaled_mm":  # one spelling, so a spec rebuilt from a dataset record is equal to it
             object.__setattr__(self, "out_dtype", out_dtype_name(self.out_dtype))
 
+    def _check_operand_sizes(self) -> None:
+        """A, B and the output each fit what torch can allocate (as the float64 copies tuning makes)."""
+        for name, rows, cols in (("A", self.M, self.K), ("B", self.K, self.N), ("the output", self.M, self.N)):
+            elements = self.batch * rows * cols
+            if elements * 8 > MAX_OPERAND_BYTES:
+                raise InputError(f"shape: {self.batch}x{self.M}x{self.K}x{self.N} (batch x M x K x N) is too large: "
+                                 f"{name} has {elements:.3g} elements, more than torch can allocate")
+
     @classmethod
     def parse(cls, shape: str, **kw) -> "ProblemSpec":
+        """The spec of `--shape` MxKxN.
+
+        Example:
+            >>> ProblemSpec.parse("99999999999999999999x2x2")
+            Traceback (most recent call last):
+            ...
+            gemmtune.core.errors.InputError: shape: M must be at most 2147483647 (2**31 - 1), got 99999999999999999999
+        """
         parts = shape.lower().replace("*", "x").split("x")
-        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
-            raise InputError(f"--shape: expected MxKxN with three positive integers, got {shape!r}")
-        M, K, N = (int(p) for p in parts)
+        try:
+            if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+                raise ValueError("not three integers")
+            M, K, N = (int(p) for p in parts)  # ValueError past Python's limit on digits
+        except ValueError:
+            raise InputError(f"--shape: expected MxKxN with three positive integers, got {reprlib.repr(shape)}") from None
         return cls(M, K, N, **kw)
 
     @classmethod
@@ -129,35 +160,54 @@ def load_suite(path: str | Path, dtype: str | None = None) -> list[ProblemSpec]:
         >>> load_suite(f.name)[0].describe()
         'addmm 8x4x16 float32 B=row'
     """
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"--suite: cannot read {path}: {exc}") from exc
+    data = _read_json(path)
     shapes = data.get("shapes") if isinstance(data, dict) else data
     if not isinstance(shapes, list) or not shapes:
         raise InputError(f"--suite: {path} has no 'shapes' list (expected a non-empty list of shape objects)")
     return [_shape(s, i, path, dtype) for i, s in enumerate(shapes)]
 
 
+def _read_json(path: str | Path) -> Any:
+    """The suite file's JSON, read no further than MAX_SUITE_BYTES; InputError naming the file otherwise."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SUITE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"--suite: cannot read {path}: {exc}") from exc
+    if len(raw) > MAX_SUITE_BYTES:
+        raise InputError(f"--suite: cannot read {path}: larger than {MAX_SUITE_BYTES >> 20} MiB "
+                         f"(a suite is a list of shapes)")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise InputError(f"--suite: cannot read {path}: its JSON is nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError, json.JSONDecodeError and int's digit limit are ValueErrors
+        raise InputError(f"--suite: cannot read {path}: {exc}") from exc
+
+
 def _shape(s: object, i: int, path: str | Path, dtype: str | None) -> ProblemSpec:
     """Shape #`i` of a suite file as a ProblemSpec; InputError naming the file, the shape and the problem."""
     where = f"--suite: shape #{i} in {path}"
     if not isinstance(s, dict):
-        raise InputError(f"{where}: expected an object with M, K and N, got {type(s).__name__} {s!r}")
+        raise InputError(f"{where}: expected an object with M, K and N, got {type(s).__name__} {reprlib.repr(s)}")
     unknown = sorted(str(k) for k in s if k not in SHAPE_KEYS)
     if unknown:
-        raise InputError(f"{where}: unknown key {', '.join(map(repr, unknown))}; known keys: {', '.join(SHAPE_KEYS)}")
+        raise InputError(f"{where}: unknown key {', '.join(map(reprlib.repr, unknown[:5]))}"
+                         f"{', ...' if len(unknown) > 5 else ''}; known keys: {', '.join(SHAPE_KEYS)}")
     missing = [k for k in ("M", "K", "N") if k not in s]
     if missing:
         raise InputError(f"{where} lacks {', '.join(map(repr, missing))}")
     for key in ("M", "K", "N", "batch"):
         v = s.get(key, 1)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InputError(f"{where}: {key} must be a positive integer, got {v!r}")
+            raise InputError(f"{where}: {key} must be a positive integer, got {reprlib.repr(v)}")
     for key in ("name", "op", "dtype", "b_layout", "scales", "out_dtype"):
         if key in s and not isinstance(s[key], str):
-            raise InputError(f"{where}: {key} must be a string, got {s[key]!r}")
+            raise InputError(f"{where}: {key} must be a string, got {reprlib.repr(s[key])}")
     op = s.get("op", "mm")
+    if "batch" in s and op != "bmm":
+        raise InputError(f"{where}: batch belongs to bmm only, and this shape's op is {op!r} (drop the batch, "
+                         f"or give \"op\": \"bmm\")")
     fp8 = op == "scaled_mm"
     try:
         return ProblemSpec(M=s["M"], K=s["K"], N=s["N"], op=op, batch=s.get("batch", 1),

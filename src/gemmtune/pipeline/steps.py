@@ -4,13 +4,19 @@
 before it and its remember after it are the engine's, `gemmtune.store.memory`).  A live tune hands
 it the compile of the templates and a runner that runs kernels; an offline replay
 (`gemmtune.offline.replay`) hands it `ReplayCompiled` and a `ReplayRunner`: only the runner differs.
+
+What the store answered (`Recalled`) ranks candidates without running them, but whatever wins from it
+runs only after the correctness gate (`_gated`): the re-time checks the stored finalists it runs, and a
+winner nothing checked in this tune is checked before it is returned.  One found wrong is dropped
+from the store and the decision is made again among the rest; after two wrong entries no
+stored timing of the problem is trusted and it is measured afresh (`store.memory.WRONG_LIMIT`).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from ..core.choices import Choice, Timing
 from ..core.errors import NoCandidatesError
@@ -63,20 +69,45 @@ class Outcome:
             provisional=self.decision.provisional, background_load=self.background_load,
             budget_exhausted=self.cut_short, **store_facts)
 
+    def log_pick(self, describe: str, winner: Choice) -> None:
+        """Log the pick and the time that decided it."""
+        t = self.bench.records.get(winner)
+        deciding = f"{t.ms:.4f} ms, stage {t.stage}" if t is not None and t.ms is not None else "none"
+        log.info("gemmtune: %s: picked %s (deciding time: %s)", describe, winner.key, deciding)
+
     @property
     def cut_short(self) -> bool:
         """A budget stopped the search or the compiles: it decided nothing about what it did not reach."""
         return self.bench.budget_exhausted or any(v.startswith("BudgetExceeded") for v in self.compiled.failures.values())
 
 
+class Gate(Protocol):
+    """The store's side of the correctness gate (`gemmtune.store.memory.Memory`)."""
+
+    @property
+    def distrusted(self) -> bool:
+        """Too many of the problem's stored entries were wrong: trust none of its timings."""
+
+    def needs_check(self, choice: Choice) -> bool:
+        """`choice`, answered by the store, must pass the gate before it decides or runs."""
+
+    def check(self, choice: Choice, fault: Callable[[], str | None]) -> str | None:
+        """Gate `choice` (`fault()` runs and checks it); a wrong one is dropped from the store."""
+
+    def reject(self, choice: Choice, why: str) -> None:
+        """A stored entry found wrong: dropped from the store."""
+
+
 @dataclass(frozen=True)
 class Recalled:
     """What the store answered that the search uses: timings to answer without running, choices
-    to compile and search, and the stored pick a final may keep."""
+    to compile and search, the stored pick a final may keep, and the gate on all of it (None: a
+    replay's recorded times, nothing to check)."""
 
     known: dict[Choice, Timing]
     unknown: list[Choice]
     trusted_pick: Choice | None = None
+    gate: Gate | None = None
 
 
 def search(plan: Plan, choices: Sequence[Choice], recalled: Recalled, build: Build, open_runner: Callable[[], Runner],
@@ -100,15 +131,40 @@ def search(plan: Plan, choices: Sequence[Choice], recalled: Recalled, build: Bui
                                     + "; ".join(sorted(set(compiled.failures.values())))[:500])
         overlapped = compiled.running
         log.info("gemmtune: %s: searching with %s over %d runnable choices", describe, plan.name, len(runnable))
+        gate = recalled.gate
         with Bench(None, runner, compiled, known=recalled.known, check_correctness=plan.check_correctness,
                    listener=listener, runnable=len(runnable), budget=plan.budget, describe=describe,
-                   device_type=device_type) as bench:
-            ranked, decision = decide(plan, bench, runnable, recalled.trusted_pick)
+                   device_type=device_type, check_recalled=gate is not None,
+                   on_wrong=gate.reject if gate is not None else None) as bench:
+            ranked, decision = _gated(plan, bench, runnable, recalled)
     finally:
         compiled.abandon()
     busy = load.background_cores(runner)  # timed while other processes held the cores: times may read high
     decision = replace(decision, provisional=True) if load.loaded_here(busy) else decision
     return Outcome(decision, ranked, bench, compiled, overlapped, busy)
+
+
+def _gated(plan: Plan, bench: Bench, runnable: Sequence[Choice], recalled: Recalled) -> tuple[list[Timing], Decision]:
+    """`decide`, until the winner is one this tune measured or checked: a winner whose timing (or
+    standing as the stored pick) came from the store is checked first; a wrong one is left out and
+    the problem decided again.  Once the gate distrusts the store, its timings are dropped and what
+    is left is measured afresh (so this ends: each round leaves a choice out, or measures afresh)."""
+    gate, stored, left = recalled.gate, recalled.trusted_pick, list(runnable)
+    while True:
+        if gate is not None and gate.distrusted and bench.known:
+            bench.distrust()
+            stored = None
+        ranked, decision = decide(plan, bench, left, stored)
+        winner = decision.choice
+        if gate is None or not bench.recalled(winner) or not gate.needs_check(winner):
+            return ranked, decision
+        known = bench.records.get(winner)
+        if (known is None or known.status == "ok") and gate.check(winner, lambda: bench.check(winner)) is None:
+            return ranked, decision
+        left, stored = [c for c in left if c != winner], None
+        if not left:
+            raise NoCandidatesError(f"{bench.describe}: no candidate produced a correct result (the store's "
+                                    "entries for this problem were wrong)")
 
 
 def decide(plan: Plan, bench: Bench, runnable: Sequence[Choice],

@@ -141,11 +141,7 @@ def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], r
         return Decision(stored_pick)  # nothing new reached the final: the stored decision stands
     if not rule.library_final and all(c.is_extern for c in finalists):  # no generated kernel at stake
         return Decision(finalists[0], provisional=_noise(records, finalists) > rule.noise_limit)
-    ranked_final = _final_order(finalists, retime(finalists, rule.rounds), records)
-    if best_extern is not None:
-        lib = records[best_extern]
-        ranked_final = [r for r in ranked_final if _torch_op(r[2]) or _beats(records[r[2]], lib, rule)]
-    pick = ranked_final[0][2]
+    pick, best_extern = _final_winner(finalists, ok, best_extern, records, retime, rule, describe)
     # The noise that decided: the re-timed finalists' (on CPU a finalist twice as slow as the fastest is not
     # re-timed, `Bench.retime`, and its cheaper earlier timing says nothing about the pick); none: the pick's.
     decided = [c for c in finalists if records[c].stage == "finalist"] or [pick]
@@ -153,6 +149,25 @@ def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], r
     # Heavy noise unsettles only a close call: a pick that beat every finalist by more than the noise stands.
     loud = _noise(records, decided) > rule.noise_limit and (tied or len(decided) == 1)
     return Decision(pick, noisy=tied, provisional=loud or not _settled(pick, best_extern, records))
+
+
+def _final_winner(finalists: list[Choice], ok: list[Choice], best_extern: Choice | None,
+                  records: Mapping[Choice, Timing], retime: Retime, rule: FinalRule,
+                  describe: str) -> tuple[Choice, Choice | None]:
+    """The re-timed final's winner, and the library kernel it was held to.  A finalist the re-time found
+    wrong (its timing came from the store and failed the check there, `Bench.retime`) is out."""
+    times = retime(finalists, rule.rounds)
+    right = lambda c: c not in records or records[c].status == "ok"  # noqa: E731
+    ranked_final = [r for r in _final_order(finalists, times, records) if right(r[2])]
+    if not ranked_final:
+        raise NoCandidatesError(_nothing_correct(records, describe))
+    if best_extern is not None and not right(best_extern):
+        best_extern = reference([c for c in ok if right(c)])
+    if best_extern is not None:  # a tie, or a kernel that beats no library kernel, goes to the library kernel
+        lib = records[best_extern]
+        ranked_final = [r for r in ranked_final if _torch_op(r[2]) or _beats(records[r[2]], lib, rule)] or [
+            (lib.ms or 0.0, -1, best_extern)]
+    return ranked_final[0][2], best_extern
 
 
 def _final_order(finalists: Sequence[Choice], times: Sequence[float], records: Mapping[Choice, Timing]

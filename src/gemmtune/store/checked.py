@@ -1,12 +1,15 @@
-"""A store you share is a store you check: a pick read from a shared store is run once per process
-against the float64 reference before it serves anything.
+"""A store you share is a store you check: whatever a shared store answers runs in a process only
+after it passed the correctness gate there.
 
-A shared store (`store.shared`: the Redis store) holds picks other machines wrote: a bug, another
-driver or a hostile writer can leave an entry naming a kernel that computes something else.  So the
-first time a process takes a pick from one, the kernel runs on the tune's operands and its output
-goes through the correctness gate (`measure.correctness`), as at tune time.  A pick that fails is
-dropped from the store with a warning and the problem is tuned again; one that passes is not checked
-again in this process.
+A shared store (`store.shared`: a Redis store, a SQLite file another user owns or may write, any
+store under `Settings.store_shared="on"`) holds entries other processes and machines wrote: a bug,
+another driver or a hostile writer can leave a pick naming a kernel that computes something else, or
+a wrong kernel's timing row marked ok with a tiny time.  Stored timings may rank candidates, but the
+choice that wins (a stored pick, a timing from the store) is run once on the tune's operands and its
+output compared with the float64 reference (`measure.correctness`), as at tune time, before it
+decides or serves anything (`gate`; the engine and `pipeline.steps` call it on every path).  An entry
+that fails is dropped from the store with a warning naming the store and the key (`drop`), and the
+problem is decided again among the rest; one that passes is not checked again in this process.
 """
 
 from __future__ import annotations
@@ -24,37 +27,62 @@ from .keys import Row
 log = logging.getLogger("gemmtune")
 
 
-def first_use_fault(store: Any, env: str, problem: str, pick: Row, run: Callable[[], torch.Tensor],
-                    ki: KernelInputs, tensors: Sequence[torch.Tensor]) -> str | None:
-    """None when `store` is not shared, the pick was checked in this process, or `run()` matches the
-    reference; else the reason, after dropping the pick from the store with a warning.
+def wrong_output(ki: KernelInputs, run: Callable[[], torch.Tensor], tensors: Sequence[torch.Tensor]) -> str | None:
+    """Why `run()`'s output is not the op on `tensors` (against the float64 reference), else None.
+
+    Example:
+        >>> a, b = torch.randn(4, 3), torch.randn(3, 2)
+        >>> ki = KernelInputs.from_tensors("mm", a, b)
+        >>> wrong_output(ki, lambda: a @ b, (a, b)) is None, wrong_output(ki, lambda: a @ b + 1, (a, b))[:14]
+        (True, 'relative error')
+    """
+    with torch.no_grad():
+        return check(ki, run(), reference(ki, tensors))
+
+
+def checked_here(store: Any, env: str, problem: str, entry: Row) -> bool:
+    """Whether `entry`'s choice already passed the gate in this process (or `store` is not shared)."""
+    return not getattr(store, "shared", False) or (env, problem, *entry.choice_key, entry.src_hash) in _checked(store)
+
+
+def gate(store: Any, env: str, problem: str, entry: Row, fault: Callable[[], str | None], describe: str) -> str | None:
+    """None when `store` is not shared, `entry`'s choice passed the gate in this process before, or
+    `fault()` (the choice run and checked) finds nothing; else the reason, after dropping the entry
+    from the store with a warning (`drop`).
 
     Example:
         >>> from gemmtune.store.sqlite import Store
-        >>> a, b = torch.randn(4, 3), torch.randn(3, 2)
-        >>> ki = KernelInputs.from_tensors("mm", a, b)
         >>> shared = Store(":memory:"); shared.shared = True
         >>> pick = Row("aten_mm", None, "{}", "{}", 1.0, "ok")
-        >>> first_use_fault(shared, "env", "p", pick, lambda: a @ b, ki, (a, b)) is None
-        True
+        >>> gate(shared, "env", "p", pick, lambda: None, "mm") is None, checked_here(shared, "env", "p", pick)
+        (True, True)
         >>> import warnings; warnings.simplefilter("ignore")
-        >>> first_use_fault(shared, "env", "q", pick, lambda: a @ b + 1, ki, (a, b))[:14]
-        'relative error'
+        >>> gate(shared, "env", "q", pick, lambda: "relative error 1.0", "mm")
+        'relative error 1.0'
     """
-    if not getattr(store, "shared", False):
+    if checked_here(store, env, problem, entry):
         return None
-    checked = store.__dict__.setdefault("checked", set())
-    key = (env, problem, pick.choice_key, pick.src_hash)
-    if key in checked:
-        return None
-    with torch.no_grad():
-        why = check(ki, run(), reference(ki, tensors))
+    try:
+        why = fault()
+    except Exception as exc:  # a kernel that fails to run is no more correct than one that computes garbage
+        why = f"it failed to run: {type(exc).__name__}: {str(exc).strip()[:200]}"
     if why is None:
-        checked.add(key)
+        _checked(store).add((env, problem, *entry.choice_key, entry.src_hash))
         return None
-    msg = (f"{ki.describe()}: the shared store {store.path}'s pick {pick.template} {pick.config} gave a wrong "
-           f"result ({why}); dropped it from the store, tuning again")
+    drop(store, env, problem, entry, why, describe)
+    return why
+
+
+def drop(store: Any, env: str, problem: str, entry: Row, why: str, describe: str) -> None:
+    """Forget a stored entry found wrong in this process (its timing row and the problem's pick), with a
+    warning that names the store and the key."""
+    msg = (f"{describe}: the store {getattr(store, 'path', store)} holds {entry.template} {entry.config} "
+           f"{entry.runtime} as a correct kernel under key {problem!r}, but it gave a wrong result ({why}); "
+           f"dropped it and the problem's pick from the store, deciding again")
     log.warning("gemmtune: %s", msg)
     warnings.warn(f"gemmtune: {msg}", RuntimeWarning, stacklevel=4)
-    store.forget(env, problem, pick)
-    return why
+    store.forget(env, problem, entry)
+
+
+def _checked(store: Any) -> set:
+    return store.__dict__.setdefault("checked", set())

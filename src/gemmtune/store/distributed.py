@@ -5,13 +5,17 @@ When a process group is initialised with more than one rank, and `Settings.distr
 group=pg)`, `gemmtune.warmup(..., group=pg)` or `with gemmtune.distributed_group(pg):` takes the
 place of the default one: each problem is then tuned once in that group, on one of its ranks.
 
-- **In SPMD order** (eager calls, `gemmtune.tune`, the Inductor handler's tunes): the problem's
-  owner (a hash of its store key, modulo the world size) tunes it; the others wait.  The owner then
-  broadcasts the problem's stored rows and pick; every rank writes them into its own store, and
-  builds its Selection from them as a store hit.  So every rank runs the same kernel.
+- **In SPMD order** (eager calls, `gemmtune.tune`, the Inductor handler's tunes): first every rank
+  announces its tune, the problem's store key and a digest of its candidate pool (`pool_digest`);
+  ranks that differ (two problems, one problem from other candidates, a tune made on one rank alone)
+  give `DistributedTuneError` on every rank, naming each rank's problem, and nothing is stored.
+  Then the problem's owner (a hash of its store key, modulo the world size) tunes it; the others
+  wait.  The owner broadcasts the problem's key, stored rows and pick; every rank checks them
+  (`store.rank_messages`: the key is its own, the rows well-formed), writes them into its own store,
+  and builds its Selection from them as a store hit.  So every rank runs the same kernel.
 - **Dealt** (`gemmtune.warmup`): inside `job.dealing()`, each rank tunes only its share of the
-  problems, all at once; leaving the block all-gathers every rank's rows, so afterwards every rank's
-  store answers every problem.
+  problems, all at once; leaving the block all-gathers every rank's rows (each checked, and written
+  under the key its sender tuned), so afterwards every rank's store answers every problem.
 
 The exchange runs on a gloo group of its own (CPU objects, whatever the job's backend), with a
 timeout (`Settings.distributed_timeout_s`).  A rank that dies or times out, or an owner whose tune
@@ -27,17 +31,16 @@ import hashlib
 import threading
 from typing import Any, Callable, Iterator, TypeVar
 
-from ..core.errors import GemmtuneError
-from .keys import Row, Stored
+from .keys import Row
+from .rank_messages import (DistributedTuneError, Payload, checked_announcements, checked_answer, checked_share,
+                            disagreement, pool_digest, rows_of)
 
 T = TypeVar("T")
 _STATE = threading.local()
 _GROUPS: dict[tuple, Any] = {}
 _GIVEN: list[Any] = []
-
-
-class DistributedTuneError(GemmtuneError, RuntimeError):
-    """A tune shared across ranks failed: a rank died or timed out, or the owner's tune raised."""
+__all__ = ["DistributedTuneError", "distributed_group", "checked_group", "owner_of", "pool_digest", "Job", "current",
+           "alone"]
 
 
 @contextlib.contextmanager
@@ -118,30 +121,45 @@ class Job:
     def _global(self, rank: int) -> int:
         return self.dist.get_global_rank(self.group, rank)
 
-    def share(self, store: Any, where: tuple[str, dict, str, str], tune_here: Callable[[], T]) -> T:
-        """The owner tunes (`tune_here`) and sends the stored rows; the others take them, then tune
-        (a store hit).  `where`: (env key, env info, problem key, description).  While dealing: tune
-        here and note the problem for the exchange."""
+    def share(self, store: Any, where: tuple[str, dict, str, str], tune_here: Callable[[], T], pool: str = "") -> T:
+        """Every rank announces its tune (`where`'s problem key and `pool`, `pool_digest`'s digest of
+        its candidates) and checks that all agree; then the owner tunes (`tune_here`) and sends the
+        stored rows; the others check and take them, then tune (a store hit).  `where`: (env key, env
+        info, problem key, description).  While dealing: tune here and note the problem for the exchange."""
         env, info, problem, describe = where
         dealt = getattr(_STATE, "dealt", None)
         if dealt is not None:
             out = tune_here()
             dealt.append((store, where))
             return out
+        self._agree(problem, pool, describe)
         owner = owner_of(problem, self.world)
         if self.rank == owner:
             try:
                 out = tune_here()
             except BaseException as exc:
-                self._exchange([("error", f"{type(exc).__name__}: {exc}")], owner, problem)
+                self._exchange([("error", problem, f"{type(exc).__name__}: {exc}")], owner, problem)
                 raise
-            self._exchange([("rows", _rows_of(store.load(env, problem)))], owner, problem)
+            self._exchange([("rows", problem, rows_of(store.load(env, problem)))], owner, problem)
             return out
-        [(kind, payload)] = self._exchange([None], owner, problem)
-        if kind == "error":
-            raise DistributedTuneError(f"{problem}: rank {owner} (its owner) failed to tune it: {payload}")
-        _write(store, where, payload)
+        [message] = self._exchange([None], owner, problem)
+        _write(store, where, checked_answer(message, self._global(owner), problem, self._global(self.rank)))
         return _alone(tune_here)
+
+    def _agree(self, problem: str, pool: str, describe: str) -> None:
+        """Every rank's (problem, pool) is this rank's, or DistributedTuneError on every rank."""
+        everyone: list = [None] * self.world
+        try:
+            self.dist.all_gather_object(everyone, (problem, pool, describe), group=self.group)
+        except RuntimeError as exc:
+            raise DistributedTuneError(f"{describe} ({problem}): rank {self._global(self.rank)} waited in vain for "
+                                       f"the other ranks to tune it too (a rank died, or made another tune or none "
+                                       f"within {self.timeout_s:g} s; every rank must make the same tunes in the "
+                                       f"same order): {exc}") from exc
+        ranks = [self._global(r) for r in range(self.world)]
+        why = disagreement(checked_announcements(everyone, ranks), ranks)
+        if why is not None:
+            raise DistributedTuneError(why)
 
     def _exchange(self, obj: list, owner: int, problem: str) -> list:
         try:
@@ -160,16 +178,16 @@ class Job:
             yield
         finally:
             _STATE.dealt = None
-        mine = [(where, _rows_of(s.load(where[0], where[2]))) for s, where in dealt]
+        mine = [(where, rows_of(s.load(where[0], where[2]))) for s, where in dealt]
         everyone: list = [None] * self.world
         try:
             self.dist.all_gather_object(everyone, mine, group=self.group)
         except RuntimeError as exc:
             raise DistributedTuneError(f"exchanging {len(mine)} dealt tunes failed on rank {self.rank} (a rank "
                                        f"died, or one did not answer within {self.timeout_s:g} s): {exc}") from exc
-        for rank, theirs in enumerate(everyone):
-            for where, payload in theirs if rank != self.rank else ():
-                _write(store, where, payload)
+        shares = [checked_share(theirs, self._global(r)) for r, theirs in enumerate(everyone) if r != self.rank]
+        for where, payload in (item for theirs in shares for item in theirs):  # all checked before any is written
+            _write(store, where, payload)
 
 
 def current(mode: str, timeout_s: float, group: Any = None) -> Job | None:
@@ -208,11 +226,7 @@ def _alone(fn: Callable[[], T]) -> T:
         return fn()
 
 
-def _rows_of(stored: Stored) -> tuple[list[tuple], tuple | None]:
-    return [tuple(vars(r).values()) for r in stored.rows], tuple(vars(stored.pick).values()) if stored.pick else None
-
-
-def _write(store: Any, where: tuple[str, dict, str, str], payload: tuple[list[tuple], tuple | None]) -> None:
+def _write(store: Any, where: tuple[str, dict, str, str], payload: Payload) -> None:
     env, info, problem, describe = where
     rows, pick = payload
     if pick is not None:

@@ -3,7 +3,8 @@ pick instead of compiling it.
 
 Triton keeps what it compiles in an on-disk cache, one directory per key, and asks a cache manager
 class for it (`triton.knobs.cache.manager_class`, its plug-in point).  `StoreCacheManager` is Triton's
-own `FileCacheManager` with the store behind it:
+own `FileCacheManager` with the store behind it, in place only around gemmtune's own compiles and
+loads (`templates.compiler_cache.scope`, entered in each compile thread), never process-wide:
 
 - a file or kernel found on disk is served from disk, as Triton does;
 - one not found there is looked up in the store (`Store.kernel_files(key)`), written to the local
@@ -22,13 +23,19 @@ so a kernel is only ever served to the same Triton on the same GPU architecture.
 key covers its C source and the platform, and its name the Python ABI.  A kept kernel is served only
 whole (every file of its group kept, under a plain name, its metadata readable); anything else, and a
 store that fails to answer, is a cache miss, and Triton compiles.  Each kernel is written to the store
-once: a process that finds it there already (`has_kernel_files`) does not send it again.  The store then holds host and GPU code that
-a process loads: share a store with kernels only among machines you trust as you trust their Triton
-cache.
+once: a process that finds it there already (`has_kernel_files`) does not send it again.
+
+The store then holds host and GPU code that a process loads, so kernels are taken from and kept in a
+store only where it has a key (`Settings.store_key`): each file is signed, and only files that verify
+are served (`store.kernel_entries`); a native module too.  Without a key nothing is shared, said once
+per process (`keyed`).  What is served is bounded before it is written to disk (`MAX_FILE_BYTES` a
+file, `MAX_KERNEL_BYTES` a kernel; over them: a cache miss).
 
 Example:
+    >>> from gemmtune.store.signing import Signer
     >>> from gemmtune.store.sqlite import Store
-    >>> store = Store(":memory:")
+    >>> from gemmtune.store.trust import Trust
+    >>> store = Store(":memory:", trust=Trust(Signer.from_text("a-fleet-secret-of-32-characters!")))
     >>> publish(store, [])                      # nothing to keep
     0
     >>> store.put_kernel_files("K", {"k.cubin": b"..."}); store.kernel_files("K")
@@ -41,10 +48,14 @@ import json
 import logging
 import sysconfig
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..templates import compiler_cache
+from ..templates.compiler_cache import scope
 from ..templates.triton import wheel_key
+from .kernel_entries import MAX_FILE_BYTES, MAX_KERNEL_BYTES
 
 log = logging.getLogger("gemmtune")
 
@@ -53,6 +64,8 @@ _NATIVE = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 _STATE: dict[str, Any] = {"store": None, "published": set(), "native": {}, "keys": {}}
 KEY_PREFIX = "triton_key:"  # Triton's key of its installation, under its wheel's signature (`wheel_key`)
 _LOCK = threading.Lock()
+_SAID: set[str] = set()  # what this process was told once
+MAX_KEY_BYTES = 64 << 10  # Triton's key of its installation (about 2 kB)
 
 try:
     from triton.runtime.cache import FileCacheManager as _Base
@@ -66,7 +79,8 @@ class StoreCacheManager(_Base):  # type: ignore[misc,valid-type]
 
     def __init__(self, key: str, override: bool = False, dump: bool = False):
         super().__init__(key, override, dump)
-        self.shared = not (override or dump)
+        # Only gemmtune's own compiles (`compiler_cache.scope`): another thread's is Triton's own cache.
+        self.shared = not (override or dump) and compiler_cache.in_scope() and _STATE["store"] is not None
 
     def get_file(self, filename: str) -> str | None:
         path = super().get_file(filename)
@@ -78,7 +92,7 @@ class StoreCacheManager(_Base):  # type: ignore[misc,valid-type]
             return None
         try:
             data = _fetch(self.key).get(filename)
-            if data is None or not _plain(filename):
+            if data is None or not _plain(filename) or not _bounded(self.key, {filename: data}):
                 return None
             path = super().put(data, filename, binary=True)
         except Exception as exc:  # noqa: BLE001 - a cache miss: Triton builds it
@@ -100,7 +114,7 @@ class StoreCacheManager(_Base):  # type: ignore[misc,valid-type]
     def _served_group(self, filename: str) -> dict[str, str] | None:
         files = _fetch(self.key)
         names = _group_names(files, filename)
-        if names is None:
+        if names is None or not _bounded(self.key, {name: files[name] for name in names}):
             return None
         paths = {name: super(StoreCacheManager, self).put(files[name], name, binary=True) for name in names}
         super().put_group(filename, paths)
@@ -110,9 +124,20 @@ class StoreCacheManager(_Base):  # type: ignore[misc,valid-type]
 
     def put(self, data: Any, filename: str, binary: bool = True) -> str:
         path = super().put(data, filename, binary=binary)
-        if filename.endswith(_NATIVE):
+        if filename.endswith(_NATIVE) and self.shared:
             _keep_native(self.key, filename, path)
         return path
+
+
+def _bounded(key: str, files: dict[str, bytes]) -> bool:
+    """Whether files the store served are small enough to be written to disk (`MAX_FILE_BYTES` each,
+    `MAX_KERNEL_BYTES` together); else a cache miss, said in one line."""
+    sizes = [len(data) for data in files.values()]
+    if all(size <= MAX_FILE_BYTES for size in sizes) and sum(sizes) <= MAX_KERNEL_BYTES:
+        return True
+    log.warning("gemmtune: kernel %s not served from the store: %d bytes, over the bounds (%d a file, %d a kernel)",
+                key, sum(sizes), MAX_FILE_BYTES, MAX_KERNEL_BYTES)
+    return False
 
 
 def _plain(name: str) -> bool:
@@ -144,15 +169,19 @@ def _json_object(data: bytes) -> bool:
 
 
 def share(store: Any) -> bool:
-    """Serve Triton's cache misses from `store`, and keep native modules there, in this process (later
-    calls switch to their store).  False where it cannot: no Triton, or another cache manager set.
+    """Serve Triton's cache misses in gemmtune's own compiles from `store` (`compiler_cache.scope`: never
+    another compile of the process), and keep native modules there (later calls switch to their store).
+    False where it cannot: no Triton, a store without a key (`keyed`), or another cache manager set.
 
     Example:
         >>> from gemmtune.store.sqlite import Store
-        >>> share(Store(":memory:")) in (True, False); stop_sharing()
+        >>> from gemmtune.store.signing import Signer
+        >>> from gemmtune.store.trust import Trust
+        >>> store = Store(":memory:", trust=Trust(Signer.from_text("a-fleet-secret-of-32-characters!")))
+        >>> share(store) in (True, False); stop_sharing()
         True
     """
-    if _Base is object or not hasattr(store, "kernel_files"):
+    if _Base is object or not hasattr(store, "kernel_files") or not keyed(store):
         return False
     from triton import knobs
 
@@ -163,7 +192,7 @@ def share(store: Any) -> bool:
             log.warning("gemmtune: share_kernels: Triton already uses cache manager %s; kernels are not shared",
                         getattr(current, "__name__", current))
         return False
-    knobs.cache.manager_class = StoreCacheManager
+    compiler_cache.serve(StoreCacheManager)
     with _LOCK:
         if _STATE["store"] is not store:
             _STATE.update(store=store, published=set(), native={}, keys={})
@@ -171,14 +200,34 @@ def share(store: Any) -> bool:
     return True
 
 
-def stop_sharing() -> None:
-    """Triton's own cache manager again (its knob back to what the environment says), and no store
-    behind it."""
-    if _Base is not object:
-        from triton import knobs
+def keyed(store: Any) -> bool:
+    """Whether `store` signs what it keeps and serves only what verifies (`Settings.store_key`): the
+    only store compiled kernels are taken from or kept in.  Where not, said once per process.
 
-        if knobs.cache.manager_class is StoreCacheManager:
-            del knobs.cache.manager_class
+    Example:
+        >>> from gemmtune.store.sqlite import Store
+        >>> from gemmtune.store.signing import Signer
+        >>> from gemmtune.store.trust import Trust
+        >>> keyed(Store(":memory:", trust=Trust(Signer.from_text("a-fleet-secret-of-32-characters!"))))
+        True
+    """
+    if getattr(getattr(store, "trust", None), "signer", None) is not None:
+        return True
+    with _LOCK:
+        said = "store_key" in _SAID
+        _SAID.add("store_key")
+    if not said:
+        message = (f"gemmtune: share_kernels needs store_key: no compiled kernel is served from or kept in store "
+                   f"{getattr(store, 'path', '?')} without one (GEMMTUNE_STORE_KEY); a store anyone can write "
+                   "is never offered code")
+        log.warning(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    return False
+
+
+def stop_sharing() -> None:
+    """Triton's own cache manager again in gemmtune's compiles, and no store behind it."""
+    compiler_cache.serve(None)
     wheel_key.unshare()
     with _LOCK:
         _STATE.update(store=None, published=set(), native={}, keys={})
@@ -191,9 +240,9 @@ def sharing(store: Any) -> None:
     Example:
         >>> sharing(None)
     """
-    if store is not None:
-        share(store)
-    elif _STATE["store"] is not None:
+    if store is not None and share(store):
+        return
+    if _STATE["store"] is not None or compiler_cache.served() is not None:
         stop_sharing()
 
 
@@ -201,8 +250,10 @@ def publish(store: Any, binaries: Iterable[Any]) -> int:
     """Keep each binary's files in `store` (`templates.binaries.BinaryFiles`: a key and name -> path),
     with a group entry naming them, and the native modules met since the last call; returns how many
     binaries were written (never raises).  Each is written once per process; a file that cannot be
-    read is skipped with its binary."""
+    read is skipped with its binary.  A store without a key keeps none (`keyed`)."""
     put = getattr(store, "put_kernel_files", None)
+    if put is None or not keyed(store):
+        return 0
     if put is not None and store is _STATE["store"]:
         _publish_pending(store)
     written = 0
@@ -244,7 +295,7 @@ def _served(key: str) -> None:
 
 def _fetch(key: str) -> dict[str, bytes]:
     store = _STATE["store"]
-    if store is None:
+    if store is None or getattr(store.trust, "signer", None) is None:  # only what verifies under the key
         return {}
     try:
         return store.kernel_files(key)
@@ -262,9 +313,18 @@ def _keep_native(key: str, filename: str, path: str) -> None:
 
 
 def _triton_key(store: Any, sig: str) -> str | None:
-    """Triton's key kept under its wheel's signature `sig`, or None."""
+    """Triton's key kept under its wheel's signature `sig`, or None (`wheel_key` checks its form)."""
     data = store.kernel_files(KEY_PREFIX + sig).get("key")
-    return data.decode() if data else None
+    if not data:
+        return None
+    try:
+        if len(data) > MAX_KEY_BYTES:
+            raise ValueError(f"{len(data)} bytes")
+        return data.decode("ascii")
+    except ValueError as exc:  # UnicodeDecodeError included
+        log.warning("gemmtune: store %s: Triton's key under %s%s is malformed (%s); Triton hashes itself",
+                    getattr(store, "path", "?"), KEY_PREFIX, sig[:16], exc)
+        return None
 
 
 def _keep_key(sig: str, key: str) -> None:
@@ -294,4 +354,4 @@ def _send(store: Any, key: str, files: Callable[[], dict[str, bytes]], what: str
         log.info("gemmtune: %s not kept in the store: %s", what, exc)
 
 
-__all__ = ["StoreCacheManager", "share", "stop_sharing", "sharing", "publish", "GROUP"]
+__all__ = ["StoreCacheManager", "share", "stop_sharing", "sharing", "publish", "keyed", "scope", "GROUP"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 
 def canon(params: Any) -> str:
@@ -33,6 +33,7 @@ class Stored:
     rows: tuple[Row, ...]
     pick: Row | None
     provisional: str | None = None  # the run that decided the pick under heavy noise: a later run re-checks it
+    sigs: Mapping[Any, str] | None = field(default=None, compare=False)  # signatures: "pick", row choice keys
 
 
 def env_info(device: str) -> dict[str, Any]:

@@ -121,6 +121,6 @@ def import_file(store: Any, path: str) -> int:
     check_export(data, name, need_env=True)
     unknown_templates({e["problem"]: [e["pick"]] for e in data["entries"]}, name, strict=True)  # nothing unusable
     try:
-        return store.import_(data)
+        return store.import_(data, name)
     except (KeyError, TypeError) as exc:  # a value the checks let through that the store cannot hold
         raise LookupTableError(f"{name}: {type(exc).__name__}: {exc}") from exc

@@ -18,13 +18,13 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "not_ours"]
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "add_columns", "missing_columns", "not_ours"]
 
 # A store file is recognised by this marker: SQLite's `PRAGMA application_id` (bytes 68-71 of the
 # header, readable even when later pages are damaged) and a `gemmtune_meta` table with the schema version.
 EXPORT_FORMAT = "gemmtune-store/1"  # the format tag of `gemmtune cache export` files
 APPLICATION_ID = 0x676D7475  # "gmtu"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a `sig` column (signed entries, store/signing.py) on every table but kernel_files
 # A store from before the marker has exactly these tables, with or without provisional_picks (it came
 # a little before the marker did).
 _OUR_TABLES = (frozenset({"envs", "timings", "picks"}), frozenset({"envs", "timings", "picks", "provisional_picks"}))
@@ -80,17 +80,44 @@ def _tables(path: Path) -> frozenset[str] | None:
 
 # The store's tables (sqlite.py creates them; recovery.py rebuilds a damaged file with them).
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS envs(env TEXT PRIMARY KEY, info TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS envs(env TEXT PRIMARY KEY, info TEXT NOT NULL, sig TEXT);
 CREATE TABLE IF NOT EXISTS timings(
   env TEXT NOT NULL, problem TEXT NOT NULL, template TEXT NOT NULL, src_hash TEXT,
   config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, status TEXT NOT NULL, stage TEXT,
-  recorded REAL NOT NULL, PRIMARY KEY(env, problem, template, config, runtime));
+  recorded REAL NOT NULL, sig TEXT, PRIMARY KEY(env, problem, template, config, runtime));
 CREATE TABLE IF NOT EXISTS picks(
   env TEXT NOT NULL, problem TEXT NOT NULL, describe TEXT, template TEXT NOT NULL, src_hash TEXT,
-  config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, strategy TEXT, recorded REAL NOT NULL,
+  config TEXT NOT NULL, runtime TEXT NOT NULL, ms REAL, strategy TEXT, recorded REAL NOT NULL, sig TEXT,
   PRIMARY KEY(env, problem));
-CREATE TABLE IF NOT EXISTS provisional_picks(env TEXT NOT NULL, problem TEXT NOT NULL, run TEXT,
+CREATE TABLE IF NOT EXISTS provisional_picks(env TEXT NOT NULL, problem TEXT NOT NULL, run TEXT, sig TEXT,
   PRIMARY KEY(env, problem));
 CREATE TABLE IF NOT EXISTS kernel_files(key TEXT NOT NULL, name TEXT NOT NULL, data BLOB NOT NULL,
   recorded REAL NOT NULL, PRIMARY KEY(key, name));
 """
+# Columns a later schema added to a table of an earlier one (`add_columns` adds them when a store opens).
+ADDED_COLUMNS = (("envs", "sig"), ("timings", "sig"), ("picks", "sig"), ("provisional_picks", "sig"))
+
+
+def missing_columns(db: sqlite3.Connection) -> list[tuple[str, str]]:
+    """The (table, column) pairs of `ADDED_COLUMNS` that `db`'s tables lack (a store of an earlier schema).
+
+    Example:
+        >>> db = sqlite3.connect(":memory:"); _ = db.executescript(SCHEMA)
+        >>> missing_columns(db)
+        []
+    """
+    have: dict[str, set[str]] = {}
+    for table, _ in ADDED_COLUMNS:
+        if table not in have:
+            have[table] = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+    return [(t, c) for t, c in ADDED_COLUMNS if have[t] and c not in have[t]]
+
+
+def add_columns(db: sqlite3.Connection) -> None:
+    """Bring a store of an earlier schema up to this one (ALTER TABLE ADD COLUMN: nullable columns, so
+    every row already there stays as it is).  Call it inside a write transaction (another process may
+    add them at the same moment); records `SCHEMA_VERSION` in the marker table when it has one."""
+    for table, column in missing_columns(db):
+        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='gemmtune_meta'").fetchone():
+        db.execute("INSERT OR REPLACE INTO gemmtune_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))

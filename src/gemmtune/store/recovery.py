@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 from typing import Callable
 
-from .marker import SCHEMA
+from .marker import SCHEMA, add_columns
 
 _UNWRITABLE = ("readonly", "read-only", "unable to open", "disk is full", "disk i/o error", "permission denied",
                "authorization denied")
@@ -69,6 +69,7 @@ def _copy_into(mem: sqlite3.Connection, source: sqlite3.Connection | None, path:
             _check_integrity(src)
             src.backup(mem)
             mem.executescript(SCHEMA)
+            add_columns(mem)  # a copy of a store of an earlier schema
             return True
         except sqlite3.Error:
             continue
@@ -76,6 +77,10 @@ def _copy_into(mem: sqlite3.Connection, source: sqlite3.Connection | None, path:
             if src is not None and src is not source:
                 _close(src)
     return False
+
+
+def _columns(db: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
 
 
 def _salvage(old: Path, db: sqlite3.Connection) -> int:
@@ -90,9 +95,10 @@ def _salvage(old: Path, db: sqlite3.Connection) -> int:
         return 0
     try:
         db.execute("BEGIN IMMEDIATE")
-        for table, ncols in (("envs", 2), ("timings", 10), ("picks", 10)):
-            try:
-                cur = src.execute(f"SELECT * FROM {table}")
+        for table in ("envs", "timings", "picks"):
+            try:  # the columns both files have (the damaged one may be of an earlier schema)
+                cols = ",".join(c for c in _columns(db, table) if c in _columns(src, table))
+                cur = src.execute(f"SELECT {cols} FROM {table}")
             except sqlite3.Error:
                 continue
             while True:
@@ -102,11 +108,10 @@ def _salvage(old: Path, db: sqlite3.Connection) -> int:
                     break
                 if row is None:
                     break
-                if len(row) == ncols:
-                    try:
-                        db.execute(f"INSERT OR IGNORE INTO {table} VALUES ({','.join('?' * ncols)})", row)
-                    except sqlite3.Error:
-                        pass
+                try:
+                    db.execute(f"INSERT OR IGNORE INTO {table}({cols}) VALUES ({','.join('?' * len(row))})", row)
+                except sqlite3.Error:
+                    pass
         db.execute("DELETE FROM picks WHERE NOT EXISTS (SELECT 1 FROM timings t WHERE t.env=picks.env AND "
                    "t.problem=picks.problem AND t.template=picks.template AND t.config=picks.config AND "
                    "t.runtime=picks.runtime AND t.src_hash IS picks.src_hash AND t.status != 'not_benchmarked')")

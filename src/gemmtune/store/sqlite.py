@@ -5,8 +5,11 @@ time or failure, and the template's `src_hash` when it was measured.  A row
 whose `src_hash` differs from the template's current one is stale: it is
 ignored, reported, and replaced when the choice is measured again.
 
-Concurrent processes are safe: WAL journal, a busy timeout and retries; the
-first writer of a row or a pick wins, so every process returns the same pick.
+Concurrent processes are safe: WAL journal, a busy timeout and retries (a store another process
+keeps locked for more than `Settings.store_lock_timeout_s` in all falls back to memory, with one
+warning); the first writer of a row or a pick wins, so every process returns the same pick.  A file
+another user owns or may write is shared (`trust.others_may_write`): what it answers is checked
+before it runs.
 A problem's rows and its pick are one transaction, so a process killed
 mid-write leaves all of them or none.  A file that is not a gemmtune store
 (`marker.not_ours`: no application_id of ours, and not an unmarked store with
@@ -32,9 +35,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .keys import Row, Stored, canon, env_info, env_key
-from .marker import APPLICATION_ID, SCHEMA, SCHEMA_VERSION, not_ours as _not_ours
+from . import sqlite_entries
+from .entry import Entries
+from .marker import APPLICATION_ID, SCHEMA, SCHEMA_VERSION, add_columns, missing_columns, not_ours as _not_ours
 from .recovery import _busy, _check_integrity, _close, _copy_into, _inode, _salvage, _unwritable
-from .trust import Trust
+from .presence import Presence
+from .trust import Trust, others_may_write
 from .views import StoreViews
 
 __all__ = ["Row", "Store", "Stored", "canon", "env_info", "env_key", "default_cache_dir"]
@@ -59,19 +65,28 @@ class Store(StoreViews):
 
     def __init__(self, path: str | Path = ":memory:", retries: int = 20, trust: Trust | None = None):
         self.trust = trust if trust is not None else Trust()
-        self.shared = self.trust.shared == "on"  # a pick read from it is checked on first use (store.checked)
-        self.retries = retries
         self.path = str(path)
+        # Shared (what it answers is checked before it runs, `store.checked`): "on", or a file another
+        # user owns or may write; a file only this user can write is trusted as the user's own cache.
+        foreign = others_may_write(self.path) if self.path != ":memory:" else None
+        self.shared = self.trust.shared == "on" or foreign is not None
+        self.retries = retries  # kept for callers; waits are bounded by `trust.lock_timeout_s` in all
         self.origin = self.path  # the location asked for (`path` becomes ":memory:" after a fall-back)
         self.warnings: list[str] = []
+        self.entries = Entries(self)  # entries read through the schema (store.entry); the bad ones counted
+        self.bad_entries = self.entries.bad
         self._inode: int | None = None
         self._use = threading.RLock()  # `_guarded`: one thread at a time on the connection
         self._db = self._open()
+        # Which processes hold the file (`store.presence`): a pick others may run is replaced only alone.
+        self.presence = (Presence.join(self.path, self.trust.lock_timeout_s, owner=self)
+                         if self.path != ":memory:" else None)
 
     # -- opening, with the fall-backs ---------------------------------------------------
     #
     # Three kinds of trouble, told apart by SQLite's error:
-    # - busy / locked: another process writes; waited for (busy timeout, retries), never a fall-back;
+    # - busy / locked: another process writes; waited for `trust.lock_timeout_s` in all (busy timeout
+    #   and retries), then the store falls back to memory as below, with one warning naming it;
     # - unwritable (read-only file or directory, no space, I/O error, cannot open): the store's
     #   contents are copied into memory when they can be read, so earlier picks are still served;
     #   new picks live in this process only.  Warns.
@@ -101,6 +116,8 @@ class Store(StoreViews):
                 self._inode = _inode(path)
             return db
         except sqlite3.DatabaseError as exc:
+            if _busy(exc):  # another process holds the lock past `lock_timeout_s`: never a corruption
+                return self._fallback(self._locked(), source=db)
             if _unwritable(exc) or not os.access(path.parent, os.W_OK):
                 return self._fallback(f"store {path} is not writable ({exc})", source=db)
             _close(db)
@@ -168,18 +185,25 @@ class Store(StoreViews):
             try:
                 return fn()
             except sqlite3.DatabaseError as exc:
-                if _busy(exc):
+                if _busy(exc) and self.path != ":memory:":  # waited `lock_timeout_s` already: memory
+                    self._db = self._fallback(self._locked(), source=self._db)
+                elif _busy(exc):
                     raise
-                self._recover(exc)
+                else:
+                    self._recover(exc)
                 return fn()
+
+    def _locked(self) -> str:
+        return f"store {self.path} is locked by another process for more than {self.trust.lock_timeout_s:g} s"
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
         warnings.warn(f"gemmtune: {message}", RuntimeWarning, stacklevel=4)
 
     def _connect(self, target: str) -> sqlite3.Connection:
-        db = sqlite3.connect(target, timeout=30.0, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout=30000")
+        wait = max(self.trust.lock_timeout_s, 0.0)  # a lock another process holds: waited on this long
+        db = sqlite3.connect(target, timeout=wait, isolation_level=None, check_same_thread=False)
+        db.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
         if target == ":memory:":
             self._schema(db)
         return db
@@ -189,23 +213,37 @@ class Store(StoreViews):
         """Create the tables and the marker (one transaction: a new file is complete or still empty)."""
         if db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID:
             db.executescript(SCHEMA)  # ours already (tables added by a later schema are created here)
-            return
-        db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA application_id={APPLICATION_ID}; "
-                         "CREATE TABLE IF NOT EXISTS gemmtune_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL); "
-                         f"INSERT OR REPLACE INTO gemmtune_meta VALUES ('schema_version', '{SCHEMA_VERSION}'); "
-                         "COMMIT;")
+        else:
+            db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA application_id={APPLICATION_ID}; "
+                             "CREATE TABLE IF NOT EXISTS gemmtune_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL); "
+                             f"INSERT OR REPLACE INTO gemmtune_meta VALUES ('schema_version', '{SCHEMA_VERSION}'); "
+                             "COMMIT;")
+        if missing_columns(db):  # a store of an earlier schema: its new columns, in one transaction
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                add_columns(db)
+                db.execute("COMMIT")
+            except BaseException:
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # the failure ended the transaction already
+                raise
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, retried while another process holds the lock."""
-        for attempt in range(self.retries):
+        """One write transaction, retried while another process holds the lock, for
+        `trust.lock_timeout_s` in all (the busy timeout and the retries); then SQLite's busy error."""
+        deadline = time.monotonic() + max(self.trust.lock_timeout_s, 0.0)
+        for attempt in range(1 << 30):
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 break
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc) or attempt == self.retries - 1:
+                left = deadline - time.monotonic()
+                if not _busy(exc) or left <= 0:
                     raise
-                time.sleep(min(0.05 * 2 ** attempt, 1.0))
+                time.sleep(min(0.05 * 2 ** attempt, 1.0, left))
         try:
             yield self._db
             self._db.execute("COMMIT")
@@ -222,13 +260,7 @@ class Store(StoreViews):
         return self._guarded(lambda: self._load(env, problem))
 
     def _load(self, env: str, problem: str) -> Stored:
-        cols = "template, src_hash, config, runtime, ms, status, stage"
-        rows = tuple(Row(*r) for r in self._db.execute(
-            f"SELECT {cols} FROM timings WHERE env=? AND problem=?", (env, problem)))
-        pick = self._db.execute("SELECT template, src_hash, config, runtime, ms, 'ok', strategy FROM picks "
-                                "WHERE env=? AND problem=?", (env, problem)).fetchone()
-        mark = self._db.execute("SELECT run FROM provisional_picks WHERE env=? AND problem=?", (env, problem)).fetchone()
-        return Stored(rows, Row(*pick) if pick else None, mark[0] if pick is not None and mark else None)
+        return sqlite_entries.load(self._db, self.entries, env, problem)
 
     def save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
              pick: Row, replace_pick: bool | Row, provisional: str | None = None) -> Row:
@@ -250,24 +282,10 @@ class Store(StoreViews):
 
     def _save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
               pick: Row, replace_pick: bool | Row, provisional: str | None = None) -> Row:
-        now = time.time()
         with self._tx() as db:
-            db.execute("INSERT OR IGNORE INTO envs VALUES (?, ?)", (env, canon(info)))
-            db.executemany(
-                "INSERT INTO timings VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(env, problem, template, config, runtime) "
-                "DO UPDATE SET src_hash=excluded.src_hash, ms=excluded.ms, status=excluded.status, "
-                "stage=excluded.stage, recorded=excluded.recorded WHERE timings.src_hash IS NOT excluded.src_hash "
-                "OR (timings.status = 'not_benchmarked' AND excluded.status != 'not_benchmarked')",
-                [(env, problem, r.template, r.src_hash, r.config, r.runtime, r.ms, r.status, r.stage, now)
-                 for r in rows])
-            replacing = _replaces(db, env, problem, replace_pick)
-            verb = "INSERT OR REPLACE" if replacing else "INSERT OR IGNORE"
-            before = db.total_changes
-            db.execute(f"{verb} INTO picks VALUES (?,?,?,?,?,?,?,?,?,?)",
-                       (env, problem, describe, pick.template, pick.src_hash, pick.config, pick.runtime, pick.ms,
-                        pick.stage, now))
-            _mark_provisional(db, env, problem, provisional, written=replacing or db.total_changes > before)
-        return self._load(env, problem).pick or pick
+            sqlite_entries.save(db, self.entries, env, info, problem, describe, rows, pick, replace_pick,
+                                provisional, time.time())
+        return sqlite_entries.read_pick(self._db, self.entries, env, problem)[0] or pick
 
     def forget(self, env: str, problem: str, row: Row) -> None:
         """Drop a problem's pick and the timing row of the choice it names (a pick found wrong)."""
@@ -284,32 +302,44 @@ class Store(StoreViews):
         return self._guarded(self._problems)
 
     def _problems(self) -> list[dict[str, Any]]:
-        q = ("SELECT p.problem, p.describe, p.template, p.config, p.runtime, p.ms, p.env, e.info, "
-             "(SELECT count(*) FROM timings t WHERE t.env=p.env AND t.problem=p.problem) "
-             "FROM picks p LEFT JOIN envs e ON e.env=p.env ORDER BY p.recorded")
-        return [dict(problem=r[0], describe=r[1], template=r[2], config=json.loads(r[3]),
-                     runtime_params=json.loads(r[4]), ms=r[5], env=r[6], env_info=json.loads(r[7] or "{}"),
-                     timings=r[8]) for r in self._db.execute(q)]
+        return sqlite_entries.problems(self._db, self.entries)
+
+    def check(self) -> tuple[int, list[tuple[str, str]]]:
+        """Every entry read through the schema (`gemmtune cache check`): (how many were read, the bad
+        ones as (key, why))."""
+        checker = Entries(self, keep=None)
+        checker.quiet = True
+        return self._guarded(lambda: sqlite_entries.check(self._db, checker)), checker.bad
 
     # -- compiled kernels (`store.kernels`, `share_kernels`) ------------------------------
     def kernel_files(self, key: str) -> dict[str, bytes]:
         """The files kept under a compiler cache's `key` (name -> contents; also the in-model verdicts,
-        `dispatch.verdicts`); {} when none."""
-        rows = self._guarded(lambda: self._db.execute("SELECT name, data FROM kernel_files WHERE key=?",
-                                                      (key,)).fetchall())
-        return {name: bytes(data) for name, data in rows}
+        `dispatch.verdicts`), within the bounds and, with a key, signed (`store.kernel_entries`); {} when none."""
+        from . import sqlite_kernels
+        from .kernel_entries import verified
+
+        entries, _ = self._guarded(lambda: sqlite_kernels.read(self._db, key, self.path))
+        return verified(self.trust.signer, key, entries, self.path)
 
     def has_kernel_files(self, key: str) -> bool:
-        """Whether anything is kept under `key`."""
+        """Whether anything is kept under `key`; with a key, whether every file there verifies (else a
+        writer with the key writes it again: `put_kernel_files`)."""
+        from . import sqlite_kernels
+        from .kernel_entries import whole
+
+        if self.trust.signer is not None:
+            return whole(self.trust.signer, key, *self._guarded(lambda: sqlite_kernels.read(self._db, key, self.path)))
         return self._guarded(lambda: self._db.execute("SELECT 1 FROM kernel_files WHERE key=? LIMIT 1",
                                                       (key,)).fetchone() is not None)
 
     def put_kernel_files(self, key: str, files: dict[str, bytes]) -> None:
-        """Keep `files` under `key`; a file already kept there stays as it is (the first writer wins)."""
+        """Keep `files` under `key`, signed where the store has a key; a file already kept there stays
+        as it is (the first writer wins), unless it does not verify under the key."""
+        from . import sqlite_kernels
+
         def run() -> None:
             with self._tx() as db:
-                db.executemany("INSERT OR IGNORE INTO kernel_files VALUES (?, ?, ?, ?)",
-                               [(key, name, data, time.time()) for name, data in files.items()])
+                sqlite_kernels.write(db, key, files, self.trust.signer, self.path)
 
         self._guarded(run)
 
@@ -330,21 +360,3 @@ class Store(StoreViews):
         with self._use:
             self._db.close()
 
-
-def _replaces(db: sqlite3.Connection, env: str, problem: str, replace_pick: "bool | Row") -> bool:
-    """Whether a save writes over the stored pick: `True` always, `False` never, a Row only while the
-    stored pick is still that one (a compare-and-set: of two processes replacing one pick, the first wins)."""
-    if isinstance(replace_pick, bool):
-        return replace_pick
-    cur = db.execute("SELECT template, src_hash, config, runtime FROM picks WHERE env=? AND problem=?",
-                     (env, problem)).fetchone()
-    r = replace_pick
-    return cur is None or tuple(cur) == (r.template, r.src_hash, r.config, r.runtime)
-
-
-def _mark_provisional(db: sqlite3.Connection, env: str, problem: str, run: str | None, written: bool) -> None:
-    """Mark the pick just written provisional (by run `run`), or unmark it; a pick left standing keeps its mark."""
-    if written:
-        db.execute("DELETE FROM provisional_picks WHERE env=? AND problem=?", (env, problem))
-        if run is not None:
-            db.execute("INSERT INTO provisional_picks VALUES (?, ?, ?)", (env, problem, run))

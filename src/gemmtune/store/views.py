@@ -48,34 +48,63 @@ class StoreViews:
         return out
 
     def export(self) -> dict[str, Any]:
-        """Every pick and timing as JSON-ready data (loads back with `import_` or as a lookup table)."""
+        """Every pick and timing as JSON-ready data (loads back with `import_` or as a lookup table).
+        Each entry carries the signature it was stored with ("sig"), where it has one."""
         entries = []
         for p in self.problems():
             stored = self.load(p["env"], p["problem"])
             pick = stored.pick
             if pick is None:  # listed problems have a pick; a concurrent clear may remove it
                 continue
+            sigs = stored.sigs or {}
             entries.append({
                 "problem": p["problem"], "describe": p["describe"], "env": p["env_info"],
-                "pick": {"template": pick.template, "src_hash": pick.src_hash, "config": json.loads(pick.config),
-                         "runtime_params": json.loads(pick.runtime), "ms": pick.ms, "strategy": pick.stage},
-                "timings": [{"template": r.template, "src_hash": r.src_hash, "config": json.loads(r.config),
-                             "runtime_params": json.loads(r.runtime), "ms": r.ms, "status": r.status,
-                             "stage": r.stage} for r in stored.rows],
+                "pick": _signed({"template": pick.template, "src_hash": pick.src_hash, "config": json.loads(pick.config),
+                                 "runtime_params": json.loads(pick.runtime), "ms": pick.ms, "strategy": pick.stage},
+                                sigs.get("pick")),
+                "timings": [_signed({"template": r.template, "src_hash": r.src_hash, "config": json.loads(r.config),
+                                     "runtime_params": json.loads(r.runtime), "ms": r.ms, "status": r.status,
+                                     "stage": r.stage}, sigs.get(r.choice_key)) for r in stored.rows],
             })
         return {"format": EXPORT_FORMAT, "entries": entries}
 
-    def import_(self, data: dict[str, Any]) -> int:
-        """Store every entry of an `export` (checked completely before anything is written)."""
+    def import_(self, data: dict[str, Any], source: str = "import") -> int:
+        """Store every entry of an `export`, checked completely (the file's form, then each entry
+        through the store's schema, `store.entry`) before anything is written.
+
+        Importing is an act of trust by the one who runs it: with a key, the store signs what it
+        imports under that key (the file's own signatures are not needed, and not kept)."""
         from .schema import check_export
 
-        check_export(data, "import", need_env=True)
-        for e in data["entries"]:
+        check_export(data, source, need_env=True)
+        staged = [_staged(e, f"{source}: entry {i} ({e['problem']})") for i, e in enumerate(data["entries"])]
+        for e, rows, pick in staged:
             info = e["env"]
-            rows = [Row(t["template"], t["src_hash"], canon(t["config"]), canon(t["runtime_params"]), t["ms"],
-                        t["status"], t.get("stage")) for t in e["timings"]]
-            p = e["pick"]
-            pick = Row(p["template"], p["src_hash"], canon(p["config"]), canon(p["runtime_params"]), p["ms"], "ok",
-                       p.get("strategy"))
             self.save(env_key(info), info, e["problem"], e.get("describe", ""), rows, pick, replace_pick=True)
-        return len(data["entries"])
+        return len(staged)
+
+
+def _signed(obj: dict[str, Any], sig: str | None) -> dict[str, Any]:
+    if sig is not None:
+        obj["sig"] = sig
+    return obj
+
+
+def _staged(e: dict[str, Any], where: str) -> tuple[dict[str, Any], list[Row], Row]:
+    """An export entry's rows and pick, each through the store's schema (a LookupTableError naming the
+    file, the entry and the fault otherwise)."""
+    from ..core.errors import LookupTableError
+    from . import entry
+
+    try:
+        entry.name(e["problem"], "problem key", entry.MAX_KEY_CHARS)
+        entry.describe(e.get("describe"))
+        entry.info(canon(e["env"]))
+        rows = [entry.row(t["template"], t["src_hash"], canon(t["config"]), canon(t["runtime_params"]), t.get("ms"),
+                          t["status"], t.get("stage")) for t in e["timings"]]
+        p = e["pick"]
+        pick = entry.pick(p["template"], p.get("src_hash"), canon(p.get("config", {})), canon(p.get("runtime_params", {})),
+                          p.get("ms"), p.get("strategy"))
+    except (entry.BadEntry, KeyError, TypeError, ValueError) as exc:
+        raise LookupTableError(f"{where}: {exc}") from None
+    return e, rows, pick

@@ -7,6 +7,11 @@ them back without checking them: a file cut short by a full disk or a killed pro
 ``UnpicklingError`` or ``EOFError`` in every later process.  `forget` removes a kernel's files and
 its module, so that importing it again makes Numba compile it and write new ones.
 
+Numba unpickles its index files, so the kernels live only in a directory no one else can write: the
+cache directory, or where that is not writable, ``$TMPDIR/gemmtune-<uid>/numba`` when both are
+directories of this user's with mode 0700 (not links; `private`), else a fresh private directory
+(`tempfile.mkdtemp`), said in one line.
+
 Example:
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -23,6 +28,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import stat
 import sys
 import tempfile
 import threading
@@ -33,6 +39,7 @@ from typing import Callable
 log = logging.getLogger("gemmtune")
 _MODULES: dict[str, ModuleType] = {}
 _LOAD_LOCK = threading.RLock()
+_FRESH: list[Path] = []  # the private directory made in this process, where the shared one was refused
 
 
 def _after_fork_in_child() -> None:
@@ -45,8 +52,50 @@ if hasattr(os, "register_at_fork"):
 
 
 def _fallback_dir() -> Path:
+    """Where kernels go when the cache directory is not writable: `$TMPDIR/gemmtune-<uid>/numba` where it
+    is private to this user, else a fresh private directory (one per process)."""
     user = os.getuid() if hasattr(os, "getuid") else os.getpid()
-    return Path(tempfile.gettempdir()) / f"gemmtune-{user}" / "numba"
+    shared = Path(tempfile.gettempdir()) / f"gemmtune-{user}"
+    why = private(shared) or private(shared / "numba")
+    if why is None:
+        return shared / "numba"
+    if not _FRESH:
+        _FRESH.append(Path(tempfile.mkdtemp(prefix=f"gemmtune-{user}-numba-")))
+        log.warning("gemmtune: numba_mm: not using %s (%s); kernels go to the new private directory %s",
+                    shared / "numba", why, _FRESH[0])
+    return _FRESH[0]
+
+
+def private(path: Path) -> str | None:
+    """None where `path` is a directory of this user's with mode 0700 (made so if missing; one of this
+    user's that no one else may write, as an older gemmtune made it, is set to 0700), else why not.
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> private(root / "mine"), (root / "mine").stat().st_mode & 0o777 == 0o700
+        (None, True)
+    """
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"it cannot be made: {exc}"
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"it cannot be read: {exc}"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory but a {'link' if stat.S_ISLNK(st.st_mode) else 'file'}"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"{path} is owned by uid {st.st_uid}"
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022 == 0 and mode != 0o700:  # only this user could have written in it: made private
+        with contextlib.suppress(OSError):
+            os.chmod(path, 0o700)  # not a link: checked above
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+    return None if mode == 0o700 else f"{path} has mode {mode:04o}, not 0700"
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -14,6 +14,7 @@ same key on both.  `signature()` is that shared identity:
 
 Where kernels are shared (`Settings.share_kernels`), the store keeps the key under that signature
 (`store.kernels`): a new machine reads it instead of hashing, and the first machine to hash writes it.
+A key read from the store is used only in Triton's own form (`valid_key`); anything else is a miss.
 
 Example:
     >>> import tempfile
@@ -28,18 +29,20 @@ import hashlib
 import io
 import logging
 import os
+import re
 import sys
 import sysconfig
 import threading
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["signature", "signed_paths", "record_of", "share_with", "unshare", "shared_key"]
+__all__ = ["signature", "signed_paths", "record_of", "share_with", "unshare", "shared_key", "valid_key"]
 
 log = logging.getLogger("gemmtune")
 DIRS = ("compiler", "backends", "language", "_C")
 SLACK_NS = 2_000_000_000  # a file up to 2 s newer than the RECORD still counts as installed with it
 _SHARED: dict[str, Callable] = {}
+_DIGESTS = re.compile(r"[0-9a-f]{64}(?:-[0-9a-f]{64}){0,1000}")  # Triton hashes a few hundred files
 _LOCK = threading.Lock()
 
 
@@ -113,6 +116,18 @@ def signature(root: str | Path, version: str) -> str | None:
     return h.hexdigest()
 
 
+def valid_key(key: object, version: str) -> bool:
+    """Whether `key` has the form of Triton's key of an installation of Triton `version`
+    (`triton.runtime.cache.triton_key`): the version, then sha256 digests joined by '-'.
+
+    Example:
+        >>> valid_key("3.6.0" + "ab" * 32 + "-" + "cd" * 32, "3.6.0"), valid_key("3.6.0-not-a-key", "3.6.0")
+        (True, False)
+    """
+    return (isinstance(key, str) and key.startswith(version)
+            and _DIGESTS.fullmatch(key, len(version)) is not None)
+
+
 def share_with(get: Callable[[str], str | None], put: Callable[[str, str], None]) -> None:
     """Where the key is shared: `get(signature)` reads a kept key (None if none), `put(signature, key)`
     keeps one.  Either may raise: that is a miss, never an error."""
@@ -145,9 +160,12 @@ def shared_key(root: str | Path, version: str, compute: Callable[[], str]) -> st
     except Exception as exc:  # noqa: BLE001 - a miss: Triton hashes itself
         log.info("gemmtune: Triton's key not read from the store: %s", exc)
         kept = None
-    if isinstance(kept, str) and kept:
+    if valid_key(kept, version):
         log.info("gemmtune: Triton's key of its installation read from the store (its wheel's RECORD matches)")
-        return kept
+        return str(kept)
+    if kept is not None:
+        log.warning("gemmtune: Triton's key read from the store under %s is not in Triton %s's form; "
+                    "Triton hashes itself", sig[:16], version)
     key = compute()
     if put is not None and signature(root, version) == sig:
         try:
