@@ -152,7 +152,7 @@ def test_on_timings_keeps_the_winner_of_the_choices_the_handler_handed_over(monk
     meta = lambda size, stride: TensorMeta(size, stride, torch.float32, "cpu")  # noqa: E731
     ki = KernelInputs("mm", (meta((8, 4), (4, 1)), meta((4, 2), (2, 1))))
     store = Store(":memory:")
-    monkeypatch.setattr(engine, "shared_store", lambda location: store)
+    monkeypatch.setattr(engine, "shared_store", lambda location, trust=None: store)
     fast, slow, other = object(), object(), object()
     params = SimpleNamespace(to_kwargs=lambda: {"BLOCK_M": 32, "fn": print})
     handler._pending = [("k", ki, SimpleNamespace(_choice=fast, template=_T("triton::mm"), params=params)),

@@ -269,8 +269,8 @@ def test_processes_racing_on_one_server_agree_and_lose_nothing(url, tmp_path):
     shapes = [[24, 16, 8], [40, 32, 16], [8, 64, 24]]
     script = tmp_path / "child.py"
     script.write_text(FLEET_CHILD)
-    # A pick decided under this loaded machine's noise would be provisional (re-checked by the next
-    # tune, by design): the limit is lifted so that "every later tune is a hit" is what is tested.
+    # A pick decided under this loaded machine's noise would be provisional (served as stored by every
+    # process of a Redis store): the limit is lifted so that "every later tune is a hit" is what is tested.
     env = {**__import__("os").environ, "GEMMTUNE_CACHE_DIR": str(tmp_path / "cache"), "GEMMTUNE_NOISE_LIMIT": "1e9"}
 
     def fleet(n: int) -> list[dict]:

@@ -121,10 +121,11 @@ def _noise_lines(sel: Selection) -> list[str]:
     busy = sel.background_load
     if sel.provisional and busy is not None and busy > 0.5:
         lines.append(f"note: other processes kept {busy:.1f} cores busy while the choices were timed, so the times "
-                     "may read high; the pick is stored as provisional and a later run re-checks it")
+                     "may read high; the pick is stored as provisional and re-checked by a later run that holds the store "
+                     "alone")
     elif sel.provisional:
-        lines.append("note: decided under heavy timing noise: the pick is stored as provisional and a later run "
-                     "re-checks it")
+        lines.append("note: decided under heavy timing noise: the pick is stored as provisional and re-checked by "
+                     "a later run that holds the store alone")
     return lines
 
 

@@ -168,7 +168,6 @@ class _Mixin:
         """The store of this handler's settings (where Inductor-timed picks are kept)."""
         from ..core.settings import Settings
         from ..engine import shared_store
-
         from ..store.trust import Trust
 
         settings = self.settings or Settings.from_env()
