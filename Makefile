@@ -1,7 +1,10 @@
-# Quick start: `make demo` and `make test` (each creates .venv on first use).
+# Quick start: `make demo` (.venv) and `make test` (.venv-test: the dev extra pins packages the demo
+# need not, so the tests keep an environment of their own and leave the demo's as it was).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+TVENV  := .venv-test
+TBIN   := $(TVENV)/bin
 
 .PHONY: demo test clean
 
@@ -15,17 +18,21 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[dev]'
+$(TBIN)/python:
+	$(PYTHON) -m venv $(TVENV)
+
+$(TVENV)/.dev: pyproject.toml | $(TBIN)/python
+	$(TBIN)/python -c "import torch" 2>/dev/null || $(TBIN)/pip install -q torch==2.13.0
+	$(TBIN)/pip install -q -e '.[dev]'
 	touch $@
 
 demo: $(VENV)/.installed
 	$(BIN)/gemmtune tune --store off
 	$(BIN)/gemmtune simulate --strategy exhaustive "prescreen[x=5,swizzle=8]" "model_pruned[n=20]" default
 
-test: $(VENV)/.dev
-	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q
+test: $(TVENV)/.dev
+	$(TBIN)/python -m mypy
+	$(TBIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(TVENV)

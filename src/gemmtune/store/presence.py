@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import logging
@@ -43,6 +44,7 @@ log = logging.getLogger("gemmtune")
 SUFFIX = ".live"
 _HELD: dict[tuple[int, str], "Presence"] = {}  # (pid, lock file) -> this process's hold
 _GUARD = threading.Lock()
+_RELEASED: collections.deque = collections.deque()  # holds whose Store is gone, released under `_GUARD`
 
 
 def _after_fork() -> None:  # a forked child takes holds of its own (its pid keys them); the lock starts free
@@ -71,6 +73,7 @@ class Presence:
             return None
         name = os.path.abspath(store_path) + SUFFIX
         with _GUARD:
+            _drain()
             held = _HELD.get((os.getpid(), name))
             if held is None:
                 fd = _open(name)
@@ -87,12 +90,15 @@ class Presence:
             return held
 
     def _release(self) -> None:
-        with _GUARD:
-            self.owners -= 1
-            if self.owners > 0 or _HELD.get((os.getpid(), self.name)) is not self:
-                return
-            del _HELD[(os.getpid(), self.name)]
-        os.close(self.fd)
+        """A Store on this hold is gone.  A weakref finalizer: it can run inside the garbage collector
+        while this very thread holds `_GUARD` (in `join`), so it never waits for it: the release is
+        queued and made now where the guard is free, else by the next `join`."""
+        _RELEASED.append(self)
+        if _GUARD.acquire(blocking=False):
+            try:
+                _drain()
+            finally:
+                _GUARD.release()
 
     def alone(self) -> bool:
         """Whether no other process holds the store now."""
@@ -113,6 +119,17 @@ class Presence:
                 yield True
             finally:
                 fcntl.flock(self.fd, fcntl.LOCK_SH)
+
+
+def _drain() -> None:
+    """Make the queued releases (the caller holds `_GUARD`): a hold whose last Store is gone is closed."""
+    while _RELEASED:
+        held = _RELEASED.popleft()
+        held.owners -= 1
+        if held.owners > 0 or _HELD.get((os.getpid(), held.name)) is not held:
+            continue
+        del _HELD[(os.getpid(), held.name)]
+        os.close(held.fd)
 
 
 def _open(name: str) -> int | None:
