@@ -124,12 +124,12 @@ class Presence:
 def _drain() -> None:
     """Make the queued releases (the caller holds `_GUARD`): a hold whose last Store is gone is closed."""
     while _RELEASED:
-        held = _RELEASED.popleft()
-        held.owners -= 1
-        if held.owners > 0 or _HELD.get((os.getpid(), held.name)) is not held:
+        gone: Presence = _RELEASED.popleft()
+        gone.owners -= 1
+        if gone.owners > 0 or _HELD.get((os.getpid(), gone.name)) is not gone:
             continue
-        del _HELD[(os.getpid(), held.name)]
-        os.close(held.fd)
+        del _HELD[(os.getpid(), gone.name)]
+        os.close(gone.fd)
 
 
 def _open(name: str) -> int | None:
