@@ -99,7 +99,8 @@ def test_gemmtune_command_parses_and_cheap_ones_run(cmd, numba_cache, tmp_path):
         pytest.importorskip("matplotlib")
     r = subprocess.run([sys.executable, "-c", "import sys; from gemmtune.cli import main; sys.exit(main())", *argv],
                        cwd=tmp_path, env=_env(numba_cache), capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    nothing_stored = argv[:2] == ["cache", "show"] and r.returncode == 1 and "no stored problem matches" in r.stderr
+    assert r.returncode == 0 or nothing_stored, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
 
 
 def test_no_document_cites_a_file_outside_the_repo():

@@ -18,6 +18,7 @@ from gemmtune.inductor import handler as handler_mod
 from gemmtune.inductor import timed, window
 from gemmtune.inductor.entries import InductorPick, fuse_gain_ms
 from gemmtune.store.sqlite import Store
+from gemmtune.store import locations
 
 from helpers import fresh_inductor  # noqa: F401 - the fixture
 
@@ -152,7 +153,7 @@ def test_on_timings_keeps_the_winner_of_the_choices_the_handler_handed_over(monk
     meta = lambda size, stride: TensorMeta(size, stride, torch.float32, "cpu")  # noqa: E731
     ki = KernelInputs("mm", (meta((8, 4), (4, 1)), meta((4, 2), (2, 1))))
     store = Store(":memory:")
-    monkeypatch.setattr(engine, "shared_store", lambda location, trust=None: store)
+    monkeypatch.setattr(locations, "store_for", lambda settings: store)
     fast, slow, other = object(), object(), object()
     params = SimpleNamespace(to_kwargs=lambda: {"BLOCK_M": 32, "fn": print})
     handler._pending = [("k", ki, SimpleNamespace(_choice=fast, template=_T("triton::mm"), params=params)),

@@ -283,7 +283,7 @@ def test_a_cache_change_that_cannot_persist_exits_2_not_into_memory(tmp_path, ca
     else:
         target = picks / "store.db"  # its directory is a file
     capsys.readouterr()
-    assert main(["cache", "--store", str(target), action, *([str(picks)] if action == "import" else [])]) == 2
+    assert main(["cache", "--store", str(target), action, *([str(picks)] if action == "import" else ["--yes"])]) == 2
     out, err = capsys.readouterr()
     assert ":memory:" not in out + err and "imported" not in out
     lines = err.strip().splitlines()

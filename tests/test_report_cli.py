@@ -1,5 +1,6 @@
 """The AUTOTUNE report, the JSON form and the CLI."""
 
+import dataclasses
 import json
 import re
 
@@ -11,24 +12,35 @@ from gemmtune.cli import main
 from gemmtune.core.choices import Choice, Selection, Timing, as_params
 from gemmtune.core.errors import InputError
 from gemmtune.core.inputs import KernelInputs
-from gemmtune.report import LEGEND, STAGE_LABELS, autotune_table
+from gemmtune.report import LEGEND, LOST, STAGE_LABELS, autotune_table
 from gemmtune.offline.suite import ProblemSpec, load_suite
 from gemmtune.templates.extern import AtenTemplate, NumpyTemplate
 
 from helpers import ScriptedTemplate
 
-ROW = re.compile(r"^  (\S+)\s+(\d+\.\d{4}) ms\s+(\d+\.\d)% (interleaved final|prescreen|final|store|pinned)\s+(.*)$")
+ROW = re.compile(r"^  (\S+)\s+(\d+\.\d{4}) ms\s+(\d+\.\d)% (interleaved final|prescreen|final|store|pinned)\s*(.*)$")
+FAILURE = re.compile(r"^  \S+( \(.*\))?: (compile failed|wrong result|run failed): ")
+SUMMARY = re.compile(r"SingleProcess AUTOTUNE benchmarking takes \d+\.\d{4} seconds and \d+\.\d{4} seconds "
+                     r"precompiling for (\d+) choices and \d+\.\d{4} seconds prescreening")
 
 
 def _split(table: str) -> tuple[list[re.Match], list[str]]:
-    """The table's rows (after the three header lines) and the lines after them.
+    """The table's rows (after the three header lines and the count line) and the paragraphs after them
+    (a line wrapped to the width continues on lines indented by two spaces).
 
-    After the rows come only the timing-noise notes (when the machine was noisy), the legend and the
-    summary line."""
-    lines = table.splitlines()[3:]
+    After the rows come only the failures, notes (why a faster row lost, the timing noise), the legend
+    and the summary line."""
+    lines = table.splitlines()
+    assert re.match(r"\d+ choices?: \d+ timed", lines[3]), lines[3]
+    lines = lines[4:]
     n = next((i for i, line in enumerate(lines) if not ROW.match(line)), len(lines))
-    rows, rest = [ROW.match(line) for line in lines[:n]], lines[n:]
-    assert rest[-2] == LEGEND and all(line.startswith("note: ") for line in rest[:-2]), rest
+    rows, rest = [ROW.match(line) for line in lines[:n]], []
+    for line in lines[n:]:
+        if line.startswith("  ") and rest and not FAILURE.match(line):
+            rest[-1] += " " + line.strip()
+        else:
+            rest.append(line)
+    assert rest[-2] == LEGEND and all(line.startswith("note: ") or FAILURE.match(line) for line in rest[:-2]), rest
     return rows, rest  # type: ignore[return-value]
 
 
@@ -43,11 +55,11 @@ def test_table_has_inductor_format(selection):
     assert lines[0] == "AUTOTUNE mm(64x48, 48x32)"
     assert lines[1] == "strides: [48, 1], [1, 48]"
     assert lines[2] == "dtypes: torch.float32, torch.float32"
-    rows, _ = _split("\n".join(lines))
-    assert len(rows) == sum(t.ms is not None for t in selection.timings) >= 4  # every timed choice, once
-    assert any("group=" in r.group(5) for r in rows)
-    assert re.fullmatch(r"SingleProcess AUTOTUNE benchmarking takes \d+\.\d{4} seconds and \d+\.\d{4} seconds "
-                        r"precompiling for 6 choices and \d+\.\d{4} seconds prescreening", lines[-1])
+    rows, rest = _split("\n".join(lines))
+    binaries = {t.choice.binary_key for t in selection.timings if t.ms is not None}
+    assert len(rows) == len(binaries) == 4  # one row per binary: the scripted template's two runtime values folded in
+    assert sum(bool(re.fullmatch(r"group=[12] \(of 2\)", r.group(5))) for r in rows) == 2
+    assert SUMMARY.fullmatch(rest[-1]).group(1) == "6"
 
 
 def test_rows_show_stages_and_the_winner_carries_its_deciding_time():
@@ -68,9 +80,10 @@ def _check_rows(selection):
     rows, _ = _split(gemmtune.autotune_table(selection))
     assert rows
     stages = [r.group(4) for r in rows]
-    ms = [float(r.group(2)) for r in rows]
-    assert ms == sorted(ms)  # fastest first, whatever stage each time comes from
+    ms = [float(r.group(2)) for r in rows[1:]]
+    assert ms == sorted(ms)  # after the winner, fastest first, whatever stage each time comes from
     (win,) = [r for r in rows if "<- winner" in r.group(5)]
+    assert win == rows[0]
     deciding = next(t for t in selection.timings if t.choice == selection.winner)
     assert win.group(1) == selection.winner.name and win.group(4) == STAGE_LABELS[deciding.stage]
     assert float(win.group(2)) == pytest.approx(selection.winner_ms, abs=5e-5) and win.group(3) == "100.0"
@@ -88,21 +101,42 @@ def _hand_selection(lib_ms, gen_ms, pre_ms):
     return Selection(ki, winner, timings, None, "prescreen", 3, 0.0, 0.0, 0.0, 0.0, "cpu")
 
 
-def test_winner_row_is_the_interleaved_final_time_not_a_faster_prescreen_row():
-    table = autotune_table(_hand_selection(lib_ms=2.0, gen_ms=1.5, pre_ms=1.0))
-    rows = [ROW.match(line) for line in table.splitlines()[3:-2]]
+def test_the_winner_comes_first_with_its_deciding_time_and_a_faster_prescreen_row_says_why_it_lost():
+    rows, notes = _split(autotune_table(_hand_selection(lib_ms=2.0, gen_ms=1.5, pre_ms=1.0)))
     assert [(r.group(1), r.group(2), r.group(4)) for r in rows] == [
-        ("gen_T2", "1.0000", "prescreen"), ("gen_T1", "1.5000", "interleaved final"),
-        ("aten_mm", "2.0000", "interleaved final")]  # by time
-    assert rows[1].group(5).endswith("<- winner") and rows[1].group(3) == "100.0"
-    assert rows[0].group(3) == "150.0"  # faster in the prescreen, but not what decided
+        ("gen_T1", "1.5000", "interleaved final"), ("gen_T2", "1.0000", "prescreen"),
+        ("aten_mm", "2.0000", "interleaved final")]  # the winner, then by time
+    assert rows[0].group(5) == "<- winner" and rows[0].group(3) == "100.0"
+    assert rows[1].group(3) == "150.0" and rows[1].group(5) == "lost: not re-timed"  # faster, not what decided
+    assert rows[2].group(5) == "library kernel"
+    assert [n for n in notes if n.startswith("note: lost: not re-timed: ")] == [
+        "note: lost: not re-timed: " + LOST["not re-timed"]]
 
 
-def test_library_kernel_kept_by_the_margin_says_so():
-    table = autotune_table(_hand_selection(lib_ms=1.005, gen_ms=1.0, pre_ms=0.9))
-    (line,) = [line for line in table.splitlines() if "<- winner" in line]
-    assert line.startswith("  aten_mm ") and "1.0050 ms 100.0% interleaved final" in line
-    assert "library kernel kept: no generated kernel beat it by the library margin" in line
+def test_a_generated_kernel_faster_than_the_library_kernel_kept_by_the_margin_says_so():
+    rows, notes = _split(autotune_table(_hand_selection(lib_ms=1.005, gen_ms=1.0, pre_ms=0.9)))
+    assert [(r.group(1), r.group(2), r.group(3), r.group(4), r.group(5)) for r in rows] == [
+        ("aten_mm", "1.0050", "100.0", "interleaved final", "library kernel  <- winner"),
+        ("gen_T2", "0.9000", "111.7", "prescreen", "lost: not re-timed"),
+        ("gen_T1", "1.0000", "100.5", "interleaved final", "lost: library margin")]
+    assert "note: lost: library margin: " + LOST["library margin"] in notes
+
+
+def test_rows_fold_a_binarys_runtime_values_into_one_row_and_the_count_line_says_what_became_of_each_choice():
+    lib, gen = Choice("aten_mm", None), Choice("gen", "h", as_params({"T": 1}), family="numba")
+    runs = [dataclasses.replace(gen, runtime=as_params({"group": g})) for g in (1, 4, 8, 16)]
+    ki = KernelInputs.from_tensors("mm", torch.ones(4, 4), torch.ones(4, 4))
+    timings = (Timing(runs[0], 3.0, "prescreen"), Timing(runs[1], 2.5, "final"), Timing(runs[2], 2.0, "prescreen"),
+               Timing(runs[3], None, "skipped", "not_benchmarked"), Timing(lib, 1.0, "finalist"),
+               Timing(Choice("bad", "h", family="numba"), None, "final", "compile_failed", "out of resource"))
+    sel = Selection(ki, lib, timings, None, "prescreen", 4, 0.0, 0.0, 0.0, 0.0, "cpu")
+    table = autotune_table(sel)
+    assert table.splitlines()[3] == "6 choices: 4 timed, in 2 rows (one per kernel); 1 pruned before timing; 1 failed"
+    rows, _ = _split(table)
+    # the binary's row: its latest stage's best value (the final's group=4), not a faster prescreen reading
+    assert [(r.group(1), r.group(2), r.group(5)) for r in rows] == [
+        ("aten_mm", "1.0000", "library kernel  <- winner"), ("gen_T1", "2.5000", "group=4 (of 3)")]
+    assert "  bad: compile failed: out of resource" in table.splitlines()
 
 
 def test_json_has_every_field(selection):

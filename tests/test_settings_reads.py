@@ -27,6 +27,8 @@ ALLOWED = {
     "inductor/tuning.py": "the template pool Inductor's handler offers",
     "offline/sweep.py": "a sweep records the timer's settings with its dataset",
     "cli/__init__.py": "the CLI's report rows and store location",
+    "store/trust.py": "the store's trust policy: its key, what counts as shared, the lock timeout",
+    "store/locations.py": "the store a Settings names, under its trust policy",
 }
 ALLOWED_PACKAGES = ("dispatch/",)  # the eager dispatch reads its own switches (distributed, isolation, timeouts)
 

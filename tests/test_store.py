@@ -171,9 +171,9 @@ def test_cache_cli_ls_show_export_import_clear(tmp_path, capsys):
     assert "aten_mm" in capsys.readouterr().out
     assert main(["cache", "export", str(tmp_path / "e.json"), "--store", store]) == 0
     assert json.loads((tmp_path / "e.json").read_text())["entries"][0]["describe"] == "mm(16x8, 8x12)"
-    assert main(["cache", "show", "16x8", "--store", store]) == 0
+    assert main(["cache", "show", "16x8", "--json", "--store", store]) == 0
     assert '"timings"' in capsys.readouterr().out
-    assert main(["cache", "clear", "--store", store]) == 0
+    assert main(["cache", "clear", "--yes", "--store", store]) == 0
     assert "cleared 1 picks" in capsys.readouterr().out
     assert main(["cache", "import", str(tmp_path / "e.json"), "--store", str(tmp_path / "other.db")]) == 0
     assert main(["cache", "import", str(tmp_path / "missing.json"), "--store", store]) == 2

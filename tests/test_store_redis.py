@@ -309,12 +309,12 @@ def test_the_cache_commands_work_against_the_server(url, tmp_path, capsys):
     _tune(url, 40)
     assert main(["cache", "--store", url, "ls"]) == 0
     assert "mm(24x16, 16x8)" in capsys.readouterr().out
-    assert main(["cache", "--store", url, "show", "40x16"]) == 0
+    assert main(["cache", "--store", url, "show", "40x16", "--json"]) == 0
     assert [p["describe"] for p in json.loads(capsys.readouterr().out)] == ["mm(40x16, 16x8)"]
     exported = tmp_path / "picks.json"
     assert main(["cache", "--store", url, "export", str(exported)]) == 0
     capsys.readouterr()
-    assert main(["cache", "--store", url, "clear"]) == 0
+    assert main(["cache", "--store", url, "clear", "--yes"]) == 0
     assert "cleared 2 picks" in capsys.readouterr().out and open_store(url).problems() == []
     assert main(["cache", "--store", url, "import", str(exported)]) == 0
     assert "imported 2 picks" in capsys.readouterr().out

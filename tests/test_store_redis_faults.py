@@ -234,7 +234,7 @@ def test_a_cache_command_against_a_server_that_does_not_answer_exits_2_with_one_
     gemmtune.tune("mm", a, b, backends=("extern",), settings=Settings(store=str(tmp_path / "s.sqlite")))
     picks.write_text(json.dumps(Store(str(tmp_path / "s.sqlite")).export()))
     url = f"redis://127.0.0.1:{free_port()}/0?timeout=0.2"
-    arg = {"export": [str(tmp_path / "out.json")], "import": [str(picks)]}.get(action, [])
+    arg = {"export": [str(tmp_path / "out.json")], "import": [str(picks)], "clear": ["--yes"]}.get(action, [])
     assert main(["cache", action, *arg, "--store", url]) == 2
     out, err = capsys.readouterr()
     assert len(err.strip().splitlines()) == 1 and "did not answer" in err, err
@@ -248,7 +248,7 @@ def test_a_cache_command_names_a_refused_password(capsys):
 
     srv = RedisServer(password="right-pw").start()
     try:
-        assert main(["cache", "clear", "--store", srv.url().replace("right-pw", "wrong-pw")]) == 2
+        assert main(["cache", "clear", "--yes", "--store", srv.url().replace("right-pw", "wrong-pw")]) == 2
         err = capsys.readouterr().err
         assert "the server refused the password" in err and "wrong-pw" not in err
     finally:

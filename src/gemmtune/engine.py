@@ -29,6 +29,7 @@ from .measure.compile import CompileJob, CompileResult, Launchers
 from .measure.factory import runner_for
 from .measure.runners import Runner
 from .pipeline.plan import Plan, plan_for
+from .pipeline.progress import stage_lines
 from .pipeline.steps import Recalled, search
 from .store import distributed, kernels
 from .store.checked import wrong_output
@@ -51,7 +52,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
          out_layout: str | None = None, finalize: Sequence[heuristics.FinalizeHook] = (),
          templates: Sequence[Template] | None = None, store: Store | None = None,
          listener: Listener | None = None, store_tag: str | None = None, group: Any = None,
-         out_dtype: torch.dtype | None = None, use_fast_accum: bool = False) -> Selection:
+         out_dtype: torch.dtype | None = None, use_fast_accum: bool = False, progress: bool | None = None) -> Selection:
     """Tune one `mm`, `addmm`, `bmm` or `scaled_mm` problem and return the Selection.
 
     `tensors` are the op's arguments in torch order (addmm: bias, mat1, mat2; scaled_mm: a, b, scale_a,
@@ -67,12 +68,14 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     Under `torch.autocast` the operands are cast as torch would cast them for the op, and that problem
     is tuned (its Selection then accepts the same autocast call).  In a torch.distributed job the problem
     is tuned once, on one rank of `group`, and shared (a ProcessGroup; default: the group of the
-    enclosing `gemmtune.distributed_group` block, else the default group).
+    enclosing `gemmtune.distributed_group` block, else the default group).  `progress`: stage lines on
+    stderr ("gemmtune: 25 choices, 9 binaries: compiling (0.0 s)"); None (default): off a terminal, for a
+    tune still running after a second and no `listener`; False: none (`gemmtune.pipeline.progress`).
 
     Example:
         >>> import torch, gemmtune
         >>> a, b = torch.randn(64, 32), torch.randn(32, 16)
-        >>> sel = gemmtune.tune("mm", a, b, backends=("extern",))
+        >>> sel = gemmtune.tune("mm", a, b, backends=("extern",), progress=False)
         >>> torch.allclose(sel(a, b), a @ b)
         True
     """
@@ -85,11 +88,13 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     kernels.sharing(store if plan.share_kernels else None)  # before any template asks Triton anything
     choices = _choices(ki, plan, op, finalize)
     layout = _check_out_layout(ki, choices, out_layout)
-    ctx = _Context(ki, tensors, plan, listener or (lambda event, **info: None), out_layout, store)
-    job = distributed.current(*plan.distributed, group=group)
-    if job is not None:  # a torch.distributed job: tuned once, on the problem's owner, and shared
-        return job.share(ctx.store, plan.key.where(), lambda: _tune_here(ctx, choices, layout, started), distributed.pool_digest(choices, plan))
-    return _tune_here(ctx, choices, layout, started)
+    with stage_lines(progress, listener) as listen:
+        ctx = _Context(ki, tensors, plan, listen, out_layout, store)
+        job = distributed.current(*plan.distributed, group=group)
+        if job is not None:  # a torch.distributed job: tuned once, on the problem's owner, and shared
+            return job.share(ctx.store, plan.key.where(), lambda: _tune_here(ctx, choices, layout, started),
+                             distributed.pool_digest(choices, plan))
+        return _tune_here(ctx, choices, layout, started)
 
 
 def _tune_here(ctx: "_Context", choices: list[Choice], layout: Any, started: float) -> Selection:

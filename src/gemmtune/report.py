@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from .core.choices import Choice, Selection, Timing
+from .core.choices import Choice, Selection, Timing, torch_op
 from .core.inputs import dtype_name
+from .pipeline.progress import StageLines  # noqa: F401 - the stage lines off a terminal (`gemmtune tune`)
 
 
 def describe_choice(choice: Choice) -> str:
@@ -26,25 +28,56 @@ def describe_choice(choice: Choice) -> str:
 STAGE_LABELS = {"prescreen": "prescreen", "final": "final", "finalist": "interleaved final", "store": "store",
                 "pinned": "pinned"}
 LEGEND = ("stage: interleaved final = re-timed together, decides the pick; final = timed alone; prescreen = one "
-          "short run; store = an earlier tune. % = winner's time / row's time")
+          "short run; store = an earlier tune. % = winner's time / row's time. (of N): N runtime values of the "
+          "kernel were timed, the row shows the one the search kept")
+STAGE_RANK = {"prescreen": 0, "final": 1, "finalist": 2, "store": 2, "pinned": 2}
+LOST = {
+    "not re-timed": "a time from a cheaper stage (prescreen: one short run; final: timed alone) that the final "
+                    "did not re-time; the final's interleaved times decide the pick",
+    "library margin": "the library kernel is kept unless a generated kernel beats it by the library margin "
+                      "(Settings.library_margin) and by the timing noise",
+    "launch cost": "faster back to back, but its host launch time costs more than it saves on the GPU "
+                   "(Settings.launch_aware_final)",
+    "stored pick": "times recalled from the store: the pick an earlier tune made stands",
+    "final rules": "ranked below the winner by the final's rules (launch cost, then GPU time)",
+}
+"""Why a row faster than the winner lost: its short label (on the row) and the note that explains it."""
 
 
-def autotune_table(sel: Selection, rows: int | None = 20) -> str:
-    """Inductor-style AUTOTUNE report for one Selection, with the stage each time comes from.
+@dataclass(frozen=True)
+class KernelRow:
+    """One binary of a Selection in the AUTOTUNE table: the timing that stands for it (the winner's, or
+    its best runtime value at its latest stage), how many runtime values were timed, and, for a row
+    faster than the winner, why it lost (a key of `LOST`)."""
 
-    Rows are sorted by time, fastest first, each with the stage its time comes from; the winner's row
-    carries the time that decided it (a faster row from a cheaper stage did not take part in the final);
-    a legend line says what the stages mean.
+    timing: Timing
+    values: int = 1
+    lost: str = ""
+
+
+def autotune_table(sel: Selection, rows: int | None = 20, width: int | None = None) -> str:
+    """Inductor-style AUTOTUNE report for one Selection, at most `width` columns wide (default:
+    `core.text.output_width()`, 100 when not on a terminal); prose wraps between words.
+
+    One row per binary, its runtime values folded in (`group=16 (of 3)`): the winner first, then the
+    others fastest first, each with the stage its time comes from; a row faster than the winner says
+    why it lost (a note explains).  A count line says how many choices there were and what became of
+    them; a legend says what the stages mean.
 
     Example (shape of the output):
         AUTOTUNE mm(512x512, 512x512)
         strides: [512, 1], [512, 1]
         dtypes: torch.float32, torch.float32
-          numba_gemm 0.8500 ms 105.9% prescreen          MR=8, NR=8
-          aten_mm    0.9000 ms 100.0% interleaved final  library kernel  <- winner
+        20 choices: 6 timed, in 2 rows (one per kernel); 14 pruned before timing
+          aten_mm              0.9000 ms 100.0% interleaved final library kernel  <- winner
+          numba_mm_bm64_bn64   0.8500 ms 105.9% prescreen         group=4 (of 5)  lost: not re-timed
+        note: lost: not re-timed: a time from a cheaper stage ...
         stage: interleaved final = re-timed together, decides the pick; ...
-        SingleProcess AUTOTUNE benchmarking takes 0.5 seconds and 0.1 seconds precompiling for 20 choices and 0.2 seconds prescreening
+        SingleProcess AUTOTUNE benchmarking takes 0.5 seconds and 0.1 seconds precompiling for 20
+          choices and 0.2 seconds prescreening
     """
+    from .core.text import fit, output_width
+
     ki = sel.problem
     lines = [
         f"AUTOTUNE {ki.describe()}",
@@ -53,62 +86,143 @@ def autotune_table(sel: Selection, rows: int | None = 20) -> str:
     ]
     timed = ordered_rows(sel)
     shown = timed if rows is None else timed[:rows]
+    if timed or sel.n_choices > 1:
+        lines.append(count_line(sel, len(timed), len(shown)))
     if not timed:
-        lines.append(f"  {sel.winner.name} (not timed: {_untimed_reason(sel)}) {describe_choice(sel.winner)}"
-                     f"  <- winner")
-    lines += _time_rows(sel, shown)
+        lines += [f"  {sel.winner.name} {describe_choice(sel.winner)}  <- winner",
+                  f"    (not timed: {_untimed_reason(sel)})"]
+    width = output_width() if width is None else width
+    lines += _time_rows(sel, shown, width)
     if len(shown) < len(timed):
-        lines.append(f"  ... {len(timed) - len(shown)} more timed choices (see --json)")
-    lines += _failure_lines(sel)
+        lines.append(f"  ... {len(timed) - len(shown)} more timed kernels (see --json)")
+    lost = dict.fromkeys(r.lost for r in shown if r.lost)
+    lines += _failure_lines(sel, [f"note: lost: {why}: {LOST[why]}" for why in lost])
     if timed:
         lines.append(LEGEND)
     lines.append(summary_line(sel))
-    return "\n".join(lines)
+    return "\n".join(fit(lines, width))
 
 
-def ordered_rows(sel: Selection) -> list[Timing]:
-    """The timed rows of `sel`, fastest first.
+def ordered_rows(sel: Selection) -> list[KernelRow]:
+    """The timed binaries of `sel` (`KernelRow`): the winner first, then the others fastest first.
 
     Example:
         >>> from gemmtune.core.choices import Choice
         >>> a, b = Choice("aten_mm", None), Choice("numba_gemm", "h", family="numba")
         >>> sel = Selection(None, a, (Timing(a, 2.0, "finalist"), Timing(b, 1.0, "prescreen")), None, "prescreen",
         ...                 2, 0.0, 0.0, 0.0, 0.0, "cpu")
-        >>> [t.choice.name for t in ordered_rows(sel)]
-        ['numba_gemm', 'aten_mm']
+        >>> [(r.timing.choice.name, r.lost) for r in ordered_rows(sel)]
+        [('aten_mm', ''), ('numba_gemm', 'not re-timed')]
     """
-    return sorted((t for t in sel.timings if t.ms is not None), key=lambda t: t.ms or 0.0)
+    groups: dict[tuple, list[Timing]] = {}
+    for t in sel.timings:
+        if t.ms is not None:
+            groups.setdefault(t.choice.binary_key, []).append(t)
+    mine = [t for t in sel.timings if t.choice == sel.winner and t.ms is not None]
+    win = min(mine, key=lambda t: t.ms or 0.0) if mine else None
+    rows = []
+    for key, ts in groups.items():
+        rep = win if win is not None and key == sel.winner.binary_key else max(
+            ts, key=lambda t: (STAGE_RANK.get(t.stage, 0), -(t.ms or 0.0)))
+        faster = win is not None and rep is not win and (rep.ms or 0.0) < (win.ms or 0.0)
+        lost = _why_lost(sel, rep, win) if faster and win is not None else ""
+        rows.append(KernelRow(rep, len({t.choice.runtime for t in ts}), lost))
+    return sorted(rows, key=lambda r: (r.timing is not win, r.timing.ms or 0.0))
 
 
-def _time_rows(sel: Selection, shown: list[Timing]) -> list[str]:
+def _why_lost(sel: Selection, t: Timing, win: Timing) -> str:
+    """The key of `LOST` that says why `t`, faster than the winner's `win`, is not the pick."""
+    launch = None not in (t.host_ms, t.gpu_ms, win.host_ms, win.gpu_ms) and (t.host_ms or 0.0) > (win.host_ms or 0.0)
+    if STAGE_RANK.get(t.stage, 0) < STAGE_RANK.get(win.stage, 0):
+        return "not re-timed"
+    if torch_op(sel.winner) and not torch_op(t.choice):
+        return "launch cost" if launch and (t.gpu_ms or 0.0) < (win.gpu_ms or 0.0) else "library margin"
+    if t.stage == "store":
+        return "stored pick"
+    return "launch cost" if launch else "final rules"
+
+
+def count_line(sel: Selection, kernels: int, shown: int) -> str:
+    """How many choices there were and what became of them: timed (in how many rows), pruned before
+    timing, failed, cut by the time budget.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice
+        >>> a, b = Choice("aten_mm", None), Choice("numba_gemm", "h", family="numba")
+        >>> sel = Selection(None, a, (Timing(a, 2.0, "final"), Timing(b, None, "skipped", "not_benchmarked")),
+        ...                 None, "prescreen", 1, 0.0, 0.0, 0.0, 0.0, "cpu")
+        >>> count_line(sel, 1, 1)
+        '2 choices: 1 timed; 1 pruned before timing'
+    """
+    statuses = [(t.status, t.detail.startswith("BudgetExceeded")) for t in sel.timings if t.ms is None]
+    n_timed = len(sel.timings) - len(statuses)
+    cut = sum(over or (sel.budget_exhausted and s == "not_benchmarked") for s, over in statuses)
+    pruned = 0 if sel.budget_exhausted else sum(s == "not_benchmarked" and not over for s, over in statuses)
+    failed = sum(s in ("wrong_result", "run_failed", "compile_failed") and not over for s, over in statuses)
+    other = len(statuses) - cut - pruned - failed
+    timed = f"{n_timed} timed" + (f", in {kernels} rows (one per kernel)" if kernels != n_timed else "") + (
+        f", {shown} shown" if shown < kernels else "")
+    parts = [timed, f"{pruned} pruned before timing" if pruned else "", f"{failed} failed" if failed else "",
+             f"{cut} cut by the time budget" if cut else "", f"{other} not timed" if other else ""]
+    n = sel.n_choices
+    return f"{n} choice{'s' if n != 1 else ''}: " + "; ".join(p for p in parts if p)
+
+
+def _time_rows(sel: Selection, shown: list[KernelRow], width: int) -> list[str]:
+    """One line per row; where that would pass `width`, the row's last cell (its runtime values and
+    mark) goes on the next line, indented, and a name too long for its column goes on a line of its own."""
     deciding = sel.winner_ms
-    width = max((len(t.choice.name) for t in shown), default=0)
-    finalists = [t for t in shown if t.stage == "finalist"]
-    out = []
-    for t in shown:
-        mark = ""
-        if t.choice == sel.winner:
-            mark = "  <- winner"
-            if t.choice.is_extern and t.ms is not None and any(f.ms is not None and f.ms < t.ms for f in finalists):
-                mark += " (library kernel kept: no generated kernel beat it by the library margin)"
+    cells = []
+    for r in shown:
+        t = r.timing
+        mark = "  <- winner" if t.choice == sel.winner else f"  lost: {r.lost}" if r.lost else ""
+        rt = " ".join(f"{k}={v}" for k, v in t.choice.runtime) + (f" (of {r.values})" if r.values > 1 else "")
+        desc = "library kernel" if t.choice.is_extern else rt
         pct = 100.0 * deciding / t.ms if deciding and t.ms else 0.0
-        stage = STAGE_LABELS.get(t.stage, t.stage)
-        out.append(f"  {t.choice.name:<{width}} {t.ms:.4f} ms {pct:5.1f}% {stage:<17} {describe_choice(t.choice)}{mark}")
+        cells.append((t.choice.name, f"{t.ms:.4f}", f"{pct:5.1f}%", STAGE_LABELS.get(t.stage, t.stage),
+                      f"{desc}{mark}".strip()))
+    widths = [max((len(c[i]) for c in cells), default=0) for i in range(1, 4)]
+    room = width - 2 - (widths[0] + widths[1] + widths[2] + 6)  # for the name: the rest of the row must fit
+    name_w = max((len(c[0]) for c in cells if len(c[0]) < room), default=0)
+    out = []
+    for n, ms, share, st, rest in cells:
+        if len(n) > name_w:
+            out.append(f"  {n}")
+            n = ""
+        head = f"  {n:<{name_w}} {ms:>{widths[0]}} ms {share:>{widths[1]}} {st:<{widths[2]}}"
+        out += [f"{head} {rest}".rstrip()] if len(head) + 1 + len(rest) <= width else [head.rstrip(), f"      {rest}"]
     return out
 
 
-def _failure_lines(sel: Selection) -> list[str]:
-    lines = []
+def _failure_lines(sel: Selection, lost: list[str]) -> list[str]:
+    """The failed choices (one line per binary and failure), the notes in `lost`, the time budget's line
+    and the timing noise's notes."""
+    failed: dict[tuple, list[Choice]] = {}  # one line per binary and failure: its runtime values folded in
     for t in sel.timings:
-        if t.detail.startswith("BudgetExceeded"):
-            continue
-        if t.status in ("wrong_result", "run_failed", "compile_failed"):
-            lines.append(f"  {t.choice.name} {describe_choice(t.choice)}: {t.status.replace('_', ' ')}: {t.detail}")
+        if t.status in ("wrong_result", "run_failed", "compile_failed") and not t.detail.startswith("BudgetExceeded"):
+            failed.setdefault((t.choice.binary_key, t.status, t.detail), []).append(t.choice)
+    lines = [f"  {cs[0].name}{_values(cs)}: {status.replace('_', ' ')}: {detail}"
+             for (_, status, detail), cs in failed.items()] + lost
     if sel.budget_exhausted:
         cut = sum(t.detail.startswith("BudgetExceeded") or t.status == "not_benchmarked" for t in sel.timings)
         lines.append(f"tuning stopped at the time budget (--budget-s): the winner is the best found so far; "
                      f"{cut} choices not compiled or not timed")
     return lines + _noise_lines(sel)
+
+
+def _values(choices: list[Choice]) -> str:
+    """The runtime values of one binary's `choices`, each name's values together: ` (group=1/4/16)`.
+
+    Example:
+        >>> from gemmtune.core.choices import as_params
+        >>> _values([Choice("t", "h", (), as_params({"group": g})) for g in (1, 4)]), _values([Choice("a", None)])
+        (' (group=1/4)', ' (library kernel)')
+    """
+    if choices[0].is_extern:
+        return " (library kernel)"
+    names = dict.fromkeys(k for c in choices for k, _ in c.runtime)
+    vals = {k: "/".join(dict.fromkeys(str(v) for c in choices for n, v in c.runtime if n == k)) for k in names}
+    return f" ({', '.join(f'{k}={v}' for k, v in vals.items())})" if vals else ""
 
 
 def _noise_lines(sel: Selection) -> list[str]:
@@ -135,6 +249,8 @@ def _untimed_reason(sel: Selection) -> str:
         return sel.strategy
     ki = sel.problem
     others = sum(t.choice != sel.winner for t in sel.timings)
+    if others and sel.budget_exhausted:
+        return "the time budget ran out before any other candidate was timed"
     why = (f"{others} other candidates failed" if others else
            f"no other template supports {dtype_name(ki.dtype)} on {ki.device_type}, or a lookup table or hook "
            f"pinned this one")
@@ -205,52 +321,31 @@ def write_json(data: Any, path: str | Path) -> None:
 
 def summary_table(results: Any) -> Any:
     """`gemmtune tune --suite`'s summary, a rich Table: one row per (spec, Selection) of `results`; '-' where
-    there is no time (a single untimed candidate, e.g. bf16 on CPU)."""
+    there is no time (a single untimed candidate, e.g. bf16 on CPU).  Numbers never wrap; the names
+    fold where the console is narrow (the CLI's: at most 100 columns, `core.text.output_width`).
+
+    Example:
+        >>> import io
+        >>> from rich.console import Console
+        >>> console = Console(width=80, file=io.StringIO())
+        >>> console.print(summary_table([])); "gemmtune summary" in console.file.getvalue()
+        True
+    """
     from rich.table import Table
 
-    table = Table(title="gemmtune summary")
-    for col in ("shape", "problem", "winner", "ms", "TFLOP/s", "best extern ms", "vs extern", "choices",
-                "runs", "tuning s"):
-        table.add_column(col, justify="left" if col in ("shape", "problem", "winner") else "right",
-                         overflow="fold")
+    caption = ("vs lib: the best library kernel's time over the pick's (above 1: the pick is faster); every time "
+               "and count is in --json")
+    table = Table(title="gemmtune summary", caption=caption, caption_justify="left")
+    for col in ("shape", "winner", "ms", "TFLOP/s", "vs lib", "tune s"):
+        text = col in ("shape", "winner")
+        table.add_column(col, justify="left" if text else "right", overflow="fold", no_wrap=not text)
     for spec, sel in results:
         ext = [t.ms for t in sel.timings if t.choice.is_extern and t.ms is not None]
         ext_ms, ms = (min(ext) if ext else None), sel.winner_ms
-        table.add_row(spec.name or "-", spec.describe(), sel.winner.key,
+        table.add_row(f"{spec.name}\n{spec.describe()}" if spec.name else spec.describe(), sel.winner.key,
                       f"{ms:.4f}" if ms else "-", f"{sel.problem.flops / ms / 1e9:.3g}" if ms else "-",
-                      f"{ext_ms:.4f}" if ext_ms else "-", f"{ext_ms / ms:.3f}x" if ext_ms and ms else "-",
-                      str(sel.n_choices), str(sel.benchmark_runs), f"{sel.tuning_s:.2f}")
+                      f"{ext_ms / ms:.3f}x" if ext_ms and ms else "-", f"{sel.tuning_s:.2f}")
     return table
-
-
-class StageLines:
-    """Off a terminal (stderr piped or a file): one line per stage of a tune instead of a bar.
-
-    Example:
-        >>> lines = []
-        >>> listen = StageLines(lines.append)
-        >>> listen("choices", total=26, binaries=8); listen("compile", done=8, total=8)
-        >>> listen("benchmark", done=1, total=26); listen("benchmark", done=2, total=26)
-        >>> [line.split(" (")[0] for line in lines]
-        ['26 choices, 8 binaries: compiling', 'compiled 8 binaries', 'benchmarking 26 choices']
-    """
-
-    def __init__(self, write: Any):
-        import time
-
-        self.write, self.clock, self.started = write, time.perf_counter, time.perf_counter()
-        self.seen: set[str] = set()
-
-    def __call__(self, event: str, **info: Any) -> None:
-        elapsed = f" ({self.clock() - self.started:.1f} s)"
-        if event == "choices":
-            self.write(f"{info['total']} choices, {info['binaries']} binaries: compiling{elapsed}")
-        elif event == "compile" and info["done"] >= info["total"] and "compile" not in self.seen:
-            self.seen.add("compile")
-            self.write(f"compiled {info['total']} binaries{elapsed}")
-        elif event == "benchmark" and "benchmark" not in self.seen:
-            self.seen.add("benchmark")
-            self.write(f"benchmarking {info['total']} choices{elapsed}")
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from ..core.errors import GemmtuneError, InputError
 from ..core.settings import Settings
-from ..offline.cli_args import check_store_arg, flag_named, join_negative_values
+from ..offline.cli_args import check_problem_args, check_store_arg, flag_named, join_negative_values
 from .parser import OneLineParser, add_inductor_parser, build_parser  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:  # the commands import what they need when they run: `gemmtune --help` imports no torch
@@ -22,7 +22,6 @@ if TYPE_CHECKING:  # the commands import what they need when they run: `gemmtune
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
-PIPED_WIDTH = 10_000  # columns of output that is not a terminal: nothing cut or wrapped
 
 
 def tune(*args, **kwargs):
@@ -47,6 +46,7 @@ def check_fits(spec: "ProblemSpec", device: str, arg: str) -> None:
 
 
 def cmd_inductor_table(args: argparse.Namespace) -> int:
+    check_problem_args(args)  # before torch is imported
     from .. import inductor
     from ..engine import shared_store
     from ..offline.suite import ProblemSpec, load_suite
@@ -60,7 +60,8 @@ def cmd_inductor_table(args: argparse.Namespace) -> int:
         device = check_device(args.device)
         dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
         specs = (load_suite(args.suite, dtype=args.dtype) if args.suite else
-                 [ProblemSpec.parse(args.shape, op=args.op, batch=args.batch, dtype=dtype, b_layout=args.b_layout)])
+                 [ProblemSpec.parse(args.shape, op=args.op, batch=args.batch or 1, dtype=dtype,
+                                    b_layout=args.b_layout)])
         for spec in specs:
             check_fits(spec, device, "--suite" if args.suite else "--shape")
         picks = inductor.tuned_picks(((s.op, s.tensors(device)) for s in specs), settings, args.templates, args.few)
@@ -79,6 +80,7 @@ def cmd_inductor_table(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    check_problem_args(args)  # before torch is imported
     from ..offline.suite import load_suite
     from ..offline.sweep import sweep
 
@@ -111,23 +113,27 @@ def _listener(args: argparse.Namespace):
 
 @contextmanager
 def _lines() -> Iterator:
-    from ..report import StageLines
+    from ..pipeline.progress import StageLines, write_stderr
 
-    yield StageLines(lambda line: (sys.stderr.write(f"gemmtune: {line}\n"), sys.stderr.flush()))
+    yield StageLines(write_stderr)
 
 
 def _print_selection(spec: "ProblemSpec", sel, settings: Settings) -> None:
     from ..report import autotune_table
 
+    from ..core.text import fit
+
+    lines = []
     if sel.cache_hit:
-        out.print(f"cache hit: {spec.describe()} -> {sel.winner.key} (no benchmarking; "
-                  f"{sel.from_store} stored timings, tuned in {sel.tuning_s:.3f} s)")
+        lines.append(f"cache hit: {spec.describe()} -> {sel.winner.key} (no benchmarking; "
+                     f"{sel.from_store} stored timings, tuned in {sel.tuning_s:.3f} s)")
     elif sel.from_store:
-        out.print(f"partial cache hit: {sel.from_store} timings from the store, "
-                  f"{sel.benchmark_runs} new benchmark runs")
+        lines.append(f"partial cache hit: {sel.from_store} timings from the store, "
+                     f"{sel.benchmark_runs} new benchmark runs")
     if sel.stale_entries:
-        out.print(f"ignored {sel.stale_entries} stored timings measured with an older template source")
-    out.print(autotune_table(sel, rows=settings.report_rows))
+        lines.append(f"ignored {sel.stale_entries} stored timings measured with an older template source")
+    lines.append(autotune_table(sel, rows=settings.report_rows, width=out.width))
+    out.print("\n".join(fit(lines, out.width)), markup=False)
     out.print()
 
 
@@ -144,20 +150,19 @@ def _specs(args: argparse.Namespace, device: str) -> "list[ProblemSpec]":
         return load_suite(args.suite, dtype=args.dtype)
     fp8 = args.op == "scaled_mm"
     dtype = args.dtype or ("float8_e4m3fn" if fp8 else "bfloat16" if device.startswith("cuda") else "float32")
-    return [ProblemSpec.parse(args.shape or "512x512x512", op=args.op, batch=args.batch, dtype=dtype,
+    return [ProblemSpec.parse(args.shape or "512x512x512", op=args.op, batch=args.batch or 1, dtype=dtype,
                               b_layout=args.b_layout or ("col" if fp8 else "row"),
                               scales=args.scales or ("tensorwise" if fp8 else ""), out_dtype=args.out_dtype or "",
                               fast_accum=args.fast_accum)]
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from ..report import run_info, selection_dict, write_json
-
-    device = check_device(args.device)
+    check_problem_args(args)  # the flags torch is not needed for, before it is imported
     settings = Settings.from_env(strategy=args.strategy, top_x=args.top_x, backends=args.backends,
                                  effort=args.effort, budget_s=args.budget_s, isolation=args.isolation,
                                  report_rows=args.rows, verbose=bool(args.verbose) or None, store=args.store,
                                  lookup_table=args.lookup_table, gpus=args.gpus)
+    device = check_device(args.device)
     specs = _specs(args, device)
     for spec in specs:  # before anything is allocated
         check_fits(spec, device, "--suite" if args.suite else "--shape")
@@ -172,23 +177,32 @@ def cmd_tune(args: argparse.Namespace) -> int:
             err.print(f"[{i}/{len(specs)}] {spec.name or spec.describe()}", highlight=False)
         tensors = spec.tensors(device)
         with _listener(args) as listen:  # the bar is gone before the table prints
-            sel = tune(spec.op, *tensors, settings=settings, listener=listen, store=store, **spec.tune_kwargs)
+            sel = tune(spec.op, *tensors, settings=settings, listener=listen, store=store, progress=False,
+                       **spec.tune_kwargs)
         if dealt:  # a worker tuned it: this was the store's answer
             from ..offline.gpus import with_facts
 
             sel = with_facts(sel, dealt[i - 1])
+        results.append((spec, sel))
+        if args.json_path:  # before the table: a reader that stops reading (`| head`) still gets the file
+            _write_results(results, args)
+        if dealt:
             out.print(f"tuned on {dealt[i - 1].label} ({dealt[i - 1].kind})")
         _print_selection(spec, sel, settings)
-        results.append((spec, sel))
     if len(results) > 1:
         from ..report import summary_table
 
         out.print(summary_table(results))
-    if args.json_path:
-        docs = [{"name": spec.name, **selection_dict(sel)} for spec, sel in results]
-        doc = docs[0] if len(docs) == 1 and not args.suite else {"results": docs}
-        write_json({**doc, **run_info()}, args.json_path)
     return 1 if any(not d.ok for d in dealt.values()) else 0
+
+
+def _write_results(results: list, args: argparse.Namespace) -> None:
+    """`--json`: the Selections so far (a suite's file is rewritten after each shape)."""
+    from ..report import run_info, selection_dict, write_json
+
+    docs = [{"name": spec.name, **selection_dict(sel)} for spec, sel in results]
+    doc = docs[0] if len(docs) == 1 and not args.suite else {"results": docs}
+    write_json({**doc, **run_info()}, args.json_path)
 
 
 def _deal(specs: "list[ProblemSpec]", settings: Settings, device: str) -> tuple:
@@ -277,8 +291,23 @@ def abandonable(command: Callable[[], int]) -> int:
 
 
 def run(argv: Sequence[str]) -> int:
-    """`main` for the arguments `argv` (no program name), in the calling thread."""
-    argv = list(argv)
+    """`main` for the arguments `argv` (no program name), in the calling thread.  A reader of stdout that
+    goes away (`| head`) ends the command quietly, exit 0 (`cli/pipe.py`)."""
+    from .pipe import reader_gone, stdout_closed
+
+    try:
+        return _run(list(argv))
+    except BrokenPipeError:
+        if not stdout_closed():
+            raise
+        return reader_gone()
+    except SystemExit as exc:  # rich's Console on a closed pipe: stdout already points at /dev/null
+        if isinstance(exc.__context__, BrokenPipeError):
+            return 0
+        raise
+
+
+def _run(argv: list[str]) -> int:
     configure_consoles()
     if argv[:1] == ["simulate"]:
         from ..offline.simulate import simulate_main
@@ -302,6 +331,11 @@ def run(argv: Sequence[str]) -> int:
         if args.command == "inductor-table":
             return cmd_inductor_table(args)
     except (GemmtuneError, ValueError, MemoryError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError):
+            from .pipe import stdout_closed
+
+            if stdout_closed():  # the reader went away: `run` ends quietly
+                raise
         return fail(flag_named(str(exc)))
     except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback under -vv
         if args.verbose >= 2:
@@ -330,10 +364,14 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 
 def configure_consoles() -> None:
-    """Full-width, unwrapped output where stdout (stderr) is not a terminal: a file or a pager gets every name whole."""
+    """Consoles of `core.text.output_width` columns: `COLUMNS` or a terminal's width, at most 100; 100
+    where stdout (stderr) is not a terminal.  Tables fit that width and text wraps to it between words
+    (a word longer than the width folds): nothing is cut.  A one-line error (`fail`) stays one line."""
+    from ..core.text import output_width
+
     global out, err
-    out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPED_WIDTH)
-    err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
+    out = Console(highlight=False, width=output_width(sys.stdout))
+    err = Console(stderr=True, highlight=False, width=output_width(sys.stderr))
 
 
 def configure_logging(verbose: int) -> None:

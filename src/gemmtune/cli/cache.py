@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import sys
 from typing import Any, Iterator
 
 from rich.console import Console
@@ -23,24 +24,22 @@ def console() -> Console:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from ..store.locations import shared_store
-    from ..store.trust import Trust
+    from ..store.locations import store_for
 
     settings = Settings.from_env(store=args.store)
-    location, trust = settings.store, Trust.of(settings)
     if args.action in ("import", "clear", "check"):  # an effect that must last, or a verdict: never on a fall-back
         import warnings
 
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
-            store = shared_store(location, trust)
+            store = store_for(settings)
         if store.path == ":memory:" and store.origin != ":memory:":
             why = store.warnings[-1] if store.warnings else "it could not be opened"
             done = "the store cannot be read" if args.action == "check" else "nothing was changed"
             raise InputError(f"cache {args.action}: {done}: "
                              f"{re.split('; (?:left it untouched and )?keeping', why)[0]}")
     else:
-        store = shared_store(location, trust)
+        store = store_for(settings)
     with answering(store, args.action):
         return run_action(args, store)
 
@@ -70,19 +69,26 @@ def run_action(args: argparse.Namespace, store: Any) -> int:
     from ..store.lookup import import_file
 
     if args.action == "ls":
+        problems = store.problems()
+        if not problems:
+            console().print(f"the store {store.path} holds no picks", markup=False, highlight=False)
+            return 0
         table = Table(title=f"gemmtune store {store.path}")
         for col in ("problem", "device", "pick", "ms", "timings"):
             table.add_column(col, overflow="fold")
-        for p in store.problems():
+        for p in problems:
             rt = " ".join(f"{k}={v}" for k, v in p["runtime_params"].items())
             cfg = ",".join(f"{k}={v}" for k, v in p["config"].items())
-            table.add_row(p["problem"], str(p["env_info"].get("device")), f"{p['template']} {cfg} {rt}".strip(),
+            op, _, rest = p["problem"].partition("/")  # the shapes whole on a line of their own, the rest folded
+            table.add_row(f"{op}\n{rest}" if rest else op, str(p["env_info"].get("device")), f"{p['template']} {cfg} {rt}".strip(),
                           f"{p['ms']:.4f}" if p["ms"] is not None else "-", str(p["timings"]))
         console().print(table)
     elif args.action == "show":
-        console().print_json(data=store.show(args.arg or ""))
+        from .cache_show import show
+
+        return show(store, args.arg or "", console(), as_json=args.json)
     elif args.action == "clear":
-        console().print(f"cleared {store.clear()} picks from {store.path}")
+        return clear(store, args.yes)
     elif args.action == "export":
         if not args.arg:
             raise ValueError("cache export: give the JSON file to write")
@@ -98,3 +104,28 @@ def run_action(args: argparse.Namespace, store: Any) -> int:
             raise ValueError("cache import: give the JSON file to read")
         console().print(f"imported {import_file(store, args.arg)} picks into {store.path}")
     return 0
+
+
+def clear(store: Any, yes: bool) -> int:
+    """`gemmtune cache clear`: asks first where stdin is a terminal ("clear N picks from STORE? [y/N]"),
+    else needs `--yes`: without it nothing is deleted (an InputError, exit 2).  Returns the exit
+    status: 0 when cleared, 1 when the answer was not yes."""
+    if not yes:
+        n = len(store.problems())
+        if not _is_terminal(sys.stdin):
+            raise InputError(f"cache clear: {store.path} holds {n} picks; stdin is not a terminal to ask, "
+                             "so nothing was deleted (pass --yes to clear them)")
+        sys.stderr.write(f"clear {n} picks from {store.path}? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            console().print("nothing was cleared", highlight=False)
+            return 1
+    console().print(f"cleared {store.clear()} picks from {store.path}", markup=False, highlight=False)
+    return 0
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no stdin, or a closed one
+        return False

@@ -38,7 +38,7 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--op", choices=("mm", "addmm", "bmm", "scaled_mm"), default="mm",
                    help="mm: A @ B; addmm: bias + A @ B (a bias of N); bmm: batched, --batch B; scaled_mm: "
                    "torch._scaled_mm, fp8 A and B with scales, bfloat16 out (docs/FP8.md) (default mm)")
-    t.add_argument("--batch", type=int, default=1, help="batch size for bmm")
+    t.add_argument("--batch", type=int, default=None, help="bmm's batch size (required with --op bmm)")
     t.add_argument("--dtype", default=None, help="float16|bfloat16|float32|float64, or for scaled_mm "
                    "float8_e4m3fn|float8_e5m2 (default: bfloat16 on cuda, float32 on cpu, float8_e4m3fn for "
                    "scaled_mm; for --suite, each shape's own)")
@@ -100,13 +100,19 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
 def add_cache_parser(sub: argparse._SubParsersAction) -> None:
     """`gemmtune cache`: inspect and ship the store of picks."""
     c = sub.add_parser("cache", help="inspect and ship the store of picks",
-                       epilog="check: read every entry of the store through the store's schema (and, with "
+                       epilog="show: each problem whose key contains ARG (its pick, time and fastest timings; "
+                       "--json: every stored timing); exit 1 when none matches.  clear: asks first where stdin is "
+                       "a terminal, else needs --yes (without it: exit 2, nothing deleted).  check: read every "
+                       "entry of the store through the store's schema (and, with "
                        "GEMMTUNE_STORE_KEY, its signature) and print one line per bad entry (store, key, why), "
                        "then a summary; exit 0 when every entry is good, 1 when bad entries were found, 2 when "
                        "the store cannot be read.  import is an act of trust: with a key, what it imports is "
                        "signed under that key.")
     c.add_argument("action", choices=("ls", "show", "clear", "export", "import", "check"))
     c.add_argument("arg", nargs="?", help="show: text in the problem key; export/import: JSON file")
+    c.add_argument("--json", action="store_true", help="show: every stored timing as JSON (default: a summary)")
+    c.add_argument("-y", "--yes", action="store_true", help="clear: do not ask first (needed where stdin is "
+                   "not a terminal)")
     c.add_argument("--store", default=None, help="store location: a SQLite path or redis://HOST:PORT/DB (default: the "
                    "cache dir's store.sqlite)")
 
@@ -121,7 +127,7 @@ def add_inductor_parser(sub: argparse._SubParsersAction) -> None:
     isrc.add_argument("--shape", help="MxKxN: tune (or read from the store) this one problem")
     i.add_argument("--out", required=True, help="JSON file to write ({key: [entries]})")
     i.add_argument("--op", choices=("mm", "addmm", "bmm"), default="mm", help="--shape's op (default mm)")
-    i.add_argument("--batch", type=int, default=1, help="--shape with --op bmm: the batch size (default 1)")
+    i.add_argument("--batch", type=int, default=None, help="--shape with --op bmm: the batch size (required)")
     i.add_argument("--dtype", default=None, help="float16|bfloat16|float32|float64 (default: bfloat16 on cuda, "
                    "float32 on cpu; for --suite, each shape's own)")
     i.add_argument("--b-layout", choices=("row", "col"), default="row",

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .dtype_names import canonical
 from .errors import InputError
 from .validate_fp8 import FP8_DTYPES, SCALE_KINDS, validate_scaled_mm
 
@@ -32,16 +33,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def parse_dtype(name: str) -> torch.dtype:
     """Parse a dtype name (`bf16`, `bfloat16`, `torch.float16`, `fp32`, ...)."""
-    aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16",
-               "fp32": "float32", "float": "float32", "fp64": "float64", "double": "float64",
-               "e4m3": "float8_e4m3fn", "fp8": "float8_e4m3fn", "e5m2": "float8_e5m2"}
-    key = name.replace("torch.", "").lower()
-    key = aliases.get(key, key)
-    dtype = getattr(torch, key, None)
-    if not isinstance(dtype, torch.dtype) or dtype not in SUPPORTED_DTYPES + FP8_DTYPES:
-        raise InputError(f"dtype: unsupported dtype {name!r}; use one of "
-                         f"{', '.join(dtype_name(d) for d in SUPPORTED_DTYPES + FP8_DTYPES)}")
-    return dtype
+    return getattr(torch, canonical(name))  # the names of SUPPORTED_DTYPES and FP8_DTYPES
 
 
 @dataclass(frozen=True)

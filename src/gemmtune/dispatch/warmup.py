@@ -31,6 +31,7 @@ from . import eager, fp8, verdicts
 from .in_model import InModel, Switch, check_in_model
 from ..core.errors import InputError
 from ..core.settings import Settings
+from ..pipeline.progress import silenced
 from ..store import distributed
 from ..store.locations import shared_store
 from ..store.trust import Trust
@@ -89,10 +90,13 @@ class WarmupReport:
     def from_store(self) -> int:
         return sum(r.from_store for r in self.rows)
 
-    def table(self) -> str:
-        """The summary as plain text (one line per problem, then a total)."""
-        lines = [f"{'problem':<44} {'calls':>5} {'winner':<48} {'ms':>9} {'x library':>9} {'tune s':>7} "
-                 f"{'in model':>16}"]
+    def table(self, width: int | None = None) -> str:
+        """The summary as plain text, at most `width` columns (default: `core.text.output_width()`, 100
+        off a terminal): one line per problem, the winner last, then a total; prose wraps."""
+        from ..core.text import columns, fit, output_width
+
+        width = output_width() if width is None else width
+        cells = []
         for r in self.rows:
             ms = f"{r.ms:.4f}" if r.ms is not None else "-"
             sp = f"{r.speedup:.3f}" if r.speedup is not None else "-"
@@ -100,10 +104,12 @@ class WarmupReport:
             check = "-" if r.in_model is None else (f"{'kept' if r.in_model.kept else 'torch'} {r.in_model.q1:.3f}"
                                                     + (" all" if r.in_model.together else "")
                                                     + (" store" if r.in_model.stored else ""))
-            lines.append(f"{r.problem:<44} {r.calls:>5} {r.winner:<48} {ms:>9} {sp:>9} {how:>7} {check:>16}")
-        lines.append(f"{len(self.rows)} GEMM problems: {self.tuned} tuned, {self.from_store} from the store; "
+            cells.append([r.problem, str(r.calls), ms, sp, how, check, r.winner])
+        table = columns(["problem", "calls", "ms", "x library", "tune s", "in model", "winner"], cells, width,
+                        right=(1, 2, 3, 4))
+        lines = [f"{len(self.rows)} GEMM problems: {self.tuned} tuned, {self.from_store} from the store; "
                      f"warm-up {self.seconds:.2f} s (forward {self.forward_s:.2f} s, in-model check "
-                     f"{self.check_s:.2f} s)")
+                     f"{self.check_s:.2f} s)"]
         if self.released:
             lines.append(f"released {len(self.released)} layers to torch's op (every problem they met runs it; a "
                          f"new input shape there is not tuned): {', '.join(self.released)}")
@@ -111,7 +117,7 @@ class WarmupReport:
             lines.append("in model: forward time with torch's op over forward time with the pick, lower quartile "
                          "of the rounds (the pick stays above 1 + library_margin; 'torch': the model runs torch's op; 'all': "
                          "decided for the picks together; 'store': the verdict kept for this model and machine)")
-        return "\n".join(lines)
+        return "\n".join(table + fit(lines, width))
 
 
 def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | None = None,
@@ -129,7 +135,7 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     Inductor handler (`gemmtune.inductor`) reads them, so the compile tunes and benchmarks nothing
     (`Settings.compile_path="traced"`: among the traceable templates, emitted at trace time); the
     default decides them for eager calls.  `progress`: a progress bar (default: when standard error is
-    a terminal).  Returns a `WarmupReport`; print `report.table()` for the summary.
+    a terminal; False: no bar, no stage lines).  Returns a `WarmupReport`; print `report.table()` for the summary.
 
     `in_model` checks each pick that is not torch's own op in the model (`dispatch.in_model`): about 30
     more forwards per such problem, under `torch.no_grad()`.  Its verdicts are kept in the store for
@@ -161,8 +167,13 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     elif release and for_compile:
         raise InputError("warmup: release=True applies to eager use; a torch.compile trace of a released "
                          "layer would not see gemmtune (pass for_compile=False, or release=False)")
-    with distributed.distributed_group(group) if group is not None else contextlib.nullcontext():
+    with distributed.distributed_group(group) if group is not None else contextlib.nullcontext(), _quiet(progress):
         return _warmup(model, example_inputs, example_kwargs, backends, progress, for_compile, in_model, release)
+
+
+def _quiet(progress: bool | None) -> Any:
+    """progress=False: the tunes print no stage lines either (`gemmtune.tune`'s, off a terminal)."""
+    return silenced() if progress is False else contextlib.nullcontext()
 
 
 def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backends: Sequence[str] | None,

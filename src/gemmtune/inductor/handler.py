@@ -167,11 +167,9 @@ class _Mixin:
     def _store(self) -> Any:
         """The store of this handler's settings (where Inductor-timed picks are kept)."""
         from ..core.settings import Settings
-        from ..engine import shared_store
-        from ..store.trust import Trust
+        from ..store.locations import store_for
 
-        settings = self.settings or Settings.from_env()
-        return shared_store(settings.store, Trust.of(settings))
+        return store_for(self.settings or Settings.from_env())
 
     def _times_in_inductor(self, kernel_inputs: Any) -> bool:
         """A GPU problem of a compile that offers Inductor's templates (max-autotune, or the window),

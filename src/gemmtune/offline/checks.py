@@ -7,6 +7,7 @@ import torch
 from ..core.errors import InputError
 from ..core.inputs import parse_dtype
 from ..core.validate import ProblemTooLargeError, available_bytes, tuning_bytes
+from .cli_args import check_device_spelling
 from .suite import ProblemSpec
 
 
@@ -28,13 +29,8 @@ def check_device(text: str | None) -> str:
     """
     if text is None:
         return default_device()
-    try:
-        dev = torch.device(text)
-    except (RuntimeError, ValueError, TypeError):
-        hint = f" (did you mean {text.lower()!r}?)" if text.lower() != text else ""
-        raise InputError(f"argument --device: unknown device {text!r}; expected cpu or cuda (cuda:N){hint}") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise InputError(f"argument --device: gemmtune tunes on cpu or cuda, not {dev.type!r}")
+    check_device_spelling(text)  # cpu, cuda or cuda:N
+    dev = torch.device(text)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             why = ("this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible")

@@ -1,13 +1,19 @@
-"""The `gemmtune` command's argument helpers that need no console: errors that name flags, `--store`'s
-directory check, negative values joined to their flag."""
+"""The `gemmtune` command's argument helpers that need no console (and no torch): errors that name flags,
+`--store`'s directory check, negative values joined to their flag, and the checks of a problem's flags
+that run before torch is imported."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
+from ..core.dtype_names import canonical
 from ..core.errors import InputError
+from .dims import check_dims, parse_shape
 
-__all__ = ["FLAGS", "check_store_arg", "flag_named", "join_negative_values"]
+__all__ = ["FLAGS", "check_device_spelling", "check_problem_args", "check_store_arg", "flag_named",
+           "join_negative_values"]
 
 
 FLAGS = {"top_x": "--top-x", "budget_s": "--budget-s", "report_rows": "--rows", "backends": "--backends",
@@ -65,3 +71,58 @@ def join_negative_values(argv: list[str]) -> list[str]:
             joined.append(argv[i])
             i += 1
     return joined
+
+
+OTHER_TORCH_DEVICES = ("mps", "meta", "xpu", "xla", "hip", "hpu", "mtia", "lazy", "vulkan", "ipu", "ve", "fpga", "maia",
+                       "opengl", "opencl", "ideep", "mkldnn", "privateuseone")
+"""torch's device types besides cpu and cuda: gemmtune does not tune on them."""
+
+
+def check_device_spelling(text: str | None) -> None:
+    """`--device`: cpu, cuda or cuda:N (None: the default), else an InputError; whether that CUDA device
+    exists is `offline.checks.check_device`'s question (it needs torch).
+
+    Example:
+        >>> check_device_spelling("cuda:1")
+        >>> check_device_spelling("CPU")
+        Traceback (most recent call last):
+        ...
+        gemmtune.core.errors.InputError: argument --device: unknown device 'CPU'; expected cpu or cuda (cuda:N) (did you mean 'cpu'?)
+    """
+    if text is None or re.fullmatch(r"(cpu|cuda)(:[0-9]+)?", text):
+        return
+    kind = text.partition(":")[0]
+    if kind in OTHER_TORCH_DEVICES and re.fullmatch(r"[a-z]+(:[0-9]+)?", text):
+        raise InputError(f"argument --device: gemmtune tunes on cpu or cuda, not {kind!r}")
+    hint = f" (did you mean {text.lower()!r}?)" if text.lower() != text else ""
+    raise InputError(f"argument --device: unknown device {text!r}; expected cpu or cuda (cuda:N){hint}")
+
+
+def check_problem_args(args: Any) -> None:
+    """What can be checked of a command's problem flags before torch is imported: `--device`'s spelling,
+    `--dtype`'s name, `--shape`, and `--batch`, which `--op bmm` with a shape requires and only bmm takes.
+
+    Example:
+        >>> from argparse import Namespace
+        >>> check_problem_args(Namespace(device="cpu", dtype="bf16", shape="8x8x8", op="bmm", batch=2))
+        >>> check_problem_args(Namespace(device=None, dtype=None, shape="8x8x8", op="bmm", batch=None))
+        Traceback (most recent call last):
+        ...
+        gemmtune.core.errors.InputError: argument --batch: --op bmm needs the batch size (--batch B)
+    """
+    check_device_spelling(args.device)
+    if args.dtype is not None:
+        canonical(args.dtype)
+    op, batch = getattr(args, "op", "mm"), getattr(args, "batch", None)
+    shape = getattr(args, "shape", None)
+    if shape is None and getattr(args, "command", "tune") == "tune" and not getattr(args, "suite", None):
+        shape = "512x512x512"  # `gemmtune tune`'s default problem
+    if shape is None:  # a suite (each shape gives its own batch), or the store's picks
+        if batch is not None:
+            raise InputError("argument --batch: goes with --shape (a suite gives each shape's own, its \"batch\" key)")
+        return
+    if op == "bmm" and batch is None:
+        raise InputError("argument --batch: --op bmm needs the batch size (--batch B)")
+    if op != "bmm" and batch is not None:
+        raise InputError(f"argument --batch: only --op bmm takes a batch (this is --op {op})")
+    check_dims(*parse_shape(shape), 1 if batch is None else batch)

@@ -28,7 +28,7 @@ from ..search.final import FinalRule
 from ..templates.base import kernel_key
 from .dataset import ReplayShape, load_dataset, read_lines
 from .replay import decide
-from .simulate_report import plot_regret_vs_work, render_table
+from .simulate_report import headline, plot_regret_vs_work, render_table, source_line
 from .simulate_results import ShapeResult, SimulationReport, StrategyResult
 
 SHIPPED = "data/h200_suite.jsonl.gz"
@@ -237,6 +237,23 @@ def load_shipped() -> tuple[list[ReplayShape], list[ProblemDims]]:
         return load(p)
 
 
+def dataset_source(path: str | Path | None) -> str:
+    """Where the timings of `path` (None: the shipped dataset) come from: the device and date its meta
+    line records (`simulate_report.source_line`).
+
+    Example:
+        >>> dataset_source(None)
+        'timings recorded on an NVIDIA H200 on 2026-11-30 (gemmtune/data/h200_suite.jsonl.gz, shipped with gemmtune)'
+    """
+    if path is not None:
+        first = next(read_lines(path), {})
+        return source_line(first if first.get("type") == "meta" else {}, str(path))
+    from importlib.resources import as_file, files
+
+    with as_file(files("gemmtune").joinpath(SHIPPED)) as shipped:
+        return source_line(next(read_lines(shipped), {}), f"gemmtune/{SHIPPED}, shipped with gemmtune")
+
+
 def by_op(shapes: Sequence[ReplayShape], dims: Sequence[ProblemDims], op: str | None = None,
           ) -> dict[str, tuple[list[ReplayShape], list[ProblemDims]]]:
     """The shapes (and dims) of each op, in the order the data first holds them; `op`: that op's alone.
@@ -266,7 +283,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gemmtune simulate", description=__doc__.splitlines()[0])
     p.add_argument("--dataset", help=f"recorded timings (default: the shipped gemmtune/{SHIPPED})")
     p.add_argument("--strategy", nargs="+", action="extend", default=[], metavar="NAME",
-                   help="spec names (e.g. 'model_pruned[n=20]') or strategy names (all their specs); default: all")
+                   help="spec names (e.g. 'model_pruned[n=20]') or strategy names (all their specs), every one "
+                        "of them shown; default: all, the table showing exhaustive, default and each family's best")
+    p.add_argument("--all", action="store_true", help="show every simulated strategy in the table")
     p.add_argument("--op", choices=OPS, default=None,
                    help="replay this op's shapes alone (default: each op of the data, reported apart)")
     p.add_argument("--json", dest="json_path", help="write the report as JSON here")
@@ -286,29 +305,36 @@ def simulate_main(argv: Sequence[str] | None = None) -> int:
     Example:
         gemmtune simulate --dataset sweep.jsonl.gz --strategy default prescreen
     """
+    import sys
+
     from rich.console import Console
 
+    from ..core.text import fit, output_width
+
     args = _parser().parse_args(argv)
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=max(console.width, 120))
+    console = Console(highlight=False, width=output_width(sys.stdout))
+    say = lambda text: console.print("\n".join(fit([text], console.width)), markup=False, soft_wrap=True)  # noqa: E731
     try:
         shapes, dims = load(args.dataset) if args.dataset else load_shipped()
         shapes = without_library(shapes) if args.no_library else shapes
         groups = by_op(shapes, dims, args.op)
+        say(dataset_source(args.dataset))
         untimed = [s.name for s in shapes if not s.times and args.op in (None, s.op)]
         if untimed:
-            console.print(f"left out {len(untimed)} shapes with no correct timing: {', '.join(untimed)}", markup=False)
+            say(f"left out {len(untimed)} shapes with no correct timing: {', '.join(untimed)}")
         reports = {}
         for op, (op_shapes, op_dims) in groups.items():
             specs = default_specs(op_shapes)
             reports[op] = simulate(op_shapes, select_specs(specs, args.strategy) if args.strategy else specs, op_dims,
                                    args.parallel, pooled=args.pooled)
-            console.print(render_table(reports[op], title=f"gemmtune simulate: {len(op_shapes)} shapes ({op})"))
+            shown = None if args.all or args.strategy else headline(reports[op])
+            console.print(render_table(reports[op], f"gemmtune simulate: {len(op_shapes)} shapes ({op})", shown))
+            if shown is not None and len(shown) < len(reports[op].strategies):
+                say(f"{len(shown)} of {len(reports[op].strategies)} strategies shown: exhaustive (the yardstick), "
+                    "default (what tune runs) and each family's best (least max regret, then median, then work); "
+                    "--all shows every one, --json writes them")
         _write(reports, args.json_path, args.plot)
-    except (ValueError, OSError, RuntimeError) as exc:
-        import sys  # one plain line: no rich markup, which would eat the specs' "[x=5,...]"
-
+    except (ValueError, OSError, RuntimeError) as exc:  # one plain line: no rich markup, which would eat "[x=5,...]"
         sys.stderr.write(f"gemmtune simulate: error: {' '.join(str(exc).split())}\n")
         return 2
     return 0
@@ -334,4 +360,4 @@ if __name__ == "__main__":
 __all__ = ["StrategySpec", "ShapeResult", "StrategyResult", "SimulationReport", "simulate", "run_one",
            "default_specs", "select_specs", "stage1_values", "without_library", "load", "load_shipped", "pooled_times",
            "repeat_groups",
-           "by_op", "simulate_main", "render_table", "plot_regret_vs_work"]
+           "by_op", "simulate_main", "render_table", "plot_regret_vs_work", "headline", "dataset_source"]

@@ -12,12 +12,8 @@ import torch
 
 from ..core.errors import InputError
 from ..core.inputs import OPS, KernelInputs, parse_dtype
+from .dims import MAX_DIM, MAX_OPERAND_BYTES, check_dims, parse_shape  # noqa: F401 - MAX_* re-exported
 from .fp8_spec import check_fp8_spec, fp8_operands, out_dtype_name
-
-MAX_DIM = 2**31 - 1
-"""The largest M, K, N or batch a spec takes (torch's kernels index a dimension with 32-bit integers)."""
-MAX_OPERAND_BYTES = 2**63 - 1
-"""No operand (A, B or the output) may need more bytes, as float64, than torch can address."""
 MAX_SUITE_BYTES = 16 << 20
 """A suite file larger than this is refused before it is parsed (a suite is a list of shapes)."""
 
@@ -48,27 +44,12 @@ class ProblemSpec:
             raise InputError(f"op: unknown op {self.op!r}; expected one of {', '.join(OPS)}")
         if self.b_layout not in ("row", "col"):
             raise InputError(f"b_layout: expected 'row' or 'col', got {self.b_layout!r}")
-        for dim in ("M", "K", "N", "batch"):
-            v = getattr(self, dim)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"shape: {dim} must be a positive integer, got {v!r}")
-            if v > MAX_DIM:
-                shown = v if v.bit_length() <= 128 else f"a {v.bit_length()}-bit integer"
-                raise InputError(f"shape: {dim} must be at most {MAX_DIM} (2**31 - 1), got {shown}")
-        self._check_operand_sizes()
+        check_dims(self.M, self.K, self.N, self.batch)
         if not isinstance(self.dtype, str) or not isinstance(self.name, str):
             raise InputError(f"dtype and name: expected strings, got {self.dtype!r} and {self.name!r}")
         check_fp8_spec(self.op, self.dtype, self.scales, self.b_layout, self.out_dtype, self.fast_accum)
         if self.op == "scaled_mm":  # one spelling, so a spec rebuilt from a dataset record is equal to it
             object.__setattr__(self, "out_dtype", out_dtype_name(self.out_dtype))
-
-    def _check_operand_sizes(self) -> None:
-        """A, B and the output each fit what torch can allocate (as the float64 copies tuning makes)."""
-        for name, rows, cols in (("A", self.M, self.K), ("B", self.K, self.N), ("the output", self.M, self.N)):
-            elements = self.batch * rows * cols
-            if elements * 8 > MAX_OPERAND_BYTES:
-                raise InputError(f"shape: {self.batch}x{self.M}x{self.K}x{self.N} (batch x M x K x N) is too large: "
-                                 f"{name} has {elements:.3g} elements, more than torch can allocate")
 
     @classmethod
     def parse(cls, shape: str, **kw) -> "ProblemSpec":
@@ -80,14 +61,7 @@ class ProblemSpec:
             ...
             gemmtune.core.errors.InputError: shape: M must be at most 2147483647 (2**31 - 1), got 99999999999999999999
         """
-        parts = shape.lower().replace("*", "x").split("x")
-        try:
-            if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
-                raise ValueError("not three integers")
-            M, K, N = (int(p) for p in parts)  # ValueError past Python's limit on digits
-        except ValueError:
-            raise InputError(f"--shape: expected MxKxN with three positive integers, got {reprlib.repr(shape)}") from None
-        return cls(M, K, N, **kw)
+        return cls(*parse_shape(shape), **kw)
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> "ProblemSpec":

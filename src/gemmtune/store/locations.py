@@ -51,6 +51,17 @@ def shared_store(location: str | None, trust: Trust | None = None) -> Any:
     return _STORES[slot]
 
 
+def store_for(settings: Any) -> Any:
+    """The store a `gemmtune.Settings` names, under its trust policy (`shared_store`).
+
+    Example:
+        >>> from gemmtune.core.settings import Settings
+        >>> store_for(Settings(store="memory")) is shared_store("memory")
+        True
+    """
+    return shared_store(settings.store, Trust.of(settings))
+
+
 def forget_stores() -> None:
     """Drop the stores this process opened, as a new process would start: the next `shared_store`
     opens each location again (benchmarks of a second start, tests).
