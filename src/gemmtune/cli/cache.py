@@ -80,7 +80,7 @@ def run_action(args: argparse.Namespace, store: Any) -> int:
             rt = " ".join(f"{k}={v}" for k, v in p["runtime_params"].items())
             cfg = ",".join(f"{k}={v}" for k, v in p["config"].items())
             op, _, rest = p["problem"].partition("/")  # the shapes whole on a line of their own, the rest folded
-            table.add_row(f"{op}\n{rest}" if rest else op, str(p["env_info"].get("device")), f"{p['template']} {cfg} {rt}".strip(),
+            table.add_row(f"{op}/\n{rest}" if rest else op, str(p["env_info"].get("device")), f"{p['template']} {cfg} {rt}".strip(),
                           f"{p['ms']:.4f}" if p["ms"] is not None else "-", str(p["timings"]))
         console().print(table)
     elif args.action == "show":
