@@ -62,3 +62,21 @@ def require_redis() -> None:
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
     pytest.importorskip("redis")
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A real redis-server for a test module (skipped where none is installed); import it as a fixture."""
+    require_redis()
+    srv = RedisServer().start()
+    yield srv
+    srv.stop()
+
+
+def fresh_location(request, tmp_path, kind: str, tag: str) -> str:
+    """A new store location of `kind`: a SQLite file in `tmp_path`, or a fresh prefix on the module's server."""
+    import uuid
+
+    if kind == "sqlite":
+        return str(tmp_path / "s.sqlite")
+    return request.getfixturevalue("server").url(prefix=f"{tag}{uuid.uuid4().hex[:12]}")

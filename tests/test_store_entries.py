@@ -20,26 +20,16 @@ from gemmtune.store.keys import Row
 from gemmtune.store.locations import open_store
 from gemmtune.store.trust import Trust
 
-from redis_server import RedisServer, require_redis
+from redis_server import fresh_location, server  # noqa: F401 - server: a fixture
 
 KEY_A = "fleet-key-aaaaaaaaaaaaaaaa"
 KEY_B = "fleet-key-bbbbbbbbbbbbbbbb"
 
 
-@pytest.fixture(scope="module")
-def server():
-    require_redis()
-    srv = RedisServer().start()
-    yield srv
-    srv.stop()
-
-
 @pytest.fixture(params=["sqlite", "redis"])
 def where(request, tmp_path):
     """A fresh store location of each kind."""
-    if request.param == "sqlite":
-        return str(tmp_path / "s.sqlite")
-    return request.getfixturevalue("server").url(prefix=f"e{uuid.uuid4().hex[:12]}")
+    return fresh_location(request, tmp_path, request.param, "e")
 
 
 def _client(where: str):

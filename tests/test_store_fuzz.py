@@ -28,7 +28,7 @@ from gemmtune.core.settings import Settings
 from gemmtune.templates.extern import AtenTemplate
 
 from helpers import ScriptedTemplate
-from redis_server import RedisServer, require_redis
+from redis_server import RedisServer, server  # noqa: F401 - server: a fixture
 
 CASES = 260  # per store kind: 520 in all
 SHAPES = (8, 12, 16, 20)
@@ -229,14 +229,6 @@ class RedisKind:
                 client.hdel(rows_key, field)
             else:
                 client.hset(rows_key, field, _damage_json(client.hget(rows_key, field).decode(), kind, rng))
-
-
-@pytest.fixture(scope="module")
-def server():
-    require_redis()
-    srv = RedisServer().start()
-    yield srv
-    srv.stop()
 
 
 def _kinds(rng: random.Random, keyed: bool) -> str:

@@ -29,7 +29,7 @@ from gemmtune.store.trust import Trust, others_may_write
 from gemmtune.templates.extern import AtenTemplate
 
 from helpers import ScriptedTemplate
-from redis_server import RedisServer, require_redis
+from redis_server import server  # noqa: F401 - server: a fixture
 
 WRONG = "gave a wrong result"
 
@@ -50,14 +50,6 @@ class FastWrong(ScriptedTemplate):
             return res.zero_()
 
         return launch
-
-
-@pytest.fixture(scope="module")
-def server():
-    require_redis()
-    srv = RedisServer().start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(params=["sqlite", "redis"])

@@ -21,15 +21,7 @@ from gemmtune.store.keys import Row, canon, env_key
 from gemmtune.store.locations import open_store
 from gemmtune.store.sqlite import Store
 
-from redis_server import RedisServer, require_redis
-
-
-@pytest.fixture(scope="module")
-def server():
-    require_redis()
-    srv = RedisServer().start()
-    yield srv
-    srv.stop()
+from redis_server import RedisServer, require_redis, server  # noqa: F401 - server: a fixture
 
 
 @pytest.fixture

@@ -20,26 +20,17 @@ from gemmtune.store.marker import APPLICATION_ID, SCHEMA
 from gemmtune.store.signing import Signer
 from gemmtune.store.trust import Trust
 
-from redis_server import RedisServer, require_redis
+from redis_server import fresh_location, server  # noqa: F401 - server: a fixture
 
 OLD, NEW = "the-old-fleet-key-0123456789", "the-new-fleet-key-0123456789"
 PICK = Row("aten_mm", None, "{}", "{}", 1.0, "ok", "final")
 ROWS = [PICK, Row("numpy_blas", None, "{}", "{}", 2.0, "ok", "final")]
 
 
-@pytest.fixture(scope="module")
-def server():
-    require_redis()
-    srv = RedisServer().start()
-    yield srv
-    srv.stop()
-
-
 @pytest.fixture(params=["sqlite", "redis"])
 def where(request, tmp_path):
-    if request.param == "sqlite":
-        return str(tmp_path / "s.sqlite")
-    return request.getfixturevalue("server").url(prefix=f"g{uuid.uuid4().hex[:12]}")
+    """A fresh store location of each kind."""
+    return fresh_location(request, tmp_path, request.param, "g")
 
 
 def _store(where: str, key: str | None = None):
