@@ -5,6 +5,7 @@ each rank writes rank<N>.json."""
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -65,9 +66,17 @@ def dies() -> dict:
         os._exit(3)  # a rank that dies before the job's first shared tune
     try:
         spmd()
-    except gemmtune.GemmtuneError as exc:
+    except Exception as exc:  # any other kind is the test's failure, reported with its message
         return {"error": type(exc).__name__, "message": str(exc)[:300]}
     return {"error": None}
+
+
+def wait_for_the_others(out: str, ranks=(0, 1, 3), limit_s: float = 240.0) -> None:
+    """Rank 0 hosts the job's store: it stays until every other survivor wrote its result, so a rank
+    slower to fail does not meet a vanished store (a test artefact, not the failure under test)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and not all(os.path.exists(os.path.join(out, f"rank{r}.json")) for r in ranks):
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":
@@ -76,6 +85,9 @@ if __name__ == "__main__":
     # One file per rank: torchrun merges the ranks' standard outputs, and two lines can interleave.
     with open(os.path.join(sys.argv[2], f"rank{dist.get_rank()}.json"), "w") as f:
         json.dump({"rank": dist.get_rank(), "result": result}, f)
-    if sys.argv[1] != "dies":
-        dist.barrier()
-    dist.destroy_process_group() if sys.argv[1] != "dies" else os._exit(0)
+    if sys.argv[1] == "dies":
+        if dist.get_rank() == 0:
+            wait_for_the_others(sys.argv[2])
+        os._exit(0)
+    dist.barrier()
+    dist.destroy_process_group()

@@ -108,7 +108,7 @@ def test_bug_is_one_line_exit_1_and_vv_shows_the_traceback(capsys, monkeypatch):
 def test_piped_output_wraps_to_columns_and_cuts_nothing(tmp_path):
     store = tmp_path / "store.sqlite"
     done = run_module("tune", "--device", "cpu", "--shape", "24x40x56", "--op", "addmm", "--b-layout", "col",
-                      "--store", str(store), tmp_path=tmp_path)
+                      "--store", str(store), "-v", tmp_path=tmp_path)  # -v: with the legend
     assert done.returncode == 0, done.stderr
     assert "…" not in done.stdout and max(len(line) for line in done.stdout.splitlines()) <= 80  # COLUMNS=80
     assert "numba_mm_bk" in done.stdout and "interleaved final" in done.stdout

@@ -91,13 +91,12 @@ def test_a_rank_that_dies_gives_every_other_rank_a_clear_error(tmp_path):
     procs = [subprocess.Popen([sys.executable, str(CHILD), "dies", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(RANKS)]
     try:
-        for p in procs:
-            p.communicate(timeout=300)  # a hang fails here
+        errs = [p.communicate(timeout=300)[1] for p in procs]  # a hang fails here
     finally:
         for p in procs:
             p.kill()
     results = _results(out)
-    assert sorted(results) == [0, 1, 3]
+    assert sorted(results) == [0, 1, 3], {r: (procs[r].returncode, errs[r][-1500:]) for r in (0, 1, 3) if r not in results}
     for rank, r in results.items():
         assert r["error"] == "DistributedTuneError", (rank, r)
         assert "rank" in r["message"] and "died" in r["message"]

@@ -29,7 +29,7 @@ def _split(table: str) -> tuple[list[re.Match], list[str]]:
     (a line wrapped to the width continues on lines indented by two spaces).
 
     After the rows come only the failures, notes (why a faster row lost, the timing noise), the legend
-    and the summary line."""
+    where asked for, and the summary line."""
     lines = table.splitlines()
     assert re.match(r"\d+ choices?: \d+ timed", lines[3]), lines[3]
     lines = lines[4:]
@@ -40,7 +40,9 @@ def _split(table: str) -> tuple[list[re.Match], list[str]]:
             rest[-1] += " " + line.strip()
         else:
             rest.append(line)
-    assert rest[-2] == LEGEND and all(line.startswith("note: ") or FAILURE.match(line) for line in rest[:-2]), rest
+    if len(rest) > 1 and rest[-2] == LEGEND:  # asked for (legend=True, the CLI's -v)
+        rest.pop(-2)
+    assert all(line.startswith("note: ") or FAILURE.match(line) for line in rest[:-1]), rest
     return rows, rest  # type: ignore[return-value]
 
 
@@ -225,3 +227,9 @@ def test_table_says_when_noise_decided_the_pick():
     text = autotune_table(loud)
     assert "within the timing noise" in text and "stored as provisional" in text
     assert selection_dict(loud)["noisy"] is True and selection_dict(loud)["provisional"] is True
+
+
+def test_the_legend_comes_only_when_asked_for(selection):
+    assert LEGEND not in gemmtune.autotune_table(selection)
+    table = gemmtune.autotune_table(selection, legend=True, width=1000)
+    assert table.splitlines()[-2] == LEGEND

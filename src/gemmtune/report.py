@@ -55,14 +55,14 @@ class KernelRow:
     lost: str = ""
 
 
-def autotune_table(sel: Selection, rows: int | None = 20, width: int | None = None) -> str:
+def autotune_table(sel: Selection, rows: int | None = 20, width: int | None = None, legend: bool = False) -> str:
     """Inductor-style AUTOTUNE report for one Selection, at most `width` columns wide (default:
     `core.text.output_width()`, 100 when not on a terminal); prose wraps between words.
 
     One row per binary, its runtime values folded in (`group=16 (of 3)`): the winner first, then the
     others fastest first, each with the stage its time comes from; a row faster than the winner says
     why it lost (a note explains).  A count line says how many choices there were and what became of
-    them; a legend says what the stages mean.
+    them; with `legend` (the CLI's `-v`), a legend says what the stages, % and "(of N)" mean.
 
     Example (shape of the output):
         AUTOTUNE mm(512x512, 512x512)
@@ -72,7 +72,6 @@ def autotune_table(sel: Selection, rows: int | None = 20, width: int | None = No
           aten_mm              0.9000 ms 100.0% interleaved final library kernel  <- winner
           numba_mm_bm64_bn64   0.8500 ms 105.9% prescreen         group=4 (of 5)  lost: not re-timed
         note: lost: not re-timed: a time from a cheaper stage ...
-        stage: interleaved final = re-timed together, decides the pick; ...
         SingleProcess AUTOTUNE benchmarking takes 0.5 seconds and 0.1 seconds precompiling for 20
           choices and 0.2 seconds prescreening
     """
@@ -97,7 +96,7 @@ def autotune_table(sel: Selection, rows: int | None = 20, width: int | None = No
         lines.append(f"  ... {len(timed) - len(shown)} more timed kernels (see --json)")
     lost = dict.fromkeys(r.lost for r in shown if r.lost)
     lines += _failure_lines(sel, [f"note: lost: {why}: {LOST[why]}" for why in lost])
-    if timed:
+    if timed and legend:
         lines.append(LEGEND)
     lines.append(summary_line(sel))
     return "\n".join(fit(lines, width))

@@ -132,7 +132,7 @@ def _print_selection(spec: "ProblemSpec", sel, settings: Settings) -> None:
                      f"{sel.benchmark_runs} new benchmark runs")
     if sel.stale_entries:
         lines.append(f"ignored {sel.stale_entries} stored timings measured with an older template source")
-    lines.append(autotune_table(sel, rows=settings.report_rows, width=out.width))
+    lines.append(autotune_table(sel, rows=settings.report_rows, width=out.width, legend=bool(settings.verbose)))
     out.print("\n".join(fit(lines, out.width)), markup=False)
     out.print()
 

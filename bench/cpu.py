@@ -1,0 +1,130 @@
+"""gemmtune on a CPU: each shape of a suite tuned, then its pick timed against torch's own op.
+
+For each shape: `gemmtune.tune` with the store off (its wall time is the tuning time; the first shape
+also pays numba's compile unless numba's cache is warm), then the pick and torch's op (`torch.mm`,
+`torch.addmm`, `torch.bmm`) timed with `torch.utils.benchmark` in interleaved rounds, in a shuffled
+order each round; the ratio is the median of the per-round ratios torch / pick (above 1: the pick is
+faster).  The machine's load average is recorded: on a busy machine CPU timings move with it.
+
+    python bench/cpu.py --out bench/results/cpu_suite_2core_2026-12-06.json
+    python bench/cpu.py --suite bench/shapes_cpu.json --only square-128,odd-100x300x200 --rounds 5
+
+Prints a table; writes JSON after every shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.utils.benchmark as benchmark
+
+import gemmtune
+from gemmtune.offline.suite import load_suite
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH_OPS = {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}
+
+
+def cpu_name() -> str:
+    """The CPU's model name and the cores this process may use."""
+    model = platform.processor() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {len(os.sched_getaffinity(0))} cores"
+
+
+def paired_rounds(pick, ref, rounds: int, seed: int) -> tuple[float, float, float]:
+    """Median ms of `pick` and `ref`, and the median per-round ratio ref / pick, in shuffled rounds."""
+    timers = {"pick": benchmark.Timer("f()", globals={"f": pick}), "ref": benchmark.Timer("f()", globals={"f": ref})}
+    number = max(1, int(0.02 / max(timers["ref"].timeit(3).median, 1e-7)))  # about 20 ms a reading
+    rng, ms, ratios = random.Random(seed), {"pick": [], "ref": []}, []
+    for _ in range(rounds):
+        names = list(timers)
+        rng.shuffle(names)
+        got = {n: timers[n].timeit(number).median * 1e3 for n in names}
+        for n in names:
+            ms[n].append(got[n])
+        ratios.append(got["ref"] / got["pick"])
+    return statistics.median(ms["pick"]), statistics.median(ms["ref"]), statistics.median(ratios)
+
+
+def run_shape(spec, rounds: int, settings) -> dict:
+    """Tune one shape (store off) and time its pick against torch's op."""
+    tensors = spec.tensors("cpu")
+    t0 = time.perf_counter()
+    sel = gemmtune.tune(spec.op, *tensors, settings=settings, progress=False)
+    tune_s = time.perf_counter() - t0
+    ref = TORCH_OPS[spec.op]
+    torch.testing.assert_close(sel(*tensors), ref(*tensors), rtol=1e-3, atol=1e-3)
+    kernel = sel.kernel  # the pick as dispatch runs it, without the checks of a Selection call
+    pick_ms, torch_ms, ratio = paired_rounds(lambda: kernel(*tensors), lambda: ref(*tensors), rounds, seed=spec.M)
+    return {"name": spec.name, "op": spec.op, "M": spec.M, "K": spec.K, "N": spec.N, "batch": spec.batch,
+            "dtype": spec.dtype, "pick": sel.winner.key, "library_pick": sel.winner.is_extern,
+            "provisional": sel.provisional, "pick_ms": round(pick_ms, 5), "torch_ms": round(torch_ms, 5),
+            "ratio_vs_torch": round(ratio, 4), "tune_s": round(tune_s, 3), "choices": sel.n_choices}
+
+
+def summary(rows: list[dict]) -> dict:
+    ratios = [r["ratio_vs_torch"] for r in rows]
+    return {"n": len(rows), "library_picks": sum(r["library_pick"] for r in rows),
+            "geomean_vs_torch": round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 4),
+            "worst_vs_torch": min(ratios), "median_tune_s": round(statistics.median(r["tune_s"] for r in rows), 3)}
+
+
+def table(rows: list[dict]) -> str:
+    lines = [f"{'shape':<26} {'pick':<28} {'pick ms':>9} {'torch ms':>9} {'x torch':>8} {'tune s':>7}"]
+    for r in rows:
+        pick = r["pick"] if len(r["pick"]) <= 28 else r["pick"][:25] + "..."
+        lines.append(f"{r['name'][:26]:<26} {pick:<28} {r['pick_ms']:>9.4f} {r['torch_ms']:>9.4f} "
+                     f"{r['ratio_vs_torch']:>8.3f} {r['tune_s']:>7.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", default=str(ROOT / "bench" / "shapes_cpu.json"), help="suite file (default: bench/shapes_cpu.json)")
+    p.add_argument("--only", default="", help="comma-separated shape names (default: every shape)")
+    p.add_argument("--rounds", type=int, default=15, help="interleaved rounds per shape (default 15)")
+    p.add_argument("--out", default="", help="JSON file, written after every shape")
+    args = p.parse_args(argv)
+    specs = [s for s in load_suite(args.suite) if not args.only or s.name in args.only.split(",")]
+    if not specs:
+        p.error(f"no shape of {args.suite} is named in --only {args.only!r}")
+    settings = gemmtune.Settings.from_env().with_(store="off")
+    result = {"command": "python bench/cpu.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "device": cpu_name(), "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+              "gemmtune": gemmtune.__version__, "threads": torch.get_num_threads(), "shapes": []}
+    for spec in specs:
+        load = os.getloadavg()[0]
+        row = run_shape(spec, args.rounds, settings)
+        row["load_avg_before"] = round(load, 2)
+        result["shapes"].append(row)
+        result["summary"] = summary(result["shapes"])
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"{spec.name}: {row['pick']} x{row['ratio_vs_torch']:.3f} torch, tuned in {row['tune_s']:.2f} s", file=sys.stderr)
+    print(table(result["shapes"]))
+    s = result["summary"]
+    print(f"\n{s['n']} shapes on {result['device']}: geomean {s['geomean_vs_torch']:.3f}x torch, "
+          f"{s['library_picks']} library picks, median tune {s['median_tune_s']:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
