@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 TVENV  := .venv-test
 TBIN   := $(TVENV)/bin
 
-.PHONY: demo test clean
+.PHONY: demo test docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ demo: $(VENV)/.installed
 test: $(TVENV)/.dev
 	$(TBIN)/python -m mypy
 	$(TBIN)/python -m pytest -q
+
+# The generated pages: docs/SETTINGS.md's tables, docs/CLI.md and docs/API.md (tools/docs.py; with --check it
+# names a stale page), then docs/RESULTS.md.  In the test environment: pdoc is a dev dependency.
+docs: $(TVENV)/.dev
+	$(TBIN)/python tools/docs.py
+	if [ -f bench/results.py ]; then $(TBIN)/python bench/results.py --write; fi
 
 clean:
 	rm -rf $(VENV) $(TVENV)

@@ -1,36 +1,15 @@
-"""gemmtune vs cuBLAS vs Inductor max-autotune, side by side, in one process on one GPU.
+"""Per GEMM: gemmtune against cuBLAS (cuBLASLt for fp8) and Inductor max-autotune, on a shape suite, in one
+process on one GPU; tuning time beside each.
 
-For every shape of a suite:
+For every shape of `--suite` (bf16 `bench/shapes.json`, fp8 `bench/shapes_fp8.json`): the library call as
+is; `torch.compile` of the op in mode max-autotune-no-cudagraphs on fresh caches; gemmtune's `tune`, store
+off, cold (a fresh Triton cache) and warm; with `--exhaustive`, the exhaustive search (the default's
+regret).  The picks are timed interleaved (CUDA events, L2 flushed).  Writes JSON after every shape.
 
-1. cuBLAS: `torch.mm` / `torch.addmm` / `torch.bmm` as they are.
-2. Inductor max-autotune DEFAULT: `torch.compile(mode="max-autotune-no-cudagraphs")` of a function
-   doing the op, with fresh caches (`TORCHINDUCTOR_CACHE_DIR` a new temp dir, `torch._dynamo.reset()`
-   per shape); its compile + tune wall time, its choice count and pick (from Inductor's feedback hook).
-3. gemmtune: `tune()` with the store off, twice: the first call is "cold" (this process compiles;
-   Triton's on-disk cache is a fresh temp dir unless `--keep-triton-cache`), the second "warm"
-   (binaries cached in memory and on disk, nothing remembered by a store).
-4. gemmtune exhaustive (store off) for the shapes named with `--exhaustive`: prescreen's regret.
-
-The picks are then timed interleaved (`CudaTimer.time_interleaved`: L2 flushed before every run,
-CUDA events, rotated order; GPU time and host time both recorded).  Writes JSON after every shape,
-prints a markdown table, and with `--plot PREFIX` draws `PREFIX_speedup.png` (speedup over cuBLAS
-per shape) and `PREFIX_tuning.png` (tuning wall time vs Inductor) if matplotlib is installed.
-
-    python bench/compare.py --suite bench/shapes.json --out compare.json --plot compare \\
-        --exhaustive square-2048,llama3-8b-down-m16
-    python bench/compare.py --dry-run          # CPU: parse the suite, print the plan, time nothing
-    python bench/compare.py --suite bench/shapes_fp8.json   # fp8 scaled_mm; the library: torch._scaled_mm
-    # two GPUs of one host at once, then one table:
-    CUDA_VISIBLE_DEVICES=0 python bench/compare.py --part 1/2 --out a.json & \
-    CUDA_VISIBLE_DEVICES=1 python bench/compare.py --part 2/2 --out b.json; wait
-    python bench/compare.py --merge a.json b.json --out compare.json --plot compare
-
-Example (no GPU needed):
-    >>> import importlib.util, pathlib
-    >>> spec = importlib.util.spec_from_file_location("compare", pathlib.Path("bench/compare.py"))
-    >>> compare = importlib.util.module_from_spec(spec); spec.loader.exec_module(compare)  # doctest: +SKIP
-    >>> len(compare.build_plan(compare.load_specs("bench/shapes.json"), {"square-2048"})) # doctest: +SKIP
-    24
+    python bench/compare.py --suite bench/shapes_fp8.json --no-inductor --only llama3-8b-q_o-m16-rowwise
+    python bench/compare.py --dry-run                     # no GPU: the plan, nothing timed
+    python bench/compare.py --part 1/2 --out a.json       # (--part 2/2 on another GPU), then:
+    python bench/compare.py --merge a.json b.json --out compare.json
 """
 
 from __future__ import annotations
@@ -38,8 +17,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -49,26 +30,23 @@ from typing import Any, Callable, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from compare_report import markdown, plot, summary  # noqa: E402  (re-exported: compare.markdown, ...)
-
 INDUCTOR_MODE = "max-autotune-no-cudagraphs"
 
-
-# -- the plan (no GPU needed) ----------------------------------------------------------------------
 
 def load_specs(path: str | Path, only: Sequence[str] = ()):
     """The suite's ProblemSpecs, optionally restricted to names in `only`."""
     from gemmtune.offline.suite import load_suite
 
     specs = load_suite(path)
-    if only:
-        missing = sorted(set(only) - {s.name for s in specs})
-        if missing:
-            raise SystemExit(f"--only: unknown shape(s) {', '.join(missing)}")
-        specs = [s for s in specs if s.name in set(only)]
-    return specs
+    if missing := sorted(set(only) - {s.name for s in specs}):
+        raise SystemExit(f"--only: unknown shape(s) {', '.join(missing)}")
+    return [s for s in specs if not only or s.name in only]
+
+
+def spec_fields(spec) -> dict[str, Any]:
+    """The shape's name, problem and dimensions: the first keys of its plan entry and its JSON row."""
+    return {"name": spec.name, "problem": spec.describe(), "M": spec.M, "K": spec.K, "N": spec.N,
+            "batch": spec.batch, "op": spec.op, "dtype": spec.dtype, "b_layout": spec.b_layout, "scales": spec.scales}
 
 
 def build_plan(specs, exhaustive: set[str], inductor: bool = True, rounds: int = 30) -> list[dict[str, Any]]:
@@ -76,31 +54,18 @@ def build_plan(specs, exhaustive: set[str], inductor: bool = True, rounds: int =
     plan = []
     for spec in specs:
         steps = [f"cublas: {'torch._scaled_mm (cuBLASLt)' if spec.op == 'scaled_mm' else 'torch op'} as is",
-                 "gemmtune: tune (store off), cold compile cache",
-                 "gemmtune: tune (store off), warm compile cache"]
+                 "gemmtune: tune (store off), cold compile cache", "gemmtune: tune (store off), warm compile cache"]
         timed = ["gemmtune pick", "cublas"]
         if inductor:
-            steps.append(f"inductor: torch.compile(mode={INDUCTOR_MODE!r}), fresh TORCHINDUCTOR_CACHE_DIR, dynamo reset")
+            steps.append(f"inductor: torch.compile(mode={INDUCTOR_MODE!r}), fresh TORCHINDUCTOR_CACHE_DIR")
             timed.append("inductor pick")
         if spec.name in exhaustive:
             steps.append("gemmtune: tune exhaustive (store off) -> regret of the default pick")
             timed.append("gemmtune exhaustive pick")
         steps.append(f"interleaved timing ({rounds} rounds): " + ", ".join(timed))
-        plan.append({"name": spec.name, "problem": spec.describe(), "op": spec.op, "M": spec.M, "K": spec.K,
-                     "N": spec.N, "batch": spec.batch, "dtype": spec.dtype, "b_layout": spec.b_layout,
-                     "scales": spec.scales, "steps": steps, "timed": timed})
+        plan.append({**spec_fields(spec), "steps": steps, "timed": timed})
     return plan
 
-
-def print_plan(plan: list[dict[str, Any]]) -> None:
-    print(f"{len(plan)} shapes, {sum(len(p['timed']) for p in plan)} timed kernels")
-    for p in plan:
-        print(f"- {p['name']}: {p['problem']}")
-        for step in p["steps"]:
-            print(f"    {step}")
-
-
-# -- measurements (GPU) ----------------------------------------------------------------------------
 
 def op_fn(op: str) -> Callable:
     """The library call of `op`: cuBLAS through aten; for scaled_mm, `torch._scaled_mm` (cuBLASLt), bf16 out."""
@@ -111,50 +76,22 @@ def op_fn(op: str) -> Callable:
     return {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}[op]
 
 
-def run_inductor(spec, tensors) -> tuple[Callable, dict[str, Any]]:
-    """Compile + autotune with Inductor max-autotune on fresh caches; return the compiled fn and facts."""
+def run_inductor(spec, tensors) -> tuple[Callable, float]:
+    """Compile and autotune with Inductor max-autotune on fresh caches: the compiled call and its seconds."""
     import torch
 
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
     torch._dynamo.reset()
-    seen: dict[str, Any] = {}
-    try:  # Inductor's feedback hook reports every autotuned choice's time (torch >= 2.6)
-        from torch._inductor import select_algorithm
-
-        def saver(timings, *rest):  # (timings, name, input_nodes, choices, ...): the tail varies by version
-            if timings:
-                best = min(timings.items(), key=lambda kv: kv[1])
-                seen.update(choices=len(timings), pick=getattr(best[0], "name", str(best[0])),
-                            pick_desc=getattr(best[0], "description", ""), pick_ms=float(best[1]))
-
-        select_algorithm.add_feedback_saver(saver)
-    except (ImportError, AttributeError):
-        saver = None
     fn = op_fn(spec.op)
     compiled = torch.compile(lambda *t: fn(*t), mode=INDUCTOR_MODE, dynamic=False, fullgraph=True)
     t0 = time.perf_counter()
     compiled(*tensors)
     torch.cuda.synchronize()
-    seen["tune_s"] = time.perf_counter() - t0
-    if saver is not None and hasattr(select_algorithm, "clear_feedback_savers"):
-        select_algorithm.clear_feedback_savers()
-    return compiled, seen
-
-
-def best_by_template(timings) -> dict[str, float]:
-    """The fastest time each template reached inside one tune (the tuner's own timer: the ratio of two
-    of them compares them under one timer), over the candidates that ran correctly."""
-    best: dict[str, float] = {}
-    for t in timings:
-        if t.ms is not None and t.status == "ok":
-            uid = t.choice.template_uid
-            best[uid] = min(best.get(uid, t.ms), t.ms)
-    return best
+    return compiled, time.perf_counter() - t0
 
 
 def run_exhaustive(spec, settings, tensors, row: dict[str, Any]) -> Callable[[], Any]:
-    """gemmtune's exhaustive tune of the shape: its pick and runs into `row`, and its best generated
-    kernel against the library kernel as both timed inside that tune; returns the pick's call."""
+    """The exhaustive tune: its pick, runs, best template and library time (as it timed them) into `row`; its call."""
     import gemmtune
 
     t0 = time.perf_counter()
@@ -169,17 +106,15 @@ def run_exhaustive(spec, settings, tensors, row: dict[str, Any]) -> Callable[[],
     return lambda: exh(*tensors)
 
 
-def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: int,
-              timer_other=None) -> dict[str, Any]:
+def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: int) -> dict[str, Any]:
+    """One shape: its tunes, Inductor's compile, then every pick timed interleaved; its JSON row."""
     import torch
 
     import gemmtune
 
     shape_t0 = time.perf_counter()
     tensors = spec.tensors("cuda")
-    row: dict[str, Any] = {"name": spec.name, "problem": spec.describe(), "M": spec.M, "K": spec.K, "N": spec.N,
-                           "batch": spec.batch, "op": spec.op, "dtype": spec.dtype, "b_layout": spec.b_layout,
-                           "scales": spec.scales}
+    row = spec_fields(spec)
     t0 = time.perf_counter()
     cold = gemmtune.tune(spec.op, *tensors, settings=settings)
     row["gemmtune_cold_s"] = time.perf_counter() - t0
@@ -188,13 +123,11 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     row["gemmtune_warm_s"] = time.perf_counter() - t0
     row.update(winner=cold.winner.key, winner_template=cold.winner.template_uid, warm_winner=warm.winner.key,
                n_choices=cold.n_choices, benchmark_runs=cold.benchmark_runs, compile_s=cold.compile_s,
-               templates=sorted({t.choice.template_uid for t in cold.timings}),
-               best_ms_by_template=best_by_template(cold.timings))
+               templates=sorted({t.choice.template_uid for t in cold.timings}))
     cublas = op_fn(spec.op)
     fns = {"gemmtune": lambda: cold(*tensors), "cublas": lambda: cublas(*tensors)}
     if inductor:
-        compiled, facts = run_inductor(spec, tensors)
-        row.update({f"inductor_{k}": v for k, v in facts.items()})
+        compiled, row["inductor_tune_s"] = run_inductor(spec, tensors)
         fns["inductor"] = lambda: compiled(*tensors)
     if exhaustive:
         fns["exhaustive"] = run_exhaustive(spec, settings, tensors, row)
@@ -202,11 +135,6 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     for name, m in zip(fns, measured):
         row[f"{name}_ms"], row[f"{name}_host_ms"] = m.cost_ms, m.host_ms
     row["speedup_vs_cublas"] = row["cublas_ms"] / row["gemmtune_ms"]
-    if timer_other is not None:
-        for name, m in zip(fns, timer_other.time_interleaved(list(fns.values()), rounds)):
-            row[f"{name}_ms_{timer_other.flush}"] = m.cost_ms
-        row[f"speedup_vs_cublas_{timer_other.flush}"] = (row[f"cublas_ms_{timer_other.flush}"]
-                                                         / row[f"gemmtune_ms_{timer_other.flush}"])
     if inductor:
         row["inductor_speedup_vs_cublas"] = row["cublas_ms"] / row["inductor_ms"]
     if exhaustive:
@@ -218,31 +146,23 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     return row
 
 
-# -- main ---------------------------------------------------------------------------------------------
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--suite", default=str(ROOT / "bench" / "shapes.json"))
     p.add_argument("--out", default="compare.json")
     p.add_argument("--only", default="", help="comma-separated shape names (default: all)")
     p.add_argument("--exhaustive", default="", help="comma-separated shape names also tuned exhaustively")
     p.add_argument("--no-inductor", action="store_true", help="skip Inductor max-autotune")
     p.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds")
-    p.add_argument("--strategy", default=None, help="gemmtune strategy (default: Settings default)")
-    p.add_argument("--effort", default=None, help="gemmtune effort level, if this gemmtune has one")
-    p.add_argument("--keep-triton-cache", action="store_true", help="do not point TRITON_CACHE_DIR at a fresh dir")
-    p.add_argument("--plot", default="", help="write PREFIX_speedup.png and PREFIX_tuning.png")
     p.add_argument("--dry-run", action="store_true", help="parse the suite, print the plan, measure nothing")
-    p.add_argument("--part", default="", help="K/N: measure only the K-th of N contiguous parts of the suite "
-                   "(run the parts on N GPUs at once, then --merge)")
-    p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
-                   help="merge the JSON of several parts: print the table and summary, write --out and --plot")
+    p.add_argument("--part", default="", help="K/N: only the K-th of N parts of the suite (one per GPU; then --merge)")
+    p.add_argument("--merge", nargs="+", default=[], metavar="JSON", help="join the parts into --out")
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if not args.dry_run and not args.keep_triton_cache:  # before anything imports or compiles with Triton
+    if not args.dry_run:  # before anything imports or compiles with Triton
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cold-")
     if args.merge:
         return merge(args)
@@ -252,21 +172,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         k, n = (int(x) for x in args.part.split("/"))
         if not 1 <= k <= n:
             raise SystemExit(f"--part: expected K/N with 1 <= K <= N, got {args.part!r}")
-        size = -(-len(specs) // n)
-        specs = specs[(k - 1) * size: k * size]
+        specs = specs[(k - 1) * -(-len(specs) // n): k * -(-len(specs) // n)]
     exhaustive = set(names(args.exhaustive))
-    unknown = sorted(exhaustive - {s.name for s in load_specs(args.suite)})
-    exhaustive &= {s.name for s in specs}
-    if unknown:
+    if unknown := sorted(exhaustive - {s.name for s in load_specs(args.suite)}):
         raise SystemExit(f"--exhaustive: shape(s) not in the run: {', '.join(unknown)}")
+    exhaustive &= {s.name for s in specs}
+    if not args.dry_run:
+        return measure(specs, exhaustive, args)
     plan = build_plan(specs, exhaustive, inductor=not args.no_inductor, rounds=args.rounds)
-    if args.dry_run:
-        print_plan(plan)
-        if args.out:
-            Path(args.out).write_text(json.dumps({"dry_run": True, "plan": plan}, indent=1))
-        return 0
-
-    return measure(specs, exhaustive, args)
+    print(f"{len(plan)} shapes, {sum(len(p['timed']) for p in plan)} timed kernels")
+    for p in plan:
+        print(f"- {p['name']}: {p['problem']}\n" + "\n".join(f"    {step}" for step in p["steps"]))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"dry_run": True, "plan": plan}, indent=1))
+    return 0
 
 
 def measure(specs, exhaustive: set[str], args: argparse.Namespace) -> int:
@@ -279,33 +198,22 @@ def measure(specs, exhaustive: set[str], args: argparse.Namespace) -> int:
 
     if not torch.cuda.is_available():
         raise SystemExit("compare.py measures on a CUDA GPU; use --dry-run elsewhere")
-    extra = {k: v for k, v in (("strategy", args.strategy), ("effort", args.effort)) if v is not None}
-    settings = Settings.from_env().with_(store="off", **extra)
+    settings = Settings.from_env().with_(store="off")
     timer = CudaTimer(torch.device("cuda"), rep_ms=50, count_host=False, flush=settings.l2_flush)
-    # The same picks once more with L2 left dirty (Triton do_bench's flush), for comparison.
-    other = "write" if settings.l2_flush == "read" else "read"
-    timer_other = CudaTimer(torch.device("cuda"), rep_ms=50, count_host=False, flush=other)
     meta = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
             "torch": torch.__version__, "triton": __import__("triton").__version__, "gemmtune": gemmtune.__version__,
             "python": platform.python_version(), "command": " ".join(sys.argv), "inductor_mode": INDUCTOR_MODE,
             "timing": f"GPU ms by CUDA events, L2 evicted by {settings.l2_flush}ing a 2x-L2 buffer, interleaved; "
-                      f"*_ms_{other}: the same with the {other} flush; *_host_ms: host time per call",
-            "l2_flush": settings.l2_flush}
+                      "*_host_ms: host time per call", "l2_flush": settings.l2_flush}
     rows = []
     for spec in specs:
-        row = run_shape(spec, settings, timer, spec.name in exhaustive, not args.no_inductor, args.rounds,
-                        timer_other)
+        row = run_shape(spec, settings, timer, spec.name in exhaustive, not args.no_inductor, args.rounds)
         rows.append(row)
         print(f"{spec.name}: gemmtune {row['winner']} {row['gemmtune_ms']:.4f} ms (x{row['speedup_vs_cublas']:.3f}), "
               f"cuBLAS {row['cublas_ms']:.4f} ms, Inductor {row.get('inductor_ms', float('nan')):.4f} ms; "
               f"tune {row['gemmtune_cold_s']:.1f}/{row['gemmtune_warm_s']:.1f} s", flush=True)
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
-    print()
-    print(markdown(rows, meta))
-    print(json.dumps(summary(rows), indent=1))
-    if args.plot:
-        for path in plot(rows, args.plot):
-            print(f"wrote {path}")
+    print(f"\n{markdown(rows, meta)}\n{json.dumps(summary(rows), indent=1)}")
     return 0
 
 
@@ -315,14 +223,59 @@ def merge(args: argparse.Namespace) -> int:
     order = {s.name: i for i, s in enumerate(load_specs(args.suite))}
     rows = sorted((r for part in parts for r in part["rows"]), key=lambda r: order.get(r["name"], len(order)))
     meta = dict(parts[0]["meta"], parts=[p["meta"].get("command") for p in parts])
-    out = {"meta": meta, "rows": rows, "summary": summary(rows)}
-    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
-    print(markdown(rows, meta))
-    print(json.dumps(out["summary"], indent=1))
-    if args.plot:
-        for path in plot(rows, args.plot):
-            print(f"wrote {path}")
+    Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary(rows)}, indent=1, default=str))
+    print(f"\n{markdown(rows, meta)}\n{json.dumps(summary(rows), indent=1)}")
     return 0
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The rows as a Markdown table (and the exhaustive searches' regret, where measured)."""
+    out = [f"{meta.get('device')}, torch {meta.get('torch')}, triton {meta.get('triton')}, {meta.get('date')}", "",
+           "| shape | problem | cuBLAS ms | gemmtune pick | ms | x cuBLAS | Inductor ms | x cuBLAS | "
+           "tune s cold | warm | Inductor s | choices |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ind, ind_s = r.get("inductor_ms"), r.get("inductor_tune_s")
+        out.append(f"| {r['name']} | {r['problem']} | {r['cublas_ms']:.4f} | `{r['winner']}` | {r['gemmtune_ms']:.4f} | "
+                   f"{r['speedup_vs_cublas']:.3f} | {'-' if ind is None else f'{ind:.4f}'} | "
+                   f"{'-' if ind is None else format(r['inductor_speedup_vs_cublas'], '.3f')} | "
+                   f"{r['gemmtune_cold_s']:.1f} | {r['gemmtune_warm_s']:.1f} | "
+                   f"{'-' if ind_s is None else format(ind_s, '.1f')} | {r['n_choices']} |")
+    if ex := [r for r in rows if "exh_winner" in r]:
+        out += ["", "| shape | default pick | exhaustive pick | regret % | runs | exhaustive runs |", "|---" * 6 + "|"]
+        out += [f"| {r['name']} | `{r['winner']}` | `{r['exh_winner']}` | {r['regret_pct']:.2f} | "
+                f"{r['benchmark_runs']} | {r['exh_runs']} |" for r in ex]
+    return "\n".join(out)
+
+
+def geomean(xs: Sequence[float | None]) -> float | None:
+    """The geometric mean of the values given (None and 0 left out).
+
+        >>> geomean([1.0, 4.0, None])
+        2.0
+    """
+    kept = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in kept) / len(kept)) if kept else None
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians of the tuning times; the picks against cuBLAS and against the best of the kernels timed."""
+    cold, warm = (statistics.median(r[f"gemmtune_{k}_s"] for r in rows) for k in ("cold", "warm"))
+    ind = [r["inductor_tune_s"] for r in rows if r.get("inductor_tune_s") is not None]
+    out: dict[str, Any] = {"shapes": len(rows), "median_cold_s": cold, "median_warm_s": warm}
+    if ind:
+        mi = statistics.median(ind)
+        out.update(median_inductor_s=mi, cold_vs_inductor=cold / mi, warm_vs_inductor=warm / mi)
+    best = [r["gemmtune_ms"] / min(x for x in (r["cublas_ms"], r.get("inductor_ms"), r.get("exhaustive_ms")) if x)
+            for r in rows]
+    out.update(within_1pct_of_best=sum(b <= 1.01 for b in best) / len(rows), worst_vs_best=max(best),
+               worst_vs_cublas=max(r["gemmtune_ms"] / r["cublas_ms"] for r in rows),
+               over_1_02_cublas=[r["name"] for r in rows if r["gemmtune_ms"] > 1.02 * r["cublas_ms"]],
+               geomean_speedup=geomean([r["speedup_vs_cublas"] for r in rows]),
+               inductor_geomean_speedup=geomean([r.get("inductor_speedup_vs_cublas") for r in rows]))
+    for r in rows:
+        if r.get("exh_best_template_ms"):
+            out.setdefault("best_template_vs_library", {})[r["name"]] = r["exh_library_ms"] / r["exh_best_template_ms"]
+    return out
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import random
 import statistics
 import sys
@@ -38,14 +37,8 @@ TORCH_OPS = {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}
 
 def cpu_name() -> str:
     """The CPU's model name and the cores this process may use."""
-    model = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "cpu")
     return f"{model}, {len(os.sched_getaffinity(0))} cores"
 
 
@@ -88,12 +81,9 @@ def summary(rows: list[dict]) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{'shape':<26} {'pick':<28} {'pick ms':>9} {'torch ms':>9} {'x torch':>8} {'tune s':>7}"]
-    for r in rows:
-        pick = r["pick"] if len(r["pick"]) <= 28 else r["pick"][:25] + "..."
-        lines.append(f"{r['name'][:26]:<26} {pick:<28} {r['pick_ms']:>9.4f} {r['torch_ms']:>9.4f} "
-                     f"{r['ratio_vs_torch']:>8.3f} {r['tune_s']:>7.2f}")
-    return "\n".join(lines)
+    head = f"{'shape':<26} {'pick':<28} {'pick ms':>9} {'torch ms':>9} {'x torch':>8} {'tune s':>7}"
+    return "\n".join([head, *(f"{r['name'][:26]:<26} {r['pick'][:28]:<28} {r['pick_ms']:>9.4f} {r['torch_ms']:>9.4f} "
+                              f"{r['ratio_vs_torch']:>8.3f} {r['tune_s']:>7.2f}" for r in rows)])
 
 
 def main(argv: list[str] | None = None) -> int:

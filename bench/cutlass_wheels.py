@@ -68,7 +68,7 @@ def pack(wheels: Path, out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--dry-run", action="store_true", help="print the pip command and the target; do nothing")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cutlass-wheels-") as tmp:

@@ -1,13 +1,12 @@
-"""A model's warm-up in a torch.distributed job (gloo, CPU): one rank alone against W ranks, where
-`gemmtune.warmup` deals the problems across the ranks (store/distributed.py).
+"""A model's warm-up in a torch.distributed job (gloo, on the CPUs): one rank alone against W ranks, among
+which `gemmtune.warmup` deals the problems; every rank must end with the same picks.
 
-Each run is a fresh `torchrun` job with its own empty caches; the time is the slowest rank's
-`warmup` call, after gemmtune's lazy import of its dispatch layer (timed apart: a cost of each
-process, not of the warm-up), with its parts: its own tunes, the store hits of the problems other
-ranks tuned, the recording forward and the in-model check.  Each rank writes its result to a file of its own, which this script reads.  Prints a
-table and writes JSON.
+Each run is a fresh `torchrun` job with its own empty caches and an 8-layer model of 8 problems; the
+time is the slowest rank's `warmup` call (gemmtune's import of its dispatch layer timed apart: a cost
+of each process), with its parts: its own tunes, the store hits of the problems other ranks tuned, the
+recording forward and the in-model check.  Prints a table; writes JSON with `--out`.
 
-    python bench/distributed_warmup.py --ranks 1,4 --out bench/results/distributed_warmup.json
+    python bench/distributed_warmup.py --ranks 1,2,4 --warm-numba --out distributed_warmup.json
 """
 
 from __future__ import annotations
@@ -34,25 +33,15 @@ class Many(torch.nn.Module):
 model, xs = Many(), [torch.randn(m, k) for m, k, _ in shapes]
 t = time.perf_counter()
 warmup = gemmtune.warmup  # gemmtune imports its dispatch layer on first use: a cost of the process, apart
-import_s = time.perf_counter() - t
-if os.environ.get("DISTRIBUTED_WARMUP_PRELOAD") == "1":  # load the CPU backends (numba's kernels) on an unrelated problem
+if sys.argv[2] == "preload":  # the CPU backends (numba's kernels) loaded on an unrelated problem, timed apart
     from gemmtune.core.settings import Settings
-    t = time.perf_counter()
     gemmtune.tune("mm", torch.randn(24, 40), torch.randn(40, 56), settings=Settings.from_env().with_(
         distributed="off", store="off"))
-    import_s += time.perf_counter() - t
+import_s = time.perf_counter() - t
 dist.barrier()
-profile = os.environ.get("DISTRIBUTED_WARMUP_PROFILE") == "1" and dist.get_rank() == 0
-if profile:
-    import cProfile, io, pstats
-    prof = cProfile.Profile(); prof.enable()
 t = time.perf_counter()
 report = warmup(model, xs, progress=False)
 seconds = time.perf_counter() - t
-if profile:
-    prof.disable(); text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
-    open(os.path.join(sys.argv[1], "rank0.profile.txt"), "w").write(text.getvalue())
 # One file per rank (sys.argv[1] is the folder): torchrun merges the ranks' standard outputs.
 with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as f:
     json.dump({"rank": dist.get_rank(), "seconds": seconds, "import_s": import_s, "tuned": report.tuned,
@@ -65,23 +54,19 @@ dist.destroy_process_group()
 """
 
 
-def run(ranks: int, cache: Path | None = None, backends: str | None = None, profile: bool = False,
-        share_cores: bool = False, preload: bool = False) -> dict:
+def run(ranks: int, cache: Path | None = None, preload: bool = False) -> dict:
+    """One `torchrun` job of `ranks` ranks: the slowest rank's warm-up and its parts."""
     root = Path(tempfile.mkdtemp())
     (root / "child.py").write_text(CHILD)
     env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(cache or root / "cache"), "GEMMTUNE_STORE": "memory",
-           "OMP_NUM_THREADS": "1", "GEMMTUNE_NOISE_LIMIT": "1e9", **({"GEMMTUNE_BACKENDS": backends} if backends else {}),
-           **({"DISTRIBUTED_WARMUP_PROFILE": "1"} if profile else {}), **({"DISTRIBUTED_WARMUP_PRELOAD": "1"} if preload else {}),
-           **({"NUMBA_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks))} if share_cores else {})}
+           "OMP_NUM_THREADS": "1", "GEMMTUNE_NOISE_LIMIT": "1e9"}  # GEMMTUNE_BACKENDS, where set, passes on
     out = root / "out"
     out.mkdir()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-           str(root / "child.py"), str(out)]
+           str(root / "child.py"), str(out), "preload" if preload else "-"]
     started = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     rows = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
-    if (out / "rank0.profile.txt").is_file():
-        print(f"-- ranks={ranks}: rank 0's warm-up, cProfile by cumulative time\n" + (out / "rank0.profile.txt").read_text())
     if done.returncode != 0 or sorted(r["rank"] for r in rows) != list(range(ranks)):
         raise SystemExit(f"ranks={ranks}: rc {done.returncode}: {done.stderr[-2000:]}")
     slowest = max(rows, key=lambda r: r["seconds"])
@@ -91,35 +76,19 @@ def run(ranks: int, cache: Path | None = None, backends: str | None = None, prof
                 slowest={k: slowest[k] for k in ("rank", "import_s", "tune_s", "from_store_s", "forward_s", "check_s")})
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    p.add_argument("--ranks", default="1,4", help="comma-separated rank counts, one torchrun job each; the first "
-                                                   "is the baseline of the 'x one rank' column (default: 1,4)")
-    p.add_argument("--backends", default=None,
-                   help="backend families to tune among (GEMMTUNE_BACKENDS, e.g. extern,numpy for a quick run; "
-                        "default: every CPU family)")
-    p.add_argument("--warm-numba", action="store_true",
-                   help="fill numba's on-disk cache first (one rank), so that every timed run tunes but compiles "
-                        "nothing: the comparison is then of the tuning work alone")
-    p.add_argument("--profile", action="store_true", help="print a cProfile of rank 0's warm-up in each run")
-    p.add_argument("--preload", action="store_true",
-                   help="before the timed warm-up, each rank tunes one unrelated problem alone, which loads the CPU "
-                        "backends (numba and its cached kernels, about 2 s a process on the H200 host); timed with "
-                        "the import, so the warm-up's time is its dealt tuning work")
-    p.add_argument("--share-cores", action="store_true",
-                   help="give each rank's numba kernels its share of the cores (NUMBA_NUM_THREADS = cores / ranks), "
-                        "as a job of one process per device would; default: numba's own (every core, each rank)")
+    p.add_argument("--ranks", default="1,4", help="rank counts, one torchrun job each (the first: the baseline)")
+    p.add_argument("--warm-numba", action="store_true", help="fill numba's cache first: the runs compile nothing")
+    p.add_argument("--preload", action="store_true", help="each rank loads the CPU backends first, timed apart")
     p.add_argument("--out", default=None, help="write the results as JSON here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     cache = Path(tempfile.mkdtemp()) if args.warm_numba else None
     if cache is not None:
-        run(1, cache, args.backends)
+        run(1, cache)
     res = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "cpus": os.cpu_count(),
-           "warm_numba": args.warm_numba, "backends": args.backends,
-           "share_cores": args.share_cores,
-           "preload": args.preload,
-           "runs": [run(int(r), cache, args.backends, args.profile, args.share_cores, args.preload)
-                    for r in args.ranks.split(",")]}
+           "warm_numba": args.warm_numba, "backends": os.environ.get("GEMMTUNE_BACKENDS"), "preload": args.preload,
+           "runs": [run(int(r), cache, args.preload) for r in args.ranks.split(",")]}
     base = res["runs"][0]["warmup_s"]
     print("| ranks | warm-up s (slowest rank) | x one rank | its tunes s | store hits s | forward s | in-model check s "
           "| with gemmtune's import s | problems tuned per rank | same picks on every rank |")
@@ -131,7 +100,8 @@ def main() -> None:
               f"{r['tuned']} | {r['same_picks']} |")
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,31 +1,13 @@
-"""The GPU runner: named jobs (GPU tests, benchmarks, the CuTe DSL set-up) run in lanes, one lane per GPU.
+"""The GPU runner: named jobs (the GPU tests, the benchmarks of bench/, the CUTLASS set-up) run in lanes on
+a GPU machine, lane i on GPU i, all at once where the host has a GPU per lane (else one after the other).
 
-    python bench/gpu_run.py LANE [LANE ...]     # a LANE: job names joined by commas, or a preset
-    python bench/gpu_run.py checks               # preset: the GPU tests and the six-shape comparison
-    python bench/gpu_run.py cutlass-setup        # one job (here: the CuTe DSL from the carried .whl/dsl)
-    python bench/gpu_run.py --list               # the jobs and presets
-    python bench/gpu_run.py --dry-run warmup     # what would run where
+Each job writes $OUT/<job>.log (and $OUT/<job>.json where its script writes JSON; $OUT: ./gpu_out unless
+set); the end of each log is printed; exit status 1 if a job failed.  [DSL] jobs need .cutedsl/, which the
+job `cutlass-setup` unpacks from the carried .whl/cutlass (`python bench/cutlass_wheels.py` packs it).
 
-Lane i runs on GPU i (CUDA_VISIBLE_DEVICES=i), all lanes at once, where the host has a GPU per lane;
-otherwise the lanes run one after the other.  A lane runs its jobs in order; one that fails does not
-stop the next.  Each job writes its output to $OUT/<job>.log (JSON, where the script writes one, to
-$OUT/<job>.json; $OUT defaults to ./gpu_out); at the end the last --tail lines of each log are printed,
-and the exit status is 1 when a job failed or timed out.
-
-The CuTe DSL (docs/CUTLASS.md) is not installed on the GPU machine, which has no network: its wheels
-are made on the CPU machine into the git-ignored .whl/ and carried (64 MiB at most per call):
-  .whl/dsl/   nvidia_cutlass_dsl{,_libs_base,_libs_core} wheels + cu13.tar.xz (the
-              nvidia-cutlass-dsl-libs-cu13 wheel unzipped, tar | xz -9e);
-  .whl/deps/  cuda-bindings (cp312), cuda-pathfinder, protobuf: needed only where `cutlass-setup`
-              prints "MISSING DEPS";
-  .whl/ops/   nvidia-cutlass-operators and its dependencies: apache-tvm-ffi, torch-c-dlpack-ext (cp312)
-              (networkx, which it needs too, is on the GPU machine already); .whl/dsl and .whl/ops together
-              did not fit one call's 64 MiB beside the tree (2026-12-02), so each took its own call;
-  .whl/cutlass/cutlass.tar.xz  all of the above unzipped in one xz pack (`python bench/cutlass_wheels.py`),
-              which fits one call: `cutlass-all-setup` unpacks it.
-`cutlass-setup` (carry .whl/dsl) unpacks them into .cutedsl/, which stays while the machine is warm;
-`cutlass-deps` (carry .whl/deps) adds the dependencies, `cutlass-ops-setup` (carry .whl/ops) the
-operators library; the jobs marked [DSL] run with .cutedsl/ on the path and are skipped without it.  cuda-bindings 13 needs a driver for CUDA 13 (>= 580).
+    python bench/gpu_run.py --list                      # the jobs and presets
+    python bench/gpu_run.py tests-core,compare-six tests-api   # any jobs: one argument per lane
+    python bench/gpu_run.py --dry-run --gpus 2 models   # what would run where
 """
 
 from __future__ import annotations
@@ -36,72 +18,135 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import threading
 import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence, TextIO
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from gpu_jobs import JOBS, PRESET_DOCS, PRESETS, PY, Job  # noqa: E402  (the runner's data, re-exported)
-
 ROOT = Path(__file__).resolve().parents[1]
 DSL = ROOT / ".cutedsl"
+PY = sys.executable
+PYTEST = (PY, "-m", "pytest", "-q", "-p", "no:cacheprovider")
+IMPORT_CHECK = ("import cutlass, cutlass.cute, cutlass.operators as ops; "
+                "print('cutlass', cutlass.__version__, 'cutlass.operators', ops.__version__)")
 
-IMPORT_CHECK = {"dsl": "import cutlass, cutlass.cute; print('cutlass', cutlass.__version__)",
-                "ops": "import cutlass.operators as ops; print('cutlass.operators', ops.__version__)",
-                "cutlass": "import cutlass, cutlass.cute, cutlass.operators as ops; "
-                           "print('cutlass', cutlass.__version__, 'cutlass.operators', ops.__version__)"}
+
+@dataclass(frozen=True)
+class Job:
+    """A command (`{out}`: the output folder, `{job}`: the job's name), or the pack unpacked (`unpack`);
+    `dsl` True: runs with .cutedsl/ on the path, skipped without it; None: with it where it is there."""
+
+    doc: str
+    argv: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    dsl: bool | None = False
+    env: tuple[tuple[str, str], ...] = ()
+    unpack: bool = False
 
 
-def unpack(folder: str, log: TextIO) -> int:
-    """Extract every wheel of .whl/<folder> (and a .tar.xz) into .cutedsl/; report what imports."""
-    src = ROOT / ".whl" / folder
+def gpu_tests(*names: str) -> tuple[str, ...]:
+    """pytest over tests/gpu/<name>.py, with -s: the tests' own prints reach the log."""
+    return (*PYTEST, "-s", *(f"tests/gpu/{n}.py" for n in names))
+
+
+def script(name: str, *args: str) -> tuple[str, ...]:
+    """`python bench/<name>.py ARGS --out {out}/{job}.json`."""
+    return (PY, f"bench/{name}.py", *args, "--out", "{out}/{job}.json")
+
+
+SIX_SHAPES = "square-2048,square-8192,odd-4097,llama3-8b-qkv-m1,llama3-8b-o-m16,llama3-8b-gate_up-m128"
+FP8_SHAPES = ("llama3-8b-q_o-m16-rowwise,llama3-8b-gate_up-m128-tensorwise,llama3-8b-down-m1024-rowwise,"
+              "llama3-70b-q_o-m8192-tensorwise")
+PROTOCOL_ROOT = "/tmp/gemmtune-protocol"  # the caches a case's first calls leave for its steady state
+FIRST = ("--steady", "", "--root", PROTOCOL_ROOT)
+STEADY = ("--first", "", "--train", "--rounds", "31", "--iters", "20", "--root", PROTOCOL_ROOT)
+JOBS: dict[str, Job] = {
+    "tests-all": Job("tests/gpu, 4 pytest-xdist workers sharing the GPU; the CUTLASS tests where .cutedsl/ is",
+                     (*PYTEST[:-2], "-n", "4", "--dist", "loadfile", "--durations", "25", "tests/gpu"), 540, dsl=None),
+    "tests-rerun-failed": Job("tests/gpu: only what tests-all failed, again, one at a time",
+                              (*PYTEST[:-2], "--lf", "--lfnf", "none", "tests/gpu"), 300, dsl=None),
+    "tests-core": Job("tests/gpu: kernels, Hopper templates, skinny shapes, compiled programs",
+                      gpu_tests("test_gpu", "test_hopper_templates", "test_skinny_gpu", "test_compiled_gpu"), 400),
+    "tests-api": Job("tests/gpu: the public API, fault isolation, preview templates, autocast, the store",
+                     gpu_tests("test_api_gpu", "test_faults_gpu", "test_preview_templates", "test_autocast_gpu",
+                               "test_share_kernels_gpu", "test_kernel_configs_gpu"), 500),
+    "tests-dispatch": Job("tests/gpu: in-model check, patched layer, bound launches, Inductor, pipelined autotuning",
+                          gpu_tests("test_in_model_gpu", "test_patch_fast_gpu", "test_bound_launch_gpu",
+                                    "test_inductor_gpu", "test_pipeline_gpu"), 560),
+    "tests-fp8": Job("tests/gpu: fp8 scaled_mm: eager, the Triton and TMA templates, Inductor, the fuzz cases",
+                     gpu_tests("test_scaled_mm_gpu", "test_scaled_tma_gpu", "test_scaled_mm_inductor_gpu",
+                               "test_fp8_fuzz_gpu"), 400),
+    "tests-cutlass": Job("[DSL] tests/gpu: the CUTLASS operators' kernels, and a pick as Inductor's extern call",
+                         gpu_tests("test_cutlass_operators_gpu", "test_inductor_extern_gpu"), 500, dsl=True),
+    "compare-six": Job("bench/compare.py --no-inductor on six shapes",
+                       script("compare", "--no-inductor", "--only", SIX_SHAPES), 300),
+    **{f"compare-{k}of4": Job(f"bench/compare.py, part {k} of 4 of bench/shapes.json (then --merge)",
+                              script("compare", "--part", f"{k}/4"), 590) for k in range(1, 5)},
+    "compare-fp8": Job("bench/compare.py on four fp8 shapes, one also exhaustive",
+                       script("compare", "--suite", "bench/shapes_fp8.json", "--only", FP8_SHAPES, "--exhaustive",
+                              "llama3-8b-gate_up-m128-tensorwise", "--rounds", "20"), 420),
+    "compare-cutlass": Job("[DSL] bench/compare.py --no-inductor on 3 shapes, the cutlass family pooled", script(
+        "compare", "--no-inductor", "--only", "square-4096,square-8192,odd-4097", "--rounds", "20"), 400, dsl=True,
+        env=(("GEMMTUNE_BACKENDS", "extern,triton,cutlass"),)),
+    "fuzz-mm": Job("bench/fuzz.py --kind mm: 1000 problems, 12 processes",
+                   script("fuzz", "--kind", "mm", "--cases", "1000", "--jobs", "12"), 560),
+    "fuzz-fp8": Job("bench/fuzz.py --kind fp8: 200 problems", script("fuzz", "--kind", "fp8", "--cases", "200"), 560),
+    **{f"models-{name}-{part}": Job(f"bench/models.py on {case}, the {part} part (first, then steady, on one machine)",
+                                    script("models", "--cases", case, *(FIRST if part == "first" else STEADY)), 590)
+       for name, case in (("stack1", "stack:1"), ("stack512", "stack:512"), ("llama64", "llama:64"))
+       for part in ("first", "steady")},
+    **{f"profile-{w}": Job(f"bench/profiling.py {w}", script("profiling", w), 300) for w in ("tune", "calls")},
+    "first-use-check": Job("bench/redis_store.py --first-use with Triton picks", script(
+        "redis_store", "--first-use", "--device", "cuda", "--backends", "triton", "--sizes", "256,1024,4096"), 300),
+    "distributed-warmup": Job("bench/distributed_warmup.py --ranks 1,4: gloo on the host's CPUs", script(
+        "distributed_warmup", "--ranks", "1,4", "--warm-numba", "--preload"), 240, env=(("CUDA_VISIBLE_DEVICES", ""),)),
+    "cutlass-setup": Job("unpack the carried .whl/cutlass (bench/cutlass_wheels.py) into a new .cutedsl/",
+                         timeout_s=120, unpack=True),
+}
+PRESETS = {  # name: (lanes, what they run)
+    "checks": (("tests-core,compare-six,profile-calls", "tests-api,tests-dispatch"), "the GPU tests on two GPUs"),
+    "models": (("models-stack1-first,models-stack1-steady", "models-llama64-first,models-llama64-steady"),
+               "the model protocol on the stack at M = 1 and the Llama at M = 64"),
+    "fp8": (("tests-fp8,fuzz-fp8", "compare-fp8"), "the fp8 GPU tests, fuzz and comparison"),
+    "cutlass": (("cutlass-setup,tests-cutlass,compare-cutlass",), "carry .whl/cutlass: set-up, tests, comparison"),
+}
+
+
+def unpack(log: TextIO) -> int:
+    """Extract every wheel and .tar.xz of .whl/cutlass into a new .cutedsl/; report what imports."""
+    src = ROOT / ".whl" / "cutlass"
     if not src.is_dir():
         log.write(f"error: {src.relative_to(ROOT)}/ is not here: carry it with this call\n")
         return 2
-    if folder in ("dsl", "cutlass"):  # a new .cutedsl/ (the others add to it)
-        try:
-            subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv"],
-                           stdout=log, stderr=subprocess.STDOUT, check=False)
-        except OSError as exc:
-            log.write(f"nvidia-smi: {exc}\n")
-        log.flush()
-        shutil.rmtree(DSL, ignore_errors=True)
-        DSL.mkdir()
+    shutil.rmtree(DSL, ignore_errors=True)
+    DSL.mkdir()
     for wheel in sorted(src.glob("*.whl")):
         zipfile.ZipFile(wheel).extractall(DSL)
     for archive in sorted(src.glob("*.tar.xz")):
         with tarfile.open(archive, "r:xz") as tar:
             tar.extractall(DSL, filter="tar")
-    size = sum(p.stat().st_size for p in DSL.rglob("*") if p.is_file())
-    log.write(f"{DSL.name}: {size / 2**20:.0f} MiB\n")
-    log.flush()
+    log.write(f"{DSL.name}: {sum(p.stat().st_size for p in DSL.rglob('*') if p.is_file()) / 2**20:.0f} MiB\n")
     env = _env(Job("", dsl=True), gpu=None)
-    deps = subprocess.run([PY, "-c", "import cuda.bindings.driver, google.protobuf"], env=env,
-                          capture_output=True, check=False)
-    if deps.returncode:
-        log.write("MISSING DEPS: run cutlass-deps with .whl/deps carried\n")
+    if subprocess.run([PY, "-c", "import cuda.bindings.driver, google.protobuf"], env=env, capture_output=True,
+                      check=False).returncode:
+        log.write("MISSING DEPS: cuda-bindings or protobuf does not import (cuda-bindings 13 needs a driver >= 580)\n")
     log.flush()
-    found = subprocess.run([PY, "-c", IMPORT_CHECK.get(folder, IMPORT_CHECK["dsl"])],
-                           env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
-    return 0 if folder == "dsl" else found.returncode
-
-
+    return subprocess.run([PY, "-c", IMPORT_CHECK], env=env, stdout=log, stderr=subprocess.STDOUT,
+                          check=False).returncode
 
 
 def parse_lanes(args: Sequence[str]) -> list[list[str]]:
     """Lanes of job names from the command line: a preset expands to its lanes.
 
-    Example:
-        >>> parse_lanes(["eager-probe,compare-six", "tests-api"])
-        [['eager-probe', 'compare-six'], ['tests-api']]
+        >>> parse_lanes(["tests-core,compare-six", "tests-api"])
+        [['tests-core', 'compare-six'], ['tests-api']]
     """
     lanes: list[list[str]] = []
     for arg in args:
         if arg in PRESETS:
-            lanes.extend(lane.split(",") for lane in PRESETS[arg])
+            lanes.extend(lane.split(",") for lane in PRESETS[arg][0])
             continue
         names = [n for n in arg.split(",") if n]
         unknown = [n for n in names if n not in JOBS]
@@ -114,18 +159,16 @@ def parse_lanes(args: Sequence[str]) -> list[list[str]]:
 def count_gpus() -> int:
     """GPUs on this host (`nvidia-smi -L`); 0 where there is none."""
     try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return 0
-    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+    return sum(line.startswith("GPU ") for line in listed.splitlines())
 
 
 def _env(job: Job, gpu: int | None) -> dict[str, str]:
-    path = [str(ROOT / "src")]
     dsl = job.dsl or (job.dsl is None and DSL.is_dir())
-    if dsl:
-        path[:0] = [str(DSL / "nvidia_cutlass_dsl" / "dsl_packages"), str(DSL)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(path)}
+    path = [str(DSL / "nvidia_cutlass_dsl" / "dsl_packages"), str(DSL)] if dsl else []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([*path, str(ROOT / "src")])}
     if dsl:
         env.setdefault("CUTE_DSL_CACHE_DIR", str(DSL / "cache"))
     if gpu is not None:
@@ -137,15 +180,14 @@ def run_job(name: str, job: Job, out: Path, gpu: int | None) -> str:
     """Run one job, its output in out/<name>.log; returns its outcome ("ok", "rc=N", "timed out", "skipped")."""
     with open(out / f"{name}.log", "w") as log:
         if job.dsl and not DSL.is_dir():
-            log.write(f"skipped: no {DSL.name}/ (run cutlass-setup with .whl/dsl carried)\n")
+            log.write(f"skipped: no {DSL.name}/ (run cutlass-setup with .whl/cutlass carried)\n")
             return "skipped"
-        if job.unpack is not None:
-            rc = unpack(job.unpack, log)
+        if job.unpack:
+            rc = unpack(log)
         else:
-            argv = [a.format(out=out, job=name) for a in job.argv]
             try:
-                rc = subprocess.run(argv, cwd=ROOT, env=_env(job, gpu), stdout=log, stderr=subprocess.STDOUT,
-                                    timeout=job.timeout_s, check=False).returncode
+                rc = subprocess.run([a.format(out=out, job=name) for a in job.argv], cwd=ROOT, env=_env(job, gpu),
+                                    stdout=log, stderr=subprocess.STDOUT, timeout=job.timeout_s, check=False).returncode
             except subprocess.TimeoutExpired:
                 log.write(f"\ntimed out after {job.timeout_s:.0f} s\n")
                 return "timed out"
@@ -155,11 +197,8 @@ def run_job(name: str, job: Job, out: Path, gpu: int | None) -> str:
 def plan(lanes: list[list[str]], gpus: int) -> list[tuple[int | None, list[str]]]:
     """(GPU, jobs) per lane: lane i on GPU i where every lane has a GPU, else all in turn on the default one.
 
-    Example:
-        >>> plan([["a"], ["b"]], gpus=2)
-        [(0, ['a']), (1, ['b'])]
-        >>> plan([["a"], ["b"]], gpus=1)
-        [(None, ['a']), (None, ['b'])]
+        >>> plan([["a"], ["b"]], gpus=2), plan([["a"], ["b"]], gpus=1)
+        ([(0, ['a']), (1, ['b'])], [(None, ['a']), (None, ['b'])])
     """
     apart = len(lanes) > 1 and gpus >= len(lanes)
     return [(i if apart else None, lane) for i, lane in enumerate(lanes)]
@@ -170,7 +209,7 @@ def run_lanes(lanes: list[list[str]], out: Path, gpus: int, tail: int = 12) -> i
     out.mkdir(parents=True, exist_ok=True)
     placed = plan(lanes, gpus)
     outcome: dict[str, str] = {}
-    took: dict[str, float] = {}  # seconds per job
+    took: dict[str, float] = {}
 
     def lane(gpu: int | None, names: list[str]) -> None:
         for name in names:
@@ -179,15 +218,8 @@ def run_lanes(lanes: list[list[str]], out: Path, gpus: int, tail: int = 12) -> i
             took[name] = time.perf_counter() - t0
             print(f"{name}: {outcome[name]} in {took[name]:.0f} s", flush=True)
 
-    if placed[0][0] is None:
-        for gpu, names in placed:
-            lane(gpu, names)
-    else:
-        threads = [threading.Thread(target=lane, args=p) for p in placed]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    with ThreadPoolExecutor(1 if placed[0][0] is None else len(placed)) as pool:  # one worker: one after the other
+        list(pool.map(lambda p: lane(*p), placed))
     for gpu, names in placed:
         for name in names:
             lines = (out / f"{name}.log").read_text(errors="replace").splitlines()
@@ -200,13 +232,13 @@ def describe(lanes: list[list[str]], out: Path, gpus: int) -> str:
     """The dry run: each lane's GPU and each job's command, one line each."""
     rows = []
     for i, (gpu, names) in enumerate(plan(lanes, gpus)):
-        rows.append(f"lane {i} on GPU {'default' if gpu is None else gpu}" + ("" if gpu is not None or i == 0
-                                                                              else " (after lane %d)" % (i - 1)))
+        after = "" if gpu is not None or i == 0 else f" (after lane {i - 1})"
+        rows.append(f"lane {i} on GPU {'default' if gpu is None else gpu}{after}")
         for name in names:
             job = JOBS[name]
             what = " ".join(a.format(out=out, job=name) for a in job.argv) if job.argv else job.doc
-            limit = f" [timeout {job.timeout_s:.0f} s]" if job.timeout_s else ""
-            rows.append(f"  {name}: {what}{limit}" + (" [DSL]" if job.dsl and "[DSL]" not in what else ""))
+            rows.append(f"  {name}: {what}" + (f" [timeout {job.timeout_s:.0f} s]" if job.timeout_s else "")
+                        + (" [DSL]" if job.dsl else ""))
     return "\n".join(rows)
 
 
@@ -214,19 +246,17 @@ def listing() -> str:
     """--list: every job and preset, one line each."""
     width = max(map(len, [*JOBS, *PRESETS]))
     jobs = [f"  {n:<{width}}  {j.doc}" for n, j in JOBS.items()]
-    presets = [f"  {n:<{width}}  {' | '.join(PRESETS[n])}\n  {'':<{width}}  {d}" for n, d in PRESET_DOCS.items()]
+    presets = [f"  {n:<{width}}  {' | '.join(lanes)}\n  {'':<{width}}  {d}" for n, (lanes, d) in PRESETS.items()]
     return "\n".join(["jobs:", *jobs, "presets (lanes separated by |):", *presets])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                epilog="lanes: job names joined by commas, or a preset; see --list")
-    p.add_argument("lanes", nargs="*", help="one lane per argument (a preset expands to its lanes)")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p.add_argument("lanes", nargs="*", help="one lane per argument: job names joined by commas, or a preset (--list)")
     p.add_argument("--list", action="store_true", help="print the jobs and presets")
     p.add_argument("--dry-run", action="store_true", help="print what would run on which GPU; run nothing")
     p.add_argument("--gpus", type=int, default=None, help="GPUs to assume (default: those nvidia-smi lists)")
-    p.add_argument("--out", default=os.environ.get("OUT", "gpu_out"), help="folder of the logs (default $OUT or gpu_out)")
-    p.add_argument("--tail", type=int, default=12, help="last lines of each log printed at the end (default 12)")
+    p.add_argument("--out", default=os.environ.get("OUT", "gpu_out"), help="the logs' folder (default: $OUT, gpu_out)")
     args = p.parse_args(argv)
     if args.list:
         print(listing())
@@ -238,11 +268,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not lanes:
         p.error("name a job or a preset (see --list)")
     gpus = count_gpus() if args.gpus is None else args.gpus
-    out = Path(args.out).resolve()
     if args.dry_run:
-        print(describe(lanes, out, gpus))
+        print(describe(lanes, Path(args.out).resolve(), gpus))
         return 0
-    return run_lanes(lanes, out, gpus, args.tail)
+    return run_lanes(lanes, Path(args.out).resolve(), gpus)
 
 
 if __name__ == "__main__":

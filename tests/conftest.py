@@ -13,7 +13,7 @@ os.environ.setdefault("GEMMTUNE_CPU_REP_MS", "10")
 os.environ.setdefault("GEMMTUNE_FINALIST_ROUNDS", "3")
 
 REPO = Path(__file__).resolve().parents[1]
-# Recorded data the tests replay, shipped with the package (docs/DATASET.md): the exhaustive
+# Recorded data the tests replay, shipped with the package (docs/ARCHITECTURE.md): the exhaustive
 # reference sweep of the plain Triton template on an H200, and the repo's benchmark suite.
 SWEEP = REPO / "src" / "gemmtune" / "data" / "sweep_h200_bf16_triton_plain.jsonl.gz"
 SHAPES = REPO / "bench" / "shapes.json"

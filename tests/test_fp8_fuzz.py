@@ -1,11 +1,10 @@
-"""bench/fp8_fuzz.py's core on CPU, with triton_scaled_mm under Triton's interpreter: random fp8 problems
+"""bench/fuzz.py --kind fp8 on CPU, with triton_scaled_mm under Triton's interpreter: random fp8 problems
 give no wrong result from any kernel of the pool, gemmtune.scaled_mm or torch, and gemmtune refuses what
 torch refuses.  torch's CPU kernel takes calls its CUDA kernel refuses (an odd K, a row-major B, two
 e5m2 matrices), so on CPU torch's verdict is its meta kernel's checks for CUDA on meta copies plus the
 dtype rules of its CUDA kernel (`cuda_rules`); each refusal the fuzzer probes is checked here against
 both gemmtune's validator and those rules.  tests/gpu/test_fp8_fuzz_gpu.py asks torch itself on a GPU."""
 
-import dataclasses
 import json
 import os
 import random
@@ -25,7 +24,7 @@ from gemmtune.templates.triton.scaled_mm import TritonScaledMMTemplate  # noqa: 
 
 from helpers import load_bench  # noqa: E402
 
-fz = load_bench("fp8_fuzz")
+fz = load_bench("fuzz")
 SPACE = [dict(fz.SMALL_SPACE[0])]  # one config x every swizzle: a case in a fraction of a second
 BASE = fz.Case(0, 20, 32, 48, "tensorwise", "e4m3", "e4m3", "bf16", "bf16", 1, False, "col", 7)
 
@@ -62,14 +61,14 @@ def test_the_same_seed_draws_the_same_cases():
 
 
 @pytest.mark.parametrize("case", [
-    dataclasses.replace(BASE, M=1, scales="rowwise", bias=""),  # scale_a [1, 1]: was read as tensor-wise
-    dataclasses.replace(BASE, M=1, scales="rowwise", fast_accum=True),
-    dataclasses.replace(BASE, bias_step=2),  # a strided bias: was read as contiguous
-    dataclasses.replace(BASE, M=3, scales="rowwise", a_dtype="e5m2", bias_step=2),
-    dataclasses.replace(BASE, M=17, K=48, out_dtype="fp16", bias="fp16", b_dtype="e5m2"),
-    dataclasses.replace(BASE, M=0, scales="rowwise"),
-    dataclasses.replace(BASE, M=5, a_dtype="e5m2", special="nan", fast_accum=True),  # e4m3: see fp8_fuzz.draw
-    dataclasses.replace(BASE, M=5, a_dtype="e5m2", scales="rowwise", special="inf"),
+    BASE._replace(M=1, scales="rowwise", bias=""),  # scale_a [1, 1]: was read as tensor-wise
+    BASE._replace(M=1, scales="rowwise", fast_accum=True),
+    BASE._replace(bias_step=2),  # a strided bias: was read as contiguous
+    BASE._replace(M=3, scales="rowwise", a_dtype="e5m2", bias_step=2),
+    BASE._replace(M=17, K=48, out_dtype="fp16", bias="fp16", b_dtype="e5m2"),
+    BASE._replace(M=0, scales="rowwise"),
+    BASE._replace(M=5, a_dtype="e5m2", special="nan", fast_accum=True),  # e4m3: see fuzz.draw
+    BASE._replace(M=5, a_dtype="e5m2", scales="rowwise", special="inf"),
 ], ids=lambda c: c.describe())
 def test_the_cases_that_found_defects_and_other_edges_pass(case):
     tally = fz.Tally()
@@ -84,7 +83,7 @@ def _probe(name):
                "two e5m2": dict(a_dtype="e5m2", b_dtype="e5m2"), "row-major b": dict(b_layout="row"),
                "bias of another dtype": dict(bias="fp16"), "bias with float32 out": dict(out_dtype="fp32"),
                "row-wise without bf16 out": dict(scales="rowwise", out_dtype="fp16", bias="fp16")}
-    return dataclasses.replace(BASE, probe=name, **changes[name])
+    return BASE._replace(probe=name, **changes[name])
 
 
 @pytest.mark.parametrize("name", fz.PROBES)
@@ -128,7 +127,8 @@ def test_a_wrong_kernel_and_a_disagreement_fail_the_run(monkeypatch):
 def test_the_script_prints_a_table_and_writes_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GEMMTUNE_EFFORT", "quick")
     out = tmp_path / "fuzz.json"
-    assert fz.main(["--device", "cpu", "--cases", "4", "--seed", "1", "--max-dim", "32", "--out", str(out)]) == 0
+    assert fz.main(["--kind", "fp8", "--device", "cpu", "--cases", "4", "--seed", "1", "--max-dim", "32",
+                    "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["counts"]["cases"] == 4 and data["passed"] and data["findings"] == []
     assert data["space"] == [dict(c) for c in fz.SMALL_SPACE]

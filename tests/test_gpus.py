@@ -295,20 +295,3 @@ def test_a_warmup_dealt_to_workers_finds_every_problem_in_the_store(tmp_path, mo
         assert as_tuned((sel, 0.0), dealt[i])[0].cache_hit is False
     monkeypatch.setenv("GEMMTUNE_STORE", "off")
     assert spread(recs, traced=False, slots=standins(2)) == {}  # nothing could be shared
-
-
-def test_the_multi_gpu_bench_prints_its_runs_without_a_gpu(capsys):
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "multi_gpu.py"
-    spec = importlib.util.spec_from_file_location("multi_gpu_bench", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.main(["--dry-run", "--gpus", "2,4"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split("--gpus ")[1].split()[0] for line in lines] == ["1", "2", "4"]
-    assert all("--suite" in line and "bench/shapes.json" in line for line in lines)
-    rows = bench.compare([{"name": "s", "winner_key": "a", "winner_ms": 1.0, "choices": [
-        {"name": "b", "runtime_params": {}, "ms": 1.005}]}],
-        [{"name": "s", "winner_key": "b", "winner": "b", "winner_runtime_params": {}}], 0.01)
-    assert rows[0]["identical"] is False and rows[0]["within"] is True and abs(rows[0]["regret"] - 0.005) < 1e-9

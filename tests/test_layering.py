@@ -190,3 +190,78 @@ def test_the_class_name_check_finds_a_duplicate(tmp_path):
         (tmp_path / f"{mod}.py").write_text("class Measured:\n    pass\n")
     found = _class_names({"a": tmp_path / "a.py", "b": tmp_path / "b.py"})
     assert found == {"Measured": ["a", "b"]}
+
+
+# -- bench/: the scripts a user or maintainer runs ------------------------------------------------
+
+BENCH = PKG.parents[1] / "bench"
+BENCH_MAX_SCRIPTS, BENCH_MAX_LINES = 12, 2500
+# the bench modules a bench module may import (the others run scripts as processes, if at all)
+BENCH_IMPORTS = {"models": {"model_runs"}}
+# modules of tests/ a bench script may import: the redis-server starter the store's tests use
+BENCH_FROM_TESTS = {"redis_server"}
+
+
+def _bench_imports(path: Path) -> set[str]:
+    """The top-level names of every absolute import in `path` (at any depth)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def _bench_edges(folder: Path) -> dict[str, set[str]]:
+    scripts = {p.stem: p for p in folder.glob("*.py")}
+    return {name: _bench_imports(path) & set(scripts) - {name} for name, path in scripts.items()}
+
+
+def _against_the_direction(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in edges.items() for b in targets if b not in BENCH_IMPORTS.get(a, ()))
+
+
+def test_bench_holds_at_most_12_scripts_of_at_most_2500_lines_in_all():
+    scripts = sorted(BENCH.glob("*.py"))
+    lines = {p.name: len(p.read_text().splitlines()) for p in scripts}
+    assert len(scripts) <= BENCH_MAX_SCRIPTS, sorted(lines)
+    assert sum(lines.values()) <= BENCH_MAX_LINES, lines
+
+
+def test_bench_modules_import_in_one_direction_without_cycles():
+    edges = _bench_edges(BENCH)
+    assert _cycles(edges) == []
+    assert _against_the_direction(edges) == []
+
+
+def test_bench_imports_no_test_module_but_the_redis_server_starter():
+    tests = {p.stem for p in (PKG.parents[1] / "tests").glob("*.py")} - BENCH_FROM_TESTS
+    wrong = {p.name: sorted(_bench_imports(p) & tests) for p in BENCH.glob("*.py") if _bench_imports(p) & tests}
+    assert wrong == {}
+
+
+def test_no_bench_script_shadows_a_standard_module():
+    """A script's folder comes first on its path: a bench script named profile.py would be the `profile`
+    module of every bench script (cProfile imports it, and torch imports cProfile)."""
+    import sys
+
+    assert sorted({p.stem for p in BENCH.glob("*.py")} & sys.stdlib_module_names) == []
+
+
+def test_every_bench_script_has_a_help_and_a_line_in_the_bench_readme():
+    readme = (BENCH / "README.md").read_text()
+    for path in BENCH.glob("*.py"):
+        text = path.read_text()
+        assert "argparse.ArgumentParser(" in text and 'if __name__ == "__main__":' in text, path.name
+        assert f"bench/{path.name}" in readme, f"bench/README.md has no line for {path.name}"
+
+
+def test_the_bench_checks_find_a_cycle_and_an_import_against_the_direction(tmp_path):
+    (tmp_path / "models.py").write_text("import model_runs\n")
+    (tmp_path / "model_runs.py").write_text("def f():\n    from models import build\n")
+    (tmp_path / "gpu_run.py").write_text("import json\n")
+    edges = _bench_edges(tmp_path)
+    assert edges == {"models": {"model_runs"}, "model_runs": {"models"}, "gpu_run": set()}
+    assert _cycles(edges) == [["model_runs", "models"]]
+    assert _against_the_direction(edges) == ["model_runs -> models"]

@@ -120,16 +120,3 @@ def test_stage0_model_preference(model):
     assert nvmh.stage0_model("NVIDIA H200", prefer="analytic") is estimate_ms
     with pytest.raises(ValueError):
         nvmh.stage0_model("NVIDIA H200", prefer="oracle")
-
-
-def test_replay_script_compares_both_models(model, capsys):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "nvmh_replay.py"
-    spec = importlib.util.spec_from_file_location("nvmh_replay", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    rows = module.main(["--n", "20"])
-    assert {r["model"] for r in rows} == {"analytic", "nvmh"} and all(r["shapes"] == 24 for r in rows)
-    assert "| templates only | 20 | nvmh |" in capsys.readouterr().out

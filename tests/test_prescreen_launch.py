@@ -3,8 +3,7 @@ their GPU time (`final.launch_ranked`), where the measure keeps its readings (tu
 
 from __future__ import annotations
 
-import importlib.util
-import json
+import statistics
 from pathlib import Path
 
 from gemmtune.core.choices import Choice, Timing, as_params
@@ -56,29 +55,49 @@ def test_a_measure_without_readings_ranks_stage_1_by_its_times():
     assert [c.config_dict["B"] for c in kept.asked[1][1]] == [2]  # the lowest raw cost: 20 us of launch
 
 
-def _replay(tmp_path: Path, dataset: Path, *strategies: str) -> dict[str, dict]:
-    """bench/replay_readings.py on `dataset` with its GPU and host times handed on: summary by strategy."""
-    spec = importlib.util.spec_from_file_location("replay_readings", ROOT / "bench" / "replay_readings.py")
-    replay = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(replay)
-    out = tmp_path / "r.json"
-    assert replay.main([str(dataset), "--strategy", *strategies, "--json", str(out)]) == 0
-    return {s["strategy"]: s for s in json.loads(out.read_text())["summary"] if s["readings_handed_on"]}
+def _replay(dataset: Path, *strategies: str) -> dict[str, dict]:
+    """Each strategy replayed on `dataset` with every choice's recorded GPU and host times handed to tune's
+    final (`gemmtune.offline.replay.decide`): the mean share of the correct choices it timed (`runs_pct`),
+    and its worst regret by GPU time against the best choice (`gpu_max_pct`) and against the exhaustive
+    strategy's pick (`vs_exhaustive_gpu_max_pct`)."""
+    from gemmtune.measure.measurement import Measurement
+    from gemmtune.offline.dataset import choice_from, read_lines
+    from gemmtune.offline.replay import decide
+    from gemmtune.offline.simulate import default_specs, load, select_specs
+
+    shapes, dims = load(dataset)
+    readings = [{choice_from(c).key: Measurement(c["ms"], c.get("gpu_ms"), c.get("host_ms")) for c in rec["choices"]
+                 if c.get("ms") is not None and c.get("status", "ok") == "ok"}
+                for rec in read_lines(dataset) if rec.get("type") == "shape"]
+    specs = select_specs(default_specs(shapes), list(dict.fromkeys(("exhaustive", *strategies))))
+    out = {spec.name: {"runs_pct": [], "gpu_max_pct": [], "vs_exhaustive_gpu_max_pct": []} for spec in specs}
+    for shape, dim, recorded in zip(shapes, dims, readings):
+        gpu = {c.key: recorded[c.key].cost_ms if recorded[c.key].gpu_ms is None else recorded[c.key].gpu_ms
+               for c in shape.times}
+        picks = {}
+        for spec in specs:
+            d = decide(shape, spec.registered, spec.options_for(shape, dim), spec.final, spec.runs_for(shape), recorded)
+            picks[spec.name] = gpu[d.pick.key]
+            out[spec.name]["runs_pct"].append(100 * len(d.timed) / len(gpu))
+            out[spec.name]["gpu_max_pct"].append(100 * (picks[spec.name] / min(gpu.values()) - 1))
+        for spec in specs:
+            out[spec.name]["vs_exhaustive_gpu_max_pct"].append(100 * (picks[spec.name] / picks["exhaustive"] - 1))
+    return {name: {"runs_pct": statistics.fmean(r["runs_pct"]), "gpu_max_pct": max(r["gpu_max_pct"]),
+                   "vs_exhaustive_gpu_max_pct": max(r["vs_exhaustive_gpu_max_pct"])} for name, r in out.items()}
 
 
-def test_on_the_recorded_m16_sweep_stage_1_no_longer_drops_the_best_config_on_host_noise(tmp_path):
+def test_on_the_recorded_m16_sweep_stage_1_no_longer_drops_the_best_config_on_host_noise():
     """The H200 sweep of the eight fp8 problems at M = 16, every choice re-timed in rounds: ranked by the
     host's noise, stage 1 at swizzle 4 dropped the best config of one problem (0.84 % by GPU time)."""
-    row = _replay(tmp_path, ROOT / "bench" / "results" / "fp8_sweep_m16_rounds_h200_2026-12-05.jsonl.gz",
+    row = _replay(ROOT / "tests" / "data" / "fp8_sweep_m16_rounds_h200_2026-12-05.jsonl.gz",
                   "prescreen[x=3,swizzle=4]")["prescreen[x=3,swizzle=4]"]
     assert row["runs_pct"] <= 30.0 and row["gpu_max_pct"] == 0.0, row
 
 
-def test_on_the_shipped_fp8_slice_the_default_strategy_finds_exhaustives_pick(tmp_path):
+def test_on_the_shipped_fp8_slice_the_default_strategy_finds_exhaustives_pick():
     """The shipped fp8 slice (16 problems, H200): the default strategy timing 11.5 % of the choices
     picks what exhaustive search picks under the same final (6.22 % behind it, by GPU time, before)."""
-    row = _replay(tmp_path, ROOT / "src" / "gemmtune" / "data" / "sweep_h200_fp8.jsonl.gz", "exhaustive",
-                  "default")["default"]
+    row = _replay(ROOT / "src" / "gemmtune" / "data" / "sweep_h200_fp8.jsonl.gz", "default")["default"]
     assert row["runs_pct"] < 12.0 and row["vs_exhaustive_gpu_max_pct"] == 0.0, row
 
 
@@ -113,14 +132,14 @@ def test_no_second_look_where_no_reading_lies_above_the_band():
     assert sorted(c.config_dict["B"] for c in kept.asked[1][1]) == [1, 3]  # the top 2 by GPU time, no more
 
 
-def test_at_tunes_stage_1_swizzle_three_binaries_meet_the_regret_target_on_every_fp8_sweep(tmp_path):
+def test_at_tunes_stage_1_swizzle_three_binaries_meet_the_regret_target_on_every_fp8_sweep():
     """Prescreen at X = 3 and tune's stage-1 swizzle (8), replayed with each sweep's GPU and host times:
     at most 30 % of the runs, and at most 0.5 % behind exhaustive search's pick by GPU time. Before the
     second looks, one high host reading kept the best binary out of stage 2 on the H200 M = 16 sweep
     (0.94 %) and on the H100 one (1.01 %)."""
-    results = ROOT / "bench" / "results"
+    results = ROOT / "tests" / "data"  # two recorded fp8 sweeps: every choice re-timed in rounds
     for dataset in (results / "fp8_sweep_m16_rounds_h200_2026-12-05.jsonl.gz",
                     results / "fp8_sweep_m16_rounds_unbatched_h100_2026-12-05.jsonl.gz",
                     ROOT / "src" / "gemmtune" / "data" / "sweep_h200_fp8.jsonl.gz"):
-        row = _replay(tmp_path, dataset, "exhaustive", "prescreen[x=3,swizzle=8]")["prescreen[x=3,swizzle=8]"]
+        row = _replay(dataset, "prescreen[x=3,swizzle=8]")["prescreen[x=3,swizzle=8]"]
         assert row["runs_pct"] <= 30.0 and row["vs_exhaustive_gpu_max_pct"] <= 0.5, (dataset.name, row)

@@ -213,7 +213,7 @@ def test_a_pick_rewritten_in_a_shared_sqlite_file_is_checked_and_dropped(tmp_pat
 
 
 def test_a_pick_rewritten_in_a_private_sqlite_file_is_trusted_as_the_users_own_cache(tmp_path, monkeypatch):
-    """Only this user can write the file: it is the user's own cache, served as a plain hit (docs/SECURITY.md)."""
+    """Only this user can write the file: it is the user's own cache, served as a plain hit (docs/RELIABILITY.md)."""
     sel, caught = _rewritten_pick(tmp_path, monkeypatch, 0o600)
     assert sel.cache_hit and sel.winner.template_uid == "fastwrong" and not caught
 

@@ -1,9 +1,8 @@
 """GPU tests of the `cutlass_operators` template (nvidia-cutlass-operators); skipped without CUDA, a
 Hopper GPU or the library.
 
-Run:  python -m pytest -q -s tests/gpu/test_cutlass_operators_gpu.py  (on the GPU machine,
-`python bench/gpu_run.py cutlass-setup` then `python bench/gpu_run.py cutlass-ops` sets the library up
-and runs this file)
+Run:  python -m pytest -q -s tests/gpu/test_cutlass_operators_gpu.py  (on the GPU machine, carrying
+.whl/cutlass: `python bench/gpu_run.py cutlass-setup,tests-cutlass` sets the library up and runs this file)
 """
 
 import inspect

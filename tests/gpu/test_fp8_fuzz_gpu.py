@@ -1,4 +1,4 @@
-"""bench/fp8_fuzz.py's core on a GPU: 30 seeded fp8 problems (odd M, both scale kinds, with and without a
+"""bench/fuzz.py --kind fp8 on a GPU: 30 seeded fp8 problems (odd M, both scale kinds, with and without a
 bias, e4m3 and e5m2, both `use_fast_accum` settings, and calls torch refuses) through every kernel of the
 pool (a fixed sample of triton_scaled_mm's default space x every swizzle, and cuBLASLt), gemmtune.scaled_mm
 and torch._scaled_mm; torch's verdict is torch's own call on the GPU.  Skipped without CUDA or without fp8
@@ -16,7 +16,7 @@ from helpers import load_bench
 
 FP8 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
 pytestmark = pytest.mark.skipif(not FP8, reason="needs CUDA with fp8 tensor cores (capability >= 8.9)")
-fz = load_bench("fp8_fuzz")
+fz = load_bench("fuzz")
 
 
 def test_thirty_seeded_cases_give_no_wrong_result_and_refusals_agree_with_torch(monkeypatch):

@@ -2,7 +2,7 @@
 skipped without CUDA, a Hopper GPU or nvidia-cutlass-operators.
 
 Run:  python -m pytest -q -s tests/gpu/test_inductor_extern_gpu.py  (on the GPU machine:
-`python bench/gpu_run.py cutlass-all-setup,extern-test`)
+`python bench/gpu_run.py cutlass-setup,tests-cutlass`, carrying .whl/cutlass)
 """
 
 import pytest

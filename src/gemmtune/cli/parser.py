@@ -54,7 +54,8 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
                    help="col: B is the transpose of a contiguous [N,K] weight, as in nn.Linear (default row; "
                    "scaled_mm: col, the only layout torch allows)")
     t.add_argument("--device", default=None, help="cuda|cpu (default: cuda when present)")
-    t.add_argument("--strategy", choices=sorted(STRATEGY_NAMES), default=None)
+    t.add_argument("--strategy", choices=sorted(STRATEGY_NAMES), default=None,
+                   help="search strategy (default: the settings' strategy; docs/ARCHITECTURE.md, Search)")
     t.add_argument("--top-x", type=int, default=None, help="prescreen: configs kept after stage 1")
     t.add_argument("--effort", choices=tuple(EFFORTS), default=None,
                    help="a preset under the other settings (explicit flags and GEMMTUNE_* variables win). "
@@ -62,7 +63,7 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--budget-s", type=float, default=None,
                    help="cap tuning wall time: stop and return the best so far (library kernels timed first)")
     t.add_argument("--backends", default=None, help="comma-separated families: extern (torch's library kernels), "
-                   "numpy, triton, numba, cutlass (default: the device's own; docs/USAGE.md)")
+                   "numpy, triton, numba, cutlass (default: the device's own; docs/GETTING_STARTED.md)")
     t.add_argument("--json", dest="json_path", default=None, help="write the Selection(s) as JSON here")
     t.add_argument("--rows", type=int, default=None, help="rows of the AUTOTUNE table (default 20)")
     t.add_argument("--store", default=None, help="where picks are kept: a SQLite path, 'memory', 'off' or "
@@ -84,7 +85,7 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("sweep", help="record every candidate's time for every shape of a suite (resumable)")
     w.add_argument("--suite", required=True, help="JSON file of shapes (format of bench/shapes.json)")
     w.add_argument("--out", required=True, help="dataset to write (JSONL; appended to, so a rerun resumes)")
-    w.add_argument("--device", default=None)
+    w.add_argument("--device", default=None, help="cuda|cpu (default: cuda when present)")
     w.add_argument("--dtype", default=None, help="override every shape's dtype")
     w.add_argument("--only", default="", help="comma-separated shape names")
     w.add_argument("--backends", default=None,
@@ -108,7 +109,10 @@ def add_cache_parser(sub: argparse._SubParsersAction) -> None:
                        "then a summary; exit 0 when every entry is good, 1 when bad entries were found, 2 when "
                        "the store cannot be read.  import is an act of trust: with a key, what it imports is "
                        "signed under that key.")
-    c.add_argument("action", choices=("ls", "show", "clear", "export", "import", "check"))
+    c.add_argument("action", choices=("ls", "show", "clear", "export", "import", "check"),
+                   help="ls: list the stored problems; show: the rows of the problems whose key holds ARG; "
+                   "clear: delete; export / import: a lookup table; check: list entries that fail the schema or "
+                   "their signature")
     c.add_argument("arg", nargs="?", help="show: text in the problem key; export/import: JSON file")
     c.add_argument("--json", action="store_true", help="show: every stored timing as JSON (default: a summary)")
     c.add_argument("-y", "--yes", action="store_true", help="clear: do not ask first (needed where stdin is "
@@ -120,7 +124,7 @@ def add_cache_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def add_inductor_parser(sub: argparse._SubParsersAction) -> None:
-    """`gemmtune inductor-table`: gemmtune's picks as an Inductor lookup table (docs/INDUCTOR.md)."""
+    """`gemmtune inductor-table`: gemmtune's picks as an Inductor lookup table (docs/MODELS.md)."""
     i = sub.add_parser("inductor-table", help="write gemmtune's picks as an Inductor lookup table (JSON)")
     isrc = i.add_mutually_exclusive_group()
     isrc.add_argument("--suite", help="tune (or read from the store) the shapes of this suite file")

@@ -33,7 +33,6 @@ OTHER_VARIABLES: Mapping[str, str] = {
     "GEMMTUNE_CACHE_DIR": "where the store, numba's rendered kernels and compiled CUTLASS kernels live",
     "GEMMTUNE_CUTLASS_DISK": "a boolean: keep compiled CUTLASS kernels (cutlass_operators) on disk (default on)",
     "GEMMTUNE_WORKER_PROCESS": "set by gemmtune in the worker processes it starts",
-    "GEMMTUNE_PROTOCOL_CHILD": "set by bench/protocol.py in the processes it starts",
     "GEMMTUNE_REDIS_PASSWORD": "the password of a redis:// store whose URL has none (store/redis_url.py)",
 }
 """The `GEMMTUNE_*` variables gemmtune reads that are not `Settings` fields."""

@@ -23,7 +23,7 @@ FAMILIES = ("extern", "numpy", "triton", "numba", "cutlass")
 
 - ``extern``: torch's own library kernels (cuBLAS through aten on GPU; torch.mm/oneDNN on CPU)
 - ``numpy``: NumPy's BLAS (CPU float32/float64): a library kernel on its own thread pool, which fights
-  torch's for the cores; opt-in: only a `backends` naming it pools it (docs/PERFORMANCE.md)
+  torch's for the cores; opt-in: only a `backends` naming it pools it (docs/ARCHITECTURE.md)
 - ``triton``: the Triton GEMM template (NVIDIA GPUs)
 - ``numba``: the JIT-compiled tiled CPU template
 - ``cutlass``: NVIDIA's CuTe DSL Hopper kernels, nvidia-cutlass-operators (optional extra
@@ -46,7 +46,7 @@ L2_FLUSH_MODES = ("read", "write")
 do_bench does): L2 is then full of dirty lines, and the timed kernel pays for writing them back to
 DRAM as it evicts them, about L2-size of write traffic, which a memory-bound kernel (decode-time
 GEMV/GEMM) feels as 30-50% extra time.  "read" sums the buffer instead: L2 holds clean lines of
-data no kernel uses, the state a kernel meets after reading a large weight.  See docs/PERFORMANCE.md."""
+data no kernel uses, the state a kernel meets after reading a large weight.  See docs/ARCHITECTURE.md."""
 
 
 def _families(backends: Any) -> tuple[str, ...]:
@@ -114,7 +114,7 @@ class Settings:
         range_note="any of " + ", ".join(FAMILIES), error=BackendError))
     strategy: str = _f("model_pruned", _choice(
         "search strategy; model_pruned: cost model first (stage 0), then prescreen", STRATEGY_NAMES, BackendError))
-    top_x: int = _f(4, _int("prescreen: configs kept after stage 1 (evidence in docs/DATASET.md)", 1))
+    top_x: int = _f(4, _int("prescreen: configs kept after stage 1 (evidence in docs/ARCHITECTURE.md)", 1))
     stage1_runtime: tuple[tuple[str, Any], ...] | None = _f(None, Spec(
         "text", "prescreen's stage-1 runtime values, e.g. swizzle=8; none: each template's data-chosen default",
         optional=True, parser=runtime_pairs, checker=check_runtime, type_text="NAME=INT,...",
@@ -182,11 +182,11 @@ class Settings:
     store_key: Secret | None = _f(None, Spec(
         "text", "secret the machines sharing a store hold: entries are signed with it (HMAC-SHA256) and only "
         "entries that verify are read; several comma-separated (the first signs); never printed "
-        "(docs/SECURITY.md)", optional=True, parser=parse_secret, checker=parse_secret, type_text="secret",
+        "(docs/RELIABILITY.md)", optional=True, parser=parse_secret, checker=parse_secret, type_text="secret",
         range_note=f">= {MIN_KEY_CHARS} characters each"))
     store_shared: str = _f("auto", _choice(
         "stores whose picks are checked on first use in a process: auto: a redis store, and a SQLite file "
-        "another user owns or may write; on: every store (docs/SECURITY.md)", ("auto", "on")))
+        "another user owns or may write; on: every store (docs/RELIABILITY.md)", ("auto", "on")))
     store_lock_timeout_s: float = _f(5.0, _pos("a SQLite store another process keeps locked is waited on this "
                                                "long, then picks are kept in memory"))
     triton_key_cache: bool = _f(True, _bool("keep Triton's hash of its own installation across processes, under a "
@@ -358,7 +358,7 @@ class Effort:
 EFFORTS: Mapping[str, Effort] = MappingProxyType({e.name: e for e in (
     Effort("quick", "fewer binaries, finalists and timing", strategy="model_pruned", stage0_n=8, top_x=2,
            finalists=2, gpu_rep_ms=5.0, cpu_rep_ms=10.0, finalist_rounds=3, cpu_configs=2, library_final=False),
-    # default: the field defaults, chosen from the replays in docs/DATASET.md and the H200 runs.
+    # default: the field defaults, chosen from the replays in docs/ARCHITECTURE.md and the H200 runs.
     Effort("default", "the field defaults"),
     # Every choice of the "max" spaces (>= 100 configs per Triton template) is timed.
     Effort("max", "every config of the max spaces timed", strategy="exhaustive", finalists=6,

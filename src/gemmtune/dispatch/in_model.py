@@ -7,7 +7,7 @@ tokens, picks that saved no GPU time in the model ran the forward 1.15x slower (
 
 On CPU a pick that is not torch's own op runs on another thread pool (numba's, NumPy's BLAS), which
 fights torch's for the cores next to the model's other ops: a pick as fast as aten alone took 10x its
-time after a LayerNorm (docs/PERFORMANCE.md), so those picks are checked the same way.
+time after a LayerNorm (docs/ARCHITECTURE.md), so those picks are checked the same way.
 
 `check_in_model` settles it where the user pays: for each problem whose pick is not torch's own op,
 the model's forward is timed with the pick and with torch's own op for that problem, interleaved in

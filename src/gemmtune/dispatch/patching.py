@@ -10,7 +10,7 @@ calls `F.linear` (the call an unpatched layer makes) on the weight and bias from
 which skips the two `Module.__getattr__` calls of the unpatched forward; a generated winner is looked
 up by the full signature (shapes, strides, dtypes, device of input, weight and bias).  Inside a
 launch-bound model this warm path ran 1.5 % slower than `nn.Linear.forward` under Python 3.12 and 1 %
-faster under 3.11 (bench/linear_forward_cost.py), so `gemmtune.warmup` releases, by default, the layers
+faster under 3.11, so `gemmtune.warmup` releases, by default, the layers
 whose every problem runs torch's op (`release`, `dispatch.release`).
 
 Only layers whose class uses `nn.Linear.forward` unchanged are patched: a subclass with its own forward

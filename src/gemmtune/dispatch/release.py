@@ -1,7 +1,7 @@
 """Give the patched layers that torch's op won back to torch: what `gemmtune.warmup` does by default.
 
 A patched layer pays for its checks on every call (`dispatch.patching`): inside a launch-bound model
-under Python 3.12 that cost 1.5 % more than `nn.Linear.forward` (bench/linear_forward_cost.py).  A
+under Python 3.12 that cost 1.5 % more than `nn.Linear.forward`.  A
 layer whose every problem runs torch's op gains nothing from those checks, so `release_library_layers`
 takes its patch off and gives it `lean_forward`: the same `F.linear` call as `nn.Linear.forward`, on
 the weight and bias read from the parameter dict, which skips the two `Module.__getattr__` look-ups.

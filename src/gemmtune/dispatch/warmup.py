@@ -153,7 +153,7 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     unpatched layer computes, through the parameter dict, so the warm-up costs eager use nothing where
     torch's op won; a new input shape at such a layer is no longer tuned (`release=False` keeps every
     layer patched, at the cost of its checks on each call: 1.5 % of a launch-bound model under Python
-    3.12, bench/linear_forward_cost.py).  A warm-up first patches again the layers released before.
+    3.12).  A warm-up first patches again the layers released before.
 
     Example:
         >>> import torch, gemmtune

@@ -1,6 +1,6 @@
 """Feed Inductor gemmtune's picks, as entries of Inductor's own GEMM lookup table.
 
-Two ways (docs/INDUCTOR.md):
+Two ways (docs/MODELS.md):
 
 - `install()`: a choices handler for `torch.compile` (a subclass of the installed torch's
   `LookupTableChoices`): every mm/addmm/bmm Inductor lowers is looked up, tuned by gemmtune on a

@@ -39,12 +39,12 @@ def require() -> Any:
     except Exception as exc:  # noqa: BLE001 - an older torch, or an Inductor that fails to import
         raise InductorUnavailable(
             f"torch {torch.__version__} has no Inductor lookup table (torch._inductor.lookup_table: "
-            f"{type(exc).__name__}: {exc}); gemmtune.inductor needs a torch with it (see docs/INDUCTOR.md)") from exc
+            f"{type(exc).__name__}: {exc}); gemmtune.inductor needs a torch with it (see docs/MODELS.md)") from exc
     missing = [name for name in HOOKS if not hasattr(LookupTableChoices, name)]
     if not hasattr(config, "lookup_table") or missing:
         raise InductorUnavailable(f"torch {torch.__version__}: its Inductor lookup table lacks "
                                   f"{', '.join(missing) or 'config.lookup_table'}, which gemmtune.inductor uses "
-                                  "(an early form of the lookup table; see docs/INDUCTOR.md)")
+                                  "(an early form of the lookup table; see docs/MODELS.md)")
     return LookupTableChoices
 
 

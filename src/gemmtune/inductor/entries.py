@@ -128,7 +128,7 @@ def _closest(ki: KernelInputs, pick: Choice, measured: Sequence[Timing], few: in
     return out
 
 
-FUSION: int | str = "predict"  # how a library pick's epilogue fusion is decided by default (docs/INDUCTOR.md)
+FUSION: int | str = "predict"  # how a library pick's epilogue fusion is decided by default (docs/MODELS.md)
 COMPANIONS = 2  # fusion companions kept with a library pick when the fusion is predicted
 FUSION_WITHIN = 1.3  # a fusion companion is at most this much slower than the library pick, unfused
 EPILOGUE_LAUNCH_MS = 0.004  # what a separate epilogue kernel costs beyond its memory traffic (a launch)

@@ -47,7 +47,7 @@ is built there too, with nothing benchmarked and the rest of the compile at defa
 counts hits, misses, tunes and stale entries; `uninstall()` restores what was there.  A program
 Dynamo compiled before `install()` keeps its choices, and a later `torch.compile` of an equal model
 in an equal mode may be served that program (`handler.stats` then stays empty): install first, or
-`torch._dynamo.reset()`.  docs/INDUCTOR.md has the measurements.
+`torch._dynamo.reset()`.  docs/RESULTS.md has the measurements.
 
 Example:
     >>> import gemmtune.inductor as gi
@@ -91,7 +91,7 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
 
     Its options (`table`, `tune_on_miss`, `templates`, `all_threads`, `fusion`, `measure`,
     `shortlist`, `gemv`, `extern`, `pipeline`) and the compile modes it serves: the docstring of `gemmtune.inductor.installer`
-    and docs/INDUCTOR.md.
+    and docs/MODELS.md.
 
     Raises InductorUnavailable when the installed torch has no Inductor lookup table.
 

@@ -9,7 +9,7 @@ the main script hidden from it, so a script without a `__main__` guard is not ru
 one after another, so timings stay serial and fair; the scheduler waits for a problem's timings only
 when it picks its kernel.  The timings still reach the handler and the store: `feed()` wraps
 `AsyncAutotuner.get_results`.  Off by default: on the H200 its first calls took 1.5-1.9x as long
-as timing each problem while it is lowered (docs/INDUCTOR.md).
+as timing each problem while it is lowered (docs/RESULTS.md).
 
 The flags are held from the first such lowering of a graph until its scheduler has picked every
 GEMM (`Scheduler.finalize_multi_template_buffers`), then set back: Inductor's precompile thread

@@ -18,7 +18,7 @@ _TF32_TOL = 5e-3
 # rounding (the output dtype's tolerance above) plus its accumulation's.  Hopper's fp8 tensor cores keep
 # about 14 bits in their partial sums even without fast accumulation: with a float32 output cuBLASLt
 # (torch._scaled_mm) reads 1.22-1.28e-4 relative error, over float32's 1e-4, and the wgmma Triton
-# configs 4.5e-5-1.28e-4 (bench/fp8_accum_probe.py, H200, 2026-12-01).  So an exact problem adds 2.5e-4
+# configs 4.5e-5-1.28e-4 (H200, 2026-12-01).  So an exact problem adds 2.5e-4
 # (about 2**-12), and one with `use_fast_accum=True`, where fewer bits are kept, up to 2e-2.  docs/FP8.md.
 _EXACT_ACCUM_TOL = 2.5e-4
 _FAST_ACCUM_TOL = 2e-2

@@ -12,7 +12,7 @@ import torch
 from .load import LoadMeter
 from .measurement import Fn, Measurement
 
-# CpuTimer (docs/PERFORMANCE.md, "CPU tune time"): prescreening only ranks binaries, so it gets this share
+# CpuTimer (docs/ARCHITECTURE.md, "The timer and fairness"): prescreening only ranks binaries, so it gets this share
 # of `cpu_rep_ms`; a tiny kernel is timed for at most this many runs' worth (400 runs of a 30 us kernel,
 # 12 ms, still ten blocks of 40); the finalists' re-time keeps at least this many rounds (spread needs 3);
 # a block this long or longer needs no warm-up run before it.

@@ -1,7 +1,7 @@
 """One fair timer per device; every timing comes back as a `Measurement`.
 
 The same procedure times every choice, library kernel or template: a tuner can
-favour a slower kernel when the two are timed differently (docs/PERFORMANCE.md).
+favour a slower kernel when the two are timed differently (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class CudaTimer:
         """Rounds to add after `done` rounds took `spent_s`: fill `rep_ms` per function, at most
         `MAX_ROUNDS_FACTOR` x `done` rounds in all.  Microsecond kernels get hundreds of samples in a
         few milliseconds instead of the fixed count (15 in a tune's final), whose median still moved
-        by several percent on 10-20 us kernels (docs/PERFORMANCE.md, run D).
+        by several percent on 10-20 us kernels (docs/ARCHITECTURE.md).
 
         Example:
             >>> timer = CudaTimer.__new__(CudaTimer); timer.rep_ms = 10.0

@@ -1,8 +1,8 @@
 """Datasets of recorded timings (`gemmtune sweep`) and their replay form.
 
-Format `gemmtune-dataset/1` (JSONL, documented in docs/DATASET.md): a `meta`
+Format `gemmtune-dataset/1` (JSONL, documented in docs/ARCHITECTURE.md): a `meta`
 line, then one `shape` line per problem with every choice's time.  The
-reference sweep format (docs/DATASET.md: one record per shape with `shape`,
+reference sweep format (docs/ARCHITECTURE.md: one record per shape with `shape`,
 `cublas_ms`, `results`) is read by `load_reference_sweep`.
 """
 
@@ -99,7 +99,7 @@ def problem_of(rec: dict[str, Any]) -> str:
 
 
 def load_reference_sweep(path: str | Path) -> list[ReplayShape]:
-    """Import the reference sweep format (docs/DATASET.md) as replay shapes.
+    """Import the reference sweep format (docs/ARCHITECTURE.md) as replay shapes.
 
     Its plain Triton template becomes `triton_mm` choices (src_hash "reference":
     the recorded kernel's source is not ours), cuBLAS becomes `aten_mm`.

@@ -57,7 +57,7 @@ def decide(shape: ReplayShape, strategy: str, options: Options, rule: FinalRule 
     (None: none).  The recorded times stand in for the interleaved re-time too, so the final changes
     the pick only through its rules: the library margin (only the costs are handed on, so the GPU-time
     guard is idle).  `recorded` (choice key -> reading) answers instead of the shape's costs: readings
-    with GPU and host times let the final's rules that read them act (bench/replay_readings.py).
+    with GPU and host times let the final's rules that read them act.
 
     Example:
         >>> from gemmtune.search import ExhaustiveOptions

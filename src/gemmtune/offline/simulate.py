@@ -69,7 +69,7 @@ class StrategySpec:
         return self.runs if self.budget_fraction is None else int(self.budget_fraction * len(shape.choices))
 
 
-FLUSH_MS = 0.037  # one L2 flush by the GPU timer on an H200 (bench/timer_probe.py, docs/PERFORMANCE.md)
+FLUSH_MS = 0.037  # one L2 flush by the GPU timer on an H200 (docs/ARCHITECTURE.md)
 
 
 def choice_seconds(ms: float, rep_ms: float = 10.0, flush_ms: float = FLUSH_MS, min_reps: int = 5,
@@ -232,7 +232,7 @@ def load_shipped() -> tuple[list[ReplayShape], list[ProblemDims]]:
     res = files("gemmtune").joinpath(SHIPPED)
     if not res.is_file():
         raise ValueError(f"no dataset given and this install ships none (gemmtune/{SHIPPED}): pass --dataset FILE "
-                         "(a `gemmtune sweep` output or a reference sweep, docs/DATASET.md)")
+                         "(a `gemmtune sweep` output or a reference sweep, docs/ARCHITECTURE.md)")
     with as_file(res) as p:
         return load(p)
 

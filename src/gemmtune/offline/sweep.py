@@ -12,7 +12,7 @@ its record holds that median and its spread: one reading per choice is noisy
 where kernels are short (docs/FP8.md, "Repeats of one kernel"); on CPU only the
 choices within 2x of the fastest are re-timed (`Bench.retime`).  A scaled_mm shape is recorded as the other ops are, its
 record holding what keys it besides the shape: scales, output dtype, fast
-accumulation (docs/DATASET.md).
+accumulation (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 @dataclass(frozen=True)
 class Hardware:
-    """What the model knows about a GPU: numbers measured on an H200 where marked (docs/PERFORMANCE.md),
+    """What the model knows about a GPU: numbers measured on an H200 where marked (docs/ARCHITECTURE.md),
     else assumed."""
 
     name: str

@@ -7,7 +7,7 @@ rules as a generated kernel):
 
 - a generated kernel must beat it by `library_margin` in the final: a tie within the timer's noise
   goes to the library kernel (a near-equal pick measured again can land a few percent slower on
-  10-20 us kernels; docs/PERFORMANCE.md);
+  10-20 us kernels; docs/ARCHITECTURE.md);
 - host launch time (`count_host_overhead`) may only keep a slow launcher from winning: a kernel
   slower on the GPU than the library kernel never wins (on a slow host torch.mm's own dispatch can
   cost more than its kernel, and a CUDA graph pays GPU time only);

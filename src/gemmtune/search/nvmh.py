@@ -232,7 +232,7 @@ def stage0_model(device_name: str, dtype: torch.dtype | int | None = None, b_lay
     """The cost model for `ModelPrunedOptions.model`: nvMH where it covers the GPU (`prefer="nvmh"`),
     else the analytic model for the device (`prefer="analytic"` always gives it).
 
-    Replayed on the recorded H200 suite (`bench/nvmh_replay.py`, plain template only), the analytic
+    Replayed on the recorded H200 suite (plain template only), the analytic
     model kept the exhaustive winner more often: with library kernels in the pool, N=10 binaries,
     0.00% mean / 0.00% max regret against nvMH's 0.09% / 2.13%; templates alone, 0.19% / 1.95%
     against 6.2% / 58% (nvMH misranks M=128 and N=28672 shapes).  The analytic model was calibrated

@@ -128,8 +128,8 @@ def second_looks(timed: Sequence[Timing], best: Sequence[Timing], top_x: int) ->
 
 def first_configs(choices: Sequence[Choice], options: PrescreenOptions) -> list[Choice]:
     """Prescreen's prune: with `options.configs_per_template` set, each template's first that many
-    binaries, in the order the template lists them (numba_mm's is ranked by a sweep: docs/PERFORMANCE.md,
-    "CPU tune time"); every runtime value of a kept binary and every library kernel stay.
+    binaries, in the order the template lists them (numba_mm's is ranked by a sweep: docs/ARCHITECTURE.md,
+    "The search"); every runtime value of a kept binary and every library kernel stay.
 
     Example:
         >>> from gemmtune.core.choices import Choice, as_params

@@ -1,4 +1,4 @@
-"""One schema for every entry read from a store, SQLite and Redis alike (docs/SECURITY.md).
+"""One schema for every entry read from a store, SQLite and Redis alike (docs/RELIABILITY.md).
 
 Every byte read from a store is untrusted input.  Each entry goes through these checks before any
 layer above the store sees it:

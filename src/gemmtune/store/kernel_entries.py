@@ -1,5 +1,5 @@
 """Files kept under a key of a store's `kernel_files` (compiled kernels, native modules, Inductor's
-kernel configs, the in-model verdicts), read as untrusted input (docs/SECURITY.md).
+kernel configs, the in-model verdicts), read as untrusted input (docs/RELIABILITY.md).
 
 - **signed**: a store with a key (`Settings.store_key`) keeps each file with a signature entry beside
   it, `__sig__NAME`, over the kernel's key, the file's name and the sha256 of its bytes; a reader with

@@ -1,4 +1,4 @@
-"""Signed store entries: HMAC-SHA256 under a secret the machines of a fleet share (docs/SECURITY.md).
+"""Signed store entries: HMAC-SHA256 under a secret the machines of a fleet share (docs/RELIABILITY.md).
 
 A store opened with a key (`Settings.store_key`, `GEMMTUNE_STORE_KEY`) signs every entry it writes
 and reads only the entries that verify: an unsigned or badly signed entry is skipped with a warning

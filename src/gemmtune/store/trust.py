@@ -1,4 +1,4 @@
-"""What a process trusts of a store, decided once from its Settings (docs/SECURITY.md).
+"""What a process trusts of a store, decided once from its Settings (docs/RELIABILITY.md).
 
 - `signer`: with `Settings.store_key`, every entry written is signed and only entries that verify are
   read (`store.signing`); without it, entries are unsigned and item by item checked as untrusted input.

@@ -53,9 +53,9 @@ DEFAULT_GROUP = 4
 # (on par with torch.mm) to about 2 ms.  BLOCK_N, the constant trip count of the
 # vectorised inner loop, matters most; below 64 LLVM unrolls that loop into
 # scalar code that runs ~10x slower, so BLOCK_N is never fitted below 64.
-# Ordered best first by `bench/cpu_numba_sweep.py` over ten shapes (128^3 to 1024^3,
+# Ordered best first by a sweep of every config over ten shapes (128^3 to 1024^3,
 # 512x384x256, 64x1024x1024, 1024x64x1024, 2048x512x256, 32x4096x1024, float64 512^3;
-# bench/results/cpu_numba_sweep_2026-11-30.json): the first is best or within 4% of
+# 2-core Xeon, 2026-11-30): the first is best or within 4% of
 # the best on every shape, the first two within 7%; `Settings.cpu_configs` (default 4,
 # quick 2) keeps that many for prescreening.
 _CONFIG_SPACE: tuple[tuple[int, int, int], ...] = (

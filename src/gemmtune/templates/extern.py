@@ -89,7 +89,7 @@ class AtenScaledMMTemplate(Template):
     Its launcher passes the problem's `out_dtype` and `use_fast_accum` (the flag is part of the problem:
     a fast-accumulating kernel competes only where the caller asked for it), and a strided 1-D bias as
     a contiguous copy: torch 2.11's cuBLASLt path reads a bias view `x[::2]` as if it were contiguous
-    (relative error 0.16-0.19 on an H200, found by bench/fp8_fuzz.py)."""
+    (relative error 0.16-0.19 on an H200, found by `bench/fuzz.py --kind fp8`)."""
 
     uid = "aten_scaled_mm"
     family = "extern"
@@ -119,7 +119,7 @@ class NumpyTemplate(Template):
     BLAS thread pool, not torch's, and the two fight over the cores: next to torch's ops (a model's
     LayerNorm, another layer) a pick as fast as aten alone took 10x its time, and in an interleaved
     final the kernel timed after it is the one that pays (torch.mm 512^3 read 3.4 ms there against
-    1.4 ms alone), so it would win by the other's loss (docs/PERFORMANCE.md)."""
+    1.4 ms alone), so it would win by the other's loss (docs/ARCHITECTURE.md)."""
 
     uid = "numpy_blas"
     family = "numpy"

@@ -23,7 +23,7 @@ def _scaled_tma(size: str = "default") -> Template:
 PREVIEW_TEMPLATES: tuple = (_scaled_tma,)
 """Factories (`size=` -> Template) of the templates not yet proven on a GPU, added by `preview=True`:
 `triton_scaled_tma` (fp8, persistent TMA; docs/FP8.md).  `triton_gemv` graduated after its H200
-measurements (docs/HOPPER_TEMPLATES.md)."""
+measurements (docs/ARCHITECTURE.md)."""
 
 
 def default_templates(hopper: bool = True, size: str = "default", preview: bool = False) -> list[Template]:

@@ -4,7 +4,7 @@ Per call it builds the library's `GemmArguments` for the call's tensors and runs
 `op.run(args, artifact, stream, assume_supported_args=True)` on torch's current stream.  The arguments
 are built on every call, also when the tensors are the same as last time: a dispatched call gets a
 new output tensor each time, so it always pays for them (332-380 us of host time per call on the
-H200 host, against 18 us with the arguments kept: bench/cutlass_operators.py, 2026-12-01), and a
+H200 host, against 18 us with the arguments kept, 2026-12-01), and a
 launcher that kept them would be timed at a host cost no real call has.  On that host a tune that
 timed the kept arguments picked an operator for a 4097x4096x4096 mm at 0.181 ms of GPU time against
 cuBLAS's 0.185 ms, whose calls then took 0.39 ms each on the host.  With `direct=True` (the

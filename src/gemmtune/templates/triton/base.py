@@ -35,7 +35,7 @@ SPACE_SIZES = ("default", "max")
 SWIZZLES = (1, 2, 4, 8)
 """Values of the runtime tile swizzle (GROUP_M) of the tiled templates."""
 
-# Stage-1 swizzle for prescreening: on the recorded H200 replay data (docs/PERFORMANCE.md,
+# Stage-1 swizzle for prescreening: on the recorded H200 replay data (docs/ARCHITECTURE.md,
 # 26 shapes) swizzle 8 kept the exhaustive winner in the top 5 on every shape,
 # while swizzle 1 or 2 lost 1.6% on one odd shape.
 STAGE1_SWIZZLE = 8

@@ -2,7 +2,7 @@
 
 With one to four rows in A, an mm is bound by reading B once; a tensor-core tile of 16+ rows wastes
 most of its work and cuBLAS's GEMV path leaves bandwidth unused on the H200 (Inductor's fused
-reduction ran 11-27% faster than cuBLAS on the suite's M = 1 shapes, docs/PERFORMANCE.md).  Each
+reduction ran 11-27% faster than cuBLAS on the suite's M = 1 shapes, docs/ARCHITECTURE.md).  Each
 program computes BLOCK_N outputs of one row (and batch), streaming B in BLOCK_N x BLOCK_K tiles.
 
 Compile-time config: BLOCK_N, BLOCK_K, num_warps.  Runtime: M, N, K and every stride (no runtime
@@ -10,7 +10,7 @@ tuning parameter: the grid is one program per BLOCK_N outputs per row).  mm / ad
 bf16, fp32 (fp32 products, never tf32), any strides.
 
 On an H200 its narrow long-K configs beat cuBLAS on three of the suite's four M = 1 shapes
-(bench/skinny_probe.py, docs/HOPPER_TEMPLATES.md), so it is in the default pool (Hopper set).
+(docs/ARCHITECTURE.md), so it is in the default pool (Hopper set).
 
 Example:
     >>> import torch
@@ -52,7 +52,7 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
         tiles = ((1, 2048), (2, 2048), (4, 1024), (8, 1024), (8, 512), (16, 256), (16, 512), (32, 128),
                  (32, 256), (64, 128), (128, 64), (256, 32))
         # Two outputs per program with few warps led the "max" space on all four M = 1 shapes of the
-        # suite on an H200 (bench/skinny_probe.py --space max --templates gemv, docs/PERFORMANCE.md).
+        # suite on an H200 (docs/ARCHITECTURE.md).
         few_warps = ((2, 2048, 2), (2, 1024, 1), (2, 1024, 4), (2, 4096, 4), (8, 1024, 2), (1, 2048, 2))
         return [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w) for bn, bk in tiles for w in (4, 8)] + [
             dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w) for bn, bk, w in few_warps]

@@ -4,7 +4,7 @@ Triton keys every kernel it compiles or loads by a hash of its own installation,
 `triton.runtime.cache.triton_key()`: the sha256 of its compiler's Python files and of its native
 library, `libtriton.so` (about 480 MB).  It is computed once per process, when the process first
 compiles or loads a Triton kernel, and that takes 0.43-0.56 s on a CI-class CPU
-(`python bench/triton_key_cost.py`).  A warm-up pays it even when every kernel comes from a cache,
+(measured on the CPU machine).  A warm-up pays it even when every kernel comes from a cache,
 and so do the isolation worker and each compile worker of a tune.  The kept key serves the later
 processes of one machine; the signature below is of this machine's files, so it is not shared.
 

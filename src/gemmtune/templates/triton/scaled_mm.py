@@ -68,7 +68,7 @@ def narrow_space() -> list[dict[str, int]]:
     """The configs added for small outputs of more than `SKINNY_M` rows (`NARROW_OUTPUT`): 32 x 16 and
     64 x 16 tiles on two or four warps, BLOCK_K 128 or 256, 4 or 5 stages.  Halving BLOCK_N doubles the
     tiles, so more SMs share the work (on an H100, Inductor's 64 x 16 kernel ran 128 x 1024 x 4096 row-wise
-    in 12 % less time than the main space's best; bench/results/compare_fp8_18_b_run2_h100_2026-12-05.json).
+    in 12 % less time than the main space's best, `bench/compare.py`, 2026-12-05).
 
     Example:
         >>> len(narrow_space()), {c["BLOCK_N"] for c in narrow_space()}, {c["BLOCK_M"] for c in narrow_space()}

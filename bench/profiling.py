@@ -1,0 +1,171 @@
+"""Where gemmtune's time goes: a tune's wall time by stage, and the per-call cost of a tuned GEMM in eager
+code and inside a `torch.compile`d function, each against torch's own op.
+
+`tune`: per suite shape, a cold tune (fresh Triton cache, store off), a warm one and a warm one in-process
+(`isolation="off"`), each by stage (compile, prescreen, final), then cProfile of a warm tune.  `calls`: µs
+per call of a warm `gemmtune.mm` against `torch.mm` in interleaved rounds of back-to-back calls (small
+shapes: the host's cost; large: the kernel's), then of `relu(mm(a, b))` under `torch.compile` with each,
+and whether the compiled program still calls a gemmtune op.  Writes JSON with `--out`.
+
+    python bench/profiling.py tune --suite bench/shapes_cpu.json --only square-128 --out tune_profile.json
+    python bench/profiling.py calls --device cpu --shapes 8,64,256x512x128 --out calls.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
+SHAPES = {"cuda": "1,16,16x4096x6144,1x4096x14336,4096", "cpu": "8,64,256"}
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """'1,16,256x512x128' -> (M, K, N) triples; a single number N is NxNxN.
+
+        >>> parse_shapes("2,4x8x16")
+        [(2, 2, 2), (4, 8, 16)]
+    """
+    dims = [[int(d) for d in part.lower().split("x")] for part in text.split(",") if part]
+    return [tuple(d * 3 if len(d) == 1 else d) for d in dims]
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def tune_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """`tune`: every shape's tunes by stage and the cProfile of a warm one."""
+    import torch
+
+    from gemmtune.core.settings import Settings
+    from gemmtune.engine import tune
+    from gemmtune.offline.suite import load_suite
+
+    specs = [s for s in load_suite(args.suite) if not args.only or s.name in args.only.split(",")]
+    base = Settings.from_env().with_(store="off")
+    t0 = time.perf_counter()  # the isolation worker starts once a process: on a throwaway problem first
+    x = torch.randn(64, 64, device=args.device)
+    tune("mm", x, x, settings=base.with_(backends=("extern",)))
+    print(f"worker start and a first library-only tune: {time.perf_counter() - t0:.2f} s", flush=True)
+    rows = []
+    for spec in specs:
+        tensors, row = spec.tensors(args.device), {"name": spec.name, "problem": spec.describe()}
+        for label, settings in (("cold", base), ("warm", base), ("warm_inprocess", base.with_(isolation="off"))):
+            _sync(args.device)
+            t0 = time.perf_counter()
+            sel = tune(spec.op, *tensors, settings=settings)
+            row[label] = {"wall_s": round(time.perf_counter() - t0, 4), "tuning_s": round(sel.tuning_s, 4),
+                          "compile_s": round(sel.compile_s, 4), "prescreen_s": round(sel.prescreen_s, 4),
+                          "final_s": round(sel.benchmark_s, 4), "runs": sel.benchmark_runs, "winner": sel.winner.name,
+                          "binaries": len(sel.binary_seconds or {})}
+        prof, text = cProfile.Profile(), io.StringIO()
+        prof.runcall(tune, spec.op, *tensors, settings=base)
+        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(35)
+        row["profile"] = text.getvalue()
+        print(f"-- {spec.name}: a warm tune, cProfile\n{row['profile']}", flush=True)
+        rows.append(row)
+    print("| shape | tune | wall s | compile s | prescreen s | final s | runs | binaries | winner |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        for label in ("cold", "warm", "warm_inprocess"):
+            t = r[label]
+            print(f"| {r['name']} | {label} | {t['wall_s']:.3f} | {t['compile_s']:.3f} | {t['prescreen_s']:.3f} | "
+                  f"{t['final_s']:.3f} | {t['runs']} | {t['binaries']} | {t['winner']} |")
+    return rows
+
+
+def per_call_us(fn: Callable[[], Any], device: str, rounds: int, round_s: float = 0.05) -> float:
+    """µs per call: the median of `rounds` rounds of back-to-back calls (~`round_s` each, one synchronize each)."""
+    def seconds(n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        _sync(device)
+        return time.perf_counter() - t0
+
+    seconds(10)  # warm-up
+    calls = max(10, min(200_000, int(round_s / max(seconds(1), 1e-7))))
+    return statistics.median(seconds(calls) / calls * 1e6 for _ in range(rounds))
+
+
+def calls_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """`calls`: per shape, µs per call of warm `gemmtune.mm` and `torch.mm`, eager and in a compiled `relu(mm)`."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    import gemmtune
+
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    rows = []
+    for m, k, n in parse_shapes(args.shapes or SHAPES[args.device.split(":")[0]]):
+        a = torch.randn(m, k, device=args.device, dtype=dtype)
+        b = torch.randn(n, k, device=args.device, dtype=dtype).t()  # nn.Linear's weight layout
+        eager = {"torch": lambda: torch.mm(a, b), "gemmtune": lambda: gemmtune.mm(a, b)}
+        t0 = time.perf_counter()
+        row: dict[str, Any] = {"shape": f"{m}x{k}x{n}", "winner": gemmtune.tune("mm", a, b).winner.name,
+                               "tune_s": time.perf_counter() - t0}
+        got: dict[str, list] = {name: [] for name in eager}
+        for _ in range(args.rounds):  # interleaved: the host's drift hits both alike
+            for name, fn in eager.items():
+                got[name].append(per_call_us(fn, args.device, 1))
+        row.update({f"{name}_mm_us": statistics.median(v) for name, v in got.items()})
+        torch._dynamo.reset()
+        fns = {"torch": lambda a, b: torch.relu(torch.mm(a, b)), "gemmtune": lambda a, b: torch.relu(gemmtune.mm(a, b))}
+        compiled = {name: torch.compile(fn, fullgraph=True) for name, fn in fns.items()}
+        code = "\n".join(run_and_get_code(compiled["gemmtune"], a, b)[1])
+        row["gemmtune_op_in_code"] = "torch.ops.gemmtune" in code
+        for name, fn in compiled.items():
+            row[f"compiled_{name}_us"] = per_call_us(lambda: fn(a, b), args.device, args.rounds)
+        rows.append(row)
+    print("| shape | torch.mm µs | gemmtune.mm µs | compiled: torch.mm µs | gemmtune.mm µs | gemmtune op | pick |")
+    print("|---|---:|---:|---:|---:|---|---|")
+    for r in rows:
+        print(f"| {r['shape']} | {r['torch_mm_us']:.2f} | {r['gemmtune_mm_us']:.2f} | {r['compiled_torch_us']:.2f} | "
+              f"{r['compiled_gemmtune_us']:.2f} | {r['gemmtune_op_in_code']} | {r['winner']} |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    sub = p.add_subparsers(dest="what", required=True)
+    kinds = {"tune": sub.add_parser("tune", help="a tune's wall time by stage, and cProfile of a warm tune"),
+             "calls": sub.add_parser("calls", help="µs per call of gemmtune.mm against torch.mm, eager and compiled")}
+    for q in kinds.values():
+        q.add_argument("--device", default=None, help="cuda or cpu (default: cuda if there is one)")
+        q.add_argument("--out", default=None, help="write the rows as JSON here")
+    kinds["tune"].add_argument("--suite", default=str(ROOT / "bench" / "shapes.json"))
+    kinds["tune"].add_argument("--only", default="", help="comma-separated shape names (default: all)")
+    kinds["calls"].add_argument("--shapes", default=None, help="N (NxNxN) or MxKxN, comma-separated")
+    kinds["calls"].add_argument("--rounds", type=int, default=7)
+    args = p.parse_args(argv)
+    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-profile-"))  # a cold start
+    os.environ.setdefault("GEMMTUNE_STORE", "memory")  # tune afresh, leave the user's store alone
+    import torch
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    rows = {"tune": tune_rows, "calls": calls_rows}[args.what](args)
+    if args.out:
+        meta = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "torch": torch.__version__,
+                "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"}
+        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
