@@ -5,9 +5,12 @@ also pays numba's compile unless numba's cache is warm), then the pick and torch
 `torch.addmm`, `torch.bmm`) timed with `torch.utils.benchmark` in interleaved rounds, in a shuffled
 order each round; the ratio is the median of the per-round ratios torch / pick (above 1: the pick is
 faster).  The machine's load average is recorded: on a busy machine CPU timings move with it.
+`--busy N` keeps N processes spinning while each shape is tuned (not while its pick is timed): what a
+pick made on a busy machine costs once the machine is quiet.
 
     python bench/cpu.py --out bench/results/cpu_suite_2core_2026-12-06.json
     python bench/cpu.py --suite bench/shapes_cpu.json --only square-128,odd-100x300x200 --rounds 5
+    python bench/cpu.py --busy 2 --squares 32,64,96,128,192,256,320,384,448,512   # tuned on a busy machine
 
 Prints a table; writes JSON after every shape.
 """
@@ -21,6 +24,7 @@ import math
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,10 +33,11 @@ import torch
 import torch.utils.benchmark as benchmark
 
 import gemmtune
-from gemmtune.offline.suite import load_suite
+from gemmtune.offline.suite import ProblemSpec, load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_OPS = {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}
+SPIN = "import torch\na = torch.randn(384, 384)\nwhile True:\n    a @ a"  # a busy neighbour: torch on every core
 
 
 def cpu_name() -> str:
@@ -57,12 +62,19 @@ def paired_rounds(pick, ref, rounds: int, seed: int) -> tuple[float, float, floa
     return statistics.median(ms["pick"]), statistics.median(ms["ref"]), statistics.median(ratios)
 
 
-def run_shape(spec, rounds: int, settings) -> dict:
-    """Tune one shape (store off) and time its pick against torch's op."""
+def run_shape(spec, rounds: int, settings, busy: int = 0) -> dict:
+    """Tune one shape (store off), with `busy` spinning processes beside it, then, once they are gone,
+    time its pick against torch's op."""
     tensors = spec.tensors("cpu")
-    t0 = time.perf_counter()
-    sel = gemmtune.tune(spec.op, *tensors, settings=settings, progress=False)
-    tune_s = time.perf_counter() - t0
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(busy)]
+    try:
+        t0 = time.perf_counter()
+        sel = gemmtune.tune(spec.op, *tensors, settings=settings, progress=False)
+        tune_s = time.perf_counter() - t0
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
     ref = TORCH_OPS[spec.op]
     torch.testing.assert_close(sel(*tensors), ref(*tensors), rtol=1e-3, atol=1e-3)
     kernel = sel.kernel  # the pick as dispatch runs it, without the checks of a Selection call
@@ -87,28 +99,36 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", default=str(ROOT / "bench" / "shapes_cpu.json"), help="suite file (default: bench/shapes_cpu.json)")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", default=str(ROOT / "bench" / "shapes_cpu.json"),
+                   help="suite file (default: bench/shapes_cpu.json)")
     p.add_argument("--only", default="", help="comma-separated shape names (default: every shape)")
     p.add_argument("--rounds", type=int, default=15, help="interleaved rounds per shape (default 15)")
+    p.add_argument("--squares", default="", help="comma-separated sizes: square float32 mm problems, not a suite")
+    p.add_argument("--busy", type=int, default=0, help="processes kept spinning beside each tune (default 0)")
     p.add_argument("--out", default="", help="JSON file, written after every shape")
     args = p.parse_args(argv)
     specs = [s for s in load_suite(args.suite) if not args.only or s.name in args.only.split(",")]
+    if args.squares:
+        specs = [ProblemSpec(int(n), int(n), int(n), name=f"square-{n}") for n in args.squares.split(",")]
     if not specs:
         p.error(f"no shape of {args.suite} is named in --only {args.only!r}")
     settings = gemmtune.Settings.from_env().with_(store="off")
-    result = {"command": "python bench/cpu.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    argv = sys.argv[1:] if argv is None else argv
+    result = {"command": "python bench/cpu.py " + " ".join(argv), "busy": args.busy,
               "device": cpu_name(), "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "gemmtune": gemmtune.__version__, "threads": torch.get_num_threads(), "shapes": []}
     for spec in specs:
         load = os.getloadavg()[0]
-        row = run_shape(spec, args.rounds, settings)
+        row = run_shape(spec, args.rounds, settings, args.busy)
         row["load_avg_before"] = round(load, 2)
         result["shapes"].append(row)
         result["summary"] = summary(result["shapes"])
         if args.out:
             Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-        print(f"{spec.name}: {row['pick']} x{row['ratio_vs_torch']:.3f} torch, tuned in {row['tune_s']:.2f} s", file=sys.stderr)
+        print(f"{spec.name}: {row['pick']} x{row['ratio_vs_torch']:.3f} torch, tuned in {row['tune_s']:.2f} s",
+              file=sys.stderr)
     print(table(result["shapes"]))
     s = result["summary"]
     print(f"\n{s['n']} shapes on {result['device']}: geomean {s['geomean_vs_torch']:.3f}x torch, "

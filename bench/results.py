@@ -213,18 +213,18 @@ def summary(results: Path) -> str:
     eager = pooled([load(results, n) for n in EAGER[0]], "llama:64", "eager_warmup") or (math.nan,) * 3
     at = lambda names: ", ".join(source(results, names)[1:3])  # noqa: E731
     return md(["what", "reading (above 1: faster)", "device, date"], [
-        ["GPU, 24 bf16 GEMMs: pick x cuBLAS", f"**{num(b['geo'])}** geomean (Inductor max-autotune {num(b['ind'])}); "
-         f"{b['within']}/{b['n']} within 1 % of the best", at(BF16)],
+        ["GPU, 24 bf16 GEMMs: speed vs cuBLAS", f"**{num(b['geo'])}** geomean (Inductor max-autotune {num(b['ind'])}); "
+         f"{b['within']}/{b['n']} within 1 % of the fastest kernel found", at(BF16)],
         ["GPU, tuning a new shape (median)", f"**{num(b['cold'], '.2f', ' s')}** cold, {num(b['warm'], '.2f', ' s')} "
          f"with its binaries cached (Inductor {num(b['ind_s'], '.2f', ' s')})", at(BF16)],
-        ["GPU, 18 fp8 GEMMs: pick x `torch._scaled_mm`", f"**{num(f['geo'])}** geomean (Inductor {num(f['ind'])}); "
+        ["GPU, 18 fp8 GEMMs: speed vs `torch._scaled_mm`", f"**{num(f['geo'])}** geomean (Inductor {num(f['ind'])}); "
          f"tuning {num(f['cold'], '.2f', ' s')} (Inductor {num(f['ind_s'], '.1f', ' s')})", at(FP8_18)],
-        ["a Llama (M = 64), `torch.compile` with `gemmtune.inductor.install()`",
+        ["a transformers Llama, 64 tokens: `torch.compile` with `install()`",
          f"**{num(1 / steady['gemmtune']['ratio_vs_max_autotune'])}** max-autotune's speed; first call "
          f"{first['gemmtune']['first_s']:.1f} s (max-autotune {first['max_autotune']['first_s']:.1f} s)", at(MODELS[:1])],
-        ["the Llama (M = 64) in eager after `gemmtune.warmup`", f"{num(eager[0], '.4f')} plain eager's speed "
+        ["the same Llama in eager after `gemmtune.warmup`", f"{num(eager[0], '.4f')} plain eager's speed "
          f"(95 % interval {eager[1]:.4f}-{eager[2]:.4f})", at(EAGER[0])],
-        [f"CPU, {cpu['n']} float32 GEMMs: pick x torch", f"**{num(cpu['geomean_vs_torch'])}** geomean; torch's own op "
+        [f"CPU, {cpu['n']} float32 GEMMs: speed vs torch", f"**{num(cpu['geomean_vs_torch'])}** geomean; torch's own op "
          f"kept on {cpu['library_picks']}/{cpu['n']}", at(CPU)]])
 
 

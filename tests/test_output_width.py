@@ -213,7 +213,7 @@ def test_autotune_table_fits_the_width_and_keeps_every_number_whole(width):
     for t in sel.timings:
         if t.ms is not None and t is not sel.timings[2]:  # the third is folded into its kernel's row
             assert f"{t.ms:.4f} ms" in table  # every row's time, whole
-    assert "lost: library margin" in table and "(of 2)" in table
+    assert "lost: library margin" in table and "(best of 2)" in table
 
 
 def test_autotune_table_by_default_fits_the_terminal_or_100_columns(monkeypatch):

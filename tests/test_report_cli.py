@@ -60,7 +60,7 @@ def test_table_has_inductor_format(selection):
     rows, rest = _split("\n".join(lines))
     binaries = {t.choice.binary_key for t in selection.timings if t.ms is not None}
     assert len(rows) == len(binaries) == 4  # one row per binary: the scripted template's two runtime values folded in
-    assert sum(bool(re.fullmatch(r"group=[12] \(of 2\)", r.group(5))) for r in rows) == 2
+    assert sum(bool(re.fullmatch(r"group=[12] \(best of 2\)", r.group(5))) for r in rows) == 2
     assert SUMMARY.fullmatch(rest[-1]).group(1) == "6"
 
 
@@ -137,7 +137,7 @@ def test_rows_fold_a_binarys_runtime_values_into_one_row_and_the_count_line_says
     rows, _ = _split(table)
     # the binary's row: its latest stage's best value (the final's group=4), not a faster prescreen reading
     assert [(r.group(1), r.group(2), r.group(5)) for r in rows] == [
-        ("aten_mm", "1.0000", "library kernel  <- winner"), ("gen_T1", "2.5000", "group=4 (of 3)")]
+        ("aten_mm", "1.0000", "library kernel  <- winner"), ("gen_T1", "2.5000", "group=4 (best of 3)")]
     assert "  bad: compile failed: out of resource" in table.splitlines()
 
 

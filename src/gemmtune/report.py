@@ -28,7 +28,7 @@ def describe_choice(choice: Choice) -> str:
 STAGE_LABELS = {"prescreen": "prescreen", "final": "final", "finalist": "interleaved final", "store": "store",
                 "pinned": "pinned"}
 LEGEND = ("stage: interleaved final = re-timed together, decides the pick; final = timed alone; prescreen = one "
-          "short run; store = an earlier tune. % = winner's time / row's time. (of N): N runtime values of the "
+          "short run; store = an earlier tune. % = winner's time / row's time. (best of N): N runtime values of the "
           "kernel were timed, the row shows the one the search kept")
 STAGE_RANK = {"prescreen": 0, "final": 1, "finalist": 2, "store": 2, "pinned": 2}
 LOST = {
@@ -59,10 +59,10 @@ def autotune_table(sel: Selection, rows: int | None = 20, width: int | None = No
     """Inductor-style AUTOTUNE report for one Selection, at most `width` columns wide (default:
     `core.text.output_width()`, 100 when not on a terminal); prose wraps between words.
 
-    One row per binary, its runtime values folded in (`group=16 (of 3)`): the winner first, then the
+    One row per binary, its runtime values folded in (`group=16 (best of 3)`): the winner first, then the
     others fastest first, each with the stage its time comes from; a row faster than the winner says
     why it lost (a note explains).  A count line says how many choices there were and what became of
-    them; with `legend` (the CLI's `-v`), a legend says what the stages, % and "(of N)" mean.
+    them; with `legend` (the CLI's `-v`), a legend says what the stages, % and "(best of N)" mean.
 
     Example (shape of the output):
         AUTOTUNE mm(512x512, 512x512)
@@ -70,7 +70,7 @@ def autotune_table(sel: Selection, rows: int | None = 20, width: int | None = No
         dtypes: torch.float32, torch.float32
         20 choices: 6 timed, in 2 rows (one per kernel); 14 pruned before timing
           aten_mm              0.9000 ms 100.0% interleaved final library kernel  <- winner
-          numba_mm_bm64_bn64   0.8500 ms 105.9% prescreen         group=4 (of 5)  lost: not re-timed
+          numba_mm_bm64_bn64   0.8500 ms 105.9% prescreen         group=4 (best of 5)  lost: not re-timed
         note: lost: not re-timed: a time from a cheaper stage ...
         SingleProcess AUTOTUNE benchmarking takes 0.5 seconds and 0.1 seconds precompiling for 20
           choices and 0.2 seconds prescreening
@@ -175,7 +175,7 @@ def _time_rows(sel: Selection, shown: list[KernelRow], width: int) -> list[str]:
     for r in shown:
         t = r.timing
         mark = "  <- winner" if t.choice == sel.winner else f"  lost: {r.lost}" if r.lost else ""
-        rt = " ".join(f"{k}={v}" for k, v in t.choice.runtime) + (f" (of {r.values})" if r.values > 1 else "")
+        rt = " ".join(f"{k}={v}" for k, v in t.choice.runtime) + (f" (best of {r.values})" if r.values > 1 else "")
         desc = "library kernel" if t.choice.is_extern else rt
         pct = 100.0 * deciding / t.ms if deciding and t.ms else 0.0
         cells.append((t.choice.name, f"{t.ms:.4f}", f"{pct:5.1f}%", STAGE_LABELS.get(t.stage, t.stage),
@@ -233,9 +233,9 @@ def _noise_lines(sel: Selection) -> list[str]:
             "the pick beat the library kernel by more than the noise and the library margin"))
     busy = sel.background_load
     if sel.provisional and busy is not None and busy > 0.5:
+        kept = "the library kernel is kept, " if sel.winner.is_extern else ""
         lines.append(f"note: other processes kept {busy:.1f} cores busy while the choices were timed, so the times "
-                     "may read high; the pick is stored as provisional and re-checked by a later run that holds the store "
-                     "alone")
+                     f"may read high; {kept}stored as provisional: a later run that holds the store alone decides")
     elif sel.provisional:
         lines.append("note: decided under heavy timing noise: the pick is stored as provisional and re-checked by "
                      "a later run that holds the store alone")

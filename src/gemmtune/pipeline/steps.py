@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol, Sequence
 
-from ..core.choices import Choice, Timing
+from ..core.choices import Choice, Timing, library_reference as reference
 from ..core.errors import NoCandidatesError
 from ..measure import load
 from ..measure.bench import Bench, Listener
@@ -140,8 +140,32 @@ def search(plan: Plan, choices: Sequence[Choice], recalled: Recalled, build: Bui
     finally:
         compiled.abandon()
     busy = load.background_cores(runner)  # timed while other processes held the cores: times may read high
-    decision = replace(decision, provisional=True) if load.loaded_here(busy) else decision
+    if load.loaded_here(busy):
+        decision = busy_decision(decision, ranked, recalled.trusted_pick)
     return Outcome(decision, ranked, bench, compiled, overlapped, busy)
+
+
+def busy_decision(decision: Decision, ranked: Sequence[Timing], firm: Choice | None = None) -> Decision:
+    """The decision of a tune timed while other processes held the cores: provisional, and never a
+    generated kernel this tune measured (readings taken under load do not show it beat the library
+    kernel): the fastest library kernel the tune ranked stands in until a quiet tune decides.  The
+    store's `firm` pick (an earlier tune decided it, not provisionally) and a pool with no library
+    kernel keep their pick.
+
+    Example:
+        >>> from gemmtune.core.choices import Choice, Timing
+        >>> lib, gen = Choice("aten_mm", None), Choice("numba_mm", "h", family="numba")
+        >>> ranked = [Timing(gen, 0.5, "finalist"), Timing(lib, 2.0, "finalist")]
+        >>> d = busy_decision(Decision(gen), ranked)
+        >>> d.choice.template_uid, d.provisional, busy_decision(Decision(gen), ranked, firm=gen).choice == gen
+        ('aten_mm', True, True)
+    """
+    pick = decision.choice
+    library = reference([t.choice for t in ranked if t.ms is not None and t.status == "ok"])
+    if pick.is_extern or pick == firm or library is None:
+        return replace(decision, provisional=True)
+    log.info("gemmtune: timed under load: %s stands in for %s until a quiet tune decides", library.key, pick.key)
+    return replace(decision, choice=library, provisional=True)
 
 
 def _gated(plan: Plan, bench: Bench, runnable: Sequence[Choice], recalled: Recalled) -> tuple[list[Timing], Decision]:
