@@ -10,7 +10,7 @@ import torch
 
 import gemmtune
 from gemmtune import engine
-from gemmtune.measure import load
+from gemmtune.measure import floor, load
 from gemmtune.measure.cpu_timer import CpuTimer
 from gemmtune.measure.replay import ReplayRunner
 from gemmtune.report import autotune_table, selection_dict
@@ -42,6 +42,15 @@ def test_the_cpu_timer_counts_only_while_it_times(monkeypatch):
     timer.time(lambda: None)  # the 4 s between the two timings are not counted
     timer.load.hz = 100.0
     assert timer.background_cores() == pytest.approx(1.6)
+
+
+MEASURED_PEAK = floor.machine_peak
+
+
+@pytest.fixture(autouse=True)
+def _a_slow_machine(monkeypatch):
+    """The stand-in readings (1 ms for a 16x8x12 mm) are within reach of this machine's floor."""
+    monkeypatch.setattr(floor, "machine_peak", lambda: floor.Peak(flops_per_s=1e6, bytes_per_s=1e6, call_s=1e-4))
 
 
 class _Timer:
@@ -131,3 +140,22 @@ def test_a_quiet_tune_then_decides_and_a_busy_one_keeps_a_firm_stored_pick(monke
     assert quiet.winner.template_uid.startswith("scripted") and not quiet.provisional
     busy = _tune(monkeypatch, 1.8, store)  # a firm pick from a quiet tune stands under load
     assert busy.winner.template_uid.startswith("scripted") and busy.cache_hit
+
+
+def test_a_library_reading_far_above_its_floor_decides_as_a_busy_machine(monkeypatch):
+    """No other process in /proc, but the library kernel read 1 ms for a 16x8x12 mm, about 500x the floor
+    of a machine doing 1e11 FLOP/s: a throttled or shared core. The library kernel is kept, provisional."""
+    monkeypatch.setattr(floor, "machine_peak", lambda: floor.Peak(flops_per_s=1e11, bytes_per_s=1e10, call_s=1e-6))
+    sel = _tune(monkeypatch, 0.1, Store(":memory:"))
+    assert sel.winner.template_uid == "aten_mm" and sel.provisional
+
+
+def test_the_floor_is_the_problems_work_at_the_measured_peak_plus_a_call():
+    work = floor.Work(flops=2e9, bytes=4e6)
+    peak = floor.Peak(flops_per_s=1e11, bytes_per_s=1e10, call_s=2e-6)
+    assert floor.floor_ms(work, peak) == pytest.approx(20.002)  # compute-bound: 2e9 / 1e11 s, plus the call
+    assert floor.floor_ms(floor.Work(2e6, 4e8), peak) == pytest.approx(40.002)  # bytes-bound
+    assert not floor.far_above(300.0, work, peak) and floor.far_above(500.0, work, peak)
+    assert not floor.far_above(None, work, peak)
+    measured = MEASURED_PEAK.__wrapped__()  # this machine, measured: positive and finite
+    assert 0 < measured.call_s < 1 and measured.flops_per_s > 1e6 and measured.bytes_per_s > 1e6

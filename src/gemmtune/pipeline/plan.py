@@ -17,6 +17,7 @@ from ..core.inputs import KernelInputs
 from ..core.settings import CPU_CANNOT_WIN, DEFAULTS, Settings, isolation_for
 from ..measure.budget import Budget
 from ..measure.compile import overlap_for
+from ..measure.floor import Work
 from ..search import STRATEGIES, Options, ProblemDims, Strategy, for_device
 from ..search.final import FinalRule
 from ..store.memory import StoreKey
@@ -90,6 +91,7 @@ class Plan:
     distributed: tuple[str, float] = ("off", 600.0)
     share_kernels: bool = False  # the pick's compiled kernels kept in the store too (store.kernels)
     trust: Trust = Trust()  # what the store is read under: its key, and whether it counts as shared
+    work: Work | None = None  # CPU: the problem's FLOPs and bytes, whose floor a library reading is held to
 
     def __post_init__(self) -> None:
         self.strategy.check(self.options)  # a strategy runs with its own options type only
@@ -193,7 +195,7 @@ def plan_for(settings: Settings, problem: KernelInputs, templates: Sequence[Temp
                 CompilePlan(settings.compile_timeout_s, settings.compile_workers), settings.check_correctness,
                 settings.lookup_table, settings.backends, settings.store,
                 (settings.distributed, settings.distributed_timeout_s), settings.share_kernels,
-                Trust.of(settings))
+                Trust.of(settings), Work.of(problem) if device == "cpu" else None)
 
 
 def replay_plan(strategy: str, options: Options, final: FinalRule | None = None,

@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from ..core.choices import Choice, Timing, library_reference as reference
 from ..core.errors import NoCandidatesError
-from ..measure import load
+from ..measure import floor, load
 from ..measure.bench import Bench, Listener
 from ..measure.compile import CompileResult
 from ..measure.runners import Runner
@@ -140,9 +140,19 @@ def search(plan: Plan, choices: Sequence[Choice], recalled: Recalled, build: Bui
     finally:
         compiled.abandon()
     busy = load.background_cores(runner)  # timed while other processes held the cores: times may read high
-    if load.loaded_here(busy):
+    if load.loaded_here(busy) or (busy is not None and _above_floor(plan, ranked)):  # busy: a real CPU timer
         decision = busy_decision(decision, ranked, recalled.trusted_pick)
     return Outcome(decision, ranked, bench, compiled, overlapped, busy)
+
+
+def _above_floor(plan: Plan, ranked: Sequence[Timing]) -> bool:
+    """A CPU tune whose library kernel read far above its problem's floor (`measure.floor`): its
+    readings are not the kernels' own times, though /proc saw no other process."""
+    if plan.work is None:
+        return False
+    library = reference([t.choice for t in ranked if t.ms is not None and t.status == "ok"])
+    reading = next((t.ms for t in ranked if t.choice == library), None)
+    return library is not None and floor.far_above(reading, plan.work)
 
 
 def busy_decision(decision: Decision, ranked: Sequence[Timing], firm: Choice | None = None) -> Decision:
