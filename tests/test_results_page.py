@@ -54,6 +54,8 @@ def test_every_cited_file_is_in_the_results_and_the_page_names_exactly_those():
         assert (results.RESULTS / name).is_file(), name
     named = set(re.findall(r"`([\w.-]+\.json)`", (ROOT / "docs" / "RESULTS.md").read_text()))
     assert named == set(cited)
+    kept = {p.name for p in results.RESULTS.iterdir()}
+    assert kept == set(cited), f"bench/results/ holds files docs/RESULTS.md does not cite: {sorted(kept - set(cited))}"
 
 
 def test_the_page_says_on_its_first_line_how_it_is_generated():
@@ -110,13 +112,17 @@ def test_the_cpu_rows_come_from_the_cpu_suite_file(tmp_path):
                "pick_ms": 0.05, "torch_ms": 0.05, "ratio_vs_torch": 1.0, "tune_s": 1.2},
               {"name": "odd", "op": "addmm", "M": 100, "K": 300, "N": 200, "dtype": "float32", "pick": "numba_mm",
                "pick_ms": 2.0, "torch_ms": 1.9, "ratio_vs_torch": 0.95, "tune_s": 1.5}]
+    summary = {"geomean_vs_torch": 0.9747, "worst_vs_torch": 0.95, "library_picks": 1, "n": 2, "median_tune_s": 1.35}
     write(tmp_path, results.CPU[0], {"command": "python bench/cpu.py --out x.json", "device": "Xeon, 2 cores",
-                                     "date": "2026-12-06", "torch": "2.13.0+cpu", "shapes": shapes,
-                                     "summary": {"geomean_vs_torch": 0.9747, "library_picks": 1, "n": 2,
-                                                 "median_tune_s": 1.35}})
+                                     "date": "2026-12-06", "torch": "2.13.0+cpu", "shapes": shapes, "summary": summary})
+    write(tmp_path, results.CPU[1], {"command": "python bench/cpu.py --busy 2", "device": "Xeon, 2 cores", "busy": 2,
+                                     "date": "2026-12-06", "shapes": shapes, "summary": {**summary, "library_picks": 2}})
     tables = results.cpu_tables(tmp_path)
-    assert tables["cpu"].splitlines()[2] == ("| 2 shapes | **0.975x** | 1 / 2 | 1.35 s | `python bench/cpu.py` "
-                                             f"| Xeon, 2 cores | 2026-12-06 | `{results.CPU[0]}` |")
+    assert tables["cpu"].splitlines()[2:] == [
+        f"| 2 shapes | **0.975x** (0.950x) | 1 / 2 | 1.35 s | `python bench/cpu.py` | Xeon, 2 cores | 2026-12-06 "
+        f"| `{results.CPU[0]}` |",
+        f"| 2 shapes, tuned beside 2 busy processes | **0.975x** (0.950x) | 2 / 2 | 1.35 s | `python bench/cpu.py "
+        f"--busy 2` | Xeon, 2 cores | 2026-12-06 | `{results.CPU[1]}` |"]
     assert tables["cpu_shapes"].splitlines()[3] == "| odd | addmm 100x300x200 | `numba_mm` | 2.0000 ms | 1.9000 ms | 0.950x | 1.50 s |"
 
 
