@@ -2,8 +2,8 @@
 
 For each shape: `gemmtune.tune` with the store off (its wall time is the tuning time; the first shape
 also pays numba's compile unless numba's cache is warm), then the pick and torch's op (`torch.mm`,
-`torch.addmm`, `torch.bmm`) timed with `torch.utils.benchmark` in interleaved rounds (the pick as the
-eager dispatch runs it: torch's op itself for an aten mm or bmm pick), in a shuffled
+`torch.addmm`, `torch.bmm`) timed with `torch.utils.benchmark` in interleaved rounds (the pick as a
+warm eager call runs it: torch's op itself for an aten mm or bmm pick), in a shuffled
 order each round; the ratio is the median of the per-round ratios torch / pick (above 1: the pick is
 faster).  The machine's load average is recorded: on a busy machine CPU timings move with it.
 `--busy N` keeps N processes running torch matmuls while each shape is tuned (not while its pick is timed): what a
@@ -34,12 +34,11 @@ import torch
 import torch.utils.benchmark as benchmark
 
 import gemmtune
-from gemmtune.dispatch.binding import bound_on_first_call
+from gemmtune.dispatch.eager import selection_runner
 from gemmtune.offline.suite import ProblemSpec, load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_OPS = {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}
-DIRECT = {"aten_mm": torch.mm, "aten_bmm": torch.bmm}  # what the eager dispatch calls for these picks
 SPIN = "import torch\na = torch.randn(384, 384)\nwhile True:\n    a @ a"  # a busy neighbour: torch on every core
 
 
@@ -80,11 +79,8 @@ def run_shape(spec, rounds: int, settings, busy: int = 0) -> dict:
             proc.wait()
     ref = TORCH_OPS[spec.op]
     torch.testing.assert_close(sel(*tensors), ref(*tensors), rtol=1e-3, atol=1e-3)
-    # The pick as the eager dispatch runs it: torch's own op for an aten mm / bmm pick, else its kernel
-    # (bound to the operands where it offers that), without the checks of a Selection call.
-    uid = sel.winner.template_uid
-    cell = [DIRECT[uid]] if uid in DIRECT else bound_on_first_call(sel.kernel)
-    pick_ms, torch_ms, ratio = paired_rounds(lambda: cell[0](*tensors), lambda: ref(*tensors), rounds, seed=spec.M)
+    pick = selection_runner(spec.op, sel, 1.0, 1.0, None, None)  # what a warm gemmtune.mm / addmm / bmm runs
+    pick_ms, torch_ms, ratio = paired_rounds(lambda: pick(*tensors), lambda: ref(*tensors), rounds, seed=spec.M)
     return {"name": spec.name, "op": spec.op, "M": spec.M, "K": spec.K, "N": spec.N, "batch": spec.batch,
             "dtype": spec.dtype, "pick": sel.winner.key, "library_pick": sel.winner.is_extern,
             "provisional": sel.provisional, "pick_ms": round(pick_ms, 5), "torch_ms": round(torch_ms, 5),

@@ -4,7 +4,6 @@ key, size-bounded before anything is loaded, on a real SQLite file and a real re
 from __future__ import annotations
 
 import base64
-import os
 import tracemalloc
 
 import pytest
@@ -13,27 +12,17 @@ from gemmtune.store import kernel_entries
 from gemmtune.store.locations import open_store
 from gemmtune.store.signing import Signer
 from gemmtune.store.trust import Trust
-from redis_server import RedisServer, require_redis
+from redis_server import fresh_location, server  # noqa: F401 - server: a fixture
 
 KEY = "a-fleet-secret-of-32-characters!"
 TRUST = Trust(Signer.from_text(KEY))
 HOSTILE = Trust(Signer.from_text("a-guess-at-the-fleets-secret-000"))
 
 
-@pytest.fixture(scope="module")
-def redis_server():
-    require_redis()
-    srv = RedisServer().start()
-    yield srv
-    srv.stop()
-
-
 @pytest.fixture(params=["sqlite", "redis"])
 def location(request, tmp_path):
     """One store location, as every machine of a fleet names it."""
-    if request.param == "sqlite":
-        return str(tmp_path / "store.sqlite")
-    return request.getfixturevalue("redis_server").url(prefix=f"t{os.getpid()}x{abs(hash(str(tmp_path))) % 10**8}")
+    return fresh_location(request, tmp_path, request.param, "t")
 
 
 @pytest.fixture(autouse=True)

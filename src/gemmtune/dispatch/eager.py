@@ -284,12 +284,13 @@ def _build(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[s
     if sel.kernel is None:
         raise NoCandidatesError(f"{sel.problem.describe()}: the selection has no kernel to run")
     TABLE.add_selection(canon, sel)
-    return _runner(op, sel, alpha, beta, backends, out_layout)
+    return selection_runner(op, sel, alpha, beta, backends, out_layout)
 
 
-def _runner(op: str, sel: Any, alpha: float, beta: float, backends: tuple[str, ...] | None,
-            out_layout: str | None) -> Callable[..., torch.Tensor]:
-    """The callable the dict holds for a tuned problem."""
+def selection_runner(op: str, sel: Any, alpha: float, beta: float, backends: tuple[str, ...] | None,
+                     out_layout: str | None) -> Callable[..., torch.Tensor]:
+    """The callable the dispatch dict holds for a problem `sel` tuned (what `gemmtune.mm` and its
+    siblings run on a warm call; `bench/cpu.py` times it)."""
     uid = sel.winner.template_uid
     if out_layout != "col":
         # The aten winners' launchers are exactly torch.mm(a, b) / torch.bmm(a, b): call those

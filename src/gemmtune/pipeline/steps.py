@@ -140,38 +140,31 @@ def search(plan: Plan, choices: Sequence[Choice], recalled: Recalled, build: Bui
     finally:
         compiled.abandon()
     busy = load.background_cores(runner)  # timed while other processes held the cores: times may read high
-    if load.loaded_here(busy) or (busy is not None and _above_floor(plan, ranked)):  # busy: a real CPU timer
-        decision = busy_decision(decision, ranked, recalled.trusted_pick)
+    if busy is not None:  # a real CPU timer: its readings may not be the kernels' own times
+        timed = {t.choice: t.ms for t in ranked if t.ms is not None and t.status == "ok"}
+        library = reference(list(timed))
+        if load.loaded_here(busy) or (plan.work is not None and library is not None
+                                      and floor.far_above(timed[library], plan.work)):
+            decision = busy_decision(decision, library, recalled.trusted_pick)
     return Outcome(decision, ranked, bench, compiled, overlapped, busy)
 
 
-def _above_floor(plan: Plan, ranked: Sequence[Timing]) -> bool:
-    """A CPU tune whose library kernel read far above its problem's floor (`measure.floor`): its
-    readings are not the kernels' own times, though /proc saw no other process."""
-    if plan.work is None:
-        return False
-    library = reference([t.choice for t in ranked if t.ms is not None and t.status == "ok"])
-    reading = next((t.ms for t in ranked if t.choice == library), None)
-    return library is not None and floor.far_above(reading, plan.work)
-
-
-def busy_decision(decision: Decision, ranked: Sequence[Timing], firm: Choice | None = None) -> Decision:
-    """The decision of a tune timed while other processes held the cores: provisional, and never a
-    generated kernel this tune measured (readings taken under load do not show it beat the library
-    kernel): the fastest library kernel the tune ranked stands in until a quiet tune decides.  The
+def busy_decision(decision: Decision, library: Choice | None, firm: Choice | None = None) -> Decision:
+    """The decision of a tune whose CPU readings are not the kernels' own times (other processes held
+    the cores, or the library kernel read far above its problem's floor, `measure.floor`): provisional,
+    and never a generated kernel this tune measured (such readings do not show it beat the library
+    kernel): the fastest `library` kernel the tune ranked stands in until a quiet tune decides.  The
     store's `firm` pick (an earlier tune decided it, not provisionally) and a pool with no library
     kernel keep their pick.
 
     Example:
-        >>> from gemmtune.core.choices import Choice, Timing
+        >>> from gemmtune.core.choices import Choice
         >>> lib, gen = Choice("aten_mm", None), Choice("numba_mm", "h", family="numba")
-        >>> ranked = [Timing(gen, 0.5, "finalist"), Timing(lib, 2.0, "finalist")]
-        >>> d = busy_decision(Decision(gen), ranked)
-        >>> d.choice.template_uid, d.provisional, busy_decision(Decision(gen), ranked, firm=gen).choice == gen
+        >>> d = busy_decision(Decision(gen), lib)
+        >>> d.choice.template_uid, d.provisional, busy_decision(Decision(gen), lib, firm=gen).choice == gen
         ('aten_mm', True, True)
     """
     pick = decision.choice
-    library = reference([t.choice for t in ranked if t.ms is not None and t.status == "ok"])
     if pick.is_extern or pick == firm or library is None:
         return replace(decision, provisional=True)
     log.info("gemmtune: timed under load: %s stands in for %s until a quiet tune decides", library.key, pick.key)
