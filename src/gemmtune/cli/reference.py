@@ -177,9 +177,15 @@ def wrap(text: str, first: str = "", rest: str = "", width: int = WIDTH) -> list
     return [*lines, prefix + " ".join(words)] if words else lines
 
 
-def _anchor(name: str) -> str:
-    """The anchor a Git host gives the heading `` `name` `` (lower case, spaces as hyphens)."""
-    return name.lower().replace(" ", "-")
+def anchor(heading: str) -> str:
+    """The anchor a Git host gives a heading: lower case, punctuation other than `-` and `_` dropped,
+    spaces as hyphens.
+
+    Example:
+        >>> anchor("`gemmtune cache`"), anchor("gemmtune.tune(op, *tensors)")
+        ('gemmtune-cache', 'gemmtunetuneop-tensors')
+    """
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
 def _section(name: str, parser: argparse.ArgumentParser, summary: str) -> Iterable[str]:
@@ -216,7 +222,7 @@ def cli_reference() -> str:
                    "variables (docs/SETTINGS.md).  A default of `-` is decided when the command runs "
                    "(the meaning says how).")
     lines += ["", "| command | what it does |", "|---|---|"]
-    lines += [f"| [`{name}`](#{_anchor(name)}) | {_cell(summary)} |" for name, _, summary in found[1:]]
+    lines += [f"| [`{name}`](#{anchor(name)}) | {_cell(summary)} |" for name, _, summary in found[1:]]
     lines.append("")
     for name, parser, summary in found:
         lines += _section(name, parser, summary)
