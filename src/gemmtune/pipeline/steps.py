@@ -140,12 +140,13 @@ def search(plan: Plan, choices: Sequence[Choice], recalled: Recalled, build: Bui
     finally:
         compiled.abandon()
     busy = load.background_cores(runner)  # timed while other processes held the cores: times may read high
-    if busy is not None:  # a real CPU timer: its readings may not be the kernels' own times
-        timed = {t.choice: t.ms for t in ranked if t.ms is not None and t.status == "ok"}
-        library = reference(list(timed))
-        if load.loaded_here(busy) or (plan.work is not None and library is not None
-                                      and floor.far_above(timed[library], plan.work)):
-            decision = busy_decision(decision, library, recalled.trusted_pick)
+    timed = {t.choice: t.ms for t in ranked if t.ms is not None and t.status == "ok"}
+    library = reference(list(timed))
+    not_own = load.loaded_here(busy)  # readings that are not the kernels' own times
+    if not not_own and busy is not None and plan.work is not None and library is not None:  # a real CPU timer
+        not_own = floor.far_above(timed[library], plan.work)
+    if not_own:
+        decision = busy_decision(decision, library, recalled.trusted_pick)
     return Outcome(decision, ranked, bench, compiled, overlapped, busy)
 
 
