@@ -131,8 +131,11 @@ def template_stage1() -> Mapping[str, Mapping[str, Any]]:
     timings needs the values `tune` would use on the machine that recorded them)."""
     from ..templates.registry import default_templates, optional_templates
 
+    from ..templates.padded import PREFIX
+
     shipped = [*default_templates(), *optional_templates()]
-    return {t.uid: dict(t.default_runtime) for t in shipped if t.default_runtime}
+    stage1 = {t.uid: dict(t.default_runtime) for t in shipped if t.default_runtime}
+    return {**stage1, **{PREFIX + uid: values for uid, values in stage1.items()}}  # a padded twin's: its template's
 
 
 def default_options(problem: ProblemDims | None = None, strategy: str | None = None) -> Options:

@@ -24,6 +24,7 @@ from .keys import Row
 __all__ = ["INDUCTOR_PREFIX", "catalog_fault"]
 
 INDUCTOR_PREFIX = "inductor:"  # the template of a row Inductor timed (`inductor.timed.PREFIX`)
+PADDED = "padded_"  # a padded twin's template (`templates.padded.PREFIX`)
 
 
 def catalog_fault(r: Row, problem: str) -> str | None:
@@ -33,7 +34,7 @@ def catalog_fault(r: Row, problem: str) -> str | None:
 
     if r.template.startswith(INDUCTOR_PREFIX):
         return None
-    template = _catalog().get(r.template)
+    template = _catalog().get(r.template.removeprefix(PADDED))  # a padded twin has its inner template's space
     if template is None:
         return f"template {shown(r.template)} is not one gemmtune ships (a template of your own?)"
     pin = {"template": r.template, "config": json.loads(r.config), "runtime_params": json.loads(r.runtime)}

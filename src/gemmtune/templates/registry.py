@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from ..core.inputs import KernelInputs
 from .base import Template
 from .extern import AtenBiasAddmmTemplate, AtenScaledMMTemplate, AtenTemplate, NumpyTemplate
+from .padded import padded_pool
 
 
 def _scaled_tma(size: str = "default") -> Template:
@@ -86,6 +87,8 @@ def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
     `cutlass_operators` for problems of 2048 and more in every dimension; CPU: extern + numba), less an
     opt-in template (`Template.opt_in`: NumPy's BLAS) unless `templates` lists it, and less a template
     whose `default_min_dim` the problem is under; a family named explicitly is used wherever it runs.
+    On a GPU, with `templates` None, a problem with a misaligned leading dimension also gets each
+    active template's padded twin (`templates.padded`).
     """
     pool = default_templates(hopper, size, preview) if templates is None else list(templates)
     smallest = min(ki.M, ki.N, ki.K)
@@ -96,7 +99,10 @@ def active_templates(ki: KernelInputs, backends: Sequence[str] | None,
                     and smallest >= t.default_min_dim)
         return t.family in backends
 
-    return [t for t in pool if ki.op in t.ops and wanted(t) and t.supports(ki)]
+    active = [t for t in pool if ki.op in t.ops and wanted(t) and t.supports(ki)]
+    if templates is None and ki.device_type == "cuda":  # a misaligned problem: each template's padded twin too
+        active += padded_pool(ki, pool, wanted)
+    return active
 
 
 

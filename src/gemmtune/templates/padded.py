@@ -1,0 +1,244 @@
+"""Padded candidates: a template's kernel run on operands copied into aligned, zero-padded storage.
+
+A GEMM whose leading dimension is not a multiple of 16 bytes (a bf16 K or N not a multiple of 8,
+such as 777x1234x5555 or a vocabulary of 32001) rules out vector loads, TMA and the library's fastest
+kernels.  `PaddedTemplate(inner)` offers each of `inner`'s candidates on the padded problem: each call
+copies the operands into aligned storage (zeros in the padding, so the product is unchanged), runs
+the aligned kernel and copies the output's top-left block out.  Its time, as every candidate's,
+is the whole call: the copies count, so padding wins only where the aligned kernel saves more than
+they cost.
+
+A padded dimension is one that is some operand's leading dimension: K where A is row-major or B
+column-major, N (the output's and a row-major B's), M where A is column-major.  Each is rounded up
+to `align_of(dtype)` elements (16 bytes).  A weight that is a parameter (`nn.Parameter`, or a view
+of one such as `weight.t()`) is padded once and kept until the parameter changes (its version
+counter moves, as an optimizer step moves it), so a patched `nn.Linear` pays only the activation's copy.
+
+`padded_pool` adds a padded twin of each template of the default pool on a GPU (`registry.
+active_templates`); elsewhere a `PaddedTemplate` competes only where `templates=` lists it.
+
+Example:
+    >>> import torch
+    >>> from gemmtune.templates.extern import AtenTemplate
+    >>> ki = KernelInputs.from_tensors("mm", torch.randn(5, 7), torch.randn(7, 9))
+    >>> padding_dims(ki), padded_problem(ki).describe()
+    ({'N': 12, 'K': 8}, 'mm(5x8, 8x12)')
+    >>> PaddedTemplate(AtenTemplate("mm")).uid
+    'padded_aten_mm'
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..core.choices import Choice
+from ..core.inputs import KernelInputs, TensorMeta
+from .base import Launcher, Template, source_hash
+
+PREFIX = "padded_"
+"""A padded template's uid is this prefix and its inner template's uid."""
+
+OPS = ("mm", "addmm", "bmm", "scaled_mm")
+ALIGN_BYTES = 16
+_SOURCE = Path(__file__)
+
+
+def align_of(dtype: torch.dtype) -> int:
+    """Elements in `ALIGN_BYTES`: 8 for bf16/fp16, 4 for fp32, 16 for fp8.
+
+    Example:
+        >>> align_of(torch.bfloat16), align_of(torch.float32), align_of(torch.float8_e4m3fn)
+        (8, 4, 16)
+    """
+    return max(1, ALIGN_BYTES // dtype.itemsize)
+
+
+def _row_major(meta: TensorMeta) -> bool:
+    return meta.stride[-1] == 1 or meta.stride[-2] != 1
+
+
+def padding_dims(ki: KernelInputs) -> dict[str, int]:
+    """The dimensions of `ki` to pad, with their padded sizes ({} where nothing is misaligned or the op
+    has no padded form).
+
+    Example:
+        >>> a, b = torch.randn(777, 1234, dtype=torch.bfloat16), torch.randn(1234, 5555, dtype=torch.bfloat16)
+        >>> padding_dims(KernelInputs.from_tensors("mm", a, b))
+        {'N': 5560, 'K': 1240}
+        >>> padding_dims(KernelInputs.from_tensors("mm", a, b[:, :5552]))
+        {'K': 1240}
+    """
+    if ki.op not in OPS or min(ki.M, ki.N, ki.K) == 0:
+        return {}
+    step = align_of(ki.dtype)
+    a_row, b_row = _row_major(ki.a), _row_major(ki.b)
+    leading = {"M": not a_row, "N": True, "K": a_row or not b_row}
+    sizes = {"M": ki.M, "N": ki.N, "K": ki.K}
+    return {d: -(-n // step) * step for d, n in sizes.items() if leading[d] and n % step}
+
+
+def pad_matrix(t: Any, rows: int, cols: int) -> Any:
+    """`t` with its last two dimensions zero-padded to (rows, cols), in `t`'s own orientation: a
+    column-major matrix stays column-major.  `t` itself where nothing grows.
+
+    Example:
+        >>> w = torch.ones(3, 2)
+        >>> p = pad_matrix(w.t(), 2, 4)
+        >>> p.tolist(), p.stride()
+        ([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]], (1, 2))
+    """
+    r, c = t.shape[-2], t.shape[-1]
+    if (r, c) == (rows, cols):
+        return t
+    if t.stride(-1) != 1 and t.stride(-2) == 1:  # column-major: pad the stored (transposed) matrix
+        return _pad(t.transpose(-1, -2), rows - r, cols - c, transposed=True).transpose(-1, -2)
+    return _pad(t, rows - r, cols - c)
+
+
+def _pad(t: Any, add_rows: int, add_cols: int, transposed: bool = False) -> Any:
+    widths = (0, add_rows, 0, add_cols) if transposed else (0, add_cols, 0, add_rows)
+    if t.dtype.itemsize == 1 and t.dtype.is_floating_point:  # fp8: pad its bytes (0x00 is +0.0)
+        return F.pad(t.view(torch.uint8), widths).view(t.dtype)
+    return F.pad(t, widths)
+
+
+def _pad_vector_like(t: Any, full: Sequence[int], padded: Sequence[int]) -> Any:
+    """A bias or scale broadcast against an output of size `full`, padded where it spans a padded dim."""
+    if t.dim() == 0:
+        return t
+    lead = [0] * (t.dim() * 2)
+    for i in range(1, t.dim() + 1):  # from the last dimension, as F.pad counts
+        n, want, have = t.shape[-i], padded[-i] if i <= len(padded) else None, full[-i] if i <= len(full) else None
+        if want is not None and n == have and n != want and n != 1:
+            lead[2 * (i - 1) + 1] = want - n
+    if not any(lead):
+        return t
+    return F.pad(t.view(torch.uint8), lead).view(t.dtype) if t.dtype.itemsize == 1 else F.pad(t, lead)
+
+
+def pad_operands(ki: KernelInputs, tensors: Sequence[Any], dims: dict[str, int], matrix: Any = pad_matrix) -> tuple:
+    """`tensors` (in `ki.op`'s order) padded to `dims` (`padding_dims`); `matrix(t, rows, cols)` pads
+    the two matrices (`pad_matrix`)."""
+    M, N, K = dims.get("M", ki.M), dims.get("N", ki.N), dims.get("K", ki.K)
+    full, padded = (ki.M, ki.N), (M, N)
+    if ki.op == "addmm":
+        return (_pad_vector_like(tensors[0], full, padded), matrix(tensors[1], M, K), matrix(tensors[2], K, N))
+    out = [matrix(tensors[0], M, K), matrix(tensors[1], K, N)]
+    if ki.op == "scaled_mm":
+        out += [_pad_vector_like(t, full, padded) for t in tensors[2:4]]
+        out += [_pad_vector_like(t, (ki.N,), (N,)) for t in tensors[4:]]
+    return tuple(out)
+
+
+def padded_problem(ki: KernelInputs, dims: dict[str, int] | None = None) -> KernelInputs:
+    """`ki` as its padded operands describe it (`padding_dims(ki)` unless `dims` is given)."""
+    dims = padding_dims(ki) if dims is None else dims
+    metas = [torch.empty_strided(m.size, m.stride, dtype=m.dtype, device="meta") for m in ki.operands]
+    padded = pad_operands(ki, metas, dims)
+    return KernelInputs(ki.op, tuple(TensorMeta(tuple(t.shape), tuple(t.stride()), t.dtype, m.device)
+                                     for t, m in zip(padded, ki.operands)), ki.alpha, ki.beta, ki.out_dtype,
+                        ki.fast_accum)
+
+
+class _ParameterPads:
+    """Padded copies of parameters (and views of them), kept while the parameter is unchanged."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple, tuple[Any, int, Any]] = {}
+
+    def get(self, t: Any, rows: int, cols: int) -> Any:
+        base = t if isinstance(t, torch.nn.Parameter) else getattr(t, "_base", None)
+        if not isinstance(base, torch.nn.Parameter) or (t.shape[-2], t.shape[-1]) == (rows, cols):
+            return pad_matrix(t, rows, cols)  # not a weight (an activation): padded on every call
+        key = (id(base), t.data_ptr(), tuple(t.shape), tuple(t.stride()), rows, cols)
+        kept = self._kept.get(key)
+        if kept is not None and kept[0]() is base and kept[1] == base._version:
+            return kept[2]
+        padded = pad_matrix(t, rows, cols)
+        self._kept = {k: v for k, v in self._kept.items() if v[0]() is not None}  # forget freed parameters
+        self._kept[key] = (weakref.ref(base), base._version, padded)
+        return padded
+
+
+class PaddedTemplate(Template):
+    """`inner`'s candidates on the padded problem (module docstring): the same configs and runtime
+    params; the uid `padded_<inner uid>`, the family `inner`'s (a `backends` naming it pools both).
+
+    Example:
+        >>> from gemmtune.templates.extern import AtenTemplate
+        >>> t = PaddedTemplate(AtenTemplate("mm"))
+        >>> t.family, t.is_extern, t.supports(KernelInputs.from_tensors("mm", torch.ones(8, 8), torch.ones(8, 8)))
+        ('extern', False, False)
+    """
+
+    native_devices = ("cuda",)
+    ops = OPS
+
+    def __init__(self, inner: Template):
+        self.inner = inner
+        self.uid = PREFIX + inner.uid
+        self.family = inner.family
+        self.src_hash = source_hash(inner.src_hash or inner.uid, _SOURCE)
+        self.runtime_space = inner.runtime_space
+        self.config_text_keys = inner.config_text_keys
+        self.default_runtime = inner.default_runtime
+        self.opt_in, self.default_min_dim = inner.opt_in, inner.default_min_dim
+
+    def supports(self, ki: KernelInputs) -> bool:
+        dims = padding_dims(ki)
+        return bool(dims) and ki.op in self.inner.ops and self.inner.supports(padded_problem(ki, dims))
+
+    def compile_configs(self, ki: KernelInputs) -> Sequence[dict[str, Any]]:
+        return [dict(c) for c in self.inner.compile_configs(padded_problem(ki))]
+
+    def _inner_choice(self, choice: Choice) -> Choice:
+        return Choice(self.inner.uid, self.inner.src_hash, choice.config, choice.runtime, family=self.inner.family)
+
+    def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
+        dims = padding_dims(ki)
+        inner_ki = padded_problem(ki, dims)
+        inner = self.inner.compile(self._inner_choice(choice), inner_ki, pad_operands(ki, example, dims))
+        return padded_launcher(ki, dims, inner)
+
+
+def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher) -> Launcher:
+    """`launch(tensors, out=None, **runtime)`: `tensors` padded to `dims`, `inner` run on them, the
+    result's top-left `ki.out_size` block written to `out` (a new row-major output where None)."""
+    pads = _ParameterPads()
+    into_out = "N" not in dims and "M" not in dims  # only K grows: the aligned kernel writes `out` itself
+
+    def launch(tensors, out=None, **runtime):
+        padded = pad_operands(ki, tensors, dims, pads.get)
+        if into_out:
+            return inner(padded, out, **runtime)
+        result = inner(padded, None, **runtime)
+        block = result[..., :ki.M, :ki.N]
+        if out is None:
+            return block.contiguous()
+        return out.copy_(block)
+
+    return launch
+
+
+def padded_pool(ki: KernelInputs, pool: Sequence[Template], wanted: Any) -> list[Template]:
+    """A padded twin of each template of `pool` that `wanted` (the registry's family filter) keeps and
+    that runs the padded problem; [] where `ki` needs no padding.
+
+    Example:
+        >>> from gemmtune.templates.extern import AtenTemplate
+        >>> ki = KernelInputs.from_tensors("mm", torch.randn(4, 7), torch.randn(7, 4))
+        >>> [t.uid for t in padded_pool(ki, [AtenTemplate("mm"), AtenTemplate("bmm")], lambda t: True)]
+        ['padded_aten_mm']
+    """
+    dims = padding_dims(ki)
+    if not dims or math.prod(ki.out_size) == 0:
+        return []
+    big = padded_problem(ki, dims)
+    return [PaddedTemplate(t) for t in pool
+            if ki.op in t.ops and not isinstance(t, PaddedTemplate) and wanted(t) and t.supports(big)]

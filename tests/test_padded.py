@@ -1,0 +1,152 @@
+"""Padded candidates (gemmtune.templates.padded): which dimensions pad, the padded launcher's result for
+every op and layout, a parameter padded once and again after it changes, the pool on a GPU problem,
+and a tune on CPU where a padded twin competes (real kernels: torch's ops, Triton's interpreter)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gemmtune
+from gemmtune.core.choices import Choice
+from gemmtune.core.inputs import KernelInputs, TensorMeta
+from gemmtune.store.catalog import catalog_fault
+from gemmtune.store.keys import Row
+from gemmtune.templates import padded
+from gemmtune.templates.extern import AtenScaledMMTemplate, AtenTemplate
+from gemmtune.templates.padded import PaddedTemplate, padded_problem, padding_dims
+from gemmtune.templates.registry import active_templates
+from gemmtune.templates.triton.mm import TritonMMTemplate
+
+from helpers import fp8_operands
+
+BF16 = torch.bfloat16
+
+
+def _launch(template, op, *tensors, **kw):
+    ki = KernelInputs.from_tensors(op, *tensors, **kw)
+    t = PaddedTemplate(template)
+    choice = t.configs(ki)[0]
+    return t.compile(choice, ki, tensors), choice.runtime_dict
+
+
+def _problem(m, k, n, b_col=True, device="cpu", dtype=BF16):
+    metas = (TensorMeta((m, k), (k, 1), dtype, device), TensorMeta((k, n), (1, k) if b_col else (n, 1), dtype, device))
+    return KernelInputs("mm", metas)
+
+
+@pytest.mark.parametrize("m,k,n,b_col,want", [
+    (777, 1234, 5555, False, {"N": 5560, "K": 1240}),
+    (777, 1234, 5555, True, {"N": 5560, "K": 1240}),
+    (16, 4096, 32001, True, {"N": 32008}),
+    (401408, 20, 72, True, {"K": 24}),
+    (4097, 4096, 6144, True, {}),  # M is no operand's leading dimension here
+])
+def test_the_padded_dimensions_are_the_misaligned_leading_ones(m, k, n, b_col, want):
+    assert padding_dims(_problem(m, k, n, b_col)) == want
+
+
+def test_the_alignment_follows_the_dtype_and_a_column_major_a_pads_m():
+    a = torch.empty_strided((13, 12), (1, 13), dtype=torch.float32)  # column-major A: M leads
+    b = torch.empty(12, 6, dtype=torch.float32)
+    assert padding_dims(KernelInputs.from_tensors("mm", a, b)) == {"M": 16, "N": 8}
+    assert padding_dims(_problem(8, 12, 6, dtype=torch.float16)) == {"N": 8, "K": 16}
+    big = padded_problem(KernelInputs.from_tensors("mm", a, b))
+    assert (big.M, big.K, big.N) == (16, 12, 8) and big.a.stride == (1, 16)
+
+
+@pytest.mark.parametrize("b_col", [False, True], ids=["b_row", "b_col"])
+@pytest.mark.parametrize("with_out", [False, True], ids=["new_out", "into_out"])
+def test_a_padded_mm_computes_torch_mm(b_col, with_out):
+    a = torch.randn(13, 21)
+    b = torch.randn(19, 21).t() if b_col else torch.randn(21, 19)
+    launch, rt = _launch(AtenTemplate("mm"), "mm", a, b)
+    out = torch.full((13, 19), float("nan")) if with_out else None
+    got = launch((a, b), out, **rt)
+    assert got.shape == (13, 19) and got.is_contiguous()
+    torch.testing.assert_close(got, a @ b)
+    if with_out:
+        assert got.data_ptr() == out.data_ptr()
+
+
+@pytest.mark.parametrize("bias_shape", [(19,), (1, 19), (13, 19), (13, 1)])
+def test_a_padded_addmm_pads_its_bias_with_the_output(bias_shape):
+    bias, a, b = torch.randn(bias_shape), torch.randn(13, 21), torch.randn(21, 19)
+    launch, rt = _launch(AtenTemplate("addmm"), "addmm", bias, a, b, alpha=0.5, beta=2.0)
+    torch.testing.assert_close(launch((bias, a, b), None, **rt), torch.addmm(bias, a, b, alpha=0.5, beta=2.0))
+
+
+def test_a_padded_bmm_computes_torch_bmm():
+    a, b = torch.randn(3, 9, 7), torch.randn(3, 7, 5)
+    launch, rt = _launch(AtenTemplate("bmm"), "bmm", a, b)
+    torch.testing.assert_close(launch((a, b), None, **rt), torch.bmm(a, b))
+
+
+@pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])
+def test_a_padded_scaled_mm_computes_torch_scaled_mm(rowwise):
+    a, b, sa, sb = fp8_operands(24, 40, 36, rowwise, torch.float8_e4m3fn)
+    bias = torch.randn(36, dtype=BF16)
+    # from_tensors refuses K and N off multiples of 16 (cuBLASLt's rule), so the problem is built here
+    ki = KernelInputs("scaled_mm", tuple(TensorMeta.of(t) for t in (a, b, sa, sb, bias)), out_dtype=BF16)
+    assert padding_dims(ki) == {"N": 48, "K": 48}
+    t = PaddedTemplate(AtenScaledMMTemplate())
+    launch, rt = t.compile(t.configs(ki)[0], ki, (a, b, sa, sb, bias)), {}
+    want = torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=BF16)
+    torch.testing.assert_close(launch((a, b, sa, sb, bias), None, **rt), want)
+
+
+def test_a_padded_triton_kernel_computes_the_product():
+    a, b = torch.randn(20, 13), torch.randn(13, 11)
+    tile = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_stages=2, num_warps=4)
+    launch, rt = _launch(TritonMMTemplate(space=[tile]), "mm", a, b)
+    torch.testing.assert_close(launch((a, b), None, **rt), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_parameter_is_padded_once_and_again_after_it_changes(monkeypatch):
+    linear = torch.nn.Linear(21, 19, bias=False)
+    x = torch.randn(13, 21)
+    launch, rt = _launch(AtenTemplate("mm"), "mm", x, linear.weight.t())
+    calls = []
+    real = padded.pad_matrix
+    monkeypatch.setattr(padded, "pad_matrix", lambda t, r, c: calls.append(tuple(t.shape)) or real(t, r, c))
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(launch((x, linear.weight.t()), None, **rt), x @ linear.weight.t())
+        assert calls.count((21, 19)) == 1 and calls.count((13, 21)) == 3  # the weight once, the activation each call
+        linear.weight.mul_(-2.0)  # an optimizer step: the parameter's version moves
+        torch.testing.assert_close(launch((x, linear.weight.t()), None, **rt), x @ linear.weight.t())
+    assert calls.count((21, 19)) == 2
+
+
+def _gpu_problem(m, k, n):
+    return _problem(m, k, n, device="cuda:0")
+
+
+def test_a_misaligned_gpu_problem_pools_each_templates_padded_twin():
+    uids = [t.uid for t in active_templates(_gpu_problem(777, 1234, 5555), None, hopper=False)]
+    assert "aten_mm" in uids and "padded_aten_mm" in uids and "padded_triton_mm" in uids
+    assert not any(u.startswith("padded_") for u in [t.uid for t in active_templates(_gpu_problem(64, 64, 64), None, hopper=False)])
+    named = [t.uid for t in active_templates(_gpu_problem(777, 1234, 5555), ("extern",), hopper=False)]
+    assert "padded_aten_mm" in named and "padded_triton_mm" not in named
+    pool = [AtenTemplate("mm")]  # a pool the caller lists is used as it is
+    assert [t.uid for t in active_templates(_gpu_problem(777, 1234, 5555), None, pool)] == ["aten_mm"]
+
+
+def test_the_catalog_knows_a_padded_twin_by_its_template():
+    problem = "mm(777x1234, 1234x5555)/bfloat16/0123456789abcdef"
+    tile = '{"BLOCK_K":64,"BLOCK_M":128,"BLOCK_N":128,"num_stages":3,"num_warps":8}'
+    assert catalog_fault(Row("padded_triton_mm", "h", tile, '{"swizzle":8}', 1.0, "ok"), problem) is None
+    assert "not one gemmtune ships" in catalog_fault(Row("padded_mine", "h", "{}", "{}", 1.0, "ok"), problem)
+
+
+def test_a_tune_with_a_padded_twin_times_it_and_returns_the_product():
+    a, b = torch.randn(37, 29), torch.randn(29, 23)
+    pool = [AtenTemplate("mm"), PaddedTemplate(AtenTemplate("mm"))]
+    sel = gemmtune.tune("mm", a, b, backends=("extern",), templates=pool)
+    timed = {t.choice.template_uid: t for t in sel.timings}
+    assert timed["padded_aten_mm"].status == "ok" and timed["padded_aten_mm"].ms is not None
+    assert not timed["padded_aten_mm"].choice.is_extern  # held to the rules of a generated kernel
+    torch.testing.assert_close(sel(a, b), a @ b)
+    launch = PaddedTemplate(AtenTemplate("mm")).compile(
+        Choice("padded_aten_mm", None), sel.problem, (a, b))  # the winner, or not: both compute the product
+    torch.testing.assert_close(launch((a, b)), a @ b)
