@@ -4,7 +4,8 @@ process on one GPU; tuning time beside each.
 For every shape of `--suite` (bf16 `bench/shapes.json`, fp8 `bench/shapes_fp8.json`): the library call as
 is; `torch.compile` of the op in mode max-autotune-no-cudagraphs on fresh caches; gemmtune's `tune`, store
 off, cold (a fresh Triton cache) and warm; with `--exhaustive`, the exhaustive search (the default's
-regret).  The picks are timed interleaved (CUDA events, L2 flushed).  Writes JSON after every shape.
+regret).  The picks are timed interleaved (CUDA events, L2 flushed), then each once more by the second
+timer (`gemmtune.measure.second`: Triton's do_bench), columns `*_second_ms`.  Writes JSON after every shape.
 
     python bench/compare.py --suite bench/shapes_fp8.json --no-inductor --only llama3-8b-q_o-m16-rowwise
     python bench/compare.py --dry-run                     # no GPU: the plan, nothing timed
@@ -111,6 +112,8 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     import torch
 
     import gemmtune
+    from gemmtune.measure.second import second_reading, second_timer_for
+    from gemmtune.templates.padded import padding_dims
 
     shape_t0 = time.perf_counter()
     tensors = spec.tensors("cuda")
@@ -132,8 +135,10 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     if exhaustive:
         fns["exhaustive"] = run_exhaustive(spec, settings, tensors, row)
     measured = timer.time_interleaved(list(fns.values()), rounds)
-    for name, m in zip(fns, measured):
-        row[f"{name}_ms"], row[f"{name}_host_ms"] = m.cost_ms, m.host_ms
+    second = second_reading(list(fns.values()), second_timer_for(timer.flush), timer.device)  # a second opinion
+    for name, m, ms in zip(fns, measured, second):
+        row[f"{name}_ms"], row[f"{name}_host_ms"], row[f"{name}_second_ms"] = m.cost_ms, m.host_ms, ms
+    row.update(decided_by=cold.decided_by, misaligned=bool(padding_dims(cold.problem)))
     row["speedup_vs_cublas"] = row["cublas_ms"] / row["gemmtune_ms"]
     if inductor:
         row["inductor_speedup_vs_cublas"] = row["cublas_ms"] / row["inductor_ms"]
@@ -270,6 +275,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out.update(within_1pct_of_best=sum(b <= 1.01 for b in best) / len(rows), worst_vs_best=max(best),
                worst_vs_cublas=max(r["gemmtune_ms"] / r["cublas_ms"] for r in rows),
                over_1_02_cublas=[r["name"] for r in rows if r["gemmtune_ms"] > 1.02 * r["cublas_ms"]],
+               over_1_02_cublas_second=[r["name"] for r in rows if r.get("gemmtune_second_ms", 0) > 1.02 * r.get(
+                   "cublas_second_ms", math.inf)],
+               misaligned_vs_inductor={r["name"]: r["inductor_ms"] / r["gemmtune_ms"] for r in rows
+                                       if r.get("misaligned") and r.get("inductor_ms")},
                geomean_speedup=geomean([r["speedup_vs_cublas"] for r in rows]),
                inductor_geomean_speedup=geomean([r.get("inductor_speedup_vs_cublas") for r in rows]))
     for r in rows:

@@ -110,7 +110,7 @@ def _tune_here(ctx: "_Context", choices: list[Choice], layout: Any, started: flo
                      ctx.compile, ctx.open_runner, describe=ctx.ki.describe(), device_type=ctx.ki.device_type,
                      listener=ctx.emit)
     winner = memory.remember(choices, outcome.bench.records, outcome.compiled.failures, outcome.decision.choice,
-                             strategy=plan.asked, provisional=outcome.decision.provisional,
+                             strategy=outcome.stored_strategy(plan.asked), provisional=outcome.decision.provisional,
                              cut_short=outcome.bench.budget_exhausted, check=ctx.fault)
     outcome.log_pick(ctx.ki.describe(), winner)
     return ctx.selection(winner, outcome.timings(choices), layout, started,

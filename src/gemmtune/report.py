@@ -231,6 +231,8 @@ def _noise_lines(sel: Selection) -> list[str]:
         lines.append("note: the top choices were within the timing noise of each other; " + (
             "the library kernel keeps a tie" if sel.winner.is_extern else
             "the pick beat the library kernel by more than the noise and the library margin"))
+    if sel.second_reading:
+        lines.append(f"note: a close call against the library kernel, decided by a second timer: {sel.second_reading}")
     busy = sel.background_load
     if sel.provisional and busy is not None and busy > 0.5:
         kept = "the library kernel is kept, " if sel.winner.is_extern else ""
@@ -281,6 +283,8 @@ def selection_dict(sel: Selection) -> dict[str, Any]:
         "budget_exhausted": sel.budget_exhausted,
         "noisy": sel.noisy,
         "provisional": sel.provisional,
+        "decided_by": sel.decided_by or "first timer",
+        "second_reading": sel.second_reading,
         "background_load": sel.background_load,
         "from_store": sel.from_store,
         "stale_entries": sel.stale_entries,

@@ -152,6 +152,8 @@ class Selection:
     noisy: bool = False  # the top finalists were within the timer's noise of each other: a tie
     provisional: bool = False  # decided under heavy noise: stored provisional, re-checked by a later tune
     background_load: float | None = None  # CPU: cores other processes kept busy while it was timed (None: unknown)
+    decided_by: str | None = None  # the second timer that decided a close call (None: the first timer alone)
+    second_reading: str | None = None  # that close call's reading, in words
 
     @property
     def winner_ms(self) -> float | None:

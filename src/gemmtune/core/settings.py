@@ -26,8 +26,7 @@ FAMILIES = ("extern", "numpy", "triton", "numba", "cutlass")
   torch's for the cores; opt-in: only a `backends` naming it pools it (docs/ARCHITECTURE.md)
 - ``triton``: the Triton GEMM template (NVIDIA GPUs)
 - ``numba``: the JIT-compiled tiled CPU template
-- ``cutlass``: NVIDIA's CuTe DSL Hopper kernels, nvidia-cutlass-operators (optional extra
-  `gemmtune[cutlass]`; with `backends` unset, pooled for problems of 2048 or more in every dimension)
+- ``cutlass``: NVIDIA's CuTe DSL Hopper kernels, nvidia-cutlass-operators (`gemmtune[cutlass]`; pooled by default for problems of 2048+ in every dimension)
 """
 
 STRATEGY_NAMES = ("exhaustive", "prescreen", "model_pruned", "default", "budgeted")
@@ -134,6 +133,7 @@ class Settings:
     library_margin: float = _f(0.01, Spec(
         "float", "a generated kernel must beat the best library kernel by this fraction in the final",
         lo=0.0, hi=0.5, hi_open=True))
+    second_timer_band: float = _f(0.1, Spec("float", "GPU: a generated pick within this fraction of the library kernel's time is decided again by a second timer (Triton's do_bench; CUDA-graph replay under l2_flush=write); 0: never", lo=0.0, hi=1.0))  # noqa: E501
     noise_limit: float = _f(0.25, Spec(
         "float", "CPU: a final whose timings spread more (IQR / median) is stored provisional and re-checked "
         "by the next tune", lo=0.0, lo_open=True))

@@ -184,6 +184,19 @@ class Bench:
         self.runs += len(again)
         return [self._ms(c) for c in choices]
 
+    def second_opinion(self, choices: Sequence[Choice]) -> tuple[str, list[float]] | None:
+        """(timer, ms per choice) from the runner's second, independent timer (`measure.second`), for
+        the final's close call; None where it has none or cannot answer (the first timer's times stand)."""
+        t0 = time.perf_counter()
+        try:
+            reading = self.runner.second_opinion(choices)
+        except (RunFailed, RuntimeError) as exc:  # a failed reading leaves the first timer's decision
+            log.warning("gemmtune: %s: the second timer failed (%s); the first timer's reading decides",
+                        self.describe, exc)
+            reading = None
+        self.seconds["second_timer"] = time.perf_counter() - t0
+        return reading
+
     # -- the gate on what the store answered -------------------------------------------------
     def recalled(self, choice: Choice) -> bool:
         """`choice`'s timing came from the store and nothing checked it in this tune."""

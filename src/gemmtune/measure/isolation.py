@@ -39,7 +39,7 @@ from ..core.choices import Choice, Timing
 from ..core.errors import IsolationUnavailable
 from ..core.inputs import KernelInputs
 from ..templates.base import Template
-from .jobs import Check, Reset, Setup, Time, TimeInterleaved
+from .jobs import Check, Reset, SecondOpinion, Setup, Time, TimeInterleaved
 from .process import Worker, WorkerLost
 from .runners import RunFailed
 
@@ -233,6 +233,14 @@ class SubprocessRunner:
     def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Timing]:
         try:
             return self.worker.call(TimeInterleaved(tuple(choices), rounds))
+        except RuntimeError as exc:  # WorkerLost included
+            if isinstance(exc, WorkerLost):
+                self.worker.restart()
+            raise RunFailed(str(exc)) from exc
+
+    def second_opinion(self, choices: Sequence[Choice]) -> tuple[str, list[float]] | None:
+        try:
+            return self.worker.call(SecondOpinion(tuple(choices)))
         except RuntimeError as exc:  # WorkerLost included
             if isinstance(exc, WorkerLost):
                 self.worker.restart()

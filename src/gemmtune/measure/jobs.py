@@ -106,6 +106,14 @@ class TimeInterleaved(WorkerJob):
 
 
 @dataclass(frozen=True)
+class SecondOpinion(WorkerJob):
+    choices: tuple
+
+    def run(self, state: WorkerState) -> tuple[str, list[float]] | None:
+        return state.require().second_opinion(self.choices)
+
+
+@dataclass(frozen=True)
 class Reset(WorkerJob):
     """Drop the inputs and launchers, so an idle worker holds no device memory beyond its context."""
 

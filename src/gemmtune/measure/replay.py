@@ -59,6 +59,9 @@ class ReplayRunner:
             raise RunFailed(f"no recorded timing to replay for {', '.join(missing)}")
         return [_replayed(self.recorded[c.key], c, "finalist") for c in choices]
 
+    def second_opinion(self, choices: Sequence[Choice]) -> tuple[str, list[float]] | None:
+        return None  # recorded times have no second reading
+
     def close(self) -> None:
         """Nothing to release."""
 

@@ -19,6 +19,7 @@ from ..core.inputs import KernelInputs
 from ..core.layout import empty_output
 from ..templates.base import Launcher
 from .correctness import Reference, verdict
+from .second import second_reading, second_timer_for
 from .timers import Timer, timer_for
 
 
@@ -39,6 +40,10 @@ class Runner(Protocol):
 
     def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Timing]:
         """Re-time `choices` round-robin (stage "finalist"); raises RunFailed when that cannot be done."""
+
+    def second_opinion(self, choices: Sequence[Choice]) -> tuple[str, list[float]] | None:
+        """(the second timer's name, ms per choice) from an independent timer (`measure.second`); None
+        where there is none (off a GPU, a replay)."""
 
     def close(self) -> None:
         """Release what the runner holds (a worker goes back to the pool)."""
@@ -89,6 +94,13 @@ class LocalRunner:
     def time_interleaved(self, choices: Sequence[Choice], rounds: int) -> list[Timing]:
         readings = self.timer.time_interleaved([self._fn(c) for c in choices], rounds)
         return [m.timing(c, "finalist") for c, m in zip(choices, readings)]
+
+    def second_opinion(self, choices: Sequence[Choice]) -> tuple[str, list[float]] | None:
+        flush = getattr(self.timer, "flush", None)
+        if flush is None or not self.ki.device_type == "cuda":
+            return None
+        timer = second_timer_for(flush)
+        return timer, second_reading([self._fn(c) for c in choices], timer, torch.device(self.ki.device))
 
     def close(self) -> None:
         self._out = self._ref = None

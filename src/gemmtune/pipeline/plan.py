@@ -122,7 +122,7 @@ def final_rule(settings: Settings) -> FinalRule:
         True
     """
     return FinalRule(settings.finalists, settings.finalist_rounds, settings.library_margin, settings.noise_limit,
-                     settings.launch_aware_final, settings.library_final)
+                     settings.launch_aware_final, settings.library_final, settings.second_timer_band)
 
 
 @functools.lru_cache(maxsize=1)

@@ -60,14 +60,21 @@ class Outcome:
 
     def facts(self, strategy: str, **store_facts: Any) -> dict[str, Any]:
         """What a searched Selection reports beyond its winner and timings (`store_facts`: the recall's)."""
-        bench, compiled = self.bench, self.compiled
+        bench, compiled, second = self.bench, self.compiled, self.decision.second
         return dict(
             strategy=strategy if bench.runnable > 1 else "pinned", benchmark_runs=bench.runs,
-            compile_s=compiled.seconds, benchmark_s=bench.seconds.get("final", 0.0) + bench.seconds.get("finalist", 0.0),
+            compile_s=compiled.seconds, benchmark_s=sum(bench.seconds.get(k, 0.0) for k in ("final", "finalist",
+                                                                                              "second_timer")),
             prescreen_s=bench.seconds.get("prescreen", 0.0), binary_seconds=dict(compiled.binary_seconds),
             isolation=bench.isolation, overlapped=self.overlapped, noisy=self.decision.noisy,
             provisional=self.decision.provisional, background_load=self.background_load,
-            budget_exhausted=self.cut_short, **store_facts)
+            budget_exhausted=self.cut_short, second_reading=second.describe() if second else None,
+            decided_by=second.timer if second else None, **store_facts)
+
+    def stored_strategy(self, strategy: str) -> str:
+        """The strategy the store records with the pick, naming the second timer where one decided."""
+        second = self.decision.second
+        return f"{strategy}, decided by {second.timer}" if second is not None else strategy
 
     def log_pick(self, describe: str, winner: Choice) -> None:
         """Log the pick and the time that decided it."""
@@ -212,4 +219,4 @@ def decide(plan: Plan, bench: Bench, runnable: Sequence[Choice],
     # A provisional stored pick (decided under heavy noise) does not stand unchecked: the final re-times.
     return ranked, final_decision(ranked, bench.records, bench.retime, plan.final, describe=bench.describe,
                                   budget_exhausted=bench.budget_exhausted or not plan.budget.room_for_retime(),
-                                  stored_pick=stored_pick)
+                                  stored_pick=stored_pick, second=bench.second_opinion)

@@ -64,6 +64,7 @@ class FinalRule:
     noise_limit: float = _DEFAULTS["noise_limit"]  # a final whose timings spread more than this is provisional
     launch_aware: bool = _DEFAULTS["launch_aware_final"]  # a generated kernel's GPU saving must exceed its added launch
     library_final: bool = _DEFAULTS["library_final"]  # re-time a final of library kernels only (quick effort: no)
+    second_band: float = _DEFAULTS["second_timer_band"]  # a generated pick this close to the library: a second timer
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,36 @@ class Decision:
     choice: Choice
     noisy: bool = False  # the runner-up was within the timings' noise of the pick
     provisional: bool = False  # the finalists' timings spread more than `FinalRule.noise_limit`
+    second: SecondReading | None = None  # the close call's second reading, where one was taken
+
+
+@dataclass(frozen=True)
+class SecondReading:
+    """A close call read again by the second timer: its name, the generated finalist it was about, and
+    that finalist's and the library kernel's milliseconds there.  `kept` says whether the finalist
+    stood (else the library kernel was picked).
+
+    Example:
+        >>> r = SecondReading("do_bench", Choice("triton_mm", "h", family="triton"), 0.0103, 0.0100, False)
+        >>> r.describe()
+        'do_bench read triton_mm at 0.0103 ms, the library kernel at 0.0100 ms (1.030x): library kernel kept'
+    """
+
+    timer: str
+    finalist: Choice
+    finalist_ms: float
+    library_ms: float
+    kept: bool
+
+    def describe(self) -> str:
+        ratio = self.finalist_ms / self.library_ms if self.library_ms else float("inf")
+        verdict = f"{self.finalist.template_uid} kept" if self.kept else "library kernel kept"
+        return (f"{self.timer} read {self.finalist.template_uid} at {self.finalist_ms:.4f} ms, the library kernel "
+                f"at {self.library_ms:.4f} ms ({ratio:.3f}x): {verdict}")
+
+
+Second = Callable[[Sequence[Choice]], "tuple[str, list[float]] | None"]
+"""`second(choices) -> (timer name, ms per choice)` from an independent timer, or None where there is none."""
 
 
 def final_pick(ranked: Sequence[Timing], records: Mapping[Choice, Timing], retime: Retime, rule: FinalRule,
@@ -107,10 +138,12 @@ def final_pick(ranked: Sequence[Timing], records: Mapping[Choice, Timing], retim
 
 def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], retime: Retime, rule: FinalRule,
                    *, budget_exhausted: bool = False, stored_pick: Choice | None = None,
-                   describe: str = "") -> Decision:
+                   describe: str = "", second: Second | None = None) -> Decision:
     """`final_pick` with the noise verdicts: `noisy` (a tie within the spread of the re-timed
     finalists, which the library kernel keeps) and `provisional` (their spread exceeded
-    `rule.noise_limit`).
+    `rule.noise_limit`).  `second` (the runner's second timer, `measure.second`) decides a close call:
+    a generated pick within `rule.second_band` of the library kernel stands only if the second timer
+    also has it beat the library kernel by the margin (`Decision.second` holds that reading).
 
     Example:
         >>> from gemmtune.core.choices import Choice, Timing
@@ -142,13 +175,42 @@ def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], r
     if not rule.library_final and all(c.is_extern for c in finalists):  # no generated kernel at stake
         return Decision(finalists[0], provisional=_noise(records, finalists) > rule.noise_limit)
     pick, best_extern = _final_winner(finalists, ok, best_extern, records, retime, rule, describe)
+    reading = _second_reading(pick, best_extern, records, second, rule)
+    if reading is not None and not reading.kept:
+        pick = best_extern  # type: ignore[assignment]
     # The noise that decided: the re-timed finalists' (on CPU a finalist twice as slow as the fastest is not
     # re-timed, `Bench.retime`, and its cheaper earlier timing says nothing about the pick); none: the pick's.
     decided = [c for c in finalists if records[c].stage == "finalist"] or [pick]
     tied = _tied(pick, finalists, records)
     # Heavy noise unsettles only a close call: a pick that beat every finalist by more than the noise stands.
     loud = _noise(records, decided) > rule.noise_limit and (tied or len(decided) == 1)
-    return Decision(pick, noisy=tied, provisional=loud or not _settled(pick, best_extern, records))
+    return Decision(pick, noisy=tied, provisional=loud or not _settled(pick, best_extern, records), second=reading)
+
+
+def _second_reading(pick: Choice, library: Choice | None, records: Mapping[Choice, Timing], second: Second | None,
+                    rule: FinalRule) -> SecondReading | None:
+    """The second timer's reading of a close call: a generated `pick` whose final time is within
+    `rule.second_band` of the library kernel's.  None where the call is not close or nothing can read it.
+
+    Example:
+        >>> lib, gen = Choice("aten_mm", None), Choice("triton_mm", "h", family="triton")
+        >>> records = {lib: Timing(lib, 1.00, "finalist"), gen: Timing(gen, 0.95, "finalist")}
+        >>> second = lambda cs: ("do_bench", [{lib: 1.0, gen: 1.02}[c] for c in cs])
+        >>> _second_reading(gen, lib, records, second, FinalRule(second_band=0.1)).kept
+        False
+        >>> _second_reading(gen, lib, records, second, FinalRule(second_band=0.04)) is None  # 5% ahead: not close
+        True
+    """
+    if second is None or library is None or pick == library or _torch_op(pick) or rule.second_band <= 0:
+        return None
+    mine, lib = records[pick].ms, records[library].ms
+    if mine is None or lib is None or mine < lib * (1.0 - rule.second_band):
+        return None
+    answer = second([pick, library])
+    if answer is None:
+        return None
+    timer, (p_ms, l_ms) = answer
+    return SecondReading(timer, pick, p_ms, l_ms, kept=p_ms <= l_ms * (1.0 - rule.library_margin))
 
 
 def _final_winner(finalists: list[Choice], ok: list[Choice], best_extern: Choice | None,

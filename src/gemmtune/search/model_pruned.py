@@ -74,8 +74,18 @@ def stage0(choices: Sequence[Choice], options: ModelPrunedOptions) -> list[Choic
     p = options.problem
     scored = [(model(g[0].config_dict, p.M, p.N, p.K, dtype_bytes=p.dtype_bytes, batch=p.batch), key,
                g[0].template_uid) for key, g in binaries(choices).items() if modelled(g[0])]
-    # The model ranks tiles, not templates: the kept binaries are dealt round-robin from each
-    # template's own ranking, so every template (plain, split-K, TMA) reaches prescreening.
+    # Padded twins (`templates.padded`) are dealt their own `n`: the model cannot tell an aligned
+    # problem's tile from a misaligned one's, so the two sets must not crowd each other out.
+    keep: set = set()
+    for padded in (False, True):
+        keep |= _dealt([s for s in scored if s[2].startswith("padded_") == padded], n)
+    return [c for c in choices if not modelled(c) or c.binary_key in keep]
+
+
+def _dealt(scored: Sequence[tuple], n: int) -> set:
+    """The best `n` binaries of `scored` ((estimate, binary key, template uid)).  The model ranks tiles, not
+    templates: they are dealt round-robin from each template's own ranking, so every template (plain,
+    split-K, TMA) reaches prescreening."""
     per_template: dict[str, list] = {}
     for score, key, uid in sorted(scored, key=lambda t: t[0]):  # stable: ties keep the template's order
         per_template.setdefault(uid, []).append(key)
@@ -85,7 +95,7 @@ def stage0(choices: Sequence[Choice], options: ModelPrunedOptions) -> list[Choic
         for ranked in ranks:
             if i < len(ranked) and len(keep) < n:
                 keep.add(ranked[i])
-    return [c for c in choices if not modelled(c) or c.binary_key in keep]
+    return keep
 
 
 def model_pruned(choices: Sequence[Choice], measure: Measure, options: ModelPrunedOptions) -> list[Timing]:

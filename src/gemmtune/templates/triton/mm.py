@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ...core.choices import Choice
 from ...core.inputs import KernelInputs
-from ..base import unique_configs
+from ..base import pow2_at_least, unique_configs
 from .base import (ACC_REGS_MAX, DEFAULT_SMEM, TILE_KEYS, KernelLaunch, TritonTemplate, acc_regs, cdiv, check_size,
                    epilogue_flags, fit_tiles, gemm_args, input_precision, pipeline_smem, smem_limit, STAGE1_SWIZZLE)
 
@@ -73,6 +73,32 @@ def _max_space() -> list[dict[str, int]]:
         extra.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=stages, num_warps=warps))
     return unique_configs(_default_space() + extra)
 
+NARROW, WIDE = 128, 16384
+"""An output this narrow on one side (M or N) and this wide on the other is a narrow problem: the vision
+models' convolutions as GEMMs (M of 10^5-10^6, N and K of 16-128) and their transposes."""
+
+
+def narrow_configs(M: int, N: int, K: int) -> list[dict[str, int]]:
+    """Tiles for a narrow problem (else none): the whole narrow side in one tile and a tall tile along the
+    wide side (up to 512), so each program reads its rows of A once and writes whole output rows.
+
+    Example:
+        >>> cfgs = narrow_configs(1605632, 32, 16)
+        >>> sorted({(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]) for c in cfgs})[-1], narrow_configs(4096, 32, 16)
+        ((512, 32, 16), [])
+    """
+    if min(M, N) > NARROW or max(M, N) < WIDE:
+        return []
+    side, bk = max(16, pow2_at_least(min(M, N))), min(64, max(16, pow2_at_least(K)))
+    out = []
+    for long, warps, stages in itertools.product((64, 128, 256, 512), (4, 8), (2, 3, 4)):
+        if acc_regs(long, side, warps) > ACC_REGS_MAX or warps == 8 and long * side < 128 * 64:
+            continue
+        bm, bn = (long, side) if N <= M else (side, long)
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=stages, num_warps=warps))
+    return out
+
+
 def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_bytes: int,
                 smem_limit: int) -> list[dict[str, int]]:
     """Clamp tiles to the problem (min 16), drop duplicates and configs over shared memory.
@@ -96,7 +122,8 @@ class TritonMMTemplate(TritonTemplate):
     config_space = staticmethod(config_space)
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
-        return fit_configs(self.space, ki.M, ki.N, ki.K, ki.dtype.itemsize, smem_limit(ki.device))
+        space = [*self.space, *narrow_configs(ki.M, ki.N, ki.K)]
+        return fit_configs(space, ki.M, ki.N, ki.K, ki.dtype.itemsize, smem_limit(ki.device))
 
     traceable = True
 
