@@ -85,27 +85,35 @@ def padding_dims(ki: KernelInputs) -> dict[str, int]:
 
 def pad_matrix(t: Any, rows: int, cols: int) -> Any:
     """`t` with its last two dimensions zero-padded to (rows, cols), in `t`'s own orientation: a
-    column-major matrix stays column-major.  `t` itself where nothing grows.
+    column-major matrix stays column-major.  Its leading stride is rounded up to `STRIDE_BYTES` (the
+    storage beyond `cols` holds zeros too), as Inductor's padding lays out a padded buffer.  `t` itself
+    where nothing grows.
 
     Example:
-        >>> w = torch.ones(3, 2)
-        >>> p = pad_matrix(w.t(), 2, 4)
+        >>> p = pad_matrix(torch.ones(3, 2).t(), 2, 4)
         >>> p.tolist(), p.stride()
-        ([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]], (1, 2))
+        ([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]], (1, 32))
     """
     r, c = t.shape[-2], t.shape[-1]
     if (r, c) == (rows, cols):
         return t
     if t.stride(-1) != 1 and t.stride(-2) == 1:  # column-major: pad the stored (transposed) matrix
-        return _pad(t.transpose(-1, -2), rows - r, cols - c, transposed=True).transpose(-1, -2)
-    return _pad(t, rows - r, cols - c)
+        return _pad(t.transpose(-1, -2), cols, rows).transpose(-1, -2)
+    return _pad(t, rows, cols)
 
 
-def _pad(t: Any, add_rows: int, add_cols: int, transposed: bool = False) -> Any:
-    widths = (0, add_rows, 0, add_cols) if transposed else (0, add_cols, 0, add_rows)
+STRIDE_BYTES = 128
+"""A padded matrix's leading stride is a multiple of this many bytes (the library's and TMA's best case)."""
+
+
+def _pad(t: Any, rows: int, cols: int) -> Any:
+    """Row-major `t` zero-padded to (rows, cols) in storage whose rows are a multiple of `STRIDE_BYTES`."""
+    step = max(1, STRIDE_BYTES // t.dtype.itemsize)
+    stored = -(-cols // step) * step
+    widths = (0, stored - t.shape[-1], 0, rows - t.shape[-2])
     if t.dtype.itemsize == 1 and t.dtype.is_floating_point:  # fp8: pad its bytes (0x00 is +0.0)
-        return F.pad(t.view(torch.uint8), widths).view(t.dtype)
-    return F.pad(t, widths)
+        return F.pad(t.view(torch.uint8), widths).view(t.dtype)[..., :cols]
+    return F.pad(t, widths)[..., :cols]
 
 
 def _pad_vector_like(t: Any, full: Sequence[int], padded: Sequence[int]) -> Any:

@@ -80,7 +80,8 @@ models' convolutions as GEMMs (M of 10^5-10^6, N and K of 16-128) and their tran
 
 def narrow_configs(M: int, N: int, K: int) -> list[dict[str, int]]:
     """Tiles for a narrow problem (else none): the whole narrow side in one tile and a tall tile along the
-    wide side (up to 512), so each program reads its rows of A once and writes whole output rows.
+    wide side (up to 512), so each program reads its rows of A once and writes whole output rows; 8
+    warps even on a small tile, and a K step of 32 or the whole K (Inductor's picks on these problems).
 
     Example:
         >>> cfgs = narrow_configs(1605632, 32, 16)
@@ -89,11 +90,12 @@ def narrow_configs(M: int, N: int, K: int) -> list[dict[str, int]]:
     """
     if min(M, N) > NARROW or max(M, N) < WIDE:
         return []
-    side, bk = max(16, pow2_at_least(min(M, N))), min(64, max(16, pow2_at_least(K)))
+    side = max(16, pow2_at_least(min(M, N)))
     out = []
-    for long, warps, stages in itertools.product((64, 128, 256, 512), (4, 8), (2, 3, 4)):
-        if acc_regs(long, side, warps) > ACC_REGS_MAX or warps == 8 and long * side < 128 * 64:
+    for long, warps, stages, bk in itertools.product((64, 128, 256, 512), (4, 8), (3, 4), (32, 128)):
+        if acc_regs(long, side, warps) > ACC_REGS_MAX or warps == 8 and long < 128:
             continue
+        bk = min(bk, max(16, pow2_at_least(K)))
         bm, bn = (long, side) if N <= M else (side, long)
         out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=stages, num_warps=warps))
     return out
@@ -108,6 +110,34 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
         True
     """
     return fit_tiles(space, M, N, K, elt_bytes, smem_limit)
+
+def stride_divisors(ki: KernelInputs) -> dict[str, int]:
+    """The mm kernel's DIV_* constexprs: of each matrix stride, the largest power of two (up to 16) that
+    divides it, so the compiler knows each row's alignment (Triton's own specialization knows only 16).
+
+    Example:
+        >>> import torch
+        >>> ki = KernelInputs.from_tensors("mm", torch.ones(8, 72), torch.ones(20, 72).t())
+        >>> stride_divisors(ki)
+        {'DIV_AM': 8, 'DIV_AK': 1, 'DIV_BK': 1, 'DIV_BN': 8, 'DIV_CM': 1, 'DIV_CN': 1}
+    """
+    def div(stride: int) -> int:
+        return 16 if stride % 16 == 0 else stride & -stride
+
+    a, b = ki.a.stride[-2:], ki.b.stride[-2:]
+    return dict(DIV_AM=div(a[0]), DIV_AK=div(a[1]), DIV_BK=div(b[0]), DIV_BN=div(b[1]), DIV_CM=1, DIV_CN=1)
+
+
+def checked_strides(meta: dict[str, Any], args: tuple) -> tuple:
+    """`args` (the mm kernel's) unchanged, after checking each matrix stride is a multiple of its DIV_*:
+    a binary built for one problem's strides must not run on strides it would misread."""
+    strides = {"DIV_AM": args[8], "DIV_AK": args[9], "DIV_BK": args[11], "DIV_BN": args[12]}
+    for name, stride in strides.items():
+        if stride % meta[name]:
+            raise RuntimeError(f"triton_mm: a stride of {stride} is not a multiple of the {meta[name]} this kernel "
+                               f"was built for ({name}); tune the problem with these strides")
+    return args
+
 
 class TritonMMTemplate(TritonTemplate):
     """Triton mm/addmm/bmm for fp16, bf16 and fp32 (tf32 following torch's setting).
@@ -132,6 +162,7 @@ class TritonMMTemplate(TritonTemplate):
 
         cfg = choice.config_dict
         meta = dict({k: cfg[k] for k in TILE_KEYS}, **epilogue_flags(ki), INPUT_PRECISION=input_precision(ki.dtype),
-                    EVEN_K=ki.K % cfg["BLOCK_K"] == 0)
+                    EVEN_K=ki.K % cfg["BLOCK_K"] == 0, **stride_divisors(ki))
         run = KernelLaunch(gemm_kernel, (cdiv(ki.M, cfg["BLOCK_M"]) * cdiv(ki.N, cfg["BLOCK_N"]), ki.batch, 1), meta)
-        return run, lambda tensors, out, swizzle=STAGE1_SWIZZLE: (*gemm_args(ki, tensors, out), swizzle)
+        return run, lambda tensors, out, swizzle=STAGE1_SWIZZLE: checked_strides(meta, (*gemm_args(ki, tensors, out),
+                                                                                         swizzle))

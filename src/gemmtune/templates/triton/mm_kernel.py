@@ -27,7 +27,15 @@ def gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     EVEN_K: tl.constexpr,
+    DIV_AM: tl.constexpr, DIV_AK: tl.constexpr, DIV_BK: tl.constexpr, DIV_BN: tl.constexpr,
+    DIV_CM: tl.constexpr, DIV_CN: tl.constexpr,
 ):
+    # Each stride is a multiple of its DIV_* (a power of two up to 16, found on the host): written so,
+    # the compiler knows it, and rows of 16-byte-aligned but not 16-element-aligned matrices (K = 72,
+    # N = 20) still load and store in vectors, as a literal stride would let them.
+    stride_am, stride_ak = stride_am // DIV_AM * DIV_AM, stride_ak // DIV_AK * DIV_AK
+    stride_bk, stride_bn = stride_bk // DIV_BK * DIV_BK, stride_bn // DIV_BN * DIV_BN
+    stride_cm, stride_cn = stride_cm // DIV_CM * DIV_CM, stride_cn // DIV_CN * DIV_CN
     pid = tl.program_id(0)
     pid_z = tl.program_id(1).to(tl.int64)
     pid_m, pid_n = swizzled_tile(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)

@@ -1,0 +1,44 @@
+"""Narrow problems (a huge M against N and K of 16-128, the vision models' convolutions as GEMMs): the
+tiles offered, the stride alignment the mm kernel is told, and its results through Triton's interpreter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gemmtune.core.inputs import KernelInputs
+from gemmtune.templates.triton.mm import TritonMMTemplate, narrow_configs, stride_divisors
+
+
+def test_a_narrow_problem_gets_whole_side_tiles_and_a_square_one_none():
+    tiles = {(c["BLOCK_M"], c["BLOCK_N"]) for c in narrow_configs(401408, 20, 72)}
+    assert tiles == {(64, 32), (128, 32), (256, 32), (512, 32)}
+    assert {c["BLOCK_K"] for c in narrow_configs(401408, 20, 72)} == {32, 128}
+    assert {(c["BLOCK_M"], c["BLOCK_N"]) for c in narrow_configs(16, 500000, 64)} >= {(16, 512)}  # its transpose
+    assert narrow_configs(4096, 4096, 4096) == [] and narrow_configs(8192, 32, 16) == []
+    fitted = TritonMMTemplate().compile_configs(KernelInputs.from_tensors("mm", torch.empty(20000, 16),
+                                                                          torch.empty(16, 24)))
+    assert any(c["BLOCK_M"] == 512 and c["num_warps"] == 8 for c in fitted)
+
+
+@pytest.mark.parametrize("k,n", [(72, 20), (20, 72), (24, 40), (64, 64)])
+def test_the_kernel_is_told_each_strides_alignment_and_computes_the_product(k, n):
+    a, w = torch.randn(70, k), torch.randn(n, k)
+    ki = KernelInputs.from_tensors("mm", a, w.t())
+    divs = stride_divisors(ki)
+    assert divs["DIV_AM"] == (16 if k % 16 == 0 else k & -k) and divs["DIV_AK"] == 1 and divs["DIV_BK"] == 1
+    tile = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_stages=2, num_warps=4)
+    t = TritonMMTemplate(space=[tile])
+    choice = t.configs(ki)[0]
+    launch = t.compile(choice, ki, (a, w.t()))
+    torch.testing.assert_close(launch((a, w.t()), None, **choice.runtime_dict), a @ w.t(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_binary_refuses_strides_it_would_misread():
+    a, b = torch.randn(16, 24), torch.randn(24, 16)
+    ki = KernelInputs.from_tensors("mm", a, b)
+    t = TritonMMTemplate(space=[dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_stages=2, num_warps=4)])
+    launch = t.compile(t.configs(ki)[0], ki, (a, b))
+    odd = torch.randn(16, 27)[:, :24]  # rows 27 apart: not the multiple of 8 the binary assumes
+    with pytest.raises(RuntimeError, match="not a multiple of the 8"):
+        launch((odd, b))
