@@ -42,3 +42,4 @@ def test_a_binary_refuses_strides_it_would_misread():
     odd = torch.randn(16, 27)[:, :24]  # rows 27 apart: not the multiple of 8 the binary assumes
     with pytest.raises(RuntimeError, match="not a multiple of the 8"):
         launch((odd, b))
+

@@ -12,7 +12,6 @@ from gemmtune.core.choices import Choice
 from gemmtune.core.inputs import KernelInputs, TensorMeta
 from gemmtune.store.catalog import catalog_fault
 from gemmtune.store.keys import Row
-from gemmtune.templates import padded
 from gemmtune.templates.extern import AtenScaledMMTemplate, AtenTemplate
 from gemmtune.templates.padded import PaddedTemplate, padded_problem, padding_dims
 from gemmtune.templates.registry import active_templates
@@ -36,10 +35,10 @@ def _problem(m, k, n, b_col=True, device="cpu", dtype=BF16):
 
 
 @pytest.mark.parametrize("m,k,n,b_col,want", [
-    (777, 1234, 5555, False, {"N": 5560, "K": 1240}),
-    (777, 1234, 5555, True, {"N": 5560, "K": 1240}),
-    (16, 4096, 32001, True, {"N": 32008}),
-    (401408, 20, 72, True, {"K": 24}),
+    (777, 1234, 5555, False, {"N": 5568, "K": 1280}),  # 128-byte rows: at most 1/16 more
+    (777, 1234, 5555, True, {"N": 5568, "K": 1280}),
+    (16, 4096, 32001, True, {"N": 32064}),
+    (401408, 20, 72, True, {"K": 24}),  # 16-byte rows: 128-byte ones would add more than 1/16
     (4097, 4096, 6144, True, {}),  # M is no operand's leading dimension here
 ])
 def test_the_padded_dimensions_are_the_misaligned_leading_ones(m, k, n, b_col, want):
@@ -52,7 +51,7 @@ def test_the_alignment_follows_the_dtype_and_a_column_major_a_pads_m():
     assert padding_dims(KernelInputs.from_tensors("mm", a, b)) == {"M": 16, "N": 8}
     assert padding_dims(_problem(8, 12, 6, dtype=torch.float16)) == {"N": 8, "K": 16}
     big = padded_problem(KernelInputs.from_tensors("mm", a, b))
-    assert (big.M, big.K, big.N) == (16, 12, 8) and big.a.stride == (1, 32)
+    assert (big.M, big.K, big.N) == (16, 12, 8) and big.a.stride == (1, 16)
 
 
 @pytest.mark.parametrize("b_col", [False, True], ids=["b_row", "b_col"])
@@ -103,19 +102,24 @@ def test_a_padded_triton_kernel_computes_the_product():
 
 
 def test_a_parameter_is_padded_once_and_again_after_it_changes(monkeypatch):
+    calls = []
+    real = torch.constant_pad_nd
+    monkeypatch.setattr(torch, "constant_pad_nd", lambda t, widths: calls.append(tuple(t.shape)) or real(t, widths))
     linear = torch.nn.Linear(21, 19, bias=False)
     x = torch.randn(13, 21)
     launch, rt = _launch(AtenTemplate("mm"), "mm", x, linear.weight.t())
-    calls = []
-    real = padded.pad_matrix
-    monkeypatch.setattr(padded, "pad_matrix", lambda t, r, c: calls.append(tuple(t.shape)) or real(t, r, c))
+    calls.clear()
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(launch((x, linear.weight.t()), None, **rt), x @ linear.weight.t())
-        assert calls.count((21, 19)) == 1 and calls.count((13, 21)) == 3  # the weight once, the activation each call
+        assert calls.count((19, 21)) == 1 and calls.count((13, 21)) == 3  # the weight once, the activation each call
         linear.weight.mul_(-2.0)  # an optimizer step: the parameter's version moves
         torch.testing.assert_close(launch((x, linear.weight.t()), None, **rt), x @ linear.weight.t())
-    assert calls.count((21, 19)) == 2
+    assert calls.count((19, 21)) == 2
+    plain = torch.randn(19, 21).t()  # not a parameter: padded on every call
+    launch((x, plain), None, **rt)
+    launch((x, plain), None, **rt)
+    assert calls.count((19, 21)) == 4
 
 
 def _gpu_problem(m, k, n):

@@ -63,16 +63,35 @@ def _row_major(meta: TensorMeta) -> bool:
     return meta.stride[-1] == 1 or meta.stride[-2] != 1
 
 
+STRIDE_BYTES = 128
+"""A padded dimension is rounded up to this many bytes where that adds at most 1/16 to it (the library's and
+TMA's best case, the stride Inductor's padding gives a buffer), else to `ALIGN_BYTES`."""
+
+
+def padded_size(n: int, dtype: torch.dtype) -> int:
+    """`n` rounded up to `STRIDE_BYTES` where that adds at most n/16, else to `ALIGN_BYTES`.
+
+    Example:
+        >>> padded_size(1234, torch.bfloat16), padded_size(72, torch.bfloat16), padded_size(20, torch.float32)
+        (1280, 80, 20)
+    """
+    for step in (max(1, STRIDE_BYTES // dtype.itemsize), align_of(dtype)):
+        up = -(-n // step) * step
+        if up - n <= n // 16 or step == align_of(dtype):
+            return up
+    return n
+
+
 def padding_dims(ki: KernelInputs) -> dict[str, int]:
-    """The dimensions of `ki` to pad, with their padded sizes ({} where nothing is misaligned or the op
-    has no padded form).
+    """The dimensions of `ki` to pad, with their padded sizes (`padded_size`; {} where nothing is
+    misaligned or the op has no padded form).
 
     Example:
         >>> a, b = torch.randn(777, 1234, dtype=torch.bfloat16), torch.randn(1234, 5555, dtype=torch.bfloat16)
         >>> padding_dims(KernelInputs.from_tensors("mm", a, b))
-        {'N': 5560, 'K': 1240}
+        {'N': 5568, 'K': 1280}
         >>> padding_dims(KernelInputs.from_tensors("mm", a, b[:, :5552]))
-        {'K': 1240}
+        {'K': 1280}
     """
     if ki.op not in OPS or min(ki.M, ki.N, ki.K) == 0:
         return {}
@@ -80,40 +99,44 @@ def padding_dims(ki: KernelInputs) -> dict[str, int]:
     a_row, b_row = _row_major(ki.a), _row_major(ki.b)
     leading = {"M": not a_row, "N": True, "K": a_row or not b_row}
     sizes = {"M": ki.M, "N": ki.N, "K": ki.K}
-    return {d: -(-n // step) * step for d, n in sizes.items() if leading[d] and n % step}
+    return {d: padded_size(n, ki.dtype) for d, n in sizes.items() if leading[d] and n % step}
+
+
+def matrix_padder(size: tuple[int, int], row_major: bool, rows: int, cols: int, dtype: torch.dtype) -> Any:
+    """`pad(t)`: a matrix of `size` (in that orientation) zero-padded to (rows, cols), staying row- or
+    column-major: one `constant_pad_nd`, the widths worked out here once.  None where nothing grows.
+
+    Example:
+        >>> pad = matrix_padder((3, 2), False, 2, 4, torch.float32)
+        >>> p = pad(torch.ones(3, 2).t())
+        >>> p.tolist(), p.stride()
+        ([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]], (1, 2))
+    """
+    r, c = size
+    if (r, c) == (rows, cols):
+        return None
+    widths = [0, cols - c, 0, rows - r] if row_major else [0, rows - r, 0, cols - c]
+    pad_nd, byte = torch.constant_pad_nd, dtype.itemsize == 1 and dtype.is_floating_point
+    if row_major:
+        if byte:  # fp8: pad its bytes (0x00 is +0.0)
+            return lambda t: pad_nd(t.view(torch.uint8), widths).view(dtype)
+        return lambda t: pad_nd(t, widths)
+    if byte:
+        return lambda t: pad_nd(t.mT.view(torch.uint8), widths).view(dtype).mT
+    return lambda t: pad_nd(t.mT, widths).mT
 
 
 def pad_matrix(t: Any, rows: int, cols: int) -> Any:
-    """`t` with its last two dimensions zero-padded to (rows, cols), in `t`'s own orientation: a
-    column-major matrix stays column-major.  Its leading stride is rounded up to `STRIDE_BYTES` (the
-    storage beyond `cols` holds zeros too), as Inductor's padding lays out a padded buffer.  `t` itself
-    where nothing grows.
+    """`t` with its last two dimensions zero-padded to (rows, cols), in `t`'s own orientation
+    (`matrix_padder`); `t` itself where nothing grows.
 
     Example:
-        >>> p = pad_matrix(torch.ones(3, 2).t(), 2, 4)
-        >>> p.tolist(), p.stride()
-        ([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]], (1, 32))
+        >>> pad_matrix(torch.ones(2, 3), 2, 4).tolist()
+        [[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]]
     """
-    r, c = t.shape[-2], t.shape[-1]
-    if (r, c) == (rows, cols):
-        return t
-    if t.stride(-1) != 1 and t.stride(-2) == 1:  # column-major: pad the stored (transposed) matrix
-        return _pad(t.transpose(-1, -2), cols, rows).transpose(-1, -2)
-    return _pad(t, rows, cols)
-
-
-STRIDE_BYTES = 128
-"""A padded matrix's leading stride is a multiple of this many bytes (the library's and TMA's best case)."""
-
-
-def _pad(t: Any, rows: int, cols: int) -> Any:
-    """Row-major `t` zero-padded to (rows, cols) in storage whose rows are a multiple of `STRIDE_BYTES`."""
-    step = max(1, STRIDE_BYTES // t.dtype.itemsize)
-    stored = -(-cols // step) * step
-    widths = (0, stored - t.shape[-1], 0, rows - t.shape[-2])
-    if t.dtype.itemsize == 1 and t.dtype.is_floating_point:  # fp8: pad its bytes (0x00 is +0.0)
-        return F.pad(t.view(torch.uint8), widths).view(t.dtype)[..., :cols]
-    return F.pad(t, widths)[..., :cols]
+    row_major = t.stride(-1) == 1 or t.stride(-2) != 1
+    pad = matrix_padder((t.shape[-2], t.shape[-1]), row_major, rows, cols, t.dtype)
+    return t if pad is None else pad(t)
 
 
 def _pad_vector_like(t: Any, full: Sequence[int], padded: Sequence[int]) -> Any:
@@ -155,20 +178,21 @@ def padded_problem(ki: KernelInputs, dims: dict[str, int] | None = None) -> Kern
 
 
 class _ParameterPads:
-    """Padded copies of parameters (and views of them), kept while the parameter is unchanged."""
+    """`pad(t)` of a weight, kept while `t` is a parameter (or a view of one) that has not changed."""
 
-    def __init__(self) -> None:
+    def __init__(self, pad: Any) -> None:
+        self.pad = pad
         self._kept: dict[tuple, tuple[Any, int, Any]] = {}
 
-    def get(self, t: Any, rows: int, cols: int) -> Any:
-        base = t if isinstance(t, torch.nn.Parameter) else getattr(t, "_base", None)
-        if not isinstance(base, torch.nn.Parameter) or (t.shape[-2], t.shape[-1]) == (rows, cols):
-            return pad_matrix(t, rows, cols)  # not a weight (an activation): padded on every call
-        key = (id(base), t.data_ptr(), tuple(t.shape), tuple(t.stride()), rows, cols)
+    def __call__(self, t: Any) -> Any:
+        base = t if isinstance(t, torch.nn.Parameter) else t._base
+        if not isinstance(base, torch.nn.Parameter):
+            return self.pad(t)  # not a weight (an activation): padded on every call
+        key = (id(base), t.data_ptr(), t.shape, t.stride())
         kept = self._kept.get(key)
         if kept is not None and kept[0]() is base and kept[1] == base._version:
             return kept[2]
-        padded = pad_matrix(t, rows, cols)
+        padded = self.pad(t)
         self._kept = {k: v for k, v in self._kept.items() if v[0]() is not None}  # forget freed parameters
         self._kept[key] = (weakref.ref(base), base._version, padded)
         return padded
@@ -217,19 +241,28 @@ class PaddedTemplate(Template):
 
 def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher) -> Launcher:
     """`launch(tensors, out=None, **runtime)`: `tensors` padded to `dims`, `inner` run on them, the
-    result's top-left `ki.out_size` block written to `out` (a new row-major output where None)."""
-    pads = _ParameterPads()
+    result's top-left `ki.out_size` block written to `out` (a new row-major output where None).  The
+    padding of each matrix is worked out here once (`matrix_padder`); the weight's is kept while it is
+    an unchanged parameter."""
+    M, N, K = dims.get("M", ki.M), dims.get("N", ki.N), dims.get("K", ki.K)
+    same = lambda t: t  # noqa: E731
+    ia, ib = (1, 2) if ki.op == "addmm" else (0, 1)
+    pad_a = matrix_padder(ki.a.size[-2:], _row_major(ki.a), M, K, ki.dtype) or same
+    weight = _ParameterPads(matrix_padder(ki.b.size[-2:], _row_major(ki.b), K, N, ki.dtype) or same)
+    others = [i for i in range(len(ki.operands)) if i not in (ia, ib)]
+    full, padded = ((ki.M, ki.N), (M, N))
     into_out = "N" not in dims and "M" not in dims  # only K grows: the aligned kernel writes `out` itself
+    m, n = ki.M, ki.N
 
     def launch(tensors, out=None, **runtime):
-        padded = pad_operands(ki, tensors, dims, pads.get)
+        args = list(tensors)
+        args[ia], args[ib] = pad_a(tensors[ia]), weight(tensors[ib])
+        for i in others:  # addmm's bias, scaled_mm's scales and bias
+            args[i] = _pad_vector_like(tensors[i], (ki.N,) if i == 4 else full, (N,) if i == 4 else padded)
         if into_out:
-            return inner(padded, out, **runtime)
-        result = inner(padded, None, **runtime)
-        block = result[..., :ki.M, :ki.N]
-        if out is None:
-            return block.contiguous()
-        return out.copy_(block)
+            return inner(args, out, **runtime)
+        block = inner(args, None, **runtime)[..., :m, :n]
+        return block.contiguous() if out is None else out.copy_(block)
 
     return launch
 

@@ -129,8 +129,9 @@ def stride_divisors(ki: KernelInputs) -> dict[str, int]:
 
 
 def checked_strides(meta: dict[str, Any], args: tuple) -> tuple:
-    """`args` (the mm kernel's) unchanged, after checking each matrix stride is a multiple of its DIV_*:
-    a binary built for one problem's strides must not run on strides it would misread."""
+    """`args` (the mm kernel's) unchanged, after checking each matrix stride is a multiple of its DIV_*: a
+    binary built for one problem's strides must not run on strides it would misread (M, N and K come
+    from the problem the launcher was built for)."""
     strides = {"DIV_AM": args[8], "DIV_AK": args[9], "DIV_BK": args[11], "DIV_BN": args[12]}
     for name, stride in strides.items():
         if stride % meta[name]:
@@ -162,7 +163,7 @@ class TritonMMTemplate(TritonTemplate):
 
         cfg = choice.config_dict
         meta = dict({k: cfg[k] for k in TILE_KEYS}, **epilogue_flags(ki), INPUT_PRECISION=input_precision(ki.dtype),
-                    EVEN_K=ki.K % cfg["BLOCK_K"] == 0, **stride_divisors(ki))
+                    EVEN_K=ki.K % cfg["BLOCK_K"] == 0, **stride_divisors(ki), N_FIXED=ki.N, K_FIXED=ki.K)
         run = KernelLaunch(gemm_kernel, (cdiv(ki.M, cfg["BLOCK_M"]) * cdiv(ki.N, cfg["BLOCK_N"]), ki.batch, 1), meta)
         return run, lambda tensors, out, swizzle=STAGE1_SWIZZLE: checked_strides(meta, (*gemm_args(ki, tensors, out),
                                                                                          swizzle))

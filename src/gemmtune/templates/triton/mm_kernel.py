@@ -1,8 +1,8 @@
 """The Triton GEMM kernel behind the `triton_mm` template.
 
-M, N, K, every stride, alpha/beta and the tile swizzle GROUP_M are runtime
-arguments, so one compiled binary per (tile config, integer specialisation,
-EVEN_K) serves every shape and every swizzle.  EVEN_K (K a multiple of
+M, every stride, alpha/beta and the tile swizzle GROUP_M are runtime arguments;
+N and K are compile-time (N_FIXED, K_FIXED), so one compiled binary per (tile
+config, N, K, stride alignment, EVEN_K) serves every M and every swizzle.  EVEN_K (K a multiple of
 BLOCK_K) drops the K mask from the main loop.  GROUP_M is excluded from Triton's
 integer specialisation so that swizzle=1 does not trigger a second compile.
 This file and `common_kernel.py` are hashed into the template's `src_hash`.
@@ -28,8 +28,12 @@ def gemm_kernel(
     HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     EVEN_K: tl.constexpr,
     DIV_AM: tl.constexpr, DIV_AK: tl.constexpr, DIV_BK: tl.constexpr, DIV_BN: tl.constexpr,
-    DIV_CM: tl.constexpr, DIV_CN: tl.constexpr,
+    DIV_CM: tl.constexpr, DIV_CN: tl.constexpr, N_FIXED: tl.constexpr, K_FIXED: tl.constexpr,
 ):
+    # N and K are the binary's own (its launcher passes its problem's): as literals, the K loop's trip
+    # count, its masks and the column wrap below fold at compile time.
+    N = N_FIXED
+    K = K_FIXED
     # Each stride is a multiple of its DIV_* (a power of two up to 16, found on the host): written so,
     # the compiler knows it, and rows of 16-byte-aligned but not 16-element-aligned matrices (K = 72,
     # N = 20) still load and store in vectors, as a literal stride would let them.
