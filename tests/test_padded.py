@@ -154,3 +154,25 @@ def test_a_tune_with_a_padded_twin_times_it_and_returns_the_product():
     launch = PaddedTemplate(AtenTemplate("mm")).compile(
         Choice("padded_aten_mm", None), sel.problem, (a, b))  # the winner, or not: both compute the product
     torch.testing.assert_close(launch((a, b)), a @ b)
+
+
+def test_the_padded_library_kernel_always_reaches_the_final_as_the_library_kernel_does():
+    from gemmtune.core.choices import Timing, as_params
+    from gemmtune.search.final import FinalRule, final_decision
+    from gemmtune.search.prescreen import PrescreenOptions, prescreen
+
+    lib, twin = Choice("aten_mm", None), Choice("padded_aten_mm", "h")
+    tiles = [Choice("triton_mm", "t", as_params({"BLOCK_M": b}), as_params({"swizzle": 8}), family="triton")
+             for b in (16, 32, 64, 128)]
+    times = {lib: 1.0, twin: 0.7, **{c: 0.8 + 0.01 * i for i, c in enumerate(tiles)}}
+    measured = []
+    ranked = prescreen([lib, twin, *tiles], lambda cs, stage: measured.extend((c, stage) for c in cs)
+                       or [times[c] for c in cs], PrescreenOptions(top_x=1))
+    assert (twin, "final") in measured and (twin, "prescreen") not in measured  # timed once, with the library
+    records = {t.choice: t for t in ranked}
+    retimed = []
+    slow_twin = [Timing(c, 0.95 if c == twin else records[c].ms, "final") for c in records]  # 3rd-best now
+    decision = final_decision(sorted(slow_twin, key=lambda t: t.ms), {t.choice: t for t in slow_twin},
+                              lambda cs, rounds: retimed.extend(cs) or [times[c] for c in cs],
+                              FinalRule(finalists=1, rounds=3, library_margin=0.01))
+    assert twin in retimed and lib in retimed and decision.choice == twin

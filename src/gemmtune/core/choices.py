@@ -111,6 +111,19 @@ def library_reference(ranked: "Sequence[Choice]") -> Choice | None:
     return next((c for c in ranked if torch_op(c)), None) or next((c for c in ranked if c.is_extern), None)
 
 
+def library_like(choice: Choice) -> bool:
+    """A library kernel, or a library kernel run on padded operands (`templates.padded`, a generated
+    kernel by the final's rules): both always reach the final.
+
+    Example:
+        >>> library_like(Choice("aten_mm", None)), library_like(Choice("padded_aten_mm", "h"))
+        (True, True)
+        >>> library_like(Choice("padded_triton_mm", "h", family="triton"))
+        False
+    """
+    return choice.is_extern or (choice.family == "extern" and choice.template_uid.startswith("padded_"))
+
+
 def torch_op(choice: Choice) -> bool:
     """Whether `choice` is one of torch's own library ops (aten: cuBLAS, oneDNN), not NumPy's BLAS."""
     return choice.is_extern and choice.family == "extern"

@@ -40,7 +40,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
-from ..core.choices import Choice, Timing, library_reference as reference, torch_op as _torch_op
+from ..core.choices import Choice, Timing, library_like, library_reference as reference, torch_op as _torch_op
 from ..core.errors import NoCandidatesError
 from ..core.settings import DEFAULTS as _DEFAULTS
 
@@ -161,10 +161,7 @@ def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], r
     ok = [m.choice for m in launch_ranked([records.get(m.choice, m) for m in ranked if m.ms is not None])]
     if not ok:
         raise NoCandidatesError(_nothing_correct(records, describe))
-    finalists = ok[: rule.finalists]
-    best_extern = reference(ok)
-    if best_extern is not None and best_extern not in finalists:
-        finalists.append(best_extern)
+    finalists, best_extern = _finalists(ok, rule)
     if len(finalists) == 1:
         return Decision(finalists[0])
     if budget_exhausted:
@@ -185,6 +182,17 @@ def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], r
     # Heavy noise unsettles only a close call: a pick that beat every finalist by more than the noise stands.
     loud = _noise(records, decided) > rule.noise_limit and (tied or len(decided) == 1)
     return Decision(pick, noisy=tied, provisional=loud or not _settled(pick, best_extern, records), second=reading)
+
+
+def _finalists(ok: Sequence[Choice], rule: FinalRule) -> tuple[list[Choice], Choice | None]:
+    """The best `rule.finalists` of `ok` plus the best library kernel and the best library kernel on
+    padded operands (`library_like`), and that library kernel."""
+    finalists, best_extern = list(ok[: rule.finalists]), reference(ok)
+    twin = next((c for c in ok if library_like(c) and not c.is_extern), None)
+    for extra in (best_extern, twin):
+        if extra is not None and extra not in finalists:
+            finalists.append(extra)
+    return finalists, best_extern
 
 
 def _second_reading(pick: Choice, library: Choice | None, records: Mapping[Choice, Timing], second: Second | None,

@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..core.choices import Choice, Timing
+from ..core.choices import Choice, Timing, library_like
 from .base import Measure, Options, knob, ranking, recorded
 from .final import launch_ranked
 
@@ -52,10 +52,11 @@ set the same `top_x` (tests/test_strategy_options.py holds them to it)."""
 
 
 def binaries(choices: Sequence[Choice]) -> dict[tuple, list[Choice]]:
-    """Template choices grouped by the binary they share (insertion order kept)."""
+    """Template choices grouped by the binary they share (insertion order kept); library kernels (padded
+    ones too, `library_like`) are not among them: they skip stage 1 and are timed in stage 2."""
     groups: dict[tuple, list[Choice]] = defaultdict(list)
     for c in choices:
-        if not c.is_extern:
+        if not library_like(c):
             groups[c.binary_key].append(c)
     return dict(groups)
 
@@ -83,7 +84,7 @@ def prescreen(choices: Sequence[Choice], measure: Measure, options: PrescreenOpt
         ({'B': 2}, {'sw': 1})
     """
     groups = binaries(choices)
-    externs = [c for c in choices if c.is_extern]
+    externs = [c for c in choices if library_like(c)]  # every library kernel (padded ones too) reaches stage 2
     reps = [stage1_member(g, options.stage1.get(g[0].template_uid, {})) for g in groups.values()]
     # Stage 1: one runtime value per binary.
     stage1 = [Timing(c, ms, "prescreen") for c, ms in zip(reps, measure(reps, "prescreen"))]
@@ -146,4 +147,4 @@ def first_configs(choices: Sequence[Choice], options: PrescreenOptions) -> list[
         if len(firsts[group[0].template_uid]) < n:
             firsts[group[0].template_uid].append(key)
     keep = {key for keys in firsts.values() for key in keys}
-    return [c for c in choices if c.is_extern or c.binary_key in keep]
+    return [c for c in choices if library_like(c) or c.binary_key in keep]

@@ -102,7 +102,7 @@ def padding_dims(ki: KernelInputs) -> dict[str, int]:
     return {d: padded_size(n, ki.dtype) for d, n in sizes.items() if leading[d] and n % step}
 
 
-def matrix_padder(size: tuple[int, int], row_major: bool, rows: int, cols: int, dtype: torch.dtype) -> Any:
+def matrix_padder(size: Sequence[int], row_major: bool, rows: int, cols: int, dtype: torch.dtype) -> Any:
     """`pad(t)`: a matrix of `size` (in that orientation) zero-padded to (rows, cols), staying row- or
     column-major: one `constant_pad_nd`, the widths worked out here once.  None where nothing grows.
 
