@@ -126,3 +126,14 @@ def test_measurement_cost_is_the_larger_of_gpu_and_host_time_when_host_counts(ti
     assert m.cost_ms == m.gpu_ms
     with pytest.raises(Exception):  # a value object: frozen
         m.cost_ms = 0.0
+
+
+def test_a_reading_reports_the_spread_of_its_runs(timer):
+    steady, _ = counted(1e-3)
+    durations = iter([1e-3, 1e-3] + [1e-3, 2e-3] * 20)  # warm-up, host probe, then runs alternating 1 and 2 ms
+
+    def jumpy():
+        Clock.now += next(durations)
+
+    a, b = timer.time_interleaved([steady, jumpy], rounds=4)
+    assert a.spread == 0.0 and b.spread is not None and b.spread > 0.3  # IQR over median of its runs

@@ -112,3 +112,15 @@ def test_a_tune_says_which_timer_decided_in_its_selection_report_and_store(monke
     (entry,) = store.export()["entries"]
     assert entry["pick"]["strategy"].endswith("decided by do_bench")
     torch.testing.assert_close(sel(a, b), a @ b)
+
+
+def test_a_gpu_win_inside_its_readings_spread_keeps_the_library_kernel_and_is_not_provisional():
+    def timing(choice, ms, spread):
+        return Timing(choice, ms, "finalist", gpu_ms=ms, host_ms=0.005, spread=spread)
+
+    for spread, winner in ((0.06, LIB), (0.01, GEN)):  # 4% faster: inside a 6% spread, outside a 1% one
+        records = {LIB: timing(LIB, 1.0, spread), GEN: timing(GEN, 0.96, spread)}
+        retime = lambda cs, rounds: [records[c].ms for c in cs]  # noqa: E731
+        d = final_decision(sorted(records.values(), key=lambda t: t.ms), records, retime,
+                           FinalRule(finalists=2, rounds=3, library_margin=0.01, second_band=0.0, noise_limit=0.05))
+        assert d.choice == winner and not d.provisional  # a GPU pick is never provisional for its spread

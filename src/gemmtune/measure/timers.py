@@ -97,9 +97,11 @@ class CudaTimer:
         return [(self._events[k][0].elapsed_time(self._events[k][1]), host) for k, host in pending]
 
     def _cost(self, samples: Sequence[tuple[float, float]]) -> Measurement:
+        """Medians of the GPU and host times, and the spread of the per-run costs (the final's noise)."""
         gpu = statistics.median(g for g, _ in samples)
         host = statistics.median(h for _, h in samples)
-        return Measurement(max(gpu, host) if self.count_host else gpu, gpu, host)
+        costs = [max(g, h) if self.count_host else g for g, h in samples]
+        return Measurement(max(gpu, host) if self.count_host else gpu, gpu, host, spread=relative_spread(costs))
 
     def flush_ms(self) -> float:
         """GPU milliseconds of one L2 flush (measured once): the rep budget counts it."""

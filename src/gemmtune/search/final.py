@@ -17,11 +17,13 @@ rules as a generated kernel):
   in full (a Llama-shaped stack at 64 tokens ran 1.25x slower with Triton picks that saved no GPU time,
   docs/MODELS.md);
 - a generated kernel must also beat it by more than the noise of the two timings (their relative
-  spread, IQR / median, which the CPU timer reports): on a loaded CPU a descheduled thread adds
-  whole scheduler ticks to some runs, and a "win" inside that noise is no win.
+  spread, IQR / median of the runs, which both timers report): on a loaded CPU a descheduled thread
+  adds whole scheduler ticks to some runs, and on a GPU a win smaller than its own readings' spread
+  is no win either;
+- on a GPU a close call is decided again by a second, independent timer (`_second_reading`).
 
 `final_decision` also says whether the pick was a tie within the noise (`noisy`) and whether it is
-`provisional`: a close call (a tie within the noise) taken under heavy noise (a spread above
+`provisional` (CPU timings only): a close call (a tie within the noise) taken under heavy noise (a spread above
 `noise_limit`), which the engine stores so that a later tune re-checks the pick instead of trusting
 it for good.  A pick that beat every other finalist by more than the noise is firm even when the
 spread is large (a finalist twice as slow is twice as slow), so on a quiet machine a second tune is
@@ -180,7 +182,10 @@ def final_decision(ranked: Sequence[Timing], records: Mapping[Choice, Timing], r
     decided = [c for c in finalists if records[c].stage == "finalist"] or [pick]
     tied = _tied(pick, finalists, records)
     # Heavy noise unsettles only a close call: a pick that beat every finalist by more than the noise stands.
-    loud = _noise(records, decided) > rule.noise_limit and (tied or len(decided) == 1)
+    # (CPU timings only: a GPU's spread keeps a narrow win from beating the library kernel, `_beats`, but a
+    # GPU pick is never provisional for it, so a warm store answers a GPU tune at once.)
+    cpu = [c for c in decided if records[c].gpu_ms is None]
+    loud = _noise(records, cpu) > rule.noise_limit and (tied or len(cpu) == 1)
     return Decision(pick, noisy=tied, provisional=loud or not _settled(pick, best_extern, records), second=reading)
 
 
@@ -355,7 +360,7 @@ def _tied(pick: Choice, finalists: Sequence[Choice], records: Mapping[Choice, Ti
 
 
 def _noise_of(*timings: Timing) -> float:
-    return max((t.spread or 0.0) for t in timings)
+    return max(((t.spread or 0.0) for t in timings), default=0.0)
 
 
 def _noise(records: Mapping[Choice, Timing], finalists: Sequence[Choice]) -> float:
