@@ -72,8 +72,8 @@ def padded_size(n: int, dtype: torch.dtype) -> int:
     """`n` rounded up to `STRIDE_BYTES` where that adds at most n/16, else to `ALIGN_BYTES`.
 
     Example:
-        >>> padded_size(1234, torch.bfloat16), padded_size(72, torch.bfloat16), padded_size(20, torch.float32)
-        (1280, 80, 20)
+        >>> padded_size(1234, torch.bfloat16), padded_size(70, torch.bfloat16), padded_size(19, torch.float32)
+        (1280, 72, 20)
     """
     for step in (max(1, STRIDE_BYTES // dtype.itemsize), align_of(dtype)):
         up = -(-n // step) * step
@@ -107,7 +107,7 @@ def matrix_padder(size: Sequence[int], row_major: bool, rows: int, cols: int, dt
     column-major: one `constant_pad_nd`, the widths worked out here once.  None where nothing grows.
 
     Example:
-        >>> pad = matrix_padder((3, 2), False, 2, 4, torch.float32)
+        >>> pad = matrix_padder((2, 3), False, 2, 4, torch.float32)
         >>> p = pad(torch.ones(3, 2).t())
         >>> p.tolist(), p.stride()
         ([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]], (1, 2))
