@@ -146,7 +146,8 @@ def test_clear_dispatch_cache_tunes_again(tune_calls):
     a, b = torch.randn(8, 4), torch.randn(4, 8)
     mm(a, b, backends=EXTERN)
     clear_dispatch_cache()
-    assert dispatch_stats() == {"hits": 0, "misses": 0, "tunes": 0, "entries": 0, "selections": {}}
+    assert dispatch_stats() == {"hits": 0, "misses": 0, "tunes": 0, "entries": 0, "selections": {},
+                                "bucket_families": 0, "bucket_builds": 0, "outside_buckets": 0}
     mm(a, b, backends=EXTERN)
     assert len(tune_calls) == 2
 

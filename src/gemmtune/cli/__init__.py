@@ -164,6 +164,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                  lookup_table=args.lookup_table, gpus=args.gpus)
     device = check_device(args.device)
     specs = _specs(args, device)
+    if args.m is not None:  # every bucket of M of each shape
+        specs = _at_buckets(specs, args.m)
     for spec in specs:  # before anything is allocated
         check_fits(spec, device, "--suite" if args.suite else "--shape")
     store, dealt = _deal(specs, settings, device) if args.suite else (None, {})
@@ -194,6 +196,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         out.print(summary_table(results))
     return 1 if any(not d.ok for d in dealt.values()) else 0
+
+
+def _at_buckets(specs: list, m: str) -> list:
+    """Each spec at every power-of-two M of `m` ("LO:HI"); a named one named `<name>-m<M>`."""
+    from dataclasses import replace
+
+    from ..core.m_range import parse_m
+    from ..dispatch.buckets import buckets_for
+
+    return [replace(spec, M=b, name=f"{spec.name}-m{b}" if spec.name else "")
+            for spec in specs for b in buckets_for(parse_m(m, "argument --m"))]
 
 
 def _write_results(results: list, args: argparse.Namespace) -> None:

@@ -64,6 +64,7 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
                    help="cap tuning wall time: stop and return the best so far (library kernels timed first)")
     t.add_argument("--backends", default=None, help="comma-separated families: extern (torch's library kernels), "
                    "numpy, triton, numba, cutlass (default: the device's own; docs/GETTING_STARTED.md)")
+    t.add_argument("--m", metavar="LO:HI", help="tune each shape at every power-of-two M from LO's bucket to HI's")
     t.add_argument("--json", dest="json_path", default=None, help="write the Selection(s) as JSON here")
     t.add_argument("--rows", type=int, default=None, help="rows of the AUTOTUNE table (default 20)")
     t.add_argument("--store", default=None, help="where picks are kept: a SQLite path, 'memory', 'off' or "
@@ -74,8 +75,7 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
                    "(default: every visible GPU; 1: one GPU; docs/SCALE.md)")
     t.add_argument("--isolation", choices=("auto", "off", "subprocess"), default=None,
                    help="subprocess: checks and timings run in a worker process that may crash or hang safely")
-    t.add_argument("--no-progress", action="store_true",
-                   help="no progress bar on a terminal, no stage lines off one (and no [i/n] line per suite shape)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar, stage lines or [i/n] suite lines")
     t.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                    help="-v: phase boundaries and the pick (INFO logs); -vv: also every choice timed (DEBUG)")
 

@@ -25,6 +25,7 @@ import torch
 from .. import engine
 from ..core.errors import InputError, NoCandidatesError
 from ..core import autocast as _ac
+from . import buckets
 from .autograd import TunedAddmm, TunedMM, gemms_for, redispatch, transform_runner
 from .binding import bound_on_first_call
 from .table import TABLE, Recorded, dispatch_key, is_empty
@@ -143,7 +144,6 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
 
 _OPS: dict[str, Callable[..., torch.Tensor]] = {"mm": mm, "addmm": addmm, "bmm": bmm}  # the Functions call them again
 
-
 TRACED_OPS: list[Callable[[], None]] = []  # registrars of torch.ops.gemmtune.traced_* (added by the package)
 
 
@@ -177,7 +177,7 @@ def dispatch_stats() -> dict[str, Any]:
     falls back to torch for an empty problem); `tunes`: `gemmtune.tune` calls;
     `entries`: keys held; `selections`: `{problem: winner name}` per tuned
     problem (`problem` is the Selection's `KernelInputs.problem_key`, followed by
-    the `backends` and `out_layout` it was tuned for).
+    the `backends` and `out_layout` it was tuned for); `bucket_*`, `outside_buckets`: `dispatch.buckets`.
 
     Example:
         >>> import torch, gemmtune
@@ -187,7 +187,7 @@ def dispatch_stats() -> dict[str, Any]:
         >>> s = gemmtune.dispatch_stats(); (s["hits"], s["misses"], s["tunes"])
         (1, 1, 1)
     """
-    return TABLE.stats()
+    return {**TABLE.stats(), **buckets.stats()}
 
 
 def selections() -> dict[tuple, Any]:
@@ -278,9 +278,10 @@ def _build(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[s
     if is_empty(tensors):
         return library_runner(op, alpha, beta, out_layout)
     with torch.no_grad(), _ac.disabled(tensors):  # tune runs every candidate: no graphs, NumPy needs grad-free tensors
-        sel = engine.tune(op, *(t.detach() for t in tensors), backends=backends, alpha=alpha, beta=beta,
-                          out_layout=out_layout)
-    TABLE.count_tune()
+        plain = tuple(t.detach() for t in tensors)  # a family tuned over M (dispatch.buckets): its bucket's pick
+        if (sel := buckets.pinned(op, plain, alpha, beta, backends, out_layout)) is None:
+            sel = engine.tune(op, *plain, backends=backends, alpha=alpha, beta=beta, out_layout=out_layout)
+            TABLE.count_tune()
     if sel.kernel is None:
         raise NoCandidatesError(f"{sel.problem.describe()}: the selection has no kernel to run")
     TABLE.add_selection(canon, sel)

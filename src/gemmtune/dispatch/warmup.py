@@ -27,7 +27,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from . import eager, fp8, verdicts
+from . import eager, fp8, ranges, verdicts
 from .in_model import InModel, Switch, check_in_model
 from ..core.errors import InputError
 from ..core.settings import Settings
@@ -122,7 +122,7 @@ class WarmupReport:
 
 def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | None = None,
            progress: bool | None = None, for_compile: bool = False, in_model: bool | None = None,
-           release: bool | None = None, group: Any = None, **example_kwargs: Any) -> WarmupReport:
+           release: bool | None = None, group: Any = None, m: Any = None, **example_kwargs: Any) -> WarmupReport:
     """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
 
     `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are; calls of
@@ -155,6 +155,9 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     layer patched, at the cost of its checks on each call: 1.5 % of a launch-bound model under Python
     3.12).  A warm-up first patches again the layers released before.
 
+    `m` (a range, a list of M, or "LO:HI"; M = batch x tokens for a linear layer) also tunes each mm and
+    addmm family at every bucket of M, so a later eager call at any M tunes nothing (`dispatch.ranges`).
+
     Example:
         >>> import torch, gemmtune
         >>> mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
@@ -162,13 +165,21 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
         >>> len(report.rows), report.rows[0].winner.startswith(("aten", "numpy"))
         (2, True)
     """
-    if release is None:
-        release = not for_compile
-    elif release and for_compile:
+    release = _release_option(release, for_compile, m)
+    with distributed.distributed_group(group) if group is not None else contextlib.nullcontext(), _quiet(progress):
+        return _warmup(model, example_inputs, example_kwargs, backends, progress, for_compile, in_model, release, m)
+
+
+def _release_option(release: bool | None, for_compile: bool, m: Any) -> bool:
+    """`release` as asked (default: on for eager use, off with `for_compile` or a range `m`: a range
+    warm-up keeps every layer patched); InputError for options that do not go together."""
+    if m is not None and for_compile:
+        raise InputError("warmup: m= decides eager calls by bucket; a torch.compile graph does not dispatch by "
+                         "bucket (pass for_compile=False, or leave m out)")
+    if release and for_compile:
         raise InputError("warmup: release=True applies to eager use; a torch.compile trace of a released "
                          "layer would not see gemmtune (pass for_compile=False, or release=False)")
-    with distributed.distributed_group(group) if group is not None else contextlib.nullcontext(), _quiet(progress):
-        return _warmup(model, example_inputs, example_kwargs, backends, progress, for_compile, in_model, release)
+    return not for_compile and m is None if release is None else release
 
 
 def _quiet(progress: bool | None) -> Any:
@@ -177,13 +188,18 @@ def _quiet(progress: bool | None) -> Any:
 
 
 def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backends: Sequence[str] | None,
-            progress: bool | None, for_compile: bool, in_model: bool | None, release: bool) -> WarmupReport:
+            progress: bool | None, for_compile: bool, in_model: bool | None, release: bool,
+            m: Any = None) -> WarmupReport:
     started = time.perf_counter()
     repatch_released(model)  # an earlier warm-up's released layers: this one meets their problems too
     if not patched_modules(model) or backends is not None:
         patch(model, backends=backends)
     forward = functools.partial(model, *example_inputs, **example_kwargs)
     rows, seen, forward_end = _record_and_tune(forward, model, _show(progress), for_compile)
+    if m is not None:  # every bucket of M of each mm / addmm family the forward met
+        buckets = ranges.bucket_problems(seen, m)
+        rows += [_row(problem, calls) for problem, calls in _tune_all(buckets, _show(progress), for_compile)]
+        ranges.register_buckets({**seen, **buckets})
     if any(rec.op == "scaled_mm" for rec in seen.values()) and not fp8.is_routed(model):
         fp8.route(model, backends)  # its torch._scaled_mm calls dispatch to the picks from now on
     # On by default (GPU picks for launch cost, CPU ones for thread pools); in a distributed job only if asked.

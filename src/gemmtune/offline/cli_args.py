@@ -10,6 +10,7 @@ from typing import Any
 
 from ..core.dtype_names import canonical
 from ..core.errors import InputError
+from ..core.m_range import parse_m
 from .dims import check_dims, parse_shape
 
 __all__ = ["FLAGS", "check_device_spelling", "check_problem_args", "check_store_arg", "flag_named",
@@ -113,6 +114,8 @@ def check_problem_args(args: Any) -> None:
     check_device_spelling(args.device)
     if args.dtype is not None:
         canonical(args.dtype)
+    if getattr(args, "m", None) is not None:
+        parse_m(args.m, "argument --m")
     op, batch = getattr(args, "op", "mm"), getattr(args, "batch", None)
     shape = getattr(args, "shape", None)
     if shape is None and getattr(args, "command", "tune") == "tune" and not getattr(args, "suite", None):

@@ -1,0 +1,165 @@
+"""M buckets: one tune per bucket of M serves every M of a problem family in eager dispatch.
+
+Serving and variable-length work run each layer's GEMM at many M (batch x tokens).  A *family* is an
+`mm` or `addmm` problem with M left out: op, K, N, dtypes, layouts (row- or column-major A), the bias,
+the scalars, `backends` and `out_layout`.  Its M axis is split into power-of-two buckets: bucket `b`
+holds M in (b/2, b] and is tuned at M = b.  `gemmtune.warmup(model, x, m=...)` and
+`gemmtune.tune_buckets` tune every bucket of a range (`dispatch.ranges`) and register the family here.
+
+A miss of a registered family (`gemmtune.mm`, a patched `nn.Linear`) then builds its bucket's pick for
+the call's own M without timing anything (`pinned`): the pick's template and config are the one
+candidate (its binary is the bucket's: `triton_mm` bakes in N and K, not M), checked once against the
+reference.  An M above or below the tuned range takes the nearest tuned bucket's pick and is counted
+in `stats()["outside"]`, the family marked for tuning; a family's pick the call's M cannot run (a
+template not offered at that M) gives way to torch's own op.  No call of a registered family tunes.
+A family nobody registered is tuned per M, as before.
+
+Example:
+    >>> [bucket_of(m) for m in (1, 2, 3, 64, 65, 4096)]
+    [1, 2, 4, 64, 128, 4096]
+    >>> buckets_for([1, 5, 100])
+    [1, 2, 4, 8, 16, 32, 64, 128]
+
+`parse_m` (`core.m_range`) reads the ranges `m=` and the CLI's `--m` name.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from ..core.choices import Choice, torch_op
+from ..core.m_range import parse_m
+from .table import TABLE
+
+__all__ = ["bucket_of", "buckets_for", "parse_m", "family_of", "at_m", "BUCKETS", "pinned", "stats"]
+
+def bucket_of(m: int) -> int:
+    """The bucket of `m` (>= 1): the smallest power of two >= m."""
+    return 1 << max(0, (m - 1).bit_length())
+
+
+def buckets_for(ms: Iterable[int]) -> list[int]:
+    """Every bucket from the smallest M's to the largest's, ascending."""
+    ms = list(ms)
+    lo, hi = bucket_of(min(ms)), bucket_of(max(ms))
+    return [1 << i for i in range(lo.bit_length() - 1, hi.bit_length())]
+
+
+def family_of(op: str, tensors: Sequence[torch.Tensor], alpha: float, beta: float, backends: Any,
+              out_layout: Any) -> tuple | None:
+    """The family key of an mm or addmm call: the dispatch key with M left out; None where the problem
+    has no family (bmm, scaled_mm, a bias with a row per M, an A neither row- nor column-major).
+
+    Example:
+        >>> w = torch.randn(8, 16)
+        >>> family_of("mm", (torch.randn(3, 16), w.t()), 1.0, 1.0, None, None) == family_of(
+        ...     "mm", (torch.randn(50, 16), w.t()), 1.0, 1.0, None, None)
+        True
+    """
+    if op not in ("mm", "addmm"):
+        return None
+    a, b = tensors[-2], tensors[-1]
+    m = a.shape[0]
+    if a.stride(1) == 1 and (a.stride(0) == a.shape[1] or m == 1):
+        layout = "row"
+    elif a.stride(0) == 1 and (a.stride(1) == m or a.shape[1] == 1):
+        layout = "col"
+    else:
+        return None
+    key = (op, a.shape[1], a.dtype, a.device, layout, b.shape, b.stride(), b.dtype, b.device, backends, out_layout)
+    if op == "mm":
+        return key
+    bias = tensors[0]
+    if bias.dim() == 2 and bias.shape[0] == m and m > 1 and bias.stride(0) != 0:
+        return None  # a bias with a row per M: its values are per call, not per family
+    return (*key, bias.dim(), bias.shape[-1] if bias.dim() else None, bias.dtype, float(alpha), float(beta))
+
+
+def at_m(op: str, tensors: Sequence[torch.Tensor], m: int) -> tuple:
+    """Operands of the call's family at M = `m`: a new A (random, in the call's layout), the rest as given
+    (an addmm bias of one row is expanded to `m` rows with stride 0, as a broadcast bias is).
+
+    Example:
+        >>> a, b = at_m("mm", (torch.randn(3, 4), torch.randn(4, 2)), 64)
+        >>> tuple(a.shape), tuple(b.shape)
+        ((64, 4), (4, 2))
+    """
+    a = tensors[-2]
+    k = a.shape[1]
+    col = a.stride(0) == 1 and a.stride(1) != 1
+    new = (torch.randn(k, m, dtype=a.dtype, device=a.device).t() if col
+           else torch.randn(m, k, dtype=a.dtype, device=a.device))
+    if op == "mm":
+        return new, tensors[1]
+    bias = tensors[0]
+    if bias.dim() == 2 and bias.shape[0] == a.shape[0] > 1:  # a row broadcast to every M (stride 0)
+        bias = bias[:1].expand(m, bias.shape[1])
+    return bias, new, tensors[2]
+
+
+class BucketTable:
+    """Registered families: for each, its tuned buckets' Selections (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.families: dict[tuple, dict[int, Any]] = {}
+        self.builds = 0  # picks built for a call's M from its bucket, without timing
+        self.outside = 0  # calls whose M lay outside their family's tuned buckets
+
+    def register(self, family: tuple, bucket: int, selection: Any) -> None:
+        with self.lock:
+            self.families.setdefault(family, {})[bucket] = selection
+
+    def lookup(self, family: tuple, m: int) -> Any:
+        """The Selection of `m`'s bucket, else of the nearest tuned one (counted outside); None: no family."""
+        with self.lock:
+            tuned = self.families.get(family)
+            if not tuned:
+                return None
+            b = bucket_of(m)
+            if b not in tuned:
+                self.outside += 1
+                b = min(tuned, key=lambda t: (abs(t.bit_length() - b.bit_length()), -t))
+            return tuned[b]
+
+    def clear(self) -> None:
+        with self.lock:
+            self.families.clear()
+            self.builds = self.outside = 0
+
+
+BUCKETS = BucketTable()
+TABLE.on_clear(BUCKETS.clear)  # `gemmtune.clear_dispatch_cache()` forgets the families too
+
+
+def stats() -> dict[str, Any]:
+    """`dispatch_stats()`' bucket counters: families registered, bucket builds, calls outside their range."""
+    with BUCKETS.lock:
+        return {"bucket_families": len(BUCKETS.families), "bucket_builds": BUCKETS.builds,
+                "outside_buckets": BUCKETS.outside}
+
+
+def pinned(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
+           out_layout: str | None) -> Any:
+    """The Selection of a call whose family is registered: its bucket's pick built for the call's M
+    (nothing timed; checked once; nothing stored), or torch's own op where the call's M cannot run that
+    pick.  None where the call's family is not registered (the caller tunes)."""
+    family = family_of(op, tensors, alpha, beta, backends, out_layout)
+    bucket = None if family is None else BUCKETS.lookup(family, tensors[-2].shape[0])
+    if bucket is None:
+        return None
+    from .. import engine
+    from ..core.settings import Settings
+
+    winner: Choice = bucket.winner
+    hook = lambda ki, choices, op_name: ([c for c in choices if c.key == winner.key]  # noqa: E731
+                                         or [c for c in choices if torch_op(c)][:1] or choices[:1])
+    settings = Settings.from_env().with_(store="off")
+    sel = engine.tune(op, *tensors, backends=backends, alpha=alpha, beta=beta, out_layout=out_layout,
+                      finalize=[hook], settings=settings, progress=False)
+    with BUCKETS.lock:
+        BUCKETS.builds += 1
+    return sel

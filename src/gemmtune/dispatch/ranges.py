@@ -1,0 +1,90 @@
+"""Tuning over a range of M: every bucket of a problem family, then the family registered for dispatch.
+
+`gemmtune.tune_buckets(op, *tensors, m=...)` tunes one call's family at each bucket of `m`
+(`dispatch.buckets`); `gemmtune.warmup(model, x, m=...)` does it for every mm and addmm the model's
+forward met (`bucket_problems`, tuned as the warm-up tunes its own problems: dealt across the ranks of a
+distributed job, read from the store where it has them).  Afterwards a call of a registered family
+at any M runs its bucket's pick without tuning.  A range warm-up does not check the bucket problems in
+the model (the forward runs at one M), and it keeps every layer patched: a released layer would run
+torch's op at every M, whatever its buckets picked.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ..core.errors import InputError
+from ..core.settings import check_backends
+from . import eager
+from .buckets import BUCKETS, at_m, bucket_of, buckets_for, family_of, parse_m
+from .table import Recorded
+
+__all__ = ["tune_buckets", "bucket_problems", "register_buckets"]
+
+
+def tune_buckets(op: str, *tensors: torch.Tensor, m: Any, backends: Sequence[str] | None = None,
+                 alpha: float = 1.0, beta: float = 1.0) -> dict[int, Any]:
+    """Tune the family of `op(*tensors)` (an mm or addmm; M left out) at every bucket of `m` (a range,
+    a list of M, or "LO:HI"), register it for eager dispatch, and return `{bucket: Selection}`.  Later
+    calls of the family, through `gemmtune.mm` / `addmm` or a patched `nn.Linear`, run their bucket's
+    pick at any M without tuning (docs/MODELS.md, "Every batch size").
+
+    Example:
+        >>> import torch, gemmtune
+        >>> w = torch.randn(16, 8)
+        >>> picks = gemmtune.tune_buckets("mm", torch.randn(3, 8), w.t(), m=range(1, 33), backends=("extern",))
+        >>> sorted(picks)
+        [1, 2, 4, 8, 16, 32]
+        >>> tunes = gemmtune.dispatch_stats()["tunes"]
+        >>> _ = gemmtune.mm(torch.randn(21, 8), w.t(), backends=("extern",))
+        >>> gemmtune.dispatch_stats()["tunes"] == tunes
+        True
+    """
+    canon = check_backends(backends)
+    if family_of(op, tensors, alpha, beta, canon, None) is None:
+        raise InputError(f"tune_buckets: {op} with these operands has no M family (mm or addmm, A row- or "
+                         f"column-major, a bias without a row per M)")
+    picks = {}
+    for b in buckets_for(parse_m(m)):
+        picks[b] = eager.prepare(op, at_m(op, tensors, b), float(alpha), float(beta), canon, None)
+    register_buckets({eager.canonical_key(op, at_m(op, tensors, b), alpha, beta, canon, None):
+                      Recorded(op, at_m(op, tensors, b), float(alpha), float(beta), canon, None) for b in picks})
+    return picks
+
+
+def bucket_problems(seen: "dict[tuple, Recorded]", m: Any) -> "dict[tuple, Recorded]":
+    """The problems a range warm-up tunes: each recorded mm / addmm family at every bucket of `m`
+    (those the forward itself met are not repeated).
+
+    Example:
+        >>> rec = Recorded("mm", (torch.randn(5, 4), torch.randn(4, 3)), 1.0, 1.0, None, None)
+        >>> sorted(r.tensors[0].shape[0] for r in bucket_problems({"k": rec}, [1, 8]).values())
+        [1, 2, 4, 8]
+    """
+    ms, out, families = parse_m(m, "warmup: m"), {}, set()
+    for rec in seen.values():
+        family = family_of(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
+        if family is None or family in families:
+            continue
+        families.add(family)
+        for b in buckets_for(ms):
+            tensors = at_m(rec.op, rec.tensors, b)
+            key = eager.canonical_key(rec.op, tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
+            if key not in seen:
+                out[key] = Recorded(rec.op, tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
+    return out
+
+
+def register_buckets(problems: "dict[tuple, Recorded]") -> int:
+    """Register each tuned problem of `problems` (tuned at a bucket's M) as its family's bucket; how many."""
+    selections, n = eager.selections(), 0
+    for canon, rec in problems.items():
+        sel = selections.get(canon)
+        family = family_of(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
+        m = rec.tensors[-2].shape[0]
+        if sel is not None and family is not None and bucket_of(m) == m:
+            BUCKETS.register(family, m, sel)
+            n += 1
+    return n

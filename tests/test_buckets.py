@@ -1,0 +1,131 @@
+"""Every batch size: M buckets (gemmtune.dispatch.buckets), tuning a family over a range of M
+(`gemmtune.tune_buckets`, `gemmtune.warmup(..., m=...)`), and eager calls at any M that tune nothing.
+Real kernels on CPU: torch's ops, and a Triton kernel through the interpreter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gemmtune
+from gemmtune.core.errors import InputError
+from gemmtune.dispatch.buckets import BUCKETS, bucket_of, buckets_for, family_of, parse_m
+
+EXTERN = ("extern",)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dispatch():
+    gemmtune.clear_dispatch_cache()
+    yield
+    gemmtune.clear_dispatch_cache()
+
+
+def test_buckets_are_powers_of_two_and_a_range_covers_its_ends():
+    assert [bucket_of(m) for m in (1, 2, 3, 4, 5, 1000, 1024, 1025)] == [1, 2, 4, 4, 8, 1024, 1024, 2048]
+    assert buckets_for([3, 100]) == [4, 8, 16, 32, 64, 128]
+    assert parse_m(range(1, 4097)) == [1, 4096] and parse_m("512:4096") == [512, 4096] and parse_m((7,)) == [7]
+
+
+@pytest.mark.parametrize("bad", ["1-4096", "9:3", "0:8", [1.5, 3], range(0), [], None, "1:99999999"])
+def test_a_bad_range_is_a_typed_error_that_names_it(bad):
+    with pytest.raises(InputError, match="^m: "):
+        parse_m(bad)
+
+
+def test_a_family_leaves_m_out_and_keeps_everything_else():
+    w = torch.randn(8, 16)
+    fam = lambda a, b=w.t(), op="mm", *bias: family_of(op, (*bias, a, b), 1.0, 1.0, None, None)  # noqa: E731
+    assert fam(torch.randn(3, 16)) == fam(torch.randn(300, 16)) is not None
+    assert fam(torch.randn(16, 3).t()) != fam(torch.randn(3, 16))  # column-major A: another family
+    assert fam(torch.randn(3, 16), torch.randn(16, 8)) != fam(torch.randn(3, 16))  # B's layout is the family's
+    assert family_of("addmm", (torch.randn(8), torch.randn(3, 16), w.t()), 1.0, 1.0, None, None) is not None
+    assert family_of("addmm", (torch.randn(3, 8), torch.randn(3, 16), w.t()), 1.0, 1.0, None, None) is None
+    assert family_of("bmm", (torch.randn(2, 3, 16), torch.randn(2, 16, 8)), 1.0, 1.0, None, None) is None
+
+
+def test_after_a_range_tune_no_m_in_the_range_tunes_and_every_result_is_right():
+    w = torch.randn(24, 16)
+    picks = gemmtune.tune_buckets("mm", torch.randn(5, 16), w.t(), m=range(1, 65), backends=EXTERN)
+    assert sorted(picks) == [1, 2, 4, 8, 16, 32, 64]
+    tunes = gemmtune.dispatch_stats()["tunes"]
+    for m in (3, 17, 50, 64, 1):
+        a = torch.randn(m, 16)
+        torch.testing.assert_close(gemmtune.mm(a, w.t(), backends=EXTERN), a @ w.t())
+    stats = gemmtune.dispatch_stats()
+    assert stats["tunes"] == tunes and stats["bucket_builds"] == 3 and stats["outside_buckets"] == 0
+
+
+def test_an_m_outside_the_range_takes_the_nearest_bucket_and_is_counted():
+    w = torch.randn(24, 16)
+    gemmtune.tune_buckets("addmm", torch.randn(24), torch.randn(5, 16), w.t(), m="8:32", backends=EXTERN)
+    tunes = gemmtune.dispatch_stats()["tunes"]
+    for m in (200, 2):
+        bias, a = torch.randn(24), torch.randn(m, 16)
+        torch.testing.assert_close(gemmtune.addmm(bias, a, w.t(), backends=EXTERN), torch.addmm(bias, a, w.t()))
+    stats = gemmtune.dispatch_stats()
+    assert stats["tunes"] == tunes and stats["outside_buckets"] == 2
+
+
+def test_a_family_nobody_tuned_over_m_is_tuned_per_m_as_before():
+    w = torch.randn(24, 16)
+    gemmtune.mm(torch.randn(5, 16), w.t(), backends=EXTERN)
+    gemmtune.mm(torch.randn(6, 16), w.t(), backends=EXTERN)
+    stats = gemmtune.dispatch_stats()
+    assert stats["tunes"] == 2 and stats["bucket_builds"] == 0 and stats["bucket_families"] == 0
+
+
+def test_a_range_warm_up_serves_every_batch_size_of_the_model_without_a_tune():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    reference = [p.detach().clone() for p in model.parameters()]
+    report = gemmtune.warmup(model, torch.randn(4, 16), backends=EXTERN, progress=False, m=range(1, 129))
+    assert len(report.rows) == 2 + 2 * 7  # the forward's two problems, then each family at 8 buckets less M = 4
+    tunes = gemmtune.dispatch_stats()["tunes"]
+    plain = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    with torch.no_grad():
+        for p, r in zip(plain.parameters(), reference):
+            p.copy_(r)
+        for batch in (1, 3, 33, 100, 128):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(model(x), plain(x))
+    assert gemmtune.dispatch_stats()["tunes"] == tunes and gemmtune.dispatch_stats()["bucket_families"] == 2
+    with pytest.raises(InputError, match="m= decides eager calls"):
+        gemmtune.warmup(model, torch.randn(4, 16), backends=EXTERN, progress=False, m=[8], for_compile=True)
+
+
+def test_a_generated_bucket_pick_runs_at_another_m_as_the_same_kernel():
+    w = torch.randn(16, 16)
+    settings = gemmtune.Settings(effort="quick", store="off")
+    sel = gemmtune.tune("mm", torch.randn(32, 16), w.t(), backends=("triton",), settings=settings, progress=False)
+    fam = family_of("mm", (torch.randn(32, 16), w.t()), 1.0, 1.0, ("triton",), None)
+    BUCKETS.register(fam, 32, sel)
+    a = torch.randn(20, 16)
+    torch.testing.assert_close(gemmtune.mm(a, w.t(), backends=("triton",)), a @ w.t(), rtol=1e-3, atol=1e-3)
+    (built,) = [s for s in gemmtune.dispatch.eager.selections().values() if s.problem.M == 20]
+    assert built.winner.key == sel.winner.key and gemmtune.dispatch_stats()["tunes"] == 0
+
+
+@pytest.mark.parametrize("bias_shape", [(), (24,), (1, 24), "broadcast"])
+def test_every_bias_that_does_not_depend_on_m_keeps_a_family(bias_shape):
+    w = torch.randn(24, 16)
+    bias = lambda m: (torch.randn(1, 24).expand(m, 24) if bias_shape == "broadcast"  # noqa: E731
+                      else torch.randn(bias_shape))
+    gemmtune.tune_buckets("addmm", bias(5), torch.randn(5, 16), w.t(), m=[4, 16], backends=EXTERN)
+    tunes = gemmtune.dispatch_stats()["tunes"]
+    b, a = bias(11), torch.randn(11, 16)
+    torch.testing.assert_close(gemmtune.addmm(b, a, w.t(), backends=EXTERN), torch.addmm(b, a, w.t()))
+    assert gemmtune.dispatch_stats()["tunes"] == tunes
+
+
+def test_the_cli_tunes_a_shape_at_every_bucket_and_refuses_a_bad_range(tmp_path, capsys):
+    import json
+
+    from gemmtune.cli import main
+
+    out = tmp_path / "buckets.json"
+    assert main(["tune", "--shape", "3x16x8", "--device", "cpu", "--backends", "extern", "--m", "3:16",
+                 "--store", "off", "--no-progress", "--json", str(out)]) == 0
+    assert [r["problem"]["M"] for r in json.loads(out.read_text())["results"]] == [4, 8, 16]
+    assert main(["tune", "--shape", "3x16x8", "--device", "cpu", "--m", "16:3"]) == 2
+    assert "argument --m: LO is above HI" in capsys.readouterr().err
