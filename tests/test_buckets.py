@@ -129,3 +129,22 @@ def test_the_cli_tunes_a_shape_at_every_bucket_and_refuses_a_bad_range(tmp_path,
     assert [r["problem"]["M"] for r in json.loads(out.read_text())["results"]] == [4, 8, 16]
     assert main(["tune", "--shape", "3x16x8", "--device", "cpu", "--m", "16:3"]) == 2
     assert "argument --m: LO is above HI" in capsys.readouterr().err
+
+
+def test_a_layer_with_a_generated_pick_in_some_bucket_is_not_released():
+    import types
+
+    from gemmtune.core.choices import Choice
+    from gemmtune.dispatch.ranges import generated_somewhere
+    from gemmtune.dispatch.release import release_library_layers
+
+    model = gemmtune.patch(torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 4)), backends=EXTERN)
+    x = torch.randn(3, 16)
+    model(x)  # both layers decided for torch's op at M = 3
+    first = model[0]
+    fam = family_of("addmm", (first.bias, x, first.weight.t()), 1.0, 1.0, EXTERN, None)
+    BUCKETS.register(fam, 64, types.SimpleNamespace(winner=Choice("aten_addmm", None)))
+    assert not generated_somewhere(first, x)
+    BUCKETS.register(fam, 128, types.SimpleNamespace(winner=Choice("triton_mm", "h", family="triton")))
+    assert generated_somewhere(first, x) and not generated_somewhere(model[1], first(x))
+    assert release_library_layers(model, lambda: model(x), keep=generated_somewhere) == ["1"]

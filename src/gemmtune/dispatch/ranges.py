@@ -5,8 +5,8 @@
 forward met (`bucket_problems`, tuned as the warm-up tunes its own problems: dealt across the ranks of a
 distributed job, read from the store where it has them).  Afterwards a call of a registered family
 at any M runs its bucket's pick without tuning.  A range warm-up does not check the bucket problems in
-the model (the forward runs at one M), and it keeps every layer patched: a released layer would run
-torch's op at every M, whatever its buckets picked.
+the model (the forward runs at one M); it releases a layer (`dispatch.release`) only where torch's op
+won in every bucket (`generated_somewhere`): a released layer runs torch's op at every M.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from typing import Any, Sequence
 
 import torch
 
+from ..core.choices import torch_op
 from ..core.errors import InputError
 from ..core.settings import check_backends
 from . import eager
 from .buckets import BUCKETS, at_m, bucket_of, buckets_for, family_of, parse_m
 from .table import Recorded
 
-__all__ = ["tune_buckets", "bucket_problems", "register_buckets"]
+__all__ = ["tune_buckets", "bucket_problems", "register_buckets", "generated_somewhere"]
 
 
 def tune_buckets(op: str, *tensors: torch.Tensor, m: Any, backends: Sequence[str] | None = None,
@@ -88,3 +89,23 @@ def register_buckets(problems: "dict[tuple, Recorded]") -> int:
             BUCKETS.register(family, m, sel)
             n += 1
     return n
+
+
+def generated_somewhere(layer: Any, x: torch.Tensor) -> bool:
+    """Whether a patched linear `layer`, called on `x`, belongs to a registered family (`dispatch.buckets`)
+    with a pick that is not torch's own op in some bucket: such a layer stays patched after a range
+    warm-up (`release_library_layers`'s `keep`).
+
+    Example:
+        >>> generated_somewhere(torch.nn.Linear(4, 2), torch.randn(3, 4))  # no family registered
+        False
+    """
+    from .patching import _FLAG  # the layer's backends, as `patch` keeps them
+
+    w, bias = layer.weight, layer.bias
+    x2 = x.reshape(-1, x.shape[-1])
+    op, tensors = ("mm", (x2, w.t())) if bias is None else ("addmm", (bias, x2, w.t()))
+    family = family_of(op, tensors, 1.0, 1.0, check_backends(vars(layer).get(_FLAG)), None)
+    with BUCKETS.lock:
+        picks = list(BUCKETS.families.get(family, {}).values()) if family is not None else []
+    return any(not torch_op(sel.winner) for sel in picks)

@@ -49,14 +49,16 @@ def lean_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
 lean_forward.__name__ = lean_forward.__qualname__ = "forward"
 
 
-def release_library_layers(module: nn.Module, forward: Callable[[], Any]) -> list[str]:
+def release_library_layers(module: nn.Module, forward: Callable[[], Any],
+                           keep: Callable[[nn.Module, torch.Tensor], bool] | None = None) -> list[str]:
     """Release the layers of `module` whose every problem runs torch's op (`F.linear`); their names.
 
     `forward` runs once (under `torch.no_grad()`) to see which input each patched layer meets.  A
     layer that met only problems decided for the library kernel loses its patch and gets
     `lean_forward`: it then computes what an unpatched layer computes, with the same kernel, and a
     new input shape there is no longer tuned.  Layers with a generated pick, or not called by
-    `forward`, stay patched.  `gemmtune.patch` or `gemmtune.unpatch` undo it.
+    `forward`, stay patched, and so do those for which `keep(layer, input)` says so (a range warm-up's
+    layers with a generated pick in some bucket of M).  `gemmtune.patch` or `gemmtune.unpatch` undo it.
 
     Example:
         >>> import torch, gemmtune
@@ -75,7 +77,8 @@ def release_library_layers(module: nn.Module, forward: Callable[[], Any]) -> lis
 
     def ran(layer: nn.Module, args: tuple, _: Any) -> None:  # after the call: its decision is remembered
         name = layers[id(layer)]  # (called with a keyword input: not looked at, so kept patched)
-        library[name] = library.get(name, True) and bool(args) and runs_library(layer, args[0])
+        library[name] = (library.get(name, True) and bool(args) and runs_library(layer, args[0])
+                         and (keep is None or not keep(layer, args[0])))
 
     handles = [m.register_forward_hook(ran) for m in module.modules() if id(m) in layers]
     try:

@@ -171,15 +171,15 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
 
 
 def _release_option(release: bool | None, for_compile: bool, m: Any) -> bool:
-    """`release` as asked (default: on for eager use, off with `for_compile` or a range `m`: a range
-    warm-up keeps every layer patched); InputError for options that do not go together."""
+    """`release` as asked (default: on for eager use, off with `for_compile`); InputError for options
+    that do not go together."""
     if m is not None and for_compile:
         raise InputError("warmup: m= decides eager calls by bucket; a torch.compile graph does not dispatch by "
                          "bucket (pass for_compile=False, or leave m out)")
     if release and for_compile:
         raise InputError("warmup: release=True applies to eager use; a torch.compile trace of a released "
                          "layer would not see gemmtune (pass for_compile=False, or release=False)")
-    return not for_compile and m is None if release is None else release
+    return not for_compile if release is None else release
 
 
 def _quiet(progress: bool | None) -> Any:
@@ -209,7 +209,8 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
         with torch.no_grad():
             rows = _checked(rows, seen, forward, model, again=bool(in_model))
         check_s = time.perf_counter() - t0
-    released = tuple(release_library_layers(model, forward)) if release else ()
+    keep = ranges.generated_somewhere if m is not None else None  # a range: torch's op in every bucket
+    released = tuple(release_library_layers(model, forward, keep)) if release else ()
     return WarmupReport(tuple(rows), time.perf_counter() - started, forward_end - started, check_s, released)
 
 
