@@ -148,3 +148,17 @@ def test_a_layer_with_a_generated_pick_in_some_bucket_is_not_released():
     BUCKETS.register(fam, 128, types.SimpleNamespace(winner=Choice("triton_mm", "h", family="triton")))
     assert generated_somewhere(first, x) and not generated_somewhere(model[1], first(x))
     assert release_library_layers(model, lambda: model(x), keep=generated_somewhere) == ["1"]
+
+
+def test_cache_ls_shows_the_families_stored_at_several_m(tmp_path, capsys):
+    from gemmtune.cli import main
+
+    where = str(tmp_path / "picks.db")
+    assert main(["tune", "--shape", "3x16x8", "--device", "cpu", "--backends", "extern", "--m", "1:4",
+                 "--store", where, "--no-progress"]) == 0
+    assert main(["tune", "--shape", "5x32x8", "--device", "cpu", "--backends", "extern", "--store", where,
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["cache", "ls", "--store", where]) == 0
+    shown = capsys.readouterr().out
+    assert "mm(Mx16, 16x8) float32 out=row" in shown and "1, 2, 4" in shown and "Mx32" not in shown

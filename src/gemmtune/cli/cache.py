@@ -83,6 +83,10 @@ def run_action(args: argparse.Namespace, store: Any) -> int:
             table.add_row(f"{op}/\n{rest}" if rest else op, str(p["env_info"].get("device")), f"{p['template']} {cfg} {rt}".strip(),
                           f"{p['ms']:.4f}" if p["ms"] is not None else "-", str(p["timings"]))
         console().print(table)
+        from .cache_families import family_table
+
+        if (buckets := family_table(problems)) is not None:  # the families tuned at several M
+            console().print(buckets)
     elif args.action == "show":
         from .cache_show import show
 

@@ -110,9 +110,9 @@ def add_cache_parser(sub: argparse._SubParsersAction) -> None:
                        "the store cannot be read.  import is an act of trust: with a key, what it imports is "
                        "signed under that key.")
     c.add_argument("action", choices=("ls", "show", "clear", "export", "import", "check"),
-                   help="ls: list the stored problems; show: the rows of the problems whose key holds ARG; "
-                   "clear: delete; export / import: a lookup table; check: list entries that fail the schema or "
-                   "their signature")
+                   help="ls: list the stored problems, and the families stored at several M with the pick per M; "
+                   "show: the rows of the problems whose key holds ARG; clear: delete; export / import: a lookup "
+                   "table; check: list entries that fail the schema or their signature")
     c.add_argument("arg", nargs="?", help="show: text in the problem key; export/import: JSON file")
     c.add_argument("--json", action="store_true", help="show: every stored timing as JSON (default: a summary)")
     c.add_argument("-y", "--yes", action="store_true", help="clear: do not ask first (needed where stdin is "
