@@ -34,7 +34,8 @@ from ..core.choices import Choice, torch_op
 from ..core.m_range import parse_m
 from .table import TABLE
 
-__all__ = ["bucket_of", "buckets_for", "parse_m", "family_of", "at_m", "BUCKETS", "pinned", "stats"]
+__all__ = ["bucket_of", "buckets_for", "parse_m", "family_of", "without_backends", "at_m", "BUCKETS", "pinned",
+           "stats"]
 
 def bucket_of(m: int) -> int:
     """The bucket of `m` (>= 1): the smallest power of two >= m."""
@@ -76,6 +77,12 @@ def family_of(op: str, tensors: Sequence[torch.Tensor], alpha: float, beta: floa
     if bias.dim() == 2 and bias.shape[0] == m and m > 1 and bias.stride(0) != 0:
         return None  # a bias with a row per M: its values are per call, not per family
     return (*key, bias.dim(), bias.shape[-1] if bias.dim() else None, bias.dtype, float(alpha), float(beta))
+
+
+def without_backends(family: tuple) -> tuple:
+    """`family` (a `family_of` key) with its `backends` left out: what a layer's families share whatever
+    backends its calls were tuned under."""
+    return family[:9] + family[10:]  # family_of's key: ..., b.device (8), backends (9), out_layout, ...
 
 
 def at_m(op: str, tensors: Sequence[torch.Tensor], m: int) -> tuple:

@@ -19,7 +19,7 @@ from ..core.choices import torch_op
 from ..core.errors import InputError
 from ..core.settings import check_backends
 from . import eager
-from .buckets import BUCKETS, at_m, bucket_of, buckets_for, family_of, parse_m
+from .buckets import BUCKETS, at_m, bucket_of, buckets_for, family_of, parse_m, without_backends
 from .table import Recorded
 
 __all__ = ["tune_buckets", "bucket_problems", "register_buckets", "generated_somewhere"]
@@ -100,12 +100,14 @@ def generated_somewhere(layer: Any, x: torch.Tensor) -> bool:
         >>> generated_somewhere(torch.nn.Linear(4, 2), torch.randn(3, 4))  # no family registered
         False
     """
-    from .patching import _FLAG  # the layer's backends, as `patch` keeps them
-
     w, bias = layer.weight, layer.bias
     x2 = x.reshape(-1, x.shape[-1])
     op, tensors = ("mm", (x2, w.t())) if bias is None else ("addmm", (bias, x2, w.t()))
-    family = family_of(op, tensors, 1.0, 1.0, check_backends(vars(layer).get(_FLAG)), None)
+    mine = family_of(op, tensors, 1.0, 1.0, None, None)
+    if mine is None:
+        return False
+    mine = without_backends(mine)  # under any `backends` its calls were tuned with: patched is the safe side
     with BUCKETS.lock:
-        picks = list(BUCKETS.families.get(family, {}).values()) if family is not None else []
+        picks = [sel for fam, tuned in BUCKETS.families.items() if without_backends(fam) == mine
+                 for sel in tuned.values()]
     return any(not torch_op(sel.winner) for sel in picks)
