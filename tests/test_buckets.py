@@ -162,3 +162,12 @@ def test_cache_ls_shows_the_families_stored_at_several_m(tmp_path, capsys):
     assert main(["cache", "ls", "--store", where]) == 0
     shown = capsys.readouterr().out
     assert "mm(Mx16, 16x8) float32 out=row" in shown and "1, 2, 4" in shown and "Mx32" not in shown
+
+
+def test_a_bad_range_is_refused_before_the_warm_up_runs_the_model():
+    calls = []
+    model = torch.nn.Linear(4, 2)
+    model.register_forward_hook(lambda *a: calls.append(1))
+    with pytest.raises(InputError, match="^warmup: m: "):
+        gemmtune.warmup(model, torch.randn(3, 4), backends=EXTERN, progress=False, m="64:1")
+    assert calls == []

@@ -30,6 +30,7 @@ from torch import nn
 from . import eager, fp8, ranges, verdicts
 from .in_model import InModel, Switch, check_in_model
 from ..core.errors import InputError
+from ..core.m_range import parse_m
 from ..core.settings import Settings
 from ..pipeline.progress import silenced
 from ..store import distributed
@@ -165,14 +166,16 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
         >>> len(report.rows), report.rows[0].winner.startswith(("aten", "numpy"))
         (2, True)
     """
-    release = _release_option(release, for_compile, m)
+    release = _checked_options(release, for_compile, m)
     with distributed.distributed_group(group) if group is not None else contextlib.nullcontext(), _quiet(progress):
         return _warmup(model, example_inputs, example_kwargs, backends, progress, for_compile, in_model, release, m)
 
 
-def _release_option(release: bool | None, for_compile: bool, m: Any) -> bool:
-    """`release` as asked (default: on for eager use, off with `for_compile`); InputError for options
-    that do not go together."""
+def _checked_options(release: bool | None, for_compile: bool, m: Any) -> bool:
+    """`release` as asked (default: on for eager use, off with `for_compile`), once `m` is read
+    (`core.m_range`); InputError for a bad `m` and for options that do not go together, before the forward."""
+    if m is not None:
+        parse_m(m, "warmup: m")
     if m is not None and for_compile:
         raise InputError("warmup: m= decides eager calls by bucket; a torch.compile graph does not dispatch by "
                          "bucket (pass for_compile=False, or leave m out)")
