@@ -121,6 +121,7 @@ def library_like(choice: Choice) -> bool:
         >>> library_like(Choice("padded_triton_mm", "h", family="triton"))
         False
     """
+    # Not family "extern" alone: a Choice built without a family (a replayed row) defaults to it.
     return choice.is_extern or (choice.family == "extern" and choice.template_uid.startswith("padded_"))
 
 

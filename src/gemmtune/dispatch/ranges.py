@@ -47,11 +47,12 @@ def tune_buckets(op: str, *tensors: torch.Tensor, m: Any, backends: Sequence[str
     if family_of(op, tensors, alpha, beta, canon, None) is None:
         raise InputError(f"tune_buckets: {op} with these operands has no M family (mm or addmm, A row- or "
                          f"column-major, a bias without a row per M)")
-    picks = {}
+    picks, problems = {}, {}
     for b in buckets_for(parse_m(m)):
-        picks[b] = eager.prepare(op, at_m(op, tensors, b), float(alpha), float(beta), canon, None)
-    register_buckets({eager.canonical_key(op, at_m(op, tensors, b), alpha, beta, canon, None):
-                      Recorded(op, at_m(op, tensors, b), float(alpha), float(beta), canon, None) for b in picks})
+        rec = Recorded(op, at_m(op, tensors, b), float(alpha), float(beta), canon, None)
+        picks[b] = eager.prepare(op, rec.tensors, rec.alpha, rec.beta, canon, None)
+        problems[eager.canonical_key(op, rec.tensors, rec.alpha, rec.beta, canon, None)] = rec
+    register_buckets(problems)
     return picks
 
 

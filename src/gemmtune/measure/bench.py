@@ -190,7 +190,7 @@ class Bench:
         t0 = time.perf_counter()
         try:
             reading = self.runner.second_opinion(choices)
-        except (RunFailed, RuntimeError) as exc:  # a failed reading leaves the first timer's decision
+        except RuntimeError as exc:  # RunFailed, or the timer's own error: the first timer's decision stands
             log.warning("gemmtune: %s: the second timer failed (%s); the first timer's reading decides",
                         self.describe, exc)
             reading = None

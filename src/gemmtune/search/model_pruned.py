@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..core.choices import Choice, Timing
+from ..templates.padded import PREFIX
 from .base import CostModel, Measure, ProblemDims, knob
 from .prescreen import PRESCREEN_EFFORTS, PrescreenOptions, binaries, first_configs, prescreen
 
@@ -78,7 +79,7 @@ def stage0(choices: Sequence[Choice], options: ModelPrunedOptions) -> list[Choic
     # problem's tile from a misaligned one's, so the two sets must not crowd each other out.
     keep: set = set()
     for padded in (False, True):
-        keep |= _dealt([s for s in scored if s[2].startswith("padded_") == padded], n)
+        keep |= _dealt([s for s in scored if s[2].startswith(PREFIX) == padded], n)
     return [c for c in choices if not modelled(c) or c.binary_key in keep]
 
 

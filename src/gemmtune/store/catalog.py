@@ -24,17 +24,17 @@ from .keys import Row
 __all__ = ["INDUCTOR_PREFIX", "catalog_fault"]
 
 INDUCTOR_PREFIX = "inductor:"  # the template of a row Inductor timed (`inductor.timed.PREFIX`)
-PADDED = "padded_"  # a padded twin's template (`templates.padded.PREFIX`)
 
 
 def catalog_fault(r: Row, problem: str) -> str | None:
     """Why gemmtune's shipped templates cannot build row `r` of `problem`: an unknown template
     (Inductor-timed rows aside), a config or runtime outside its space; else None."""
+    from ..templates.padded import PREFIX
     from .schema import _unbuildable
 
     if r.template.startswith(INDUCTOR_PREFIX):
         return None
-    template = _catalog().get(r.template.removeprefix(PADDED))  # a padded twin has its inner template's space
+    template = _catalog().get(r.template.removeprefix(PREFIX))  # a padded twin has its inner template's space
     if template is None:
         return f"template {shown(r.template)} is not one gemmtune ships (a template of your own?)"
     pin = {"template": r.template, "config": json.loads(r.config), "runtime_params": json.loads(r.runtime)}

@@ -29,7 +29,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import weakref
 from pathlib import Path
 from typing import Any, Sequence
@@ -278,7 +277,7 @@ def padded_pool(ki: KernelInputs, pool: Sequence[Template], wanted: Any) -> list
         ['padded_aten_mm']
     """
     dims = padding_dims(ki)
-    if not dims or math.prod(ki.out_size) == 0:
+    if not dims:
         return []
     big = padded_problem(ki, dims)
     return [PaddedTemplate(t) for t in pool

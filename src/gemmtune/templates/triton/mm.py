@@ -128,15 +128,18 @@ def stride_divisors(ki: KernelInputs) -> dict[str, int]:
     return dict(DIV_AM=div(a[0]), DIV_AK=div(a[1]), DIV_BK=div(b[0]), DIV_BN=div(b[1]), DIV_CM=1, DIV_CN=1)
 
 
+STRIDE_ARGS = ((8, "DIV_AM"), (9, "DIV_AK"), (11, "DIV_BK"), (12, "DIV_BN"))
+"""Where the mm kernel's arguments hold each matrix stride, and the DIV_* it was built for."""
+
+
 def checked_strides(meta: dict[str, Any], args: tuple) -> tuple:
     """`args` (the mm kernel's) unchanged, after checking each matrix stride is a multiple of its DIV_*: a
     binary built for one problem's strides must not run on strides it would misread (M, N and K come
-    from the problem the launcher was built for)."""
-    strides = {"DIV_AM": args[8], "DIV_AK": args[9], "DIV_BK": args[11], "DIV_BN": args[12]}
-    for name, stride in strides.items():
-        if stride % meta[name]:
-            raise RuntimeError(f"triton_mm: a stride of {stride} is not a multiple of the {meta[name]} this kernel "
-                               f"was built for ({name}); tune the problem with these strides")
+    from the problem the launcher was built for).  Four modulos per call: it runs on every timed launch."""
+    if args[8] % meta["DIV_AM"] or args[9] % meta["DIV_AK"] or args[11] % meta["DIV_BK"] or args[12] % meta["DIV_BN"]:
+        i, name = next((i, name) for i, name in STRIDE_ARGS if args[i] % meta[name])
+        raise RuntimeError(f"triton_mm: a stride of {args[i]} is not a multiple of the {meta[name]} this kernel "
+                           f"was built for ({name}); tune the problem with these strides")
     return args
 
 
