@@ -3,8 +3,8 @@ process on one GPU; tuning time beside each.
 
 For every shape of `--suite` (bf16 `bench/shapes.json`, fp8 `bench/shapes_fp8.json`): the library call as
 is; `torch.compile` of the op in mode max-autotune-no-cudagraphs on fresh caches; gemmtune's `tune`, store
-off, cold (a fresh Triton cache) and warm; with `--exhaustive`, the exhaustive search (the default's
-regret).  The picks are timed interleaved (CUDA events, L2 flushed), then each once more by the second
+off, cold (a fresh Triton cache) and warm; on misaligned shapes (`--compiled`), a default-mode compile under
+`gemmtune.inductor.installed`; with `--exhaustive`, the exhaustive search (the default's regret).  The picks are timed interleaved (CUDA events, L2 flushed), then each once more by the second
 timer (`gemmtune.measure.second`: Triton's do_bench), columns `*_second_ms`.  Writes JSON after every shape.
 
     python bench/compare.py --suite bench/shapes_fp8.json --no-inductor --only llama3-8b-q_o-m16-rowwise
@@ -50,7 +50,8 @@ def spec_fields(spec) -> dict[str, Any]:
             "batch": spec.batch, "op": spec.op, "dtype": spec.dtype, "b_layout": spec.b_layout, "scales": spec.scales}
 
 
-def build_plan(specs, exhaustive: set[str], inductor: bool = True, rounds: int = 30) -> list[dict[str, Any]]:
+def build_plan(specs, exhaustive: set[str], inductor: bool = True, rounds: int = 30,
+               compiled: str = "misaligned") -> list[dict[str, Any]]:
     """What will be measured for each shape, in order."""
     plan = []
     for spec in specs:
@@ -60,6 +61,9 @@ def build_plan(specs, exhaustive: set[str], inductor: bool = True, rounds: int =
         if inductor:
             steps.append(f"inductor: torch.compile(mode={INDUCTOR_MODE!r}), fresh TORCHINDUCTOR_CACHE_DIR")
             timed.append("inductor pick")
+        if inductor and compiled != "off":
+            steps.append("gemmtune compiled: default-mode torch.compile under gemmtune.inductor.installed(), fresh "
+                         f"caches{', if a dimension is misaligned' if compiled == 'misaligned' else ''}")
         if spec.name in exhaustive:
             steps.append("gemmtune: tune exhaustive (store off) -> regret of the default pick")
             timed.append("gemmtune exhaustive pick")
@@ -77,17 +81,24 @@ def op_fn(op: str) -> Callable:
     return {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}[op]
 
 
-def run_inductor(spec, tensors) -> tuple[Callable, float]:
-    """Compile and autotune with Inductor max-autotune on fresh caches: the compiled call and its seconds."""
+def run_compiled(spec, tensors, settings=None) -> tuple[Callable, float]:
+    """`torch.compile` of the op on fresh caches, its first call timed: Inductor in `INDUCTOR_MODE`, or with
+    `settings`, gemmtune's compiled path (default mode under `gemmtune.inductor.installed`: Inductor's passes,
+    its padding too, then gemmtune's pick).  The compiled call and its seconds."""
+    import contextlib
+
     import torch
+
+    import gemmtune.inductor as gi
 
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
     torch._dynamo.reset()
     fn = op_fn(spec.op)
-    compiled = torch.compile(lambda *t: fn(*t), mode=INDUCTOR_MODE, dynamic=False, fullgraph=True)
+    compiled = torch.compile(lambda *t: fn(*t), mode=None if settings else INDUCTOR_MODE, dynamic=False, fullgraph=True)
     t0 = time.perf_counter()
-    compiled(*tensors)
-    torch.cuda.synchronize()
+    with gi.installed(settings=settings) if settings else contextlib.nullcontext():
+        compiled(*tensors)
+        torch.cuda.synchronize()
     return compiled, time.perf_counter() - t0
 
 
@@ -107,8 +118,9 @@ def run_exhaustive(spec, settings, tensors, row: dict[str, Any]) -> Callable[[],
     return lambda: exh(*tensors)
 
 
-def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: int) -> dict[str, Any]:
-    """One shape: its tunes, Inductor's compile, then every pick timed interleaved; its JSON row."""
+def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: int, compiled: str) -> dict[str, Any]:
+    """One shape: its tunes, Inductor's compile, gemmtune's compiled path (`compiled`: "all", or "misaligned"
+    shapes only, or "off"), then every pick timed interleaved; its JSON row."""
     import torch
 
     import gemmtune
@@ -130,15 +142,19 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     cublas = op_fn(spec.op)
     fns = {"gemmtune": lambda: cold(*tensors), "cublas": lambda: cublas(*tensors)}
     if inductor:
-        compiled, row["inductor_tune_s"] = run_inductor(spec, tensors)
+        compiled, row["inductor_tune_s"] = run_compiled(spec, tensors)
         fns["inductor"] = lambda: compiled(*tensors)
+    row["misaligned"] = bool(padding_dims(cold.problem))
+    if inductor and (compiled == "all" or (compiled == "misaligned" and row["misaligned"])):
+        path, row["compiled_compile_s"] = run_compiled(spec, tensors, settings)
+        fns["compiled"] = lambda: path(*tensors)
     if exhaustive:
         fns["exhaustive"] = run_exhaustive(spec, settings, tensors, row)
     measured = timer.time_interleaved(list(fns.values()), rounds)
-    second = second_reading(list(fns.values()), second_timer_for(timer.flush), timer.device)  # a second opinion
+    second = second_reading(list(fns.values()), second_timer_for(timer.flush), timer.device, rounds=5)
     for name, m, ms in zip(fns, measured, second):
         row[f"{name}_ms"], row[f"{name}_host_ms"], row[f"{name}_second_ms"] = m.cost_ms, m.host_ms, ms
-    row.update(decided_by=cold.decided_by, misaligned=bool(padding_dims(cold.problem)))
+    row.update(decided_by=cold.decided_by, pick_is_library=cold.winner.is_extern)
     row["speedup_vs_cublas"] = row["cublas_ms"] / row["gemmtune_ms"]
     if inductor:
         row["inductor_speedup_vs_cublas"] = row["cublas_ms"] / row["inductor_ms"]
@@ -159,6 +175,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--exhaustive", default="", help="comma-separated shape names also tuned exhaustively")
     p.add_argument("--no-inductor", action="store_true", help="skip Inductor max-autotune")
     p.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds")
+    p.add_argument("--compiled", choices=("off", "misaligned", "all"), default="misaligned",
+                   help="also time gemmtune's compiled path (default-mode compile, install()) on these shapes")
     p.add_argument("--dry-run", action="store_true", help="parse the suite, print the plan, measure nothing")
     p.add_argument("--part", default="", help="K/N: only the K-th of N parts of the suite (one per GPU; then --merge)")
     p.add_argument("--merge", nargs="+", default=[], metavar="JSON", help="join the parts into --out")
@@ -184,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     exhaustive &= {s.name for s in specs}
     if not args.dry_run:
         return measure(specs, exhaustive, args)
-    plan = build_plan(specs, exhaustive, inductor=not args.no_inductor, rounds=args.rounds)
+    plan = build_plan(specs, exhaustive, inductor=not args.no_inductor, rounds=args.rounds, compiled=args.compiled)
     print(f"{len(plan)} shapes, {sum(len(p['timed']) for p in plan)} timed kernels")
     for p in plan:
         print(f"- {p['name']}: {p['problem']}\n" + "\n".join(f"    {step}" for step in p["steps"]))
@@ -212,7 +230,8 @@ def measure(specs, exhaustive: set[str], args: argparse.Namespace) -> int:
                       "*_host_ms: host time per call", "l2_flush": settings.l2_flush}
     rows = []
     for spec in specs:
-        row = run_shape(spec, settings, timer, spec.name in exhaustive, not args.no_inductor, args.rounds)
+        row = run_shape(spec, settings, timer, spec.name in exhaustive, not args.no_inductor, args.rounds,
+                        args.compiled)
         rows.append(row)
         print(f"{spec.name}: gemmtune {row['winner']} {row['gemmtune_ms']:.4f} ms (x{row['speedup_vs_cublas']:.3f}), "
               f"cuBLAS {row['cublas_ms']:.4f} ms, Inductor {row.get('inductor_ms', float('nan')):.4f} ms; "
@@ -275,10 +294,12 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out.update(within_1pct_of_best=sum(b <= 1.01 for b in best) / len(rows), worst_vs_best=max(best),
                worst_vs_cublas=max(r["gemmtune_ms"] / r["cublas_ms"] for r in rows),
                over_1_02_cublas=[r["name"] for r in rows if r["gemmtune_ms"] > 1.02 * r["cublas_ms"]],
-               over_1_02_cublas_second=[r["name"] for r in rows if r.get("gemmtune_second_ms", 0) > 1.02 * r.get(
-                   "cublas_second_ms", math.inf)],
+               over_1_02_cublas_second=[r["name"] for r in rows if not r.get("pick_is_library") and r.get(
+                   "gemmtune_second_ms", 0) > 1.02 * r.get("cublas_second_ms", math.inf)],
                misaligned_vs_inductor={r["name"]: r["inductor_ms"] / r["gemmtune_ms"] for r in rows
                                        if r.get("misaligned") and r.get("inductor_ms")},
+               compiled_vs_inductor={r["name"]: r["inductor_ms"] / r["compiled_ms"] for r in rows
+                                     if r.get("compiled_ms") and r.get("inductor_ms")},
                geomean_speedup=geomean([r["speedup_vs_cublas"] for r in rows]),
                inductor_geomean_speedup=geomean([r.get("inductor_speedup_vs_cublas") for r in rows]))
     for r in rows:

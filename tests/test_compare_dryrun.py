@@ -31,6 +31,18 @@ def test_dry_run_prints_and_writes_the_plan(compare, tmp_path, capsys):
     assert by_name["square-2048"]["timed"] == ["gemmtune pick", "cublas", "inductor pick", "gemmtune exhaustive pick"]
     assert by_name["square-1024"]["timed"] == ["gemmtune pick", "cublas", "inductor pick"]
     assert any("max-autotune-no-cudagraphs" in s for s in by_name["square-1024"]["steps"])
+    assert any("installed()" in s and "misaligned" in s for s in by_name["square-1024"]["steps"])
+
+
+def test_the_compiled_path_is_planned_as_asked(compare, tmp_path):
+    out = tmp_path / "plan.json"
+    for which, expect in (("off", None), ("all", "fresh caches"), ("misaligned", "if a dimension is misaligned")):
+        assert compare.main(["--dry-run", "--suite", str(SUITE), "--only", "odd-1000", "--compiled", which,
+                             "--out", str(out)]) == 0
+        steps = [s for s in json.loads(out.read_text())["plan"][0]["steps"] if s.startswith("gemmtune compiled")]
+        assert (steps == []) if expect is None else (len(steps) == 1 and steps[0].endswith(expect))
+    with pytest.raises(SystemExit):
+        compare.main(["--dry-run", "--suite", str(SUITE), "--compiled", "sometimes"])
 
 
 def test_dry_run_options(compare, tmp_path, capsys):
@@ -87,6 +99,16 @@ def test_merge_orders_rows_and_computes_the_targets(compare, tmp_path, capsys):
     assert s["cold_vs_inductor"] == pytest.approx(3.0 / 5.0)
     assert s["best_template_vs_library"]["square-2048"] == pytest.approx(0.02 / 0.018)
     assert "| square-2048 |" in capsys.readouterr().out
+
+
+def test_the_summary_compares_the_compiled_path_and_never_flags_the_library_kernel_against_itself(compare):
+    lib = dict(fake_row("lib"), pick_is_library=True, gemmtune_second_ms=0.0210, cublas_second_ms=0.0200)
+    gen = dict(fake_row("gen"), pick_is_library=False, gemmtune_second_ms=0.0210, cublas_second_ms=0.0200,
+               misaligned=True, compiled_ms=0.020)
+    s = compare.summary([lib, gen])
+    assert s["over_1_02_cublas_second"] == ["gen"]  # 5 % slower under the second timer; "lib" is cuBLAS itself
+    assert s["misaligned_vs_inductor"] == {"gen": pytest.approx(0.021 / 0.019)}
+    assert s["compiled_vs_inductor"] == {"gen": pytest.approx(0.021 / 0.020)}
 
 
 def test_dry_run_of_the_fp8_suite_names_the_library_call_and_the_scales(compare, tmp_path, capsys):
