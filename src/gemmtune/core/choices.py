@@ -130,6 +130,21 @@ def torch_op(choice: Choice) -> bool:
     return choice.is_extern and choice.family == "extern"
 
 
+def keep_only(key: str) -> Any:
+    """A finalize hook (`gemmtune.tune(..., finalize=[...])`) that keeps the candidate whose key is `key`:
+    a known pick built for new operands with nothing timed; where the problem does not offer it, torch's
+    own op, else the pool's first candidate.
+
+    Example:
+        >>> a = Choice("aten_mm", None)
+        >>> b = Choice("triton_mm", "ab12", as_params({"BLOCK_M": 64}), family="triton")
+        >>> [c.template_uid for c in keep_only(b.key)(None, [a, b], "mm") + keep_only("x")(None, [b, a], "mm")]
+        ['triton_mm', 'aten_mm']
+    """
+    return lambda ki, choices, op_name: ([c for c in choices if c.key == key]
+                                         or [c for c in choices if torch_op(c)][:1] or list(choices)[:1])
+
+
 @dataclass(frozen=True)
 class Selection:
     """The outcome of tuning one problem.

@@ -26,28 +26,16 @@ Example:
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from ..core.choices import Choice, torch_op
-from ..core.m_range import parse_m
+from ..core.choices import Choice, keep_only
+from ..core.m_range import bucket_of, buckets_for, parse_m
 from .table import TABLE
 
 __all__ = ["bucket_of", "buckets_for", "parse_m", "family_of", "without_backends", "at_m", "BUCKETS", "pinned",
            "stats"]
-
-def bucket_of(m: int) -> int:
-    """The bucket of `m` (>= 1): the smallest power of two >= m."""
-    return 1 << max(0, (m - 1).bit_length())
-
-
-def buckets_for(ms: Iterable[int]) -> list[int]:
-    """Every bucket from the smallest M's to the largest's, ascending."""
-    ms = list(ms)
-    lo, hi = bucket_of(min(ms)), bucket_of(max(ms))
-    return [1 << i for i in range(lo.bit_length() - 1, hi.bit_length())]
-
 
 def family_of(op: str, tensors: Sequence[torch.Tensor], alpha: float, beta: float, backends: Any,
               out_layout: Any) -> tuple | None:
@@ -163,11 +151,9 @@ def pinned(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[s
     from ..core.settings import Settings
 
     winner: Choice = bucket.winner
-    hook = lambda ki, choices, op_name: ([c for c in choices if c.key == winner.key]  # noqa: E731
-                                         or [c for c in choices if torch_op(c)][:1] or choices[:1])
     settings = Settings.from_env().with_(store="off")
     sel = engine.tune(op, *tensors, backends=backends, alpha=alpha, beta=beta, out_layout=out_layout,
-                      finalize=[hook], settings=settings, progress=False)
+                      finalize=[keep_only(winner.key)], settings=settings, progress=False)
     with BUCKETS.lock:
         BUCKETS.builds += 1
     return sel

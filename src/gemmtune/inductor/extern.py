@@ -73,14 +73,16 @@ def register(pick: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> N
     STATS["registered"] += 1
 
 
-def _settings() -> Any:
-    """The settings of the installed handler (Inductor's choices class), else the environment's."""
+def handler_settings() -> tuple[Any, str]:
+    """(settings, templates) of the installed handler (Inductor's choices class), else the environment's
+    settings and the templates Inductor builds ("inductor")."""
     from ..core.settings import Settings
 
     from torch._inductor import config
 
     handler = getattr(config.inductor_choices_class, "handler", None)  # `installer.HandlerFactory`
-    return getattr(handler, "settings", None) or Settings.from_env()
+    return (getattr(handler, "settings", None) or Settings.from_env(),
+            str(getattr(handler, "templates", None) or "inductor"))
 
 
 def _retune(pick: str, tensors: tuple[torch.Tensor, ...]) -> Callable[..., torch.Tensor]:
@@ -90,7 +92,7 @@ def _retune(pick: str, tensors: tuple[torch.Tensor, ...]) -> Callable[..., torch
     from ..templates.registry import settings_pool
 
     op, alpha, beta, key = parse_pick(pick)
-    settings = _settings()
+    settings = handler_settings()[0]
     with torch.no_grad():
         sel = tune(op, *tensors, settings=settings, templates=settings_pool(settings),
                    store_tag="inductor", alpha=alpha, beta=beta)

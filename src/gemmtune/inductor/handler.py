@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 import torch
 
+from . import dynamic
 from .compat import inductor_templates, require
 from .entries import FUSION, InductorPick, entry_options as _kwargs, fuse_gain_ms
 from .extern import EXTERN_TEMPLATES, EXTERN_UID, extern_choice
@@ -103,6 +104,8 @@ class _Mixin:
         self.gemv: bool | str = "autotune"  # an M = 1 / N = 1 mm lowered as a tuned reduction (inductor.gemv)
         self.pipeline = False  # new problems timed by Inductor's pipelined autotuning (inductor.pipeline)
         self.extern: tuple[str, ...] = EXTERN_TEMPLATES  # picks handed over as gemmtune's kernel (inductor.extern)
+        self.m: Any = None  # a symbolic M's buckets (inductor.dynamic): its bounds; a range; False: one M
+        self.tables: dict[str, str] = {}  # lookup key -> bucketed entry (inductor.dynamic)
         self._pending: list[tuple[str, Any, Any]] = []  # (key, problem, KernelTemplateChoice) awaiting timings
         self.built: list[tuple[str, str, dict]] = []  # (op, template uid, kwargs) handed to Inductor, in order
         self._static = json.dumps(table or {}, sort_keys=True, default=str)
@@ -124,7 +127,7 @@ class _Mixin:
         from ..core.version import __version__
 
         body = (f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self.fusion} {self.measure} "
-                f"{self.shortlist} {self.gemv} {','.join(self.extern)} {self._static}"
+                f"{self.shortlist} {self.gemv} {','.join(self.extern)} {self._static} m={self.m!r}"
                 + (" pipeline" if self.pipeline else ""))
         return hashlib.sha256(body.encode()).hexdigest()
 
@@ -142,6 +145,10 @@ class _Mixin:
         if op_name not in OPS:
             return super()._finalize_template_configs(  # type: ignore[misc]
                 template_choices, kernel_inputs, templates, op_name, kwarg_overrides)
+        symbol = dynamic.symbolic_m(kernel_inputs, op_name) if self.m is not False and self.tune_on_miss else None
+        bucketed = None if symbol is None else dynamic.answer(self, kernel_inputs, templates, op_name, symbol)
+        if bucketed is not None:  # M alone is symbolic: a pick per M bucket (inductor/dynamic.py)
+            return bucketed
         key = self.make_lookup_key(kernel_inputs, op_name, include_device=False)  # type: ignore[attr-defined]
         pick = self.picks.get(key) if key else None
         if pick is None and key and self._times_in_inductor(kernel_inputs):

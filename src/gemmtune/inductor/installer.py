@@ -31,6 +31,11 @@
   pipelined GEMM autotuning: their compiles overlap each other and the rest of the compile, and one
   worker process times them one after another (`inductor.pipeline`); False (the default) times each
   while it is lowered.
+- `m`: a GEMM whose M alone is symbolic (`dynamic=True`, `mark_dynamic` on the batch or sequence
+  dimension) is tuned at every power-of-two bucket of M's range and compiled as one call that runs
+  its M's bucket's pick (`inductor.dynamic`).  None (the default): M's bounds, an unbounded top taken as
+  4096 or the traced size; a range, a list of M or "LO:HI": those buckets; False: tuned at the traced
+  size alone, as Inductor does.
 - `extern`: the templates whose pick Inductor cannot build and calls instead as gemmtune's own
   kernel, an extern call writing into Inductor's buffer (`inductor.extern`; default: the CUTLASS
   templates, which reach a compile with `templates="all", measure="gemmtune"`).
@@ -65,6 +70,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import logging
 
+from ..core.m_range import parse_m
 from ..core.settings import Settings
 from .compat import require
 from .export import drop_stale, read_table
@@ -86,12 +92,13 @@ _ACTIVE: list[Any] = []  # the handler of each install, in step with _PRIOR
 def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: bool = True,
             settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
             fusion: int | str = FUSION, measure: str = "inductor", shortlist: int | None = SHORTLIST,
-            gemv: bool | str = "autotune", extern: Sequence[str] | None = None, pipeline: bool = False) -> Any:
+            gemv: bool | str = "autotune", extern: Sequence[str] | None = None, pipeline: bool = False,
+            m: Any = None) -> Any:
     """Make Inductor build gemmtune's pick for every mm / addmm / bmm / `_scaled_mm` it lowers; returns the handler.
 
     Its options (`table`, `tune_on_miss`, `templates`, `all_threads`, `fusion`, `measure`,
-    `shortlist`, `gemv`, `extern`, `pipeline`) and the compile modes it serves: the docstring of `gemmtune.inductor.installer`
-    and docs/MODELS.md.
+    `shortlist`, `gemv`, `extern`, `pipeline`, `m`) and the compile modes it serves: the docstring of
+    `gemmtune.inductor.installer` and docs/MODELS.md.
 
     Raises InductorUnavailable when the installed torch has no Inductor lookup table.
 
@@ -107,7 +114,7 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     from torch._inductor import config
     from torch._inductor.virtualized import V
 
-    _check_options(templates, fusion, measure, shortlist)
+    _check_options(templates, fusion, measure, shortlist, m)
     loaded = drop_stale(read_table(table)) if table is not None else None
     handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
     if not (isinstance(gemv, bool) or gemv == "autotune"):
@@ -115,7 +122,7 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     if not isinstance(pipeline, bool):
         raise ValueError(f"pipeline: expected True or False, got {pipeline!r}")
     handler.measure, handler.shortlist, handler.gemv, handler.pipeline = measure, shortlist, gemv, pipeline
-    handler.extern = _extern_option(extern)
+    handler.extern, handler.m = _extern_option(extern), m
     if handler.extern:
         extern_choice()  # `extern_kernels.gemmtune_pick` exists before a graph from Inductor's cache calls it
     open_window(is_gemmtune_handler, sync_thread)
@@ -141,8 +148,10 @@ def _extern_option(extern: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(extern)
 
 
-def _check_options(templates: str, fusion: int | str, measure: str, shortlist: int | None) -> None:
+def _check_options(templates: str, fusion: int | str, measure: str, shortlist: int | None, m: Any = None) -> None:
     """`install`'s options, each refused with a ValueError naming it before anything is installed."""
+    if m is not None and m is not False:
+        parse_m(m, "install(m=...)")  # an InputError (a ValueError) naming the option
     if templates not in ("inductor", "all"):
         raise ValueError(f"templates: expected 'inductor' or 'all', got {templates!r}")
     companions_for(fusion)  # a bad value is a ValueError here, not at the first GEMM
@@ -269,7 +278,7 @@ def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss
               settings: Settings | None = None, templates: str = "inductor", all_threads: bool = True,
               fusion: int | str = FUSION, measure: str = "inductor",
               shortlist: int | None = SHORTLIST, gemv: bool | str = "autotune",
-              extern: Sequence[str] | None = None, pipeline: bool = False) -> Iterator[Any]:
+              extern: Sequence[str] | None = None, pipeline: bool = False, m: Any = None) -> Iterator[Any]:
     """`install()` for the duration of a `with` block; yields the handler.
 
     Example:
@@ -278,7 +287,7 @@ def installed(table: str | Path | Mapping[str, list] | None = None, tune_on_miss
         ...     pass
     """
     handler = install(table, tune_on_miss, settings, templates, all_threads, fusion, measure, shortlist, gemv, extern,
-                      pipeline)
+                      pipeline, m)
     try:
         yield handler
     finally:

@@ -1,0 +1,273 @@
+"""Compiled GEMMs with a symbolic M: a pick per M bucket, chosen by the compiled graph at run time.
+
+Under `torch.compile(dynamic=True)`, or `torch._dynamo.mark_dynamic` on the batch or sequence
+dimension, Inductor lowers a GEMM whose M is a symbol and would tune it at one size (the first call's).
+Where M alone is symbolic in an `mm` or `addmm` (N, K and the strides otherwise fixed), the installed
+handler instead tunes the problem at every power-of-two bucket of M's range (`core.m_range`: bucket `b`
+holds M in (b/2, b], tuned at M = b; the store answers buckets tuned before) and hands Inductor one
+extern call, `extern_kernels.gemmtune_buckets`, whose entry lists each bucket's pick.
+
+The range: `install(m=...)` (a range, a list of M or "LO:HI"); by default M's own bounds
+(`mark_dynamic(t, 0, min=..., max=...)`), with an unbounded top taken as `DEFAULT_TOP` (or the size the
+graph was traced at, where larger).  At run time each call finds its M's bucket (the nearest tuned one
+outside the range, counted in `STATS["outside"]`), builds that bucket's pick once for the call's sizes
+(nothing timed: its Triton binary is the bucket's, as `triton_mm` takes M at launch) and runs it into
+Inductor's buffer.  The entry is untrusted input (it can come from Inductor's cache): `parse_table`
+reads it strictly.  An epilogue is not fused into the call, as with the library kernel.
+
+Example:
+    >>> text = table_text("mm", 1.0, 0.0, {1: "aten_mm", 64: "triton_mm_bm64[swizzle=8]"})
+    >>> op, alpha, beta, picks = parse_table(text)
+    >>> op, picks[64], nearest(picks, 200)
+    ('mm', 'triton_mm_bm64[swizzle=8]', 64)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from collections import Counter
+from functools import lru_cache
+from typing import Any, Callable
+
+import torch
+
+from ..core.choices import keep_only
+from ..core.inputs import KernelInputs, TensorMeta, device_str
+from ..core.m_range import MAX_M, bucket_of, buckets_for, parse_m
+
+__all__ = ["DYNAMIC_NAME", "DYNAMIC_UID", "DEFAULT_TOP", "table_text", "parse_table", "nearest", "symbolic_m",
+           "bucket_range", "problem_at", "run_buckets", "buckets_choice", "tune_table", "answer", "STATS"]
+
+DYNAMIC_NAME = "gemmtune_buckets"
+DYNAMIC_UID = "aten::" + DYNAMIC_NAME
+DEFAULT_TOP = 4096
+"""The top of an M range whose symbol has no upper bound (or the traced size, where larger)."""
+MAX_TABLE_BYTES = 1 << 16
+log = logging.getLogger("gemmtune")
+STATS: Counter = Counter()  # "tables", "builds", "outside", "calls"
+
+_KERNELS: dict[tuple, Callable[..., torch.Tensor]] = {}
+_LOCK = threading.Lock()
+
+
+def table_text(op: str, alpha: float, beta: float, picks: dict[int, str]) -> str:
+    """The entry of a bucketed GEMM: its op, scalars and `{bucket: choice key}`, as JSON."""
+    return json.dumps({"op": op, "alpha": float(alpha), "beta": float(beta),
+                       "buckets": {str(b): k for b, k in sorted(picks.items())}}, sort_keys=True)
+
+
+@lru_cache(maxsize=256)
+def parse_table(text: str) -> tuple[str, float, float, dict[int, str]]:
+    """(op, alpha, beta, {bucket: choice key}) of a `table_text`; ValueError naming what is wrong.
+
+    Example:
+        >>> parse_table('{"op": "mm", "alpha": 1.0, "beta": 0.0, "buckets": {"3": "aten_mm"}}')
+        Traceback (most recent call last):
+        ...
+        ValueError: gemmtune bucketed GEMM entry: bucket '3' is not a power of two from 1 to 16777216
+    """
+    where = "gemmtune bucketed GEMM entry"
+    if not isinstance(text, str) or len(text) > MAX_TABLE_BYTES:
+        raise ValueError(f"{where}: expected JSON text of at most {MAX_TABLE_BYTES} bytes")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ValueError(f"{where}: not JSON: {text[:80]!r}") from None
+    if not isinstance(data, dict) or set(data) != {"op", "alpha", "beta", "buckets"}:
+        raise ValueError(f"{where}: expected the keys op, alpha, beta, buckets")
+    op, alpha, beta, buckets = data["op"], data["alpha"], data["beta"], data["buckets"]
+    if op not in ("mm", "addmm") or not all(type(x) in (int, float) and math.isfinite(x) for x in (alpha, beta)):
+        raise ValueError(f"{where}: op must be mm or addmm and alpha, beta finite numbers")
+    if not isinstance(buckets, dict) or not 0 < len(buckets) <= MAX_M.bit_length():
+        raise ValueError(f"{where}: expected 1 to {MAX_M.bit_length()} buckets")
+    picks = {}
+    for b, key in buckets.items():
+        if not (b.isdigit() and 1 <= int(b) <= MAX_M and bucket_of(int(b)) == int(b)):
+            raise ValueError(f"{where}: bucket {b!r} is not a power of two from 1 to {MAX_M}")
+        if not isinstance(key, str) or not 0 < len(key) <= 1024:
+            raise ValueError(f"{where}: bucket {b}'s pick is not a choice key")
+        picks[int(b)] = key
+    return op, float(alpha), float(beta), picks
+
+
+def nearest(picks: dict[int, str], m: int) -> int:
+    """The bucket of `m` where it was tuned, else the nearest tuned bucket (in powers of two, the larger on a tie)."""
+    b = bucket_of(m)
+    return b if b in picks else min(picks, key=lambda t: (abs(t.bit_length() - b.bit_length()), -t))
+
+
+def symbolic_m(kernel_inputs: Any, op_name: str) -> Any:
+    """M's symbol where it is the only symbol in an mm's or addmm's sizes and strides; else None."""
+    if op_name not in ("mm", "addmm"):
+        return None
+    try:
+        shapes, strides = kernel_inputs.shapes_symbolic(), kernel_inputs.strides_symbolic()
+    except Exception:  # noqa: BLE001 - an Inductor without symbolic accessors: tuned at its hint
+        return None
+    m = shapes[-2][0]
+    if not (hasattr(m, "is_Symbol") and m.is_Symbol):
+        return None
+    free = set().union(*(getattr(x, "free_symbols", set()) for dims in (*shapes, *strides) for x in dims))
+    return m if free == {m} else None
+
+
+def bucket_range(symbol: Any, hint: int, wanted: Any = None) -> list[int]:
+    """The buckets to tune for `symbol`: those of `wanted` (`install(m=...)`), else of the symbol's
+    bounds, an unbounded top taken as max(`DEFAULT_TOP`, `hint`)."""
+    if wanted is not None:
+        return buckets_for(parse_m(wanted, "install(m=...)"))
+    lo, hi = 1, None
+    try:
+        from torch._inductor.virtualized import V
+
+        bounds = V.graph.sizevars.shape_env.var_to_range[symbol]
+        lo = max(1, int(bounds.lower))
+        hi = int(bounds.upper) if bounds.upper.is_finite else None
+    except Exception:  # noqa: BLE001 - no bounds known: the defaults
+        pass
+    top = min(MAX_M, hi if hi is not None else max(DEFAULT_TOP, hint))
+    return buckets_for([min(lo, top), top])
+
+
+def problem_at(kernel_inputs: Any, op_name: str, symbol: Any, m: int) -> KernelInputs:
+    """Inductor's problem with M = `m`: every size and stride evaluated there."""
+    at = lambda dims: tuple(int(x.subs(symbol, m)) if hasattr(x, "subs") else int(x) for x in dims)  # noqa: E731
+    dev = device_str(kernel_inputs.device())
+    metas = tuple(TensorMeta(at(sz), at(st), dt, dev) for sz, st, dt in zip(
+        kernel_inputs.shapes_symbolic(), kernel_inputs.strides_symbolic(), kernel_inputs.dtypes()))
+    return KernelInputs(op_name, metas, *_scalars(kernel_inputs))
+
+
+def _signature(tensors: tuple[torch.Tensor, ...]) -> tuple:
+    return tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+
+
+def register(text: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> None:
+    """Keep the kernel a bucket's tune compiled (`operands`: its problem's TensorMetas)."""
+    sig = tuple((torch.Size(m.size), tuple(m.stride), m.dtype, torch.device(m.device)) for m in operands)
+    with _LOCK:
+        _KERNELS[(text, sig)] = kernel
+
+
+def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: Any) -> Callable[..., torch.Tensor]:
+    """The kernel of the call's bucket's pick for the call's own sizes: nothing timed, nothing stored."""
+    from ..engine import tune
+
+    op, alpha, beta, picks = parse_table(text)
+    m = tensors[-2].shape[0]
+    bucket = nearest(picks, m)
+    STATS["outside"] += bucket != bucket_of(m)
+    with torch.no_grad():
+        sel = tune(op, *tensors, alpha=alpha, beta=beta, templates=pool, finalize=[keep_only(picks[bucket])],
+                   settings=settings.with_(store="off"), progress=False)
+    if sel.kernel is None:
+        raise RuntimeError(f"gemmtune bucketed GEMM: {sel.problem.describe()}: no kernel to run")
+    STATS["builds"] += 1
+    return sel.kernel
+
+
+def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.Tensor:
+    """What the compiled graph calls: the pick of the call's M bucket (`table`: `table_text`) into `out`."""
+    key = (table, _signature(tensors))
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        from .extern import handler_settings
+        from .tuning import inductor_pool
+
+        settings, templates = handler_settings()
+        with _LOCK:
+            kernel = _KERNELS.get(key)
+            if kernel is None:
+                kernel = _KERNELS[key] = _build(table, tensors, settings,
+                                                inductor_pool(tensors[-1].device.type, templates, settings))
+    STATS["calls"] += 1
+    if out.is_contiguous():
+        return kernel(*tensors, out=out)
+    out.copy_(kernel(*tensors))
+    return out
+
+
+def buckets_choice() -> Any:
+    """Inductor's `ExternKernelChoice` for `run_buckets` (one per process, as Inductor keeps one per name)."""
+    from torch._inductor.select_algorithm import ExternKernelChoice, extern_kernels
+
+    found = _made.get(DYNAMIC_NAME)
+    if found is None:
+        if hasattr(extern_kernels, DYNAMIC_NAME):  # left by an earlier copy of this module (a reload)
+            delattr(extern_kernels, DYNAMIC_NAME)
+        found = _made[DYNAMIC_NAME] = ExternKernelChoice(run_buckets, name=DYNAMIC_NAME, has_out_variant=True)
+    return found
+
+
+_made: dict[str, Any] = {}
+
+
+def tune_table(kernel_inputs: Any, op_name: str, symbol: Any, wanted: Any, settings: Any,
+               templates: str) -> tuple[str, int]:
+    """Tune Inductor's problem at each bucket of M's range: (the entry's `table_text`, buckets the store answered)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from ..engine import tune
+    from .tuning import inductor_pool, stand_in
+
+    hint = int(kernel_inputs.shapes_hinted()[-2][0])
+    device = kernel_inputs.device()
+    pool = inductor_pool(device.type, templates, settings)
+    picks, kernels, from_store = {}, [], 0
+    for b in bucket_range(symbol, hint, wanted):
+        ki = problem_at(kernel_inputs, op_name, symbol, b)
+        with _disable_current_modes(), torch.no_grad():
+            tensors = [stand_in(m.size, m.stride, m.dtype, device) for m in ki.operands]
+            sel = tune(op_name, *tensors, settings=settings, templates=pool, store_tag="inductor",
+                       alpha=ki.alpha, beta=ki.beta, progress=False)
+        picks[b] = sel.winner.key
+        from_store += bool(sel.cache_hit)
+        if sel.kernel is not None:
+            kernels.append((ki.operands, sel.kernel))
+    text = table_text(op_name, *_scalars(kernel_inputs), picks)
+    for operands, kernel in kernels:
+        register(text, operands, kernel)
+    STATS["tables"] += 1
+    return text, from_store
+
+
+def _scalars(kernel_inputs: Any) -> tuple[float, float]:
+    scalars = dict(getattr(kernel_inputs, "_scalars", {}) or {})
+    return float(scalars.get("alpha", 1.0)), float(scalars.get("beta", 1.0))
+
+
+def answer(handler: Any, kernel_inputs: Any, templates: list, op_name: str, symbol: Any) -> list | None:
+    """The handler's choices for a call whose M alone is symbolic: the bucketed extern call, once per
+    problem (in the call that offers the library kernel; [] in addmm's later call); None where this call
+    cannot build it (no library kernel offered, the tune failed): the handler goes on as for a fixed M."""
+    from torch._inductor.kernel_template_choice import KernelTemplateChoice
+    from torch._inductor.template_heuristics.params import DictKernelTemplateParams
+
+    from ..core.settings import Settings
+    from .compat import inductor_templates
+
+    key = handler.make_lookup_key(kernel_inputs, op_name, include_device=False)
+    library = next((t for t in templates if t.uid == inductor_templates().aten.get(op_name)), None)
+    if library is None:
+        return [] if key in handler.tables else None
+    text = handler.tables.get(key)
+    if text is None:
+        try:
+            text, from_store = tune_table(kernel_inputs, op_name, symbol, handler.m,
+                                          handler.settings or Settings.from_env(), handler.templates)
+        except Exception as exc:  # noqa: BLE001 - the fixed-M path is a safe answer
+            log.warning("gemmtune.inductor: tuning %s over M buckets failed (%s: %s); tuned at one M", op_name,
+                        type(exc).__name__, exc)
+            handler.stats["bucket_tune_failed"] += 1
+            return None
+        handler.tables[key] = text
+        handler.stats["bucketed"] += 1
+        handler.stats["store_hit"] += from_store
+    base = next(iter(handler.get_ktc(kernel_inputs, library, op_name)), None)
+    if base is None:
+        return None
+    return [KernelTemplateChoice(template=buckets_choice(), params=DictKernelTemplateParams({"table": text}),
+                                 extra_kwargs={}, layout=base.layout, inputs=kernel_inputs)]
