@@ -1,0 +1,139 @@
+"""Compiled GEMMs with a symbolic M (`gemmtune.inductor.dynamic`): a pick per M bucket, chosen at run time.
+
+Real compiles on CPU: `torch.compile(dynamic=True)` and `mark_dynamic` graphs, with the library kernel and
+(with `templates="all"`) numba kernels as the picks; every output is checked against eager.  The GPU
+case (Triton picks, the host time per call) runs in tests/gpu/test_dynamic_gpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import gemmtune
+import gemmtune.inductor as gi
+from gemmtune.core.errors import InputError
+from gemmtune.inductor import dynamic
+from helpers import fresh_inductor  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.skipif(not gi.available(), reason="this torch has no Inductor lookup table")
+
+OFF = gemmtune.Settings(store="off")
+
+
+@pytest.fixture(autouse=True)
+def _fresh(fresh_inductor):
+    dynamic._KERNELS.clear()
+    dynamic.STATS.clear()
+    yield
+
+
+def _linear(n: int = 24, k: int = 40, bias: bool = False) -> torch.nn.Linear:
+    torch.manual_seed(0)
+    return torch.nn.Linear(k, n, bias=bias)
+
+
+def _code(fn, *args) -> str:
+    from torch._inductor.utils import run_and_get_code
+
+    return "\n".join(run_and_get_code(fn, *args)[1])
+
+
+def test_the_table_round_trips_and_the_nearest_bucket_serves_an_m_outside_it():
+    text = dynamic.table_text("addmm", 1.0, 0.5, {4: "aten_addmm", 1: "k1", 64: "k64"})
+    assert dynamic.parse_table(text) == ("addmm", 1.0, 0.5, {1: "k1", 4: "aten_addmm", 64: "k64"})
+    picks = {1: "a", 4: "b", 64: "c"}
+    assert [dynamic.nearest(picks, m) for m in (1, 3, 4, 5, 20, 33, 64, 5000)] == [1, 4, 4, 4, 64, 64, 64, 64]
+    assert dynamic.nearest({2: "a", 8: "b"}, 4) == 8  # a tie: the larger bucket
+
+
+@pytest.mark.parametrize("text, names", [
+    ("not json", "not JSON"), ("[1, 2]", "keys"), ('{"op": "mm"}', "keys"),
+    ('{"op": "bmm", "alpha": 1, "beta": 0, "buckets": {"1": "k"}}', "op must be"),
+    ('{"op": "mm", "alpha": NaN, "beta": 0, "buckets": {"1": "k"}}', "finite"),
+    ('{"op": "mm", "alpha": "1", "beta": 0, "buckets": {"1": "k"}}', "finite"),
+    ('{"op": "mm", "alpha": 1, "beta": 0, "buckets": {}}', "buckets"),
+    ('{"op": "mm", "alpha": 1, "beta": 0, "buckets": {"6": "k"}}', "power of two"),
+    ('{"op": "mm", "alpha": 1, "beta": 0, "buckets": {"-1": "k"}}', "power of two"),
+    ('{"op": "mm", "alpha": 1, "beta": 0, "buckets": {"1": 7}}', "choice key"),
+    ('{"op": "mm", "alpha": 1, "beta": 0, "buckets": {"1": "' + "k" * 2000 + '"}}', "choice key"),
+    ("x" * (dynamic.MAX_TABLE_BYTES + 1), "at most"),
+])
+def test_a_bad_entry_is_refused_with_an_error_naming_it(text, names):
+    with pytest.raises(ValueError, match="bucketed GEMM entry.*" + names):
+        dynamic.parse_table(text)
+
+
+def test_a_dynamic_compile_runs_each_m_on_its_buckets_pick_with_one_tune_per_bucket():
+    layer = _linear()
+    handler = gi.install(settings=OFF, m="1:64")
+    f = torch.compile(layer, dynamic=True)
+    with torch.no_grad():
+        for m in (8, 3, 33, 64, 100, 8):
+            x = torch.randn(m, 40)
+            torch.testing.assert_close(f(x), layer(x), rtol=1e-4, atol=1e-4)
+    assert handler.stats["bucketed"] == 1 and len(handler.tables) == 1
+    _, _, _, picks = dynamic.parse_table(next(iter(handler.tables.values())))
+    assert sorted(picks) == [1, 2, 4, 8, 16, 32, 64]
+    # M = 8 and 64 ran the kernels the bucket tunes compiled; 3, 33 and 100 built their bucket's pick once
+    assert dynamic.STATS["builds"] == 3 and dynamic.STATS["outside"] == 1 and dynamic.STATS["calls"] == 6
+
+
+def test_mark_dynamic_bounds_choose_the_buckets_and_the_code_calls_the_bucketed_kernel():
+    layer = _linear(bias=True)
+    gi.install(settings=OFF)
+    f = torch.compile(layer)
+    x = torch.randn(20, 40)
+    torch._dynamo.mark_dynamic(x, 0, min=2, max=48)
+    with torch.no_grad():
+        code = _code(f, x)
+        for m in (2, 17, 48):
+            y = torch.randn(m, 40)
+            torch.testing.assert_close(f(y), layer(y), rtol=1e-4, atol=1e-4)
+    assert "extern_kernels.gemmtune_buckets" in code
+    handler = gi.installer._ACTIVE[-1]
+    (text,) = handler.tables.values()
+    op, alpha, beta, picks = dynamic.parse_table(text)
+    assert op == "addmm" and sorted(picks) == [2, 4, 8, 16, 32, 64]
+
+
+def test_generated_picks_are_built_for_a_new_m_from_their_bucket():
+    pytest.importorskip("numba")
+    layer = _linear(n=40, k=64)
+    handler = gi.install(settings=OFF.with_(backends=("numba",)), templates="all", m=[16, 64])
+    f = torch.compile(layer, dynamic=True)
+    with torch.no_grad():
+        for m in (16, 40, 50):
+            x = torch.randn(m, 64)
+            torch.testing.assert_close(f(x), layer(x), rtol=1e-4, atol=1e-4)
+    _, _, _, picks = dynamic.parse_table(next(iter(handler.tables.values())))
+    assert all(key.startswith("numba") for key in picks.values()), picks
+    assert dynamic.STATS["builds"] == 2  # M = 40 and 50: bucket 64's numba kernel, built for their sizes
+
+
+def test_m_false_tunes_the_traced_size_alone_and_a_symbolic_n_is_not_bucketed():
+    layer = _linear()
+    handler = gi.install(settings=OFF, m=False)
+    with torch.no_grad():
+        torch.compile(layer, dynamic=True)(torch.randn(8, 40))
+    assert handler.stats["bucketed"] == 0 and handler.stats["tuned"] == 1
+    gi.uninstall()
+    torch._dynamo.reset()
+    handler = gi.install(settings=OFF)
+    a, b = torch.randn(8, 40), torch.randn(40, 24)
+    with torch.no_grad():
+        torch.compile(lambda x, y: x @ y, dynamic=True)(a, b)  # M, K and N all symbolic
+    assert handler.stats["bucketed"] == 0 and handler.stats["tuned"] == 1
+
+
+def test_a_bad_range_is_refused_at_install_and_a_tampered_entry_at_the_call():
+    with pytest.raises(InputError, match=r"install\(m=...\)"):
+        gi.install(m="0:64")
+    with pytest.raises(InputError, match=r"install\(m=...\)"):
+        gi.install(m="many")
+    a, b = torch.randn(4, 8), torch.randn(8, 2)
+    bad = json.dumps({"op": "mm", "alpha": 1.0, "beta": 0.0, "buckets": {"3": "aten_mm"}})
+    with pytest.raises(ValueError, match="power of two"):
+        dynamic.run_buckets(a, b, table=bad, out=torch.empty(4, 2))
