@@ -66,7 +66,17 @@ def test_a_bad_entry_is_refused_with_an_error_naming_it(text, names):
         dynamic.parse_table(text)
 
 
-def test_a_dynamic_compile_runs_each_m_on_its_buckets_pick_with_one_tune_per_bucket():
+def test_the_buckets_are_tuned_coarsely_then_bisected_where_neighbours_disagree():
+    asked = []
+    picks = dynamic.refined([1 << i for i in range(13)], lambda b: asked.append(b) or "same")
+    assert asked == [1, 16, 256, 4096] and picks == {1: "same", 16: "same", 256: "same", 4096: "same"}
+    asked.clear()
+    picks = dynamic.refined([1 << i for i in range(13)], lambda b: asked.append(b) or ("a" if b <= 8 else "b"))
+    assert sorted(asked) == [1, 4, 8, 16, 256, 4096] and picks[8] == "a" and picks[16] == "b"
+    assert dynamic.refined([32], lambda b: "x") == {32: "x"}
+
+
+def test_a_dynamic_compile_runs_each_m_on_its_buckets_pick():
     layer = _linear()
     handler = gi.install(settings=OFF, m="1:64")
     f = torch.compile(layer, dynamic=True)
@@ -76,9 +86,9 @@ def test_a_dynamic_compile_runs_each_m_on_its_buckets_pick_with_one_tune_per_buc
             torch.testing.assert_close(f(x), layer(x), rtol=1e-4, atol=1e-4)
     assert handler.stats["bucketed"] == 1 and len(handler.tables) == 1
     _, _, _, picks = dynamic.parse_table(next(iter(handler.tables.values())))
-    assert sorted(picks) == [1, 2, 4, 8, 16, 32, 64]
-    # M = 8 and 64 ran the kernels the bucket tunes compiled; 3, 33 and 100 built their bucket's pick once
-    assert dynamic.STATS["builds"] == 3 and dynamic.STATS["outside"] == 1 and dynamic.STATS["calls"] == 6
+    assert sorted(picks) == [1, 16, 64] and set(picks.values()) == {"aten_mm"}  # one pick: nothing bisected
+    # M = 64 ran the kernel its bucket's tune compiled; 8, 3, 33 and 100 built their bucket's pick once
+    assert dynamic.STATS["builds"] == 4 and dynamic.STATS["outside"] == 1 and dynamic.STATS["calls"] == 6
 
 
 def test_mark_dynamic_bounds_choose_the_buckets_and_the_code_calls_the_bucketed_kernel():
@@ -96,7 +106,7 @@ def test_mark_dynamic_bounds_choose_the_buckets_and_the_code_calls_the_bucketed_
     handler = gi.installer._ACTIVE[-1]
     (text,) = handler.tables.values()
     op, alpha, beta, picks = dynamic.parse_table(text)
-    assert op == "addmm" and sorted(picks) == [2, 4, 8, 16, 32, 64]
+    assert op == "addmm" and sorted(picks) == [2, 32, 64]  # buckets 2 to 64, the coarse ones (one pick)
 
 
 def test_generated_picks_are_built_for_a_new_m_from_their_bucket():

@@ -59,7 +59,7 @@ def test_every_m_runs_its_buckets_pick_and_matches_eager(mode):
                 torch.testing.assert_close(f(x), model(x), rtol=2e-2, atol=2e-2)
     assert handler.stats["bucketed"] == 2, handler.stats  # both layers, M symbolic (1 is a graph of its own)
     picks = [dynamic.parse_table(t)[3] for t in handler.tables.values()]
-    assert all(sorted(p) == [1, 2, 4, 8, 16, 32, 64, 128, 256] for p in picks)
+    assert all({1, 16, 256} <= set(p) <= {1, 2, 4, 8, 16, 32, 64, 128, 256} for p in picks)  # coarse, then bisected
     print(f"\n{mode}: picks {picks}; {dict(dynamic.STATS)}")
 
 

@@ -4,7 +4,8 @@ Under `torch.compile(dynamic=True)`, or `torch._dynamo.mark_dynamic` on the batc
 dimension, Inductor lowers a GEMM whose M is a symbol and would tune it at one size (the first call's).
 Where M alone is symbolic in an `mm` or `addmm` (N, K and the strides otherwise fixed), the installed
 handler instead tunes the problem at every power-of-two bucket of M's range (`core.m_range`: bucket `b`
-holds M in (b/2, b], tuned at M = b; the store answers buckets tuned before) and hands Inductor one
+holds M in (b/2, b], tuned at M = b: every fourth bucket and the last, then bisected where two tuned
+neighbours pick different kernels (`refined`); the store answers buckets tuned before) and hands Inductor one
 extern call, `extern_kernels.gemmtune_buckets`, whose entry lists each bucket's pick.
 
 The range: `install(m=...)` (a range, a list of M or "LO:HI"); by default M's own bounds
@@ -39,7 +40,7 @@ from ..core.inputs import KernelInputs, TensorMeta, device_str
 from ..core.m_range import MAX_M, bucket_of, buckets_for, parse_m
 
 __all__ = ["DYNAMIC_NAME", "DYNAMIC_UID", "DEFAULT_TOP", "table_text", "parse_table", "nearest", "symbolic_m",
-           "bucket_range", "problem_at", "run_buckets", "buckets_choice", "tune_table", "answer", "STATS"]
+           "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice", "tune_table", "answer", "STATS"]
 
 DYNAMIC_NAME = "gemmtune_buckets"
 DYNAMIC_UID = "aten::" + DYNAMIC_NAME
@@ -159,7 +160,7 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
     op, alpha, beta, picks = parse_table(text)
     m = tensors[-2].shape[0]
     bucket = nearest(picks, m)
-    STATS["outside"] += bucket != bucket_of(m)
+    STATS["outside"] += not min(picks) <= bucket_of(m) <= max(picks)
     with torch.no_grad():
         sel = tune(op, *tensors, alpha=alpha, beta=beta, templates=pool, finalize=[keep_only(picks[bucket])],
                    settings=settings.with_(store="off"), progress=False)
@@ -205,9 +206,34 @@ def buckets_choice() -> Any:
 _made: dict[str, Any] = {}
 
 
+def refined(buckets: list[int], pick_at: Callable[[int], str], step: int = 4) -> dict[int, str]:
+    """`{bucket: pick}` for the buckets worth tuning: every `step`-th of `buckets` and the last, then, between
+    two tuned neighbours whose picks differ, the middle bucket, again until neighbours agree or touch.
+    A bucket left out lies between two that pick the same kernel, which `nearest` serves it.
+
+    Example:
+        >>> seen = []
+        >>> picks = refined([1 << i for i in range(13)], lambda b: seen.append(b) or ("small" if b < 100 else "big"))
+        >>> sorted(seen), picks[64], picks[128]
+        ([1, 16, 64, 128, 256, 4096], 'small', 'big')
+    """
+    coarse = sorted(set(buckets[::step]) | {buckets[-1]})
+    picks = {b: pick_at(b) for b in coarse}
+    pending = list(zip(coarse, coarse[1:]))
+    while pending:
+        lo, hi = pending.pop()
+        inner = [b for b in buckets if lo < b < hi]
+        if picks[lo] != picks[hi] and inner:
+            mid = inner[len(inner) // 2]
+            picks[mid] = pick_at(mid)
+            pending += [(lo, mid), (mid, hi)]
+    return picks
+
+
 def tune_table(kernel_inputs: Any, op_name: str, symbol: Any, wanted: Any, settings: Any,
                templates: str) -> tuple[str, int]:
-    """Tune Inductor's problem at each bucket of M's range: (the entry's `table_text`, buckets the store answered)."""
+    """Tune Inductor's problem at the buckets of M's range that `refined` asks for: (the entry's
+    `table_text`, buckets the store answered)."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     from ..engine import tune
@@ -216,22 +242,24 @@ def tune_table(kernel_inputs: Any, op_name: str, symbol: Any, wanted: Any, setti
     hint = int(kernel_inputs.shapes_hinted()[-2][0])
     device = kernel_inputs.device()
     pool = inductor_pool(device.type, templates, settings)
-    picks, kernels, from_store = {}, [], 0
-    for b in bucket_range(symbol, hint, wanted):
+    kernels, from_store = [], []
+
+    def pick_at(b: int) -> str:
         ki = problem_at(kernel_inputs, op_name, symbol, b)
         with _disable_current_modes(), torch.no_grad():
             tensors = [stand_in(m.size, m.stride, m.dtype, device) for m in ki.operands]
             sel = tune(op_name, *tensors, settings=settings, templates=pool, store_tag="inductor",
                        alpha=ki.alpha, beta=ki.beta, progress=False)
-        picks[b] = sel.winner.key
-        from_store += bool(sel.cache_hit)
+        from_store.append(bool(sel.cache_hit))
         if sel.kernel is not None:
             kernels.append((ki.operands, sel.kernel))
-    text = table_text(op_name, *_scalars(kernel_inputs), picks)
+        return sel.winner.key
+
+    text = table_text(op_name, *_scalars(kernel_inputs), refined(bucket_range(symbol, hint, wanted), pick_at))
     for operands, kernel in kernels:
         register(text, operands, kernel)
     STATS["tables"] += 1
-    return text, from_store
+    return text, sum(from_store)
 
 
 def _scalars(kernel_inputs: Any) -> tuple[float, float]:
