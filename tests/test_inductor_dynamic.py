@@ -147,3 +147,11 @@ def test_a_bad_range_is_refused_at_install_and_a_tampered_entry_at_the_call():
     bad = json.dumps({"op": "mm", "alpha": 1.0, "beta": 0.0, "buckets": {"3": "aten_mm"}})
     with pytest.raises(ValueError, match="power of two"):
         dynamic.run_buckets(a, b, table=bad, out=torch.empty(4, 2))
+
+
+def test_the_range_keys_inductors_graph_cache_and_installed_passes_it():
+    with gi.installed(m="1:64") as h64:
+        u64 = h64.uuid()
+        assert h64.m == "1:64"
+    with gi.installed(m=False) as off:
+        assert off.uuid() != u64 and off.m is False
