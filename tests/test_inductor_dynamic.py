@@ -42,7 +42,8 @@ def _code(fn, *args) -> str:
 
 
 def test_the_table_round_trips_and_the_nearest_bucket_serves_an_m_outside_it():
-    text = dynamic.table_text("addmm", 1.0, 0.5, {4: "aten_addmm", 1: "k1", 64: "k64"})
+    text = dynamic.table_text("addmm", 1.0, 0.5, {4: "aten_addmm", 1: "k1", 64: "k64"}, "addmm A(M, 8) ...")
+    assert json.loads(text)["family"] == "addmm A(M, 8) ..."
     assert dynamic.parse_table(text) == ("addmm", 1.0, 0.5, {1: "k1", 4: "aten_addmm", 64: "k64"})
     picks = {1: "a", 4: "b", 64: "c"}
     assert [dynamic.nearest(picks, m) for m in (1, 3, 4, 5, 20, 33, 64, 5000)] == [1, 4, 4, 4, 64, 64, 64, 64]
@@ -51,14 +52,14 @@ def test_the_table_round_trips_and_the_nearest_bucket_serves_an_m_outside_it():
 
 @pytest.mark.parametrize("text, names", [
     ("not json", "not JSON"), ("[1, 2]", "keys"), ('{"op": "mm"}', "keys"),
-    ('{"op": "bmm", "alpha": 1, "beta": 0, "buckets": {"1": "k"}}', "op must be"),
-    ('{"op": "mm", "alpha": NaN, "beta": 0, "buckets": {"1": "k"}}', "finite"),
-    ('{"op": "mm", "alpha": "1", "beta": 0, "buckets": {"1": "k"}}', "finite"),
-    ('{"op": "mm", "alpha": 1, "beta": 0, "buckets": {}}', "buckets"),
-    ('{"op": "mm", "alpha": 1, "beta": 0, "buckets": {"6": "k"}}', "power of two"),
-    ('{"op": "mm", "alpha": 1, "beta": 0, "buckets": {"-1": "k"}}', "power of two"),
-    ('{"op": "mm", "alpha": 1, "beta": 0, "buckets": {"1": 7}}', "choice key"),
-    ('{"op": "mm", "alpha": 1, "beta": 0, "buckets": {"1": "' + "k" * 2000 + '"}}', "choice key"),
+    ('{"op": "bmm", "alpha": 1, "beta": 0, "family": "", "buckets": {"1": "k"}}', "op must be"),
+    ('{"op": "mm", "alpha": NaN, "beta": 0, "family": "", "buckets": {"1": "k"}}', "finite"),
+    ('{"op": "mm", "alpha": "1", "beta": 0, "family": "", "buckets": {"1": "k"}}', "finite"),
+    ('{"op": "mm", "alpha": 1, "beta": 0, "family": "", "buckets": {}}', "buckets"),
+    ('{"op": "mm", "alpha": 1, "beta": 0, "family": "", "buckets": {"6": "k"}}', "power of two"),
+    ('{"op": "mm", "alpha": 1, "beta": 0, "family": "", "buckets": {"-1": "k"}}', "power of two"),
+    ('{"op": "mm", "alpha": 1, "beta": 0, "family": "", "buckets": {"1": 7}}', "choice key"),
+    ('{"op": "mm", "alpha": 1, "beta": 0, "family": "", "buckets": {"1": "' + "k" * 2000 + '"}}', "choice key"),
     ("x" * (dynamic.MAX_TABLE_BYTES + 1), "at most"),
 ])
 def test_a_bad_entry_is_refused_with_an_error_naming_it(text, names):
@@ -144,7 +145,7 @@ def test_a_bad_range_is_refused_at_install_and_a_tampered_entry_at_the_call():
     with pytest.raises(InputError, match=r"install\(m=...\)"):
         gi.install(m="many")
     a, b = torch.randn(4, 8), torch.randn(8, 2)
-    bad = json.dumps({"op": "mm", "alpha": 1.0, "beta": 0.0, "buckets": {"3": "aten_mm"}})
+    bad = json.dumps({"op": "mm", "alpha": 1.0, "beta": 0.0, "family": "", "buckets": {"3": "aten_mm"}})
     with pytest.raises(ValueError, match="power of two"):
         dynamic.run_buckets(a, b, table=bad, out=torch.empty(4, 2))
 

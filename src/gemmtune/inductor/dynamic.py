@@ -39,8 +39,9 @@ from ..core.choices import keep_only
 from ..core.inputs import KernelInputs, TensorMeta, device_str
 from ..core.m_range import MAX_M, bucket_of, buckets_for, parse_m
 
-__all__ = ["DYNAMIC_NAME", "DYNAMIC_UID", "DEFAULT_TOP", "table_text", "parse_table", "nearest", "symbolic_m",
-           "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice", "tune_table", "answer", "STATS"]
+__all__ = ["DYNAMIC_NAME", "DYNAMIC_UID", "DEFAULT_TOP", "table_text", "family_text", "parse_table", "nearest",
+           "symbolic_m", "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice", "tune_table", "answer",
+           "STATS"]
 
 DYNAMIC_NAME = "gemmtune_buckets"
 DYNAMIC_UID = "aten::" + DYNAMIC_NAME
@@ -54,10 +55,25 @@ _KERNELS: dict[tuple, Callable[..., torch.Tensor]] = {}
 _LOCK = threading.Lock()
 
 
-def table_text(op: str, alpha: float, beta: float, picks: dict[int, str]) -> str:
-    """The entry of a bucketed GEMM: its op, scalars and `{bucket: choice key}`, as JSON."""
-    return json.dumps({"op": op, "alpha": float(alpha), "beta": float(beta),
+def table_text(op: str, alpha: float, beta: float, picks: dict[int, str], family: str = "") -> str:
+    """The entry of a bucketed GEMM, as JSON: its op, scalars, `{bucket: choice key}` and `family` (the
+    problem but M, `family_text`: two GEMMs never share an entry, so a call is keyed by its M alone)."""
+    return json.dumps({"op": op, "alpha": float(alpha), "beta": float(beta), "family": family,
                        "buckets": {str(b): k for b, k in sorted(picks.items())}}, sort_keys=True)
+
+
+def family_text(ki: KernelInputs) -> str:
+    """`ki` with M left out, as text: the op, A's K, layout and dtype, the other operands' sizes, strides, dtypes.
+
+    Example:
+        >>> family_text(KernelInputs.from_tensors("mm", torch.randn(5, 7), torch.randn(9, 7).t()))
+        'mm A(M, 7) row float32; (7, 9) (1, 7) float32'
+    """
+    a = ki.operands[-2]
+    layout = "row" if a.stride[-1] == 1 else "col" if a.stride[-2] == 1 else "strided"
+    others = "; ".join(f"{tuple(m.size)} {tuple(m.stride)} {str(m.dtype)[6:]}"
+                       for i, m in enumerate(ki.operands) if i != len(ki.operands) - 2)
+    return f"{ki.op} A(M, {a.size[1]}) {layout} {str(a.dtype)[6:]}; {others}"
 
 
 @lru_cache(maxsize=256)
@@ -65,7 +81,7 @@ def parse_table(text: str) -> tuple[str, float, float, dict[int, str]]:
     """(op, alpha, beta, {bucket: choice key}) of a `table_text`; ValueError naming what is wrong.
 
     Example:
-        >>> parse_table('{"op": "mm", "alpha": 1.0, "beta": 0.0, "buckets": {"3": "aten_mm"}}')
+        >>> parse_table('{"op": "mm", "alpha": 1.0, "beta": 0.0, "family": "", "buckets": {"3": "aten_mm"}}')
         Traceback (most recent call last):
         ...
         ValueError: gemmtune bucketed GEMM entry: bucket '3' is not a power of two from 1 to 16777216
@@ -77,8 +93,10 @@ def parse_table(text: str) -> tuple[str, float, float, dict[int, str]]:
         data = json.loads(text)
     except ValueError:
         raise ValueError(f"{where}: not JSON: {text[:80]!r}") from None
-    if not isinstance(data, dict) or set(data) != {"op", "alpha", "beta", "buckets"}:
-        raise ValueError(f"{where}: expected the keys op, alpha, beta, buckets")
+    if not isinstance(data, dict) or set(data) != {"op", "alpha", "beta", "buckets", "family"}:
+        raise ValueError(f"{where}: expected the keys op, alpha, beta, buckets, family")
+    if not isinstance(data["family"], str) or len(data["family"]) > 1024:
+        raise ValueError(f"{where}: family must be text of at most 1024 characters")
     op, alpha, beta, buckets = data["op"], data["alpha"], data["beta"], data["buckets"]
     if op not in ("mm", "addmm") or not all(type(x) in (int, float) and math.isfinite(x) for x in (alpha, beta)):
         raise ValueError(f"{where}: op must be mm or addmm and alpha, beta finite numbers")
@@ -142,15 +160,11 @@ def problem_at(kernel_inputs: Any, op_name: str, symbol: Any, m: int) -> KernelI
     return KernelInputs(op_name, metas, *_scalars(kernel_inputs))
 
 
-def _signature(tensors: tuple[torch.Tensor, ...]) -> tuple:
-    return tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors)
-
-
 def register(text: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> None:
-    """Keep the kernel a bucket's tune compiled (`operands`: its problem's TensorMetas)."""
-    sig = tuple((torch.Size(m.size), tuple(m.stride), m.dtype, torch.device(m.device)) for m in operands)
+    """Keep the kernel a bucket's tune compiled (`operands`: its problem's TensorMetas).  Kernels are kept
+    per entry, M and A's strides: the entry's family fixes the rest."""
     with _LOCK:
-        _KERNELS[(text, sig)] = kernel
+        _KERNELS[(text, operands[-2].size[0], tuple(operands[-2].stride))] = kernel
 
 
 def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: Any) -> Callable[..., torch.Tensor]:
@@ -172,7 +186,8 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
 
 def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.Tensor:
     """What the compiled graph calls: the pick of the call's M bucket (`table`: `table_text`) into `out`."""
-    key = (table, _signature(tensors))
+    a = tensors[-2]
+    key = (table, a.shape[0], a.stride())
     kernel = _KERNELS.get(key)
     if kernel is None:
         from .extern import handler_settings
@@ -255,7 +270,9 @@ def tune_table(kernel_inputs: Any, op_name: str, symbol: Any, wanted: Any, setti
             kernels.append((ki.operands, sel.kernel))
         return sel.winner.key
 
-    text = table_text(op_name, *_scalars(kernel_inputs), refined(bucket_range(symbol, hint, wanted), pick_at))
+    picks = refined(bucket_range(symbol, hint, wanted), pick_at)
+    family = family_text(problem_at(kernel_inputs, op_name, symbol, hint))
+    text = table_text(op_name, *_scalars(kernel_inputs), picks, family)
     for operands, kernel in kernels:
         register(text, operands, kernel)
     STATS["tables"] += 1

@@ -75,6 +75,7 @@ from ..core.settings import Settings
 from .compat import require
 from .export import drop_stale, read_table
 from .entries import FUSION, companions_for
+from .dynamic import buckets_choice
 from .extern import EXTERN_TEMPLATES, extern_choice
 from .handler import is_gemmtune_handler, make_handler
 from . import kernel_configs, pipeline
@@ -125,6 +126,8 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     handler.extern, handler.m = _extern_option(extern), m
     if handler.extern:
         extern_choice()  # `extern_kernels.gemmtune_pick` exists before a graph from Inductor's cache calls it
+    if m is not False:
+        buckets_choice()  # likewise `extern_kernels.gemmtune_buckets`
     open_window(is_gemmtune_handler, sync_thread)
     kernel_configs.keep(handler._store)  # configs Inductor tunes for its own kernels, kept and served
     note_lowering()  # `_scaled_mm` is answered where this torch lowers it through the handler (inductor/scaled.py)
