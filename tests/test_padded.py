@@ -101,6 +101,30 @@ def test_a_padded_triton_kernel_computes_the_product():
     torch.testing.assert_close(launch((a, b), None, **rt), a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_a_triton_twin_keeps_n_and_writes_the_output_itself():
+    tile = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_stages=2, num_warps=4)
+    a, b = torch.randn(20, 13), torch.randn(13, 11)  # float32: K 13 -> 16; N 11 stays, B's rows padded to 12
+    ki = KernelInputs.from_tensors("mm", a, b)
+    inner = padded_problem(ki, keep_n=True)
+    assert (inner.M, inner.K, inner.N) == (20, 16, 11) and inner.b.stride == (12, 1)
+    launch, rt = _launch(TritonMMTemplate(space=[tile]), "mm", a, b)
+    out = torch.full((20, 11), float("nan"))
+    got = launch((a, b), out, **rt)
+    assert got.data_ptr() == out.data_ptr()  # no block copied out
+    torch.testing.assert_close(got, a @ b, rtol=1e-4, atol=1e-4)
+    bias = torch.randn(11)
+    launch, rt = _launch(TritonMMTemplate(space=[tile]), "addmm", bias, a, b, alpha=0.5, beta=2.0)
+    torch.testing.assert_close(launch((bias, a, b), None, **rt), torch.addmm(bias, a, b, alpha=0.5, beta=2.0),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_a_triton_twin_is_not_offered_where_only_the_outputs_n_is_misaligned():
+    twin = PaddedTemplate(TritonMMTemplate())
+    col = _problem(256, 768, 50257, b_col=True, device="cuda")  # B = weight.t(): N leads only the output
+    assert padding_dims(col) == {"N": 50304} and not twin.supports(col)
+    assert PaddedTemplate(AtenTemplate("mm")).keep_n is False and twin.keep_n is True
+
+
 def test_a_parameter_is_padded_once_and_again_after_it_changes(monkeypatch):
     calls = []
     real = torch.constant_pad_nd

@@ -14,6 +14,11 @@ to `align_of(dtype)` elements (16 bytes).  A weight that is a parameter (`nn.Par
 of one such as `weight.t()`) is padded once and kept until the parameter changes (its version
 counter moves, as an optimizer step moves it), so a patched `nn.Linear` pays only the activation's copy.
 
+A Triton template's twin (`PaddedTemplate.keep_n`) keeps N: its kernels write any output stride, so a
+row-major B gets padded storage seen through its first N columns (aligned rows, the same product) and the
+kernel writes the output itself, with no block copied out; where only the output's N is misaligned it
+is not offered (it would be the template's own candidate).
+
 `padded_pool` adds a padded twin of each template of the default pool on a GPU (`registry.
 active_templates`); elsewhere a `PaddedTemplate` competes only where `templates=` lists it.
 
@@ -152,25 +157,31 @@ def _pad_vector_like(t: Any, full: Sequence[int], padded: Sequence[int]) -> Any:
     return F.pad(t.view(torch.uint8), lead).view(t.dtype) if t.dtype.itemsize == 1 else F.pad(t, lead)
 
 
-def pad_operands(ki: KernelInputs, tensors: Sequence[Any], dims: dict[str, int], matrix: Any = pad_matrix) -> tuple:
+def pad_operands(ki: KernelInputs, tensors: Sequence[Any], dims: dict[str, int], matrix: Any = pad_matrix,
+                 keep_n: bool = False) -> tuple:
     """`tensors` (in `ki.op`'s order) padded to `dims` (`padding_dims`); `matrix(t, rows, cols)` pads
-    the two matrices (`pad_matrix`)."""
-    M, N, K = dims.get("M", ki.M), dims.get("N", ki.N), dims.get("K", ki.K)
-    full, padded = (ki.M, ki.N), (M, N)
+    the two matrices (`pad_matrix`).  `keep_n`: N stays the problem's (B's storage padded where it is
+    row-major, `PaddedTemplate.keep_n`)."""
+    M, K = dims.get("M", ki.M), dims.get("K", ki.K)
+    b_row = _row_major(ki.b)
+    N = ki.N if keep_n and not b_row else dims.get("N", ki.N)
+    full, padded = (ki.M, ki.N), (M, ki.N if keep_n else N)
+    cut = (lambda t: t[..., :ki.N]) if keep_n and N != ki.N else (lambda t: t)
     if ki.op == "addmm":
-        return (_pad_vector_like(tensors[0], full, padded), matrix(tensors[1], M, K), matrix(tensors[2], K, N))
-    out = [matrix(tensors[0], M, K), matrix(tensors[1], K, N)]
+        return (_pad_vector_like(tensors[0], full, padded), matrix(tensors[1], M, K), cut(matrix(tensors[2], K, N)))
+    out = [matrix(tensors[0], M, K), cut(matrix(tensors[1], K, N))]
     if ki.op == "scaled_mm":
         out += [_pad_vector_like(t, full, padded) for t in tensors[2:4]]
-        out += [_pad_vector_like(t, (ki.N,), (N,)) for t in tensors[4:]]
+        out += [_pad_vector_like(t, (ki.N,), padded[1:]) for t in tensors[4:]]
     return tuple(out)
 
 
-def padded_problem(ki: KernelInputs, dims: dict[str, int] | None = None) -> KernelInputs:
-    """`ki` as its padded operands describe it (`padding_dims(ki)` unless `dims` is given)."""
+def padded_problem(ki: KernelInputs, dims: dict[str, int] | None = None, keep_n: bool = False) -> KernelInputs:
+    """`ki` as its padded operands describe it (`padding_dims(ki)` unless `dims` is given; `keep_n`:
+    N kept, as `pad_operands` keeps it)."""
     dims = padding_dims(ki) if dims is None else dims
     metas = [torch.empty_strided(m.size, m.stride, dtype=m.dtype, device="meta") for m in ki.operands]
-    padded = pad_operands(ki, metas, dims)
+    padded = pad_operands(ki, metas, dims, keep_n=keep_n)
     return KernelInputs(ki.op, tuple(TensorMeta(tuple(t.shape), tuple(t.stride()), t.dtype, m.device)
                                      for t, m in zip(padded, ki.operands)), ki.alpha, ki.beta, ki.out_dtype,
                         ki.fast_accum)
@@ -213,6 +224,7 @@ class PaddedTemplate(Template):
 
     def __init__(self, inner: Template):
         self.inner = inner
+        self.keep_n = inner.family == "triton"  # its kernels write any output stride: N is never padded
         self.uid = PREFIX + inner.uid
         self.family = inner.family
         self.src_hash = source_hash(inner.src_hash or inner.uid, _SOURCE)
@@ -221,43 +233,57 @@ class PaddedTemplate(Template):
         self.default_runtime = inner.default_runtime
         self.opt_in, self.default_min_dim = inner.opt_in, inner.default_min_dim
 
+    def _keep_n(self, ki: KernelInputs, dims: dict[str, int]) -> bool:
+        return self.keep_n and "M" not in dims
+
     def supports(self, ki: KernelInputs) -> bool:
         dims = padding_dims(ki)
-        return bool(dims) and ki.op in self.inner.ops and self.inner.supports(padded_problem(ki, dims))
+        if not dims or ki.op not in self.inner.ops:
+            return False
+        keep = self._keep_n(ki, dims)
+        if keep and set(dims) == {"N"} and not _row_major(ki.b):
+            return False  # only the output's N is misaligned: the inner template's own candidate is this one
+        return self.inner.supports(padded_problem(ki, dims, keep))
 
     def compile_configs(self, ki: KernelInputs) -> Sequence[dict[str, Any]]:
-        return [dict(c) for c in self.inner.compile_configs(padded_problem(ki))]
+        dims = padding_dims(ki)
+        return [dict(c) for c in self.inner.compile_configs(padded_problem(ki, dims, self._keep_n(ki, dims)))]
 
     def _inner_choice(self, choice: Choice) -> Choice:
         return Choice(self.inner.uid, self.inner.src_hash, choice.config, choice.runtime, family=self.inner.family)
 
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
         dims = padding_dims(ki)
-        inner_ki = padded_problem(ki, dims)
-        inner = self.inner.compile(self._inner_choice(choice), inner_ki, pad_operands(ki, example, dims))
-        return padded_launcher(ki, dims, inner)
+        keep = self._keep_n(ki, dims)
+        inner_ki = padded_problem(ki, dims, keep)
+        inner = self.inner.compile(self._inner_choice(choice), inner_ki, pad_operands(ki, example, dims, keep_n=keep))
+        return padded_launcher(ki, dims, inner, keep)
 
 
-def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher) -> Launcher:
+def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, keep_n: bool = False) -> Launcher:
     """`launch(tensors, out=None, **runtime)`: `tensors` padded to `dims`, `inner` run on them, the
     result's top-left `ki.out_size` block written to `out` (a new row-major output where None).  The
     padding of each matrix is worked out here once (`matrix_padder`); the weight's is kept while it is
-    an unchanged parameter."""
-    M, N, K = dims.get("M", ki.M), dims.get("N", ki.N), dims.get("K", ki.K)
+    an unchanged parameter.  `keep_n`: N kept (`pad_operands`), `inner` writes the output itself."""
+    b_row = _row_major(ki.b)
+    M, K = dims.get("M", ki.M), dims.get("K", ki.K)
+    N = ki.N if keep_n and not b_row else dims.get("N", ki.N)
     same = lambda t: t  # noqa: E731
     ia, ib = (1, 2) if ki.op == "addmm" else (0, 1)
     pad_a = matrix_padder(ki.a.size[-2:], _row_major(ki.a), M, K, ki.dtype) or same
-    weight = _ParameterPads(matrix_padder(ki.b.size[-2:], _row_major(ki.b), K, N, ki.dtype) or same)
+    pad_b = matrix_padder(ki.b.size[-2:], b_row, K, N, ki.dtype) or same
+    n = ki.N
+    weight = _ParameterPads((lambda t: pad_b(t)[..., :n]) if keep_n and N != n else pad_b)
     others = [i for i in range(len(ki.operands)) if i not in (ia, ib)]
-    full, padded = ((ki.M, ki.N), (M, N))
-    into_out = "N" not in dims and "M" not in dims  # only K grows: the aligned kernel writes `out` itself
-    m, n = ki.M, ki.N
+    full, padded = ((ki.M, ki.N), (M, ki.N if keep_n else N))
+    into_out = "M" not in dims and (keep_n or "N" not in dims)  # the aligned kernel writes `out` itself
+    m = ki.M
 
     def launch(tensors, out=None, **runtime):
         args = list(tensors)
         args[ia], args[ib] = pad_a(tensors[ia]), weight(tensors[ib])
         for i in others:  # addmm's bias, scaled_mm's scales and bias
-            args[i] = _pad_vector_like(tensors[i], (ki.N,) if i == 4 else full, (N,) if i == 4 else padded)
+            args[i] = _pad_vector_like(tensors[i], (ki.N,) if i == 4 else full, padded[1:] if i == 4 else padded)
         if into_out:
             return inner(args, out, **runtime)
         block = inner(args, None, **runtime)[..., :m, :n]
