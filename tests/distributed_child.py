@@ -26,25 +26,43 @@ def spmd(shapes=SHAPES, **options) -> dict:
     return out
 
 
+class Many(torch.nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(layers)
+
+    def forward(self, xs):
+        return [layer(x) for layer, x in zip(self.layers, xs)]
+
+
 def dealt(shapes=SHAPES, **options) -> dict:
     layers = [torch.nn.Linear(k, n, bias=False) for _, k, n in shapes]
     torch.manual_seed(0)
-
-    class Many(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layers = torch.nn.ModuleList(layers)
-
-        def forward(self, xs):
-            return [layer(x) for layer, x in zip(self.layers, xs)]
-
-    model = Many()
+    model = Many(layers)
     xs = [torch.randn(m, k) for m, k, _ in shapes]
     report = gemmtune.warmup(model, xs, backends=("extern", "numpy"), progress=False, **options)
     with torch.no_grad():
         for layer, x, y in zip(layers, xs, model(xs)):
             assert torch.allclose(y, x @ layer.weight.t(), atol=1e-4)
     return {r.problem: [r.winner, bool(r.from_store)] for r in report.rows}
+
+
+def ranged() -> dict:
+    """A range warm-up (`m=`) of two layers: every bucket problem dealt across the ranks; afterwards no
+    batch size in the range tunes on any rank."""
+    torch.manual_seed(0)
+    shapes = SHAPES[:2]
+    model = Many([torch.nn.Linear(k, n, bias=False) for _, k, n in shapes])
+    report = gemmtune.warmup(model, [torch.randn(m, k) for m, k, _ in shapes], backends=("extern", "numpy"),
+                             progress=False, m="1:16")
+    tunes = gemmtune.dispatch_stats()["tunes"]
+    with torch.no_grad():
+        for batch in (1, 3, 9, 16):
+            xs = [torch.randn(batch, k) for _, k, _ in shapes]
+            for layer, x, y in zip(model.layers, xs, model(xs)):
+                assert torch.allclose(y, x @ layer.weight.t(), atol=1e-4)
+    return {"rows": {r.problem: [r.winner, bool(r.from_store)] for r in report.rows},
+            "untuned": gemmtune.dispatch_stats()["tunes"] == tunes}
 
 
 def groups() -> dict:
@@ -81,7 +99,7 @@ def wait_for_the_others(out: str, ranks=(0, 1, 3), limit_s: float = 240.0) -> No
 
 if __name__ == "__main__":
     dist.init_process_group("gloo")
-    result = {"spmd": spmd, "dealt": dealt, "groups": groups, "dies": dies}[sys.argv[1]]()
+    result = {"spmd": spmd, "dealt": dealt, "ranged": ranged, "groups": groups, "dies": dies}[sys.argv[1]]()
     # One file per rank: torchrun merges the ranks' standard outputs, and two lines can interleave.
     with open(os.path.join(sys.argv[2], f"rank{dist.get_rank()}.json"), "w") as f:
         json.dump({"rank": dist.get_rank(), "result": result}, f)

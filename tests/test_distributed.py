@@ -68,6 +68,14 @@ def test_warmup_deals_the_problems_across_the_ranks(tmp_path):
     assert all(sum(not v[1] for v in r.values()) == 2 for r in results.values())  # 8 problems, 2 per rank
 
 
+def test_a_range_warmup_deals_every_bucket_and_then_no_batch_size_tunes(tmp_path):
+    results = _torchrun("ranged", tmp_path)
+    rows = {rank: r["rows"] for rank, r in results.items()}
+    assert len(rows[0]) >= 10  # 2 layers at buckets 1, 2, 4, 8, 16
+    _agree_and_tuned_once(rows)
+    assert all(r["untuned"] for r in results.values())  # batch 1, 3, 9, 16 ran on every rank, none tuned
+
+
 def test_a_given_group_tunes_each_problem_once_within_itself(tmp_path):
     """`group=` to tune and warmup: ranks {0, 1} and {2, 3} each tune every problem once, apart."""
     results = _torchrun("groups", tmp_path)
