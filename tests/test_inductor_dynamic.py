@@ -92,6 +92,18 @@ def test_a_dynamic_compile_runs_each_m_on_its_buckets_pick():
     assert dynamic.STATS["builds"] == 4 and dynamic.STATS["outside"] == 1 and dynamic.STATS["calls"] == 6
 
 
+def test_the_kernels_kept_for_calls_sizes_are_bounded(monkeypatch):
+    monkeypatch.setattr(dynamic, "MAX_KERNELS", 2)
+    layer = _linear()
+    gi.install(settings=OFF, m="1:16")
+    f = torch.compile(layer, dynamic=True)
+    with torch.no_grad():
+        for m in (3, 5, 6, 7, 3):
+            x = torch.randn(m, 40)
+            torch.testing.assert_close(f(x), layer(x), rtol=1e-4, atol=1e-4)
+    assert len(dynamic._KERNELS) == 2 and dynamic.STATS["builds"] == 5  # M = 3 was dropped, then built again
+
+
 def test_mark_dynamic_bounds_choose_the_buckets_and_the_code_calls_the_bucketed_kernel():
     layer = _linear(bias=True)
     gi.install(settings=OFF)

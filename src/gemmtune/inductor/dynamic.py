@@ -48,6 +48,7 @@ DYNAMIC_UID = "aten::" + DYNAMIC_NAME
 DEFAULT_TOP = 4096
 """The top of an M range whose symbol has no upper bound (or the traced size, where larger)."""
 MAX_TABLE_BYTES = 1 << 16
+MAX_KERNELS = 8192  # kernels kept for calls' sizes; the oldest is dropped past it (rebuilt if met again)
 log = logging.getLogger("gemmtune")
 STATS: Counter = Counter()  # "tables", "builds", "outside", "calls"
 
@@ -199,6 +200,8 @@ def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.
             if kernel is None:
                 kernel = _KERNELS[key] = _build(table, tensors, settings,
                                                 inductor_pool(tensors[-1].device.type, templates, settings))
+                while len(_KERNELS) > MAX_KERNELS:
+                    del _KERNELS[next(iter(_KERNELS))]
     STATS["calls"] += 1
     if out.is_contiguous():
         return kernel(*tensors, out=out)
