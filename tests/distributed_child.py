@@ -80,6 +80,7 @@ def groups() -> dict:
 
 
 def dies() -> dict:
+    dist.barrier()  # every rank's gloo mesh is up: a rank dying inside it fails the others' init instead
     if dist.get_rank() == 2:
         os._exit(3)  # a rank that dies before the job's first shared tune
     try:
