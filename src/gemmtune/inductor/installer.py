@@ -115,13 +115,9 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     from torch._inductor import config
     from torch._inductor.virtualized import V
 
-    _check_options(templates, fusion, measure, shortlist, m)
+    _check_options(templates, fusion, measure, shortlist, m, gemv, pipeline)
     loaded = drop_stale(read_table(table)) if table is not None else None
     handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
-    if not (isinstance(gemv, bool) or gemv == "autotune"):
-        raise ValueError(f"gemv: expected True, False or 'autotune', got {gemv!r}")
-    if not isinstance(pipeline, bool):
-        raise ValueError(f"pipeline: expected True or False, got {pipeline!r}")
     handler.measure, handler.shortlist, handler.gemv, handler.pipeline = measure, shortlist, gemv, pipeline
     handler.extern, handler.m = _extern_option(extern), m
     if handler.extern:
@@ -151,8 +147,13 @@ def _extern_option(extern: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(extern)
 
 
-def _check_options(templates: str, fusion: int | str, measure: str, shortlist: int | None, m: Any = None) -> None:
+def _check_options(templates: str, fusion: int | str, measure: str, shortlist: int | None, m: Any = None,
+                   gemv: bool | str = "autotune", pipeline: bool = False) -> None:
     """`install`'s options, each refused with a ValueError naming it before anything is installed."""
+    if not (isinstance(gemv, bool) or gemv == "autotune"):
+        raise ValueError(f"gemv: expected True, False or 'autotune', got {gemv!r}")
+    if not isinstance(pipeline, bool):
+        raise ValueError(f"pipeline: expected True or False, got {pipeline!r}")
     if m is not None and m is not False:
         parse_m(m, "install(m=...)")  # an InputError (a ValueError) naming the option
     if templates not in ("inductor", "all"):
