@@ -122,6 +122,20 @@ def test_mark_dynamic_bounds_choose_the_buckets_and_the_code_calls_the_bucketed_
     assert op == "addmm" and sorted(picks) == [2, 32, 64]  # buckets 2 to 64, the coarse ones (one pick)
 
 
+def test_batch_times_tokens_is_one_m_bucketed_by_its_product():
+    layer = _linear(bias=True)
+    handler = gi.install(settings=OFF, m="1:64")
+    f = torch.compile(layer)
+    x = torch.randn(2, 5, 40)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch._dynamo.mark_dynamic(x, 1)
+    with torch.no_grad():
+        for shape in ((2, 5), (3, 7), (4, 16), (2, 9)):
+            y = torch.randn(*shape, 40)
+            torch.testing.assert_close(f(y), layer(y), rtol=1e-4, atol=1e-4)
+    assert handler.stats["bucketed"] == 1, handler.stats  # M = batch x tokens, a product of two symbols
+
+
 def test_generated_picks_are_built_for_a_new_m_from_their_bucket():
     pytest.importorskip("numba")
     layer = _linear(n=40, k=64)

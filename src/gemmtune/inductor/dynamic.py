@@ -2,7 +2,8 @@
 
 Under `torch.compile(dynamic=True)`, or `torch._dynamo.mark_dynamic` on the batch or sequence
 dimension, Inductor lowers a GEMM whose M is a symbol and would tune it at one size (the first call's).
-Where M alone is symbolic in an `mm` or `addmm` (N, K and the strides otherwise fixed), the installed
+Where only M is symbolic in an `mm` or `addmm` (a symbol, or a product such as batch x tokens; N, K
+and the strides otherwise fixed), the installed
 handler instead tunes the problem at every power-of-two bucket of M's range (`core.m_range`: bucket `b`
 holds M in (b/2, b], tuned at M = b: every fourth bucket and the last, then bisected where two tuned
 neighbours pick different kernels (`refined`); the store answers buckets tuned before) and hands Inductor one
@@ -120,7 +121,8 @@ def nearest(picks: dict[int, str], m: int) -> int:
 
 
 def symbolic_m(kernel_inputs: Any, op_name: str) -> Any:
-    """M's symbol where it is the only symbol in an mm's or addmm's sizes and strides; else None."""
+    """M's expression (a symbol, or a product such as batch x tokens) where every other symbolic size
+    and stride of an mm or addmm is M itself (a column-major A's stride, a broadcast bias); else None."""
     if op_name not in ("mm", "addmm"):
         return None
     try:
@@ -128,22 +130,22 @@ def symbolic_m(kernel_inputs: Any, op_name: str) -> Any:
     except Exception:  # noqa: BLE001 - an Inductor without symbolic accessors: tuned at its hint
         return None
     m = shapes[-2][0]
-    if not (hasattr(m, "is_Symbol") and m.is_Symbol):
+    if not getattr(m, "free_symbols", None):
         return None
-    free = set().union(*(getattr(x, "free_symbols", set()) for dims in (*shapes, *strides) for x in dims))
-    return m if free == {m} else None
+    others = [x for dims in (*shapes, *strides) for x in dims if getattr(x, "free_symbols", None)]
+    return m if all(x == m for x in others) else None
 
 
 def bucket_range(symbol: Any, hint: int, wanted: Any = None) -> list[int]:
-    """The buckets to tune for `symbol`: those of `wanted` (`install(m=...)`), else of the symbol's
-    bounds, an unbounded top taken as max(`DEFAULT_TOP`, `hint`)."""
+    """The buckets to tune for M's expression `symbol`: those of `wanted` (`install(m=...)`), else of its
+    bounds (its symbols' `mark_dynamic(min=, max=)`), an unbounded top taken as max(`DEFAULT_TOP`, `hint`)."""
     if wanted is not None:
         return buckets_for(parse_m(wanted, "install(m=...)"))
     lo, hi = 1, None
     try:
         from torch._inductor.virtualized import V
 
-        bounds = V.graph.sizevars.shape_env.var_to_range[symbol]
+        bounds = V.graph.sizevars.shape_env.bound_sympy(symbol)
         lo = max(1, int(bounds.lower))
         hi = int(bounds.upper) if bounds.upper.is_finite else None
     except Exception:  # noqa: BLE001 - no bounds known: the defaults
