@@ -55,11 +55,14 @@ def test_the_table_round_trips_and_the_nearest_bucket_serves_an_m_outside_it():
     ('{"op": "bmm", "alpha": 1, "beta": 0, "family": "", "buckets": {"1": "k"}}', "op must be"),
     ('{"op": "mm", "alpha": NaN, "beta": 0, "family": "", "buckets": {"1": "k"}}', "finite"),
     ('{"op": "mm", "alpha": "1", "beta": 0, "family": "", "buckets": {"1": "k"}}', "finite"),
-    ('{"op": "mm", "alpha": 1, "beta": 0, "family": "", "buckets": {}}', "buckets"),
-    ('{"op": "mm", "alpha": 1, "beta": 0, "family": "", "buckets": {"6": "k"}}', "power of two"),
-    ('{"op": "mm", "alpha": 1, "beta": 0, "family": "", "buckets": {"-1": "k"}}', "power of two"),
-    ('{"op": "mm", "alpha": 1, "beta": 0, "family": "", "buckets": {"1": 7}}', "choice key"),
-    ('{"op": "mm", "alpha": 1, "beta": 0, "family": "", "buckets": {"1": "' + "k" * 2000 + '"}}', "choice key"),
+    ('{"op": "mm", "alpha": 1, "beta": 0, "family": "", "buckets": {"1": "k"}}', "alpha = beta = 1"),
+    ('{"op": "addmm", "alpha": 1' + "0" * 400 + ', "beta": 0, "family": "", "buckets": {"1": "k"}}', "finite"),
+    ('{"op": "addmm", "alpha": 1, "beta": 0, "family": "", "buckets": {"\u00b2": "k"}}', "power of two"),
+    ('{"op": "addmm", "alpha": 1, "beta": 0, "family": "", "buckets": {}}', "buckets"),
+    ('{"op": "mm", "alpha": 1, "beta": 1, "family": "", "buckets": {"6": "k"}}', "power of two"),
+    ('{"op": "mm", "alpha": 1, "beta": 1, "family": "", "buckets": {"-1": "k"}}', "power of two"),
+    ('{"op": "mm", "alpha": 1, "beta": 1, "family": "", "buckets": {"1": 7}}', "choice key"),
+    ('{"op": "mm", "alpha": 1, "beta": 1, "family": "", "buckets": {"1": "' + "k" * 2000 + '"}}', "choice key"),
     ("x" * (dynamic.MAX_TABLE_BYTES + 1), "at most"),
 ])
 def test_a_bad_entry_is_refused_with_an_error_naming_it(text, names):
@@ -171,7 +174,7 @@ def test_a_bad_range_is_refused_at_install_and_a_tampered_entry_at_the_call():
     with pytest.raises(InputError, match=r"install\(m=...\)"):
         gi.install(m="many")
     a, b = torch.randn(4, 8), torch.randn(8, 2)
-    bad = json.dumps({"op": "mm", "alpha": 1.0, "beta": 0.0, "family": "", "buckets": {"3": "aten_mm"}})
+    bad = json.dumps({"op": "mm", "alpha": 1.0, "beta": 1.0, "family": "", "buckets": {"3": "aten_mm"}})
     with pytest.raises(ValueError, match="power of two"):
         dynamic.run_buckets(a, b, table=bad, out=torch.empty(4, 2))
 
@@ -182,3 +185,46 @@ def test_the_range_keys_inductors_graph_cache_and_installed_passes_it():
         assert h64.m == "1:64"
     with gi.installed(m=False) as off:
         assert off.uuid() != u64 and off.m is False
+
+
+def test_a_gemm_whose_n_is_m_too_is_not_bucketed_and_never_meets_another_gemms_kernel():
+    pytest.importorskip("numba")
+    handler = gi.install(settings=OFF.with_(backends=("numba",)), templates="all", m=[16, 64])
+    w = torch.randn(8, 64)
+    gram, proj = torch.compile(lambda x: x @ x.t()), torch.compile(lambda x, v: x @ v.t())
+    with torch.no_grad():
+        for f, args in ((gram, ()), (proj, (w,))):
+            x = torch.randn(8, 64)
+            torch._dynamo.mark_dynamic(x, 0)
+            f(x, *args)
+        assert len(handler.tables) == 1  # x @ x.t() has N = M: tuned at the traced size, not bucketed
+        y = torch.randn(40, 64)
+        torch.testing.assert_close(gram(y), y @ y.t(), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(proj(y, w), y @ w.t(), rtol=1e-4, atol=1e-4)
+
+
+def test_an_addmm_under_max_autotune_is_bucketed_once_and_tuned_nowhere_else():
+    from torch._inductor import config
+
+    layer = _linear(bias=True)
+    handler = gi.install(settings=OFF, m="1:64")
+    with config.patch(max_autotune=True), torch.no_grad():
+        f = torch.compile(layer, dynamic=True)
+        for m in (8, 30):
+            x = torch.randn(m, 40)
+            torch.testing.assert_close(f(x), layer(x), rtol=1e-4, atol=1e-4)
+    assert handler.stats["bucketed"] == 1 and handler.stats["tuned"] == 0, handler.stats
+
+
+def test_a_call_with_no_rows_writes_nothing_and_a_build_is_never_shared_with_other_ranks(monkeypatch):
+    text = dynamic.table_text("mm", 1.0, 1.0, {1: "aten_mm"}, "mm A(M, 8)")
+    out = torch.empty(0, 2)
+    assert dynamic.run_buckets(torch.empty(0, 8), torch.randn(8, 2), table=text, out=out) is out
+    seen = []
+    import gemmtune.engine as engine
+
+    real = engine.tune
+    monkeypatch.setattr(engine, "tune", lambda *a, **k: seen.append(k["settings"]) or real(*a, **k))
+    a, b = torch.randn(5, 8), torch.randn(8, 2)
+    torch.testing.assert_close(dynamic.run_buckets(a, b, table=text, out=torch.empty(5, 2)), a @ b)
+    assert [(s.store, s.distributed) for s in seen] == [("off", "off")]

@@ -200,3 +200,14 @@ def test_the_padded_library_kernel_always_reaches_the_final_as_the_library_kerne
                               lambda cs, rounds: retimed.extend(cs) or [times[c] for c in cs],
                               FinalRule(finalists=1, rounds=3, library_margin=0.01))
     assert twin in retimed and lib in retimed and decision.choice == twin
+
+
+def test_a_tma_twin_still_pads_n_its_descriptors_need_aligned_rows():
+    from gemmtune.templates.triton.tma import TritonTMAPersistentTemplate
+
+    twin = PaddedTemplate(TritonTMAPersistentTemplate())
+    assert twin.keep_n is False and TritonMMTemplate.any_out_stride is True
+    for b_col in (True, False):
+        ki = _problem(777, 1234, 5555, b_col=b_col, device="cuda")
+        big = padded_problem(ki)
+        assert (big.K, big.N) == (1280, 5568)

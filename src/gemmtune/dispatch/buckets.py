@@ -140,9 +140,9 @@ def stats() -> dict[str, Any]:
 def pinned(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
            out_layout: str | None) -> Any:
     """The Selection of a call whose family is registered: its bucket's pick built for the call's M
-    (nothing timed; checked once; nothing stored), or where the call's M cannot run that pick, torch's
-    own op (the pool's first candidate where `backends` leaves torch's op out).  None where the call's
-    family is not registered (the caller tunes)."""
+    (nothing timed; checked once; nothing stored or shared with other ranks), or where the call's M
+    cannot run that pick, torch's own op (the pool's first candidate where `backends` leaves torch's op
+    out).  None where the call's family is not registered (the caller tunes)."""
     family = family_of(op, tensors, alpha, beta, backends, out_layout)
     bucket = None if family is None else BUCKETS.lookup(family, tensors[-2].shape[0])
     if bucket is None:
@@ -151,7 +151,7 @@ def pinned(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[s
     from ..core.settings import Settings
 
     winner: Choice = bucket.winner
-    settings = Settings.from_env().with_(store="off")
+    settings = Settings.from_env().with_(store="off", distributed="off")  # each rank meets its own M
     sel = engine.tune(op, *tensors, backends=backends, alpha=alpha, beta=beta, out_layout=out_layout,
                       finalize=[keep_only(winner.key)], settings=settings, progress=False)
     with BUCKETS.lock:

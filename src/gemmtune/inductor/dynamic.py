@@ -18,7 +18,7 @@ Inductor's buffer.  The entry is untrusted input (it can come from Inductor's ca
 reads it strictly.  An epilogue is not fused into the call, as with the library kernel.
 
 Example:
-    >>> text = table_text("mm", 1.0, 0.0, {1: "aten_mm", 64: "triton_mm_bm64[swizzle=8]"})
+    >>> text = table_text("mm", 1.0, 1.0, {1: "aten_mm", 64: "triton_mm_bm64[swizzle=8]"})
     >>> op, alpha, beta, picks = parse_table(text)
     >>> op, picks[64], nearest(picks, 200)
     ('mm', 'triton_mm_bm64[swizzle=8]', 64)
@@ -41,8 +41,8 @@ from ..core.inputs import KernelInputs, TensorMeta, device_str
 from ..core.m_range import MAX_M, bucket_of, buckets_for, parse_m
 
 __all__ = ["DYNAMIC_NAME", "DYNAMIC_UID", "DEFAULT_TOP", "table_text", "family_text", "parse_table", "nearest",
-           "symbolic_m", "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice", "tune_table", "answer",
-           "STATS"]
+           "symbolic_m", "table_key", "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice",
+           "tune_table", "answer", "STATS"]
 
 DYNAMIC_NAME = "gemmtune_buckets"
 DYNAMIC_UID = "aten::" + DYNAMIC_NAME
@@ -83,7 +83,7 @@ def parse_table(text: str) -> tuple[str, float, float, dict[int, str]]:
     """(op, alpha, beta, {bucket: choice key}) of a `table_text`; ValueError naming what is wrong.
 
     Example:
-        >>> parse_table('{"op": "mm", "alpha": 1.0, "beta": 0.0, "family": "", "buckets": {"3": "aten_mm"}}')
+        >>> parse_table('{"op": "mm", "alpha": 1.0, "beta": 1.0, "family": "", "buckets": {"3": "aten_mm"}}')
         Traceback (most recent call last):
         ...
         ValueError: gemmtune bucketed GEMM entry: bucket '3' is not a power of two from 1 to 16777216
@@ -100,18 +100,27 @@ def parse_table(text: str) -> tuple[str, float, float, dict[int, str]]:
     if not isinstance(data["family"], str) or len(data["family"]) > 1024:
         raise ValueError(f"{where}: family must be text of at most 1024 characters")
     op, alpha, beta, buckets = data["op"], data["alpha"], data["beta"], data["buckets"]
-    if op not in ("mm", "addmm") or not all(type(x) in (int, float) and math.isfinite(x) for x in (alpha, beta)):
+    if op not in ("mm", "addmm") or not all(type(x) in (int, float) and _finite(x) for x in (alpha, beta)):
         raise ValueError(f"{where}: op must be mm or addmm and alpha, beta finite numbers")
+    if op == "mm" and (alpha, beta) != (1, 1):
+        raise ValueError(f"{where}: an mm has alpha = beta = 1")
     if not isinstance(buckets, dict) or not 0 < len(buckets) <= MAX_M.bit_length():
         raise ValueError(f"{where}: expected 1 to {MAX_M.bit_length()} buckets")
     picks = {}
     for b, key in buckets.items():
-        if not (b.isdigit() and 1 <= int(b) <= MAX_M and bucket_of(int(b)) == int(b)):
+        if not (b.isascii() and b.isdigit() and 1 <= int(b) <= MAX_M and bucket_of(int(b)) == int(b)):
             raise ValueError(f"{where}: bucket {b!r} is not a power of two from 1 to {MAX_M}")
         if not isinstance(key, str) or not 0 < len(key) <= 1024:
             raise ValueError(f"{where}: bucket {b}'s pick is not a choice key")
         picks[int(b)] = key
     return op, float(alpha), float(beta), picks
+
+
+def _finite(x: float) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def nearest(picks: dict[int, str], m: int) -> int:
@@ -121,19 +130,28 @@ def nearest(picks: dict[int, str], m: int) -> int:
 
 
 def symbolic_m(kernel_inputs: Any, op_name: str) -> Any:
-    """M's expression (a symbol, or a product such as batch x tokens) where every other symbolic size
-    and stride of an mm or addmm is M itself (a column-major A's stride, a broadcast bias); else None."""
+    """M's expression (a symbol, or a product such as batch x tokens) in an mm or addmm whose B and K are
+    fixed and whose every other symbolic size or stride is M itself (a column-major A's stride, a
+    broadcast bias); else None (tuned at the traced size)."""
     if op_name not in ("mm", "addmm"):
         return None
     try:
         shapes, strides = kernel_inputs.shapes_symbolic(), kernel_inputs.strides_symbolic()
     except Exception:  # noqa: BLE001 - an Inductor without symbolic accessors: tuned at its hint
         return None
+    symbolic = lambda x: bool(getattr(x, "free_symbols", None))  # noqa: E731
     m = shapes[-2][0]
-    if not getattr(m, "free_symbols", None):
+    if not symbolic(m) or any(symbolic(x) for x in (*shapes[-1], *strides[-1], shapes[-2][1])):
         return None
-    others = [x for dims in (*shapes, *strides) for x in dims if getattr(x, "free_symbols", None)]
+    others = [x for dims in (*shapes, *strides) for x in dims if symbolic(x)]
     return m if all(x == m for x in others) else None
+
+
+def table_key(kernel_inputs: Any, op_name: str) -> str:
+    """The handler's key of a bucketed GEMM: the op, A's and B's symbolic sizes, strides and dtypes, the
+    scalars (not the bias, which Inductor's calls for one addmm give in two forms)."""
+    shapes, strides = kernel_inputs.shapes_symbolic()[-2:], kernel_inputs.strides_symbolic()[-2:]
+    return f"{op_name} {shapes} {strides} {kernel_inputs.dtypes()[-2:]} {_scalars(kernel_inputs)}"
 
 
 def bucket_range(symbol: Any, hint: int, wanted: Any = None) -> list[int]:
@@ -163,15 +181,22 @@ def problem_at(kernel_inputs: Any, op_name: str, symbol: Any, m: int) -> KernelI
     return KernelInputs(op_name, metas, *_scalars(kernel_inputs))
 
 
+def _key(text: str, sizes: Any, strides: Any) -> tuple:
+    """A kept kernel's key: the entry, M, A's strides and the other operands' sizes and strides (B and the
+    bias: one entry may serve an addmm whose bias comes in more than one form)."""
+    return (text, sizes[-2][0], tuple(strides[-2]), *((tuple(z), tuple(t)) for i, (z, t) in enumerate(
+        zip(sizes, strides)) if i != len(sizes) - 2))
+
+
 def register(text: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> None:
-    """Keep the kernel a bucket's tune compiled (`operands`: its problem's TensorMetas).  Kernels are kept
-    per entry, M and A's strides: the entry's family fixes the rest."""
+    """Keep the kernel a bucket's tune compiled (`operands`: its problem's TensorMetas)."""
     with _LOCK:
-        _KERNELS[(text, operands[-2].size[0], tuple(operands[-2].stride))] = kernel
+        _KERNELS[_key(text, [m.size for m in operands], [m.stride for m in operands])] = kernel
 
 
 def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: Any) -> Callable[..., torch.Tensor]:
-    """The kernel of the call's bucket's pick for the call's own sizes: nothing timed, nothing stored."""
+    """The kernel of the call's bucket's pick for the call's own sizes: nothing timed, nothing stored, and
+    nothing shared with other ranks (each rank meets its own M)."""
     from ..engine import tune
 
     op, alpha, beta, picks = parse_table(text)
@@ -180,7 +205,7 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
     STATS["outside"] += not min(picks) <= bucket_of(m) <= max(picks)
     with torch.no_grad():
         sel = tune(op, *tensors, alpha=alpha, beta=beta, templates=pool, finalize=[keep_only(picks[bucket])],
-                   settings=settings.with_(store="off"), progress=False)
+                   settings=settings.with_(store="off", distributed="off"), progress=False)
     if sel.kernel is None:
         raise RuntimeError(f"gemmtune bucketed GEMM: {sel.problem.describe()}: no kernel to run")
     STATS["builds"] += 1
@@ -189,8 +214,9 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
 
 def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.Tensor:
     """What the compiled graph calls: the pick of the call's M bucket (`table`: `table_text`) into `out`."""
-    a = tensors[-2]
-    key = (table, a.shape[0], a.stride())
+    if tensors[-2].shape[0] == 0:  # a data-dependent M with no rows: nothing to write
+        return out
+    key = _key(table, [t.shape for t in tensors], [t.stride() for t in tensors])
     kernel = _KERNELS.get(key)
     if kernel is None:
         from .extern import handler_settings
@@ -299,7 +325,7 @@ def answer(handler: Any, kernel_inputs: Any, templates: list, op_name: str, symb
     from ..core.settings import Settings
     from .compat import inductor_templates
 
-    key = handler.make_lookup_key(kernel_inputs, op_name, include_device=False)
+    key = table_key(kernel_inputs, op_name)
     library = next((t for t in templates if t.uid == inductor_templates().aten.get(op_name)), None)
     if library is None:
         return [] if key in handler.tables else None

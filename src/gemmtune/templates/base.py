@@ -89,6 +89,7 @@ class Template(ABC):
     default_min_dim: int = 0  # with `backends` unset: pooled only for problems whose M, N and K are all this or more
     # Whether `trace` can emit this template's kernels into a `torch.compile` graph.
     traceable: bool = False
+    any_out_stride: bool = False  # its kernels write an output of any row stride (a padded twin then keeps N)
 
     @property
     def is_extern(self) -> bool:

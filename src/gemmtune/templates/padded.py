@@ -14,10 +14,11 @@ to `align_of(dtype)` elements (16 bytes).  A weight that is a parameter (`nn.Par
 of one such as `weight.t()`) is padded once and kept until the parameter changes (its version
 counter moves, as an optimizer step moves it), so a patched `nn.Linear` pays only the activation's copy.
 
-A Triton template's twin (`PaddedTemplate.keep_n`) keeps N: its kernels write any output stride, so a
-row-major B gets padded storage seen through its first N columns (aligned rows, the same product) and the
-kernel writes the output itself, with no block copied out; where only the output's N is misaligned it
-is not offered (it would be the template's own candidate).
+A twin of a template whose kernels write any output stride (`any_out_stride`: the Triton templates
+but the TMA ones) keeps N (`PaddedTemplate.keep_n`): a row-major B gets padded storage seen through its
+first N columns (aligned rows, the same product) and the kernel writes the output itself, with no block
+copied out; where only the output's N is misaligned it is not offered (it would be the template's own
+candidate).
 
 `padded_pool` adds a padded twin of each template of the default pool on a GPU (`registry.
 active_templates`); elsewhere a `PaddedTemplate` competes only where `templates=` lists it.
@@ -224,7 +225,7 @@ class PaddedTemplate(Template):
 
     def __init__(self, inner: Template):
         self.inner = inner
-        self.keep_n = inner.family == "triton"  # its kernels write any output stride: N is never padded
+        self.keep_n = inner.any_out_stride  # its kernels write any output stride: N is never padded
         self.uid = PREFIX + inner.uid
         self.family = inner.family
         self.src_hash = source_hash(inner.src_hash or inner.uid, _SOURCE)

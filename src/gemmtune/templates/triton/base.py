@@ -334,6 +334,7 @@ class TritonTemplate(Template):
     """
 
     family = "triton"
+    any_out_stride = True  # masked pointer stores; the TMA templates, whose descriptors need aligned rows, say False
     native_devices = ("cuda",)
     runtime_space: Mapping[str, Sequence[Any]] = {"swizzle": SWIZZLES}
     default_runtime: Mapping[str, Any] = {"swizzle": STAGE1_SWIZZLE}

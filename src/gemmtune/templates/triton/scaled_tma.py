@@ -85,6 +85,7 @@ class TritonScaledTMATemplate(TritonTemplate):
     """
 
     uid = "triton_scaled_tma"
+    any_out_stride = False  # its TMA descriptors need 16-byte-aligned output rows
     kernel_file = "scaled_tma_kernel.py"
     config_space = staticmethod(config_space)
     ops = ("scaled_mm",)

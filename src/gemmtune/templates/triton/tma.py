@@ -203,6 +203,7 @@ class TritonTMAPersistentTemplate(TritonTemplate):
     """
 
     uid = "triton_tma_persistent"
+    any_out_stride = False  # its TMA descriptors need 16-byte-aligned output rows
     kernel_file = "tma_kernel.py"
     config_space = staticmethod(config_space)
     ops = ("mm", "addmm")
