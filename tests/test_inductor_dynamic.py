@@ -92,7 +92,7 @@ def test_a_dynamic_compile_runs_each_m_on_its_buckets_pick():
     _, _, _, picks = dynamic.parse_table(next(iter(handler.tables.values())))
     assert sorted(picks) == [1, 16, 64] and set(picks.values()) == {"aten_mm"}  # one pick: nothing bisected
     # M = 64 ran the kernel its bucket's tune compiled; 8, 3, 33 and 100 built their bucket's pick once
-    assert dynamic.STATS["builds"] == 4 and dynamic.STATS["outside"] == 1 and dynamic.STATS["calls"] == 6
+    assert dynamic.STATS["builds"] == 4 and dynamic.STATS["outside"] == 1
 
 
 def test_the_kernels_kept_for_calls_sizes_are_bounded(monkeypatch):

@@ -51,7 +51,7 @@ DEFAULT_TOP = 4096
 MAX_TABLE_BYTES = 1 << 16
 MAX_KERNELS = 8192  # kernels kept for calls' sizes; the oldest is dropped past it (rebuilt if met again)
 log = logging.getLogger("gemmtune")
-STATS: Counter = Counter()  # "tables", "builds", "outside", "calls"
+STATS: Counter = Counter()  # "tables", "builds", "outside"
 
 _KERNELS: dict[tuple, Callable[..., torch.Tensor]] = {}
 _LOCK = threading.Lock()
@@ -182,16 +182,17 @@ def problem_at(kernel_inputs: Any, op_name: str, symbol: Any, m: int) -> KernelI
 
 
 def _key(text: str, sizes: Any, strides: Any) -> tuple:
-    """A kept kernel's key: the entry, M, A's strides and the other operands' sizes and strides (B and the
-    bias: one entry may serve an addmm whose bias comes in more than one form)."""
-    return (text, sizes[-2][0], tuple(strides[-2]), *((tuple(z), tuple(t)) for i, (z, t) in enumerate(
-        zip(sizes, strides)) if i != len(sizes) - 2))
+    """A kept kernel's key: the entry, then A's, B's and (addmm) the bias's size and stride; one entry
+    may serve an addmm whose bias comes in more than one form.  Spelled out: it is built on every call."""
+    if len(sizes) == 2:
+        return (text, sizes[0], strides[0], sizes[1], strides[1])
+    return (text, sizes[1], strides[1], sizes[2], strides[2], sizes[0], strides[0])
 
 
 def register(text: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> None:
     """Keep the kernel a bucket's tune compiled (`operands`: its problem's TensorMetas)."""
     with _LOCK:
-        _KERNELS[_key(text, [m.size for m in operands], [m.stride for m in operands])] = kernel
+        _KERNELS[_key(text, [tuple(m.size) for m in operands], [tuple(m.stride) for m in operands])] = kernel
 
 
 def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: Any) -> Callable[..., torch.Tensor]:
@@ -214,27 +215,37 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
 
 def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.Tensor:
     """What the compiled graph calls: the pick of the call's M bucket (`table`: `table_text`) into `out`."""
-    if tensors[-2].shape[0] == 0:  # a data-dependent M with no rows: nothing to write
-        return out
-    key = _key(table, [t.shape for t in tensors], [t.stride() for t in tensors])
+    if len(tensors) == 2:
+        a, b = tensors
+        key = (table, a.shape, a.stride(), b.shape, b.stride())
+    else:
+        c, a, b = tensors
+        key = (table, a.shape, a.stride(), b.shape, b.stride(), c.shape, c.stride())
     kernel = _KERNELS.get(key)
     if kernel is None:
-        from .extern import handler_settings
-        from .tuning import inductor_pool
-
-        settings, templates = handler_settings()
-        with _LOCK:
-            kernel = _KERNELS.get(key)
-            if kernel is None:
-                kernel = _KERNELS[key] = _build(table, tensors, settings,
-                                                inductor_pool(tensors[-1].device.type, templates, settings))
-                while len(_KERNELS) > MAX_KERNELS:
-                    del _KERNELS[next(iter(_KERNELS))]
-    STATS["calls"] += 1
+        if a.shape[0] == 0:  # a data-dependent M with no rows: nothing to write
+            return out
+        kernel = _kernel_for(key, table, tensors)
     if out.is_contiguous():
         return kernel(*tensors, out=out)
     out.copy_(kernel(*tensors))
     return out
+
+
+def _kernel_for(key: tuple, table: str, tensors: tuple[torch.Tensor, ...]) -> Callable[..., torch.Tensor]:
+    """A call's kernel, built once (`_build`) under the lock and kept; the oldest dropped past `MAX_KERNELS`."""
+    from .extern import handler_settings
+    from .tuning import inductor_pool
+
+    settings, templates = handler_settings()
+    with _LOCK:
+        kernel = _KERNELS.get(key)
+        if kernel is None:
+            kernel = _KERNELS[key] = _build(table, tensors, settings,
+                                            inductor_pool(tensors[-1].device.type, templates, settings))
+            while len(_KERNELS) > MAX_KERNELS:
+                del _KERNELS[next(iter(_KERNELS))]
+    return kernel
 
 
 def buckets_choice() -> Any:
