@@ -215,6 +215,7 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
 
 def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.Tensor:
     """What the compiled graph calls: the pick of the call's M bucket (`table`: `table_text`) into `out`."""
+    key: tuple
     if len(tensors) == 2:
         a, b = tensors
         key = (table, a.shape, a.stride(), b.shape, b.stride())
