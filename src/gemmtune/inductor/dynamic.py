@@ -39,6 +39,8 @@ import torch
 from ..core.choices import keep_only
 from ..core.inputs import KernelInputs, TensorMeta, device_str
 from ..core.m_range import MAX_M, bucket_of, buckets_for, parse_m
+from .extern import handler_settings, kernel_choice, write_into
+from .tuning import inductor_pool, scalars_of, stand_in
 
 __all__ = ["DYNAMIC_NAME", "DYNAMIC_UID", "DEFAULT_TOP", "table_text", "family_text", "parse_table", "nearest",
            "symbolic_m", "table_key", "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice",
@@ -151,7 +153,7 @@ def table_key(kernel_inputs: Any, op_name: str) -> str:
     """The handler's key of a bucketed GEMM: the op, A's and B's symbolic sizes, strides and dtypes, the
     scalars (not the bias, which Inductor's calls for one addmm give in two forms)."""
     shapes, strides = kernel_inputs.shapes_symbolic()[-2:], kernel_inputs.strides_symbolic()[-2:]
-    return f"{op_name} {shapes} {strides} {kernel_inputs.dtypes()[-2:]} {_scalars(kernel_inputs)}"
+    return f"{op_name} {shapes} {strides} {kernel_inputs.dtypes()[-2:]} {scalars_of(kernel_inputs)}"
 
 
 def bucket_range(symbol: Any, hint: int, wanted: Any = None) -> list[int]:
@@ -178,7 +180,7 @@ def problem_at(kernel_inputs: Any, op_name: str, symbol: Any, m: int) -> KernelI
     dev = device_str(kernel_inputs.device())
     metas = tuple(TensorMeta(at(sz), at(st), dt, dev) for sz, st, dt in zip(
         kernel_inputs.shapes_symbolic(), kernel_inputs.strides_symbolic(), kernel_inputs.dtypes()))
-    return KernelInputs(op_name, metas, *_scalars(kernel_inputs))
+    return KernelInputs(op_name, metas, *scalars_of(kernel_inputs))
 
 
 def _key(text: str, sizes: Any, strides: Any) -> tuple:
@@ -227,17 +229,11 @@ def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.
         if a.shape[0] == 0:  # a data-dependent M with no rows: nothing to write
             return out
         kernel = _kernel_for(key, table, tensors)
-    if out.is_contiguous():
-        return kernel(*tensors, out=out)
-    out.copy_(kernel(*tensors))
-    return out
+    return write_into(out, kernel, tensors)
 
 
 def _kernel_for(key: tuple, table: str, tensors: tuple[torch.Tensor, ...]) -> Callable[..., torch.Tensor]:
     """A call's kernel, built once (`_build`) under the lock and kept; the oldest dropped past `MAX_KERNELS`."""
-    from .extern import handler_settings
-    from .tuning import inductor_pool
-
     settings, templates = handler_settings()
     with _LOCK:
         kernel = _KERNELS.get(key)
@@ -250,18 +246,8 @@ def _kernel_for(key: tuple, table: str, tensors: tuple[torch.Tensor, ...]) -> Ca
 
 
 def buckets_choice() -> Any:
-    """Inductor's `ExternKernelChoice` for `run_buckets` (one per process, as Inductor keeps one per name)."""
-    from torch._inductor.select_algorithm import ExternKernelChoice, extern_kernels
-
-    found = _made.get(DYNAMIC_NAME)
-    if found is None:
-        if hasattr(extern_kernels, DYNAMIC_NAME):  # left by an earlier copy of this module (a reload)
-            delattr(extern_kernels, DYNAMIC_NAME)
-        found = _made[DYNAMIC_NAME] = ExternKernelChoice(run_buckets, name=DYNAMIC_NAME, has_out_variant=True)
-    return found
-
-
-_made: dict[str, Any] = {}
+    """Inductor's `ExternKernelChoice` for `run_buckets`."""
+    return kernel_choice(run_buckets, DYNAMIC_NAME)
 
 
 def refined(buckets: list[int], pick_at: Callable[[int], str], step: int = 4) -> dict[int, str]:
@@ -295,7 +281,6 @@ def tune_table(kernel_inputs: Any, op_name: str, symbol: Any, wanted: Any, setti
     from torch.utils._python_dispatch import _disable_current_modes
 
     from ..engine import tune
-    from .tuning import inductor_pool, stand_in
 
     hint = int(kernel_inputs.shapes_hinted()[-2][0])
     device = kernel_inputs.device()
@@ -315,16 +300,13 @@ def tune_table(kernel_inputs: Any, op_name: str, symbol: Any, wanted: Any, setti
 
     picks = refined(bucket_range(symbol, hint, wanted), pick_at)
     family = family_text(problem_at(kernel_inputs, op_name, symbol, hint))
-    text = table_text(op_name, *_scalars(kernel_inputs), picks, family)
+    text = table_text(op_name, *scalars_of(kernel_inputs), picks, family)
     for operands, kernel in kernels:
         register(text, operands, kernel)
     STATS["tables"] += 1
     return text, sum(from_store)
 
 
-def _scalars(kernel_inputs: Any) -> tuple[float, float]:
-    scalars = dict(getattr(kernel_inputs, "_scalars", {}) or {})
-    return float(scalars.get("alpha", 1.0)), float(scalars.get("beta", 1.0))
 
 
 def answer(handler: Any, kernel_inputs: Any, templates: list, op_name: str, symbol: Any) -> list | None:

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 
 __all__ = ["EXTERN_NAME", "EXTERN_UID", "EXTERN_TEMPLATES", "pick_text", "parse_pick", "register", "run_pick",
-           "extern_choice", "STATS"]
+           "write_into", "kernel_choice", "extern_choice", "STATS"]
 
 log = logging.getLogger("gemmtune")
 
@@ -117,22 +117,34 @@ def run_pick(*tensors: torch.Tensor, pick: str, out: torch.Tensor) -> torch.Tens
             if kernel is None:
                 kernel = _KERNELS[sig] = _retune(pick, tensors)
     STATS["calls"] += 1
+    return write_into(out, kernel, tensors)
+
+
+def write_into(out: torch.Tensor, kernel: Callable[..., torch.Tensor], tensors: tuple) -> torch.Tensor:
+    """`kernel(*tensors)` written into Inductor's buffer `out`: directly where it is contiguous, else
+    through a fresh row-major result (a layout the kernel does not write)."""
     if out.is_contiguous():
         return kernel(*tensors, out=out)
-    out.copy_(kernel(*tensors))  # a layout the kernel does not write: through a fresh row-major result
+    out.copy_(kernel(*tensors))
     return out
 
 
-def extern_choice() -> Any:
-    """Inductor's `ExternKernelChoice` for `run_pick` (made once per process: Inductor keeps one per name)."""
+def kernel_choice(fn: Callable[..., torch.Tensor], name: str) -> Any:
+    """Inductor's `ExternKernelChoice` named `name` calling `fn` with an out variant, made once per process
+    (Inductor keeps one per name, as `extern_kernels.<name>`)."""
     from torch._inductor.select_algorithm import ExternKernelChoice, extern_kernels
 
-    found = _made.get(EXTERN_NAME)
+    found = _made.get(name)
     if found is None:
-        if hasattr(extern_kernels, EXTERN_NAME):  # left by an earlier copy of this module (a reload)
-            delattr(extern_kernels, EXTERN_NAME)
-        found = _made[EXTERN_NAME] = ExternKernelChoice(run_pick, name=EXTERN_NAME, has_out_variant=True)
+        if hasattr(extern_kernels, name):  # left by an earlier copy of this module (a reload)
+            delattr(extern_kernels, name)
+        found = _made[name] = ExternKernelChoice(fn, name=name, has_out_variant=True)
     return found
+
+
+def extern_choice() -> Any:
+    """Inductor's `ExternKernelChoice` for `run_pick`."""
+    return kernel_choice(run_pick, EXTERN_NAME)
 
 
 _made: dict[str, Any] = {}

@@ -23,7 +23,7 @@ from .entries import FUSION, InductorPick, entries_for
 from .extern import EXTERN_UID, register
 from .keys import problem_keys
 
-__all__ = ["EXACT_TEMPLATES", "inductor_pool", "stand_in", "tune_inductor_problem", "pick_for_selection"]
+__all__ = ["EXACT_TEMPLATES", "inductor_pool", "stand_in", "tune_inductor_problem", "pick_for_selection", "scalars_of"]
 
 EXACT_TEMPLATES = INDUCTOR_TEMPLATES
 
@@ -74,11 +74,16 @@ def gemmtune_inputs(kernel_inputs: Any, op_name: str) -> KernelInputs | None:
     shapes, strides = kernel_inputs.shapes_hinted(), kernel_inputs.strides_hinted()
     if not all(isinstance(s, int) for dims in (*shapes, *strides) for s in dims):
         return None
-    scalars = dict(getattr(kernel_inputs, "_scalars", {}) or {})
     dev = device_str(kernel_inputs.device())
     metas = tuple(TensorMeta(tuple(sz), tuple(st), dt, dev)
                   for sz, st, dt in zip(shapes, strides, kernel_inputs.dtypes()))
-    return KernelInputs(op_name, metas, float(scalars.get("alpha", 1.0)), float(scalars.get("beta", 1.0)))
+    return KernelInputs(op_name, metas, *scalars_of(kernel_inputs))
+
+
+def scalars_of(kernel_inputs: Any) -> tuple[float, float]:
+    """(alpha, beta) of Inductor's kernel inputs (1.0 where unset)."""
+    scalars = dict(getattr(kernel_inputs, "_scalars", {}) or {})
+    return float(scalars.get("alpha", 1.0)), float(scalars.get("beta", 1.0))
 
 
 def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings | None,

@@ -158,14 +158,18 @@ def _pad_vector_like(t: Any, full: Sequence[int], padded: Sequence[int]) -> Any:
     return F.pad(t.view(torch.uint8), lead).view(t.dtype) if t.dtype.itemsize == 1 else F.pad(t, lead)
 
 
+def _b_columns(ki: KernelInputs, dims: dict[str, int], keep_n: bool) -> int:
+    """The columns of B's padded storage: N padded (`dims`), or with `keep_n` the problem's N where B is
+    column-major (N leads no row of it)."""
+    return ki.N if keep_n and not _row_major(ki.b) else dims.get("N", ki.N)
+
+
 def pad_operands(ki: KernelInputs, tensors: Sequence[Any], dims: dict[str, int], matrix: Any = pad_matrix,
                  keep_n: bool = False) -> tuple:
     """`tensors` (in `ki.op`'s order) padded to `dims` (`padding_dims`); `matrix(t, rows, cols)` pads
     the two matrices (`pad_matrix`).  `keep_n`: N stays the problem's (B's storage padded where it is
     row-major, `PaddedTemplate.keep_n`)."""
-    M, K = dims.get("M", ki.M), dims.get("K", ki.K)
-    b_row = _row_major(ki.b)
-    N = ki.N if keep_n and not b_row else dims.get("N", ki.N)
+    M, K, N = dims.get("M", ki.M), dims.get("K", ki.K), _b_columns(ki, dims, keep_n)
     full, padded = (ki.M, ki.N), (M, ki.N if keep_n else N)
     cut = (lambda t: t[..., :ki.N]) if keep_n and N != ki.N else (lambda t: t)
     if ki.op == "addmm":
@@ -267,8 +271,7 @@ def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, kee
     padding of each matrix is worked out here once (`matrix_padder`); the weight's is kept while it is
     an unchanged parameter.  `keep_n`: N kept (`pad_operands`), `inner` writes the output itself."""
     b_row = _row_major(ki.b)
-    M, K = dims.get("M", ki.M), dims.get("K", ki.K)
-    N = ki.N if keep_n and not b_row else dims.get("N", ki.N)
+    M, K, N = dims.get("M", ki.M), dims.get("K", ki.K), _b_columns(ki, dims, keep_n)
     same = lambda t: t  # noqa: E731
     ia, ib = (1, 2) if ki.op == "addmm" else (0, 1)
     pad_a = matrix_padder(ki.a.size[-2:], _row_major(ki.a), M, K, ki.dtype) or same
