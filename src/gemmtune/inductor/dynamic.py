@@ -307,8 +307,6 @@ def tune_table(kernel_inputs: Any, op_name: str, symbol: Any, wanted: Any, setti
     return text, sum(from_store)
 
 
-
-
 def answer(handler: Any, kernel_inputs: Any, templates: list, op_name: str, symbol: Any) -> list | None:
     """The handler's choices for a call whose M alone is symbolic: the bucketed extern call, once per
     problem (in the call that offers the library kernel; [] in addmm's later call); None where this call
