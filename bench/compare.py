@@ -1,11 +1,12 @@
 """Per GEMM: gemmtune against cuBLAS (cuBLASLt for fp8) and Inductor max-autotune, on a shape suite, in one
 process on one GPU; tuning time beside each.
 
-For every shape of `--suite` (bf16 `bench/shapes.json`, fp8 `bench/shapes_fp8.json`): the library call as
-is; `torch.compile` of the op in mode max-autotune-no-cudagraphs on fresh caches; gemmtune's `tune`, store
-off, cold (a fresh Triton cache) and warm; on misaligned shapes (`--compiled`), a default-mode compile under
-`gemmtune.inductor.installed`; with `--exhaustive`, the exhaustive search (the default's regret).  The picks are timed interleaved (CUDA events, L2 flushed), then each once more by the second
-timer (`gemmtune.measure.second`: Triton's do_bench), columns `*_second_ms`.  Writes JSON after every shape.
+For every shape of `--suite` (bf16 `bench/shapes.json`, fp8 `bench/shapes_fp8.json`): the library call as is;
+`torch.compile` of the op in mode max-autotune-no-cudagraphs on fresh caches; gemmtune's `tune`, store off, cold (a
+fresh Triton cache) and warm; on misaligned shapes (`--compiled`), a default-mode compile under
+`gemmtune.inductor.installed`; with `--exhaustive`, the exhaustive search (the default's regret).  The picks are
+timed interleaved (CUDA events, L2 flushed), then each once more by the second timer (`gemmtune.measure.second`:
+Triton's do_bench), columns `*_second_ms`.  Writes JSON after every shape.
 
     python bench/compare.py --suite bench/shapes_fp8.json --no-inductor --only llama3-8b-q_o-m16-rowwise
     python bench/compare.py --dry-run                     # no GPU: the plan, nothing timed
@@ -16,6 +17,7 @@ timer (`gemmtune.measure.second`: Triton's do_bench), columns `*_second_ms`.  Wr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -85,8 +87,6 @@ def run_compiled(spec, tensors, settings=None) -> tuple[Callable, float]:
     """`torch.compile` of the op on fresh caches, its first call timed: Inductor in `INDUCTOR_MODE`, or with
     `settings`, gemmtune's compiled path (default mode under `gemmtune.inductor.installed`: Inductor's passes,
     its padding too, then gemmtune's pick).  The compiled call and its seconds."""
-    import contextlib
-
     import torch
 
     import gemmtune.inductor as gi
@@ -167,7 +167,7 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     return row
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--suite", default=str(ROOT / "bench" / "shapes.json"))
     p.add_argument("--out", default="compare.json")
@@ -180,11 +180,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="parse the suite, print the plan, measure nothing")
     p.add_argument("--part", default="", help="K/N: only the K-th of N parts of the suite (one per GPU; then --merge)")
     p.add_argument("--merge", nargs="+", default=[], metavar="JSON", help="join the parts into --out")
-    return p.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = p.parse_args(argv)
     if not args.dry_run:  # before anything imports or compiles with Triton
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cold-")
     if args.merge:
@@ -203,9 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.dry_run:
         return measure(specs, exhaustive, args)
     plan = build_plan(specs, exhaustive, inductor=not args.no_inductor, rounds=args.rounds, compiled=args.compiled)
-    print(f"{len(plan)} shapes, {sum(len(p['timed']) for p in plan)} timed kernels")
-    for p in plan:
-        print(f"- {p['name']}: {p['problem']}\n" + "\n".join(f"    {step}" for step in p["steps"]))
+    print(f"{len(plan)} shapes, {sum(len(entry['timed']) for entry in plan)} timed kernels")
+    for entry in plan:
+        print(f"- {entry['name']}: {entry['problem']}\n" + "\n".join(f"    {step}" for step in entry["steps"]))
     if args.out:
         Path(args.out).write_text(json.dumps({"dry_run": True, "plan": plan}, indent=1))
     return 0
@@ -259,8 +255,8 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
            "tune s cold | warm | Inductor s | choices |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ind, ind_s = r.get("inductor_ms"), r.get("inductor_tune_s")
-        out.append(f"| {r['name']} | {r['problem']} | {r['cublas_ms']:.4f} | `{r['winner']}` | {r['gemmtune_ms']:.4f} | "
-                   f"{r['speedup_vs_cublas']:.3f} | {'-' if ind is None else f'{ind:.4f}'} | "
+        out.append(f"| {r['name']} | {r['problem']} | {r['cublas_ms']:.4f} | `{r['winner']}` | {r['gemmtune_ms']:.4f} "
+                   f"| {r['speedup_vs_cublas']:.3f} | {'-' if ind is None else f'{ind:.4f}'} | "
                    f"{'-' if ind is None else format(r['inductor_speedup_vs_cublas'], '.3f')} | "
                    f"{r['gemmtune_cold_s']:.1f} | {r['gemmtune_warm_s']:.1f} | "
                    f"{'-' if ind_s is None else format(ind_s, '.1f')} | {r['n_choices']} |")

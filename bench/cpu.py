@@ -1,19 +1,16 @@
 """gemmtune on a CPU: each shape of a suite tuned, then its pick timed against torch's own op.
 
-For each shape: `gemmtune.tune` with the store off (its wall time is the tuning time; the first shape
-also pays numba's compile unless numba's cache is warm), then the pick and torch's op (`torch.mm`,
-`torch.addmm`, `torch.bmm`) timed with `torch.utils.benchmark` in interleaved rounds (the pick as a
-warm eager call runs it: torch's op itself for an aten mm or bmm pick), in a shuffled
-order each round; the ratio is the median of the per-round ratios torch / pick (above 1: the pick is
-faster).  The machine's load average is recorded: on a busy machine CPU timings move with it.
+For each shape: `gemmtune.tune` with the store off (its wall time is the tuning time; the first shape also pays
+numba's compile unless numba's cache is warm), then the pick and torch's op (`torch.mm`, `torch.addmm`, `torch.bmm`)
+timed with `torch.utils.benchmark` in interleaved rounds (the pick as a warm eager call runs it: torch's op itself for
+an aten mm or bmm pick), in a shuffled order each round; the ratio is the median of the per-round ratios torch / pick
+(above 1: the pick is faster).  The machine's load average is recorded: on a busy machine CPU timings move with it.
 `--busy N` keeps N processes running torch matmuls while each shape is tuned (not while its pick is timed): what a
-pick made on a busy machine costs once the machine is quiet.
+pick made on a busy machine costs once the machine is quiet.  Prints a table; writes JSON after every shape.
 
     python bench/cpu.py --out bench/results/cpu_suite_2core_2026-12-06.json
     python bench/cpu.py --suite bench/shapes_cpu.json --only square-128,odd-100x300x200 --rounds 5
     python bench/cpu.py --busy 2 --squares 32,64,96,128,192,256,320,384,448,512   # tuned on a busy machine
-
-Prints a table; writes JSON after every shape.
 """
 
 from __future__ import annotations
@@ -122,9 +119,8 @@ def main(argv: list[str] | None = None) -> int:
               "device": cpu_name(), "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "gemmtune": gemmtune.__version__, "threads": torch.get_num_threads(), "shapes": []}
     for spec in specs:
-        load = os.getloadavg()[0]
-        row = run_shape(spec, args.rounds, settings, args.busy)
-        row["load_avg_before"] = round(load, 2)
+        load = round(os.getloadavg()[0], 2)
+        row = dict(run_shape(spec, args.rounds, settings, args.busy), load_avg_before=load)
         result["shapes"].append(row)
         result["summary"] = summary(result["shapes"])
         if args.out:

@@ -1,15 +1,13 @@
-"""Pack the CUTLASS wheels for the GPU machine, which has no network: one `.whl/cutlass/cutlass.tar.xz`
-holding nvidia-cutlass-dsl (with its base, core and cu13 libraries) and nvidia-cutlass-operators with
-its dependencies (apache-tvm-ffi, torch-c-dlpack-ext), every wheel unzipped and the whole tree packed
-with xz.  It fits one call's 64 MiB beside the working tree, where the wheels as they come (about
-61 MB with the cu13 wheel repacked alone) and the tree did not; `bench/gpu_run.py cutlass-all-setup`
-unpacks it into `.cutedsl/` (carry `.whl/cutlass`).
+"""Pack the CUTLASS wheels for the GPU machine, which has no network: one `.whl/cutlass/cutlass.tar.xz` holding
+nvidia-cutlass-dsl (with its base, core and cu13 libraries) and nvidia-cutlass-operators with its dependencies
+(apache-tvm-ffi, torch-c-dlpack-ext), every wheel unzipped and the whole tree packed with xz.  It fits one call's
+64 MiB beside the working tree, where the wheels as they come (about 61 MB with the cu13 wheel repacked alone) and
+the tree did not; `bench/gpu_run.py cutlass-setup` unpacks it into `.cutedsl/` (carry `.whl/cutlass`).
 
     python bench/cutlass_wheels.py             # pip download, unzip, pack (about 5 minutes of xz)
     python bench/cutlass_wheels.py --dry-run   # the pip command and where the pack goes
 
-Prints the pack's size and what a call would carry (the tracked and untracked files git does not
-ignore, plus the pack).
+Prints the pack's size and what a call would carry (the tracked and untracked files git does not ignore, plus the pack).
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x
 def pip_command(dest: Path) -> list[str]:
     """`pip download` of the pinned wheels for the GPU machine's Python (3.12, x86-64 Linux), no deps.
 
-    Example:
         >>> cmd = pip_command(Path("/tmp/w"))
         >>> cmd[3:5], "nvidia-cutlass-operators==0.3.0" in cmd
         (['download', '--no-deps'], True)
@@ -74,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="cutlass-wheels-") as tmp:
         cmd = pip_command(Path(tmp))
         if args.dry_run:
-            print(" ".join(cmd))
-            print(f"-> {OUT.relative_to(ROOT)}")
+            print(" ".join(cmd), f"-> {OUT.relative_to(ROOT)}", sep="\n")
             return 0
         if shutil.which("xz") is None:
             raise SystemExit("cutlass_wheels.py: needs xz")

@@ -91,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
            "runs": [run(int(r), cache, args.preload) for r in args.ranks.split(",")]}
     base = res["runs"][0]["warmup_s"]
     print("| ranks | warm-up s (slowest rank) | x one rank | its tunes s | store hits s | forward s | in-model check s "
-          "| with gemmtune's import s | problems tuned per rank | same picks on every rank |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| with gemmtune's import s | problems tuned per rank | same picks on every rank |\n" + "|---" * 10 + "|")
     for r in res["runs"]:
         w = r["slowest"]
         print(f"| {r['ranks']} | {r['warmup_s']:.2f} | {r['warmup_s'] / base:.2f} | {w['tune_s']:.2f} | "

@@ -219,7 +219,7 @@ def operands(case: Case, device: str) -> tuple[torch.Tensor, ...]:
 
     a, sa = _quantise(rows(case.M), DTYPES[case.a_dtype], case.scales == "rowwise")
     if case.special:  # NaN and Inf are data: they reach the output where the reference has them
-        a[int(torch.randint(case.M, (), generator=g)), int(torch.randint(case.K, (), generator=g))] = float(case.special)
+        a[tuple(int(torch.randint(n, (), generator=g)) for n in a.shape)] = float(case.special)
     w, sw = _quantise(rows(case.N), DTYPES[case.b_dtype], case.scales != "tensorwise")
     b = w.to(device).t() if case.b_layout == "col" else w.t().contiguous().to(device)
     tensors = [a.to(device), b, sa.to(device), (sw.t().contiguous() if case.scales != "tensorwise" else sw).to(device)]
@@ -242,14 +242,12 @@ def cuda_rules(tensors: Sequence[torch.Tensor], case: Case) -> str | None:
         torch._scaled_mm(*meta[:4], **_call(meta, case))
     except TORCH_REFUSALS as exc:
         return f"torch (meta): {(str(exc).splitlines() or [type(exc).__name__])[0]}"
-    a, b, scale_a, scale_b = tensors[:4]
-    out = DTYPES[case.out_dtype]
+    (a, b, scale_a, scale_b), out = tensors[:4], DTYPES[case.out_dtype]
+    bias = tensors[4] if len(tensors) > 4 else None
     if a.dtype == b.dtype == E5M2:
         return "torch (CUDA): multiplication of two float8_e5m2 matrices is not supported"
-    if len(tensors) > 4:
-        bias = tensors[4]
-        if bias.numel() != b.shape[1] or out == F32 or bias.dtype != out:
-            return f"torch (CUDA): a {bias.dtype} bias of {bias.numel()} elements with a {out} output"
+    if bias is not None and (bias.numel() != b.shape[1] or out == F32 or bias.dtype != out):
+        return f"torch (CUDA): a {bias.dtype} bias of {bias.numel()} elements with a {out} output"
     if (scale_a.numel() > 1 or scale_b.numel() > 1) and out != BF16:
         return f"torch (CUDA): row-wise scaling with a {out} output"
     return None
@@ -338,7 +336,7 @@ def table(tally: Tally, columns: Sequence[str] = COLUMNS) -> str:
             "| " + " | ".join(str(tally.counts[c]) for c in columns) + " |"]
     rows += [f"  {uid}: {n} {status}" for (uid, status), n in sorted(tally.per_kernel.items())]
     rows += [f"  refused, as torch, {n}x: {rule}" for rule, n in tally.refusals.most_common()]
-    rows += [f"  case {f['case']} ({f['problem']}): {f['kind']}: {f['what']}: {f['detail']}" for f in tally.findings[:20]]
+    rows += ["  case {case} ({problem}): {kind}: {what}: {detail}".format(**f) for f in tally.findings[:20]]
     return "\n".join(rows)
 
 

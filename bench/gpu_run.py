@@ -182,15 +182,13 @@ def run_job(name: str, job: Job, out: Path, gpu: int | None) -> str:
         if job.dsl and not DSL.is_dir():
             log.write(f"skipped: no {DSL.name}/ (run cutlass-setup with .whl/cutlass carried)\n")
             return "skipped"
-        if job.unpack:
-            rc = unpack(log)
-        else:
-            try:
-                rc = subprocess.run([a.format(out=out, job=name) for a in job.argv], cwd=ROOT, env=_env(job, gpu),
-                                    stdout=log, stderr=subprocess.STDOUT, timeout=job.timeout_s, check=False).returncode
-            except subprocess.TimeoutExpired:
-                log.write(f"\ntimed out after {job.timeout_s:.0f} s\n")
-                return "timed out"
+        try:
+            rc = unpack(log) if job.unpack else subprocess.run(
+                [a.format(out=out, job=name) for a in job.argv], cwd=ROOT, env=_env(job, gpu), stdout=log,
+                stderr=subprocess.STDOUT, timeout=job.timeout_s, check=False).returncode
+        except subprocess.TimeoutExpired:
+            log.write(f"\ntimed out after {job.timeout_s:.0f} s\n")
+            return "timed out"
     return "ok" if rc == 0 else f"rc={rc}"
 
 
@@ -208,8 +206,7 @@ def run_lanes(lanes: list[list[str]], out: Path, gpus: int, tail: int = 12) -> i
     """Run the lanes (at once where each has a GPU), then print each log's end; 1 if a job did not end ok."""
     out.mkdir(parents=True, exist_ok=True)
     placed = plan(lanes, gpus)
-    outcome: dict[str, str] = {}
-    took: dict[str, float] = {}
+    outcome, took = {}, {}  # per job: "ok", "rc=N", "timed out" or "skipped"; its seconds
 
     def lane(gpu: int | None, names: list[str]) -> None:
         for name in names:
@@ -222,9 +219,8 @@ def run_lanes(lanes: list[list[str]], out: Path, gpus: int, tail: int = 12) -> i
         list(pool.map(lambda p: lane(*p), placed))
     for gpu, names in placed:
         for name in names:
-            lines = (out / f"{name}.log").read_text(errors="replace").splitlines()
             print(f"==> {name} (GPU {'default' if gpu is None else gpu}): {outcome[name]} <== {took[name]:.0f} s")
-            print("\n".join(lines[-tail:]) if tail > 0 else "")
+            print("\n".join((out / f"{name}.log").read_text(errors="replace").splitlines()[-tail:]) if tail > 0 else "")
     return 0 if all(v in ("ok", "skipped") for v in outcome.values()) else 1
 
 

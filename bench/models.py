@@ -31,12 +31,12 @@ import model_runs  # noqa: E402
 from model_runs import FIRST, FIRST_DEFAULT, STEADY, torch  # noqa: E402
 
 
-def spawn(args: list[str], env: dict[str, str], timeout: float) -> Any:
-    """`python bench/model_runs.py ARGS` with `env` over this environment: its last JSON line, or an error."""
+def spawn(args: list[str], env: dict[str, str], timeout: float, script: str = "model_runs.py") -> Any:
+    """`python bench/SCRIPT ARGS` with `env` over this environment: its last JSON line, or an error."""
     path = os.pathsep.join(p for p in (str(HERE.parent / "src"), os.environ.get("PYTHONPATH")) if p)
     full = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
     try:
-        done = subprocess.run([sys.executable, str(HERE / "model_runs.py"), *args], env=full, capture_output=True,
+        done = subprocess.run([sys.executable, str(HERE / script), *args], env=full, capture_output=True,
                               text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}

@@ -181,11 +181,11 @@ def run_default(args: argparse.Namespace, res: dict) -> None:
     """Lookups, warm calls and the fleets on servers of this run's own; their table."""
     from gemmtune.store.locations import open_store
 
-    srv, cache = RedisServer().start(), tempfile.mkdtemp()
-    env = {**os.environ, "GEMMTUNE_CACHE_DIR": cache, "GEMMTUNE_NOISE_LIMIT": "1e9"}
+    srv, cache = RedisServer().start(), Path(tempfile.mkdtemp())
+    env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(cache), "GEMMTUNE_NOISE_LIMIT": "1e9"}
     try:
         res["lookups"] = lookups(srv.url(prefix="lookups"))
-        res["warm_call_us"] = {"sqlite": warm_call(str(Path(cache) / "w.sqlite")), "redis": warm_call(srv.url(prefix="w"))}
+        res["warm_call_us"] = {"sqlite": warm_call(str(cache / "w.sqlite")), "redis": warm_call(srv.url(prefix="w"))}
         shapes = [[8 * (1 + i % 8), 16 * (1 + i // 8 % 4), 8 * (2 + i % 3)] for i in range(args.shapes)]
         res["fleet"] = fleet(srv.url(prefix="fleet"), args.procs, shapes, env)
         res["fleet_again"] = fleet(srv.url(prefix="fleet"), min(args.procs, 8), shapes, env)

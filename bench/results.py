@@ -179,10 +179,9 @@ def eager_table(results: Path) -> dict[str, str]:
 
 
 def cpu_tables(results: Path) -> dict[str, str]:
-    data = load(results, CPU[0])
     shapes = [[r["name"], f"{r['op']} {r['M']}x{r['K']}x{r['N']}", f"`{r['pick']}`", num(r["pick_ms"], ".4f", " ms"),
                num(r["torch_ms"], ".4f", " ms"), num(r["ratio_vs_torch"]), num(r["tune_s"], ".2f", " s")]
-              for r in data["shapes"]]
+              for r in load(results, CPU[0])["shapes"]]
     rows = []
     for name in CPU:
         d = load(results, name)
@@ -234,8 +233,8 @@ def summary(results: Path) -> str:
          f"{first['gemmtune']['first_s']:.1f} s (max-autotune {first['max_autotune']['first_s']:.1f} s)", at(MODELS[:1])],
         ["the same Llama in eager after `gemmtune.warmup`", f"{num(eager[0], '.4f')} plain eager's speed "
          f"(95 % interval {eager[1]:.4f}-{eager[2]:.4f})", at(EAGER[0])],
-        [f"CPU, {cpu['n']} float32 GEMMs: speed vs torch", f"**{num(cpu['geomean_vs_torch'])}** geomean; torch's own op "
-         f"kept on {cpu['library_picks']}/{cpu['n']}", at(CPU)]])
+        [f"CPU, {cpu['n']} float32 GEMMs: speed vs torch", f"**{num(cpu['geomean_vs_torch'])}** geomean; "
+         f"torch's own op kept on {cpu['library_picks']}/{cpu['n']}", at(CPU)]])
 
 
 def page(results: Path = RESULTS, template: Path = TEMPLATE) -> str:

@@ -15,6 +15,7 @@ import torch
 import gemmtune
 import gemmtune.inductor as gi
 from gemmtune.core.errors import InputError
+from gemmtune.core.inputs import TensorMeta
 from gemmtune.inductor import dynamic
 from helpers import fresh_inductor  # noqa: F401 - a fixture
 
@@ -228,3 +229,26 @@ def test_a_call_with_no_rows_writes_nothing_and_a_build_is_never_shared_with_oth
     a, b = torch.randn(5, 8), torch.randn(8, 2)
     torch.testing.assert_close(dynamic.run_buckets(a, b, table=text, out=torch.empty(5, 2)), a @ b)
     assert [(s.store, s.distributed) for s in seen] == [("off", "off")]
+
+
+def test_a_kernel_whose_launcher_binds_is_bound_once_and_writes_into_inductors_buffer():
+    calls = []
+
+    def kernel(*tensors, out=None):
+        calls.append("general")
+        return torch.mm(*tensors, out=out)
+
+    def bind(*tensors):
+        calls.append("bind")
+        return lambda *operands, out=None: calls.append("bound") or torch.mm(*operands, out=out)
+
+    kernel.bound = bind
+    a, b, out = torch.randn(3, 4), torch.randn(4, 5), torch.empty(3, 5)
+    text = dynamic.table_text("mm", 1, 1, {4: "aten_mm"}, "A(M, 4) (4, 1) float32; B(4, 5) (5, 1) float32")
+    dynamic.register(text, [TensorMeta.of(a), TensorMeta.of(b)], dynamic._bound(kernel, (a, b)))
+    for _ in range(2):
+        assert dynamic.run_buckets(a, b, table=text, out=out) is out
+    assert torch.allclose(out, a @ b) and calls == ["bind", "bound", "bound"]
+    unbound = lambda *t, out=None: torch.mm(*t, out=out)  # noqa: E731
+    unbound.bound = lambda *t: None  # a launcher that declines: the kernel as it is
+    assert dynamic._bound(unbound, (a, b)) is unbound and dynamic._bound(torch.mm, (a, b)) is torch.mm

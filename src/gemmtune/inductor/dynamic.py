@@ -66,18 +66,18 @@ def table_text(op: str, alpha: float, beta: float, picks: dict[int, str], family
                        "buckets": {str(b): k for b, k in sorted(picks.items())}}, sort_keys=True)
 
 
-def family_text(ki: KernelInputs) -> str:
-    """`ki` with M left out, as text: the op, A's K, layout and dtype, the other operands' sizes, strides, dtypes.
+def family_text(shapes: Any, strides: Any, dtypes: Any, symbol: Any) -> str:
+    """A GEMM with M left out, as text: A's and B's sizes and strides (M's expression `symbol` spelled M,
+    every other dimension a number: `symbolic_m`) and dtypes.  It fixes A and B for each M, so a call is
+    keyed by its entry and M alone (an addmm also by its bias's form, which Inductor's calls vary).
 
     Example:
-        >>> family_text(KernelInputs.from_tensors("mm", torch.randn(5, 7), torch.randn(9, 7).t()))
-        'mm A(M, 7) row float32; (7, 9) (1, 7) float32'
+        >>> M = "s0"   # a stand-in for M's symbol
+        >>> family_text([(M, 7), (7, 9)], [(7, 1), (1, 7)], [torch.bfloat16] * 2, M)
+        'A(M, 7) (7, 1) bfloat16; B(7, 9) (1, 7) bfloat16'
     """
-    a = ki.operands[-2]
-    layout = "row" if a.stride[-1] == 1 else "col" if a.stride[-2] == 1 else "strided"
-    others = "; ".join(f"{tuple(m.size)} {tuple(m.stride)} {str(m.dtype)[6:]}"
-                       for i, m in enumerate(ki.operands) if i != len(ki.operands) - 2)
-    return f"{ki.op} A(M, {a.size[1]}) {layout} {str(a.dtype)[6:]}; {others}"
+    spelled = lambda dims: "(" + ", ".join("M" if d == symbol else str(int(d)) for d in dims) + ")"  # noqa: E731
+    return "; ".join(f"{n}{spelled(shapes[i])} {spelled(strides[i])} {str(dtypes[i])[6:]}" for i, n in enumerate("AB"))
 
 
 @lru_cache(maxsize=256)
@@ -183,18 +183,24 @@ def problem_at(kernel_inputs: Any, op_name: str, symbol: Any, m: int) -> KernelI
     return KernelInputs(op_name, metas, *scalars_of(kernel_inputs))
 
 
-def _key(text: str, sizes: Any, strides: Any) -> tuple:
-    """A kept kernel's key: the entry, then A's, B's and (addmm) the bias's size and stride; one entry
-    may serve an addmm whose bias comes in more than one form.  Spelled out: it is built on every call."""
-    if len(sizes) == 2:
-        return (text, sizes[0], strides[0], sizes[1], strides[1])
-    return (text, sizes[1], strides[1], sizes[2], strides[2], sizes[0], strides[0])
+def _key(text: str, operands: Any) -> tuple:
+    """A kept kernel's key from a problem's TensorMetas: as `run_buckets` spells it."""
+    if len(operands) == 2:
+        return (text, operands[0].size[0])
+    return (text, operands[1].size[0], tuple(operands[0].size), tuple(operands[0].stride))
+
+
+def _bound(kernel: Callable[..., torch.Tensor], tensors: Any) -> Callable[..., torch.Tensor]:
+    """`kernel` bound to the problem of `tensors` where its launcher can be (a Triton template's on a GPU:
+    the argument list built once, only the pointers change per call), else `kernel`."""
+    binder = getattr(kernel, "bound", None)
+    return (binder(*tensors) if binder is not None else None) or kernel
 
 
 def register(text: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> None:
     """Keep the kernel a bucket's tune compiled (`operands`: its problem's TensorMetas)."""
     with _LOCK:
-        _KERNELS[_key(text, [tuple(m.size) for m in operands], [tuple(m.stride) for m in operands])] = kernel
+        _KERNELS[_key(text, operands)] = kernel
 
 
 def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: Any) -> Callable[..., torch.Tensor]:
@@ -212,23 +218,25 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
     if sel.kernel is None:
         raise RuntimeError(f"gemmtune bucketed GEMM: {sel.problem.describe()}: no kernel to run")
     STATS["builds"] += 1
-    return sel.kernel
+    return _bound(sel.kernel, tensors)
 
 
 def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.Tensor:
-    """What the compiled graph calls: the pick of the call's M bucket (`table`: `table_text`) into `out`."""
-    key: tuple
+    """What the compiled graph calls: the pick of the call's M bucket (`table`: `table_text`) into `out`.
+    The entry's family fixes A and B for each M, so the kept kernel is found by (entry, M), and an
+    addmm's bias form; spelled out here, since it runs on every call."""
+    a = tensors[-2]
+    m = a.shape[0]
     if len(tensors) == 2:
-        a, b = tensors
-        key = (table, a.shape, a.stride(), b.shape, b.stride())
+        kernel = _KERNELS.get((table, m))
     else:
-        c, a, b = tensors
-        key = (table, a.shape, a.stride(), b.shape, b.stride(), c.shape, c.stride())
-    kernel = _KERNELS.get(key)
+        kernel = _KERNELS.get((table, m, tensors[0].shape, tensors[0].stride()))
     if kernel is None:
-        if a.shape[0] == 0:  # a data-dependent M with no rows: nothing to write
+        if m == 0:  # a data-dependent M with no rows: nothing to write
             return out
-        kernel = _kernel_for(key, table, tensors)
+        kernel = _kernel_for(_key(table, [TensorMeta.of(t) for t in tensors]), table, tensors)
+    if out.is_contiguous():
+        return kernel(*tensors, out=out)
     return write_into(out, kernel, tensors)
 
 
@@ -293,13 +301,14 @@ def tune_table(kernel_inputs: Any, op_name: str, symbol: Any, wanted: Any, setti
             tensors = [stand_in(m.size, m.stride, m.dtype, device) for m in ki.operands]
             sel = tune(op_name, *tensors, settings=settings, templates=pool, store_tag="inductor",
                        alpha=ki.alpha, beta=ki.beta, progress=False)
+            if sel.kernel is not None:
+                kernels.append((ki.operands, _bound(sel.kernel, tensors)))
         from_store.append(bool(sel.cache_hit))
-        if sel.kernel is not None:
-            kernels.append((ki.operands, sel.kernel))
         return sel.winner.key
 
     picks = refined(bucket_range(symbol, hint, wanted), pick_at)
-    family = family_text(problem_at(kernel_inputs, op_name, symbol, hint))
+    family = family_text(kernel_inputs.shapes_symbolic()[-2:], kernel_inputs.strides_symbolic()[-2:],
+                         kernel_inputs.dtypes()[-2:], symbol)
     text = table_text(op_name, *scalars_of(kernel_inputs), picks, family)
     for operands, kernel in kernels:
         register(text, operands, kernel)

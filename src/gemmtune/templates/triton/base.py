@@ -263,8 +263,9 @@ def bound_launcher(ki: KernelInputs, run: KernelLaunch, args: Callable[..., tupl
                    tensors: Sequence[torch.Tensor], swizzle: int,
                    before: Callable[[], None] | None = None,
                    buffers: Callable[[torch.device], tuple] | None = None) -> Callable[..., torch.Tensor] | None:
-    """`launch` bound to one problem and swizzle: `fn(*tensors)` for operands with the shapes,
-    strides, dtypes and device of `tensors` (a dispatch key's problem) allocates the output and
+    """`launch` bound to one problem and swizzle: `fn(*tensors, out=None)` for operands with the shapes,
+    strides, dtypes and device of `tensors` (a dispatch key's problem) allocates the output (or takes a
+    row-major `out`) and
     launches the binary with the first call's arguments, changing only the pointers: no argument
     building per call.  A call the binding cannot serve (another alignment, device, a profiler's
     launch hook) goes through `launch`.  `buffers(device)`: the scratch tensors `args` adds (fetched
@@ -285,8 +286,9 @@ def bound_launcher(ki: KernelInputs, run: KernelLaunch, args: Callable[..., tupl
         return None
     size, dtype, empty = ki.out_size, ki.result_dtype, torch.empty
 
-    def bound(*operands: torch.Tensor) -> torch.Tensor:
-        out = empty(size, dtype=dtype, device=device)
+    def bound(*operands: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        if out is None:  # else a row-major output of the problem's size (Inductor's buffer)
+            out = empty(size, dtype=dtype, device=device)
         if before is not None:
             before()
         if bind(operands if buffers is None else (*operands, *scratch()), out):
