@@ -5,9 +5,9 @@ M is batch x tokens: decode at M in {1, 2, 4, ..., 256} (M sequences of one toke
 `max_autotune` (`torch.compile(dynamic=True)`, default mode and max-autotune-no-cudagraphs); `gemmtune`
 (`gemmtune.inductor.install(m=LO:HI)`, then the default dynamic compile); `eager_range` (`gemmtune.warmup(model,
 x, m=LO:HI)`, then eager); `static` (max-autotune-no-cudagraphs compiled for each M of `--static`, timed in a
-process of its own beside `max_autotune` and `gemmtune`);
-`*_store`: gemmtune's store as its variant left it, new Triton and Inductor caches.  First calls: each `--first`
-variant in a fresh process: its set-up, then a first call at each M (seconds to the end of each), what Inductor
+process of its own beside `max_autotune` and `gemmtune`).  First calls: each `--first` variant in a fresh process
+on new caches (`*_store`: gemmtune's store as its variant left it, new Triton and Inductor caches; `*_again`:
+every cache as left): its set-up, then a first call at each M (seconds to the end of each), what Inductor
 benchmarked, what gemmtune tuned, and gemmtune's tunes after the set-up.  Steady state: one process sets each
 `--steady` variant up from those caches; per round the M values shuffled and, at each M, the variants shuffled,
 `--iters` calls each: the median ms and the median per-round ratio to `max_autotune`; then the GEMM kernels' GPU
@@ -40,7 +40,9 @@ from models import spawn  # noqa: E402
 
 DECODE, PREFILL = [2 ** i for i in range(9)], [512 * 2 ** i for i in range(4)]
 VARIANTS = ("eager", "default", "max_autotune", "gemmtune", "eager_range", "static")
-FIRST = ("default", "max_autotune", "gemmtune", "gemmtune_store", "eager_range", "eager_range_store")
+FIRST = ("default", "max_autotune", "gemmtune", "gemmtune_store", "eager_range", "eager_range_store",
+         "eager_range_again")
+PHASES = {"_store": "store", "_again": "keep"}  # the caches a suffix keeps (model_runs.cache_env)
 GEMM = re.compile(r"gemm|gemv|nvjet|xmma|cutlass|cublas|triton_tem|mm_kernel|splitk|skinny|tma_persistent|matmul",
                   re.IGNORECASE)
 
@@ -114,7 +116,7 @@ def first_child(name: str, ms: list[int], variant: str, seed: int) -> dict[str, 
     import gemmtune.inductor as gi
     from gemmtune.inductor import dynamic
 
-    base = variant.removesuffix("_store")
+    base = variant[:-6] if variant[-6:] in PHASES else variant
     model, inputs = build(name)
     order = random.Random(seed).sample(ms, len(ms))
     with torch.no_grad(), gi.benchmark_probe() as probe:
@@ -238,9 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--model", a.model, "--m", ",".join(map(str, a.m)), "--root", str(root), "--seed", str(a.seed),
               "--rounds", str(a.rounds), "--iters", str(a.iters), "--steady", ",".join(a.steady), "--static", a.static]
     for variant in a.first:
-        group = variant.removesuffix("_store")
-        rec = spawn(["--child", "first", variant, *common],
-                    model_runs.cache_env(root, group, "store" if variant != group else "new"), 590, script="serving.py")
+        group, phase = variant[:-6], PHASES.get(variant[-6:])
+        if phase is None:
+            group, phase = variant, "new"
+        rec = spawn(["--child", "first", variant, *common], model_runs.cache_env(root, group, phase), 590,
+                    script="serving.py")
         out["first"].append({"variant": variant, **rec})
         Path(a.out).write_text(json.dumps(out, indent=1, default=str))
     for what in (["all"] if a.steady else []) + (["static"] if a.static else []):

@@ -121,3 +121,33 @@ def test_dry_run_of_the_fp8_suite_names_the_library_call_and_the_scales(compare,
                                                                    ("scaled_mm", "rowwise", "float8_e4m3fn")]
     assert all("torch._scaled_mm" in p["steps"][0] for p in plan)
     assert "scaled_mm 16x4096x4096 float8_e4m3fn rowwise" in capsys.readouterr().out
+
+
+def test_a_shape_times_the_compiled_path_where_it_is_asked_for(compare, monkeypatch):
+    """run_shape on the CPU with stand-ins for the compiles and the timers: the compiled path runs and is
+    timed on a misaligned shape under "misaligned" and "all", on an aligned one only under "all"."""
+    import types
+
+    import torch
+
+    from gemmtune.core.settings import Settings
+    from gemmtune.offline.suite import ProblemSpec
+
+    compiles = []
+    monkeypatch.setattr(compare, "run_compiled", lambda spec, tensors, settings=None: (
+        compiles.append("gemmtune" if settings else "inductor") or (lambda *t: t[0] @ t[1]), 0.1))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(ProblemSpec, "tensors", lambda self, device: (torch.randn(self.M, self.K),
+                                                                     torch.randn(self.K, self.N)))
+    import gemmtune.measure.second as second
+    monkeypatch.setattr(second, "second_reading", lambda fns, timer, device, rounds: [1.0] * len(fns))
+    monkeypatch.setattr(second, "second_timer_for", lambda flush: "do_bench")
+    timer = types.SimpleNamespace(flush="write", device="cpu", time_interleaved=lambda fns, rounds: [
+        types.SimpleNamespace(cost_ms=1.0, host_ms=1.0) for f in fns if f() is not None])
+    settings = Settings(store="off", backends=("extern",))
+    for k, which, runs in ((7, "misaligned", True), (8, "misaligned", False), (8, "all", True), (7, "off", False)):
+        compiles.clear()
+        spec = ProblemSpec(name="s", op="mm", M=8, K=k, N=8, dtype="float32")  # K = 7: A's rows misaligned
+        row = compare.run_shape(spec, settings, timer, False, True, 2, which)
+        assert compiles == (["inductor", "gemmtune"] if runs else ["inductor"]), (k, which)
+        assert ("compiled_ms" in row) == runs and row["inductor_ms"] == 1.0
