@@ -97,6 +97,8 @@ JOBS: dict[str, Job] = {
                                     script("models", "--cases", case, *(FIRST if part == "first" else STEADY)), 590)
        for name, case in (("stack1", "stack:1"), ("stack512", "stack:512"), ("llama64", "llama:64"))
        for part in ("first", "steady")},
+    "serving": Job("bench/serving.py: the causal LM at every batch size, first calls and steady state",
+                   script("serving"), 590),
     **{f"profile-{w}": Job(f"bench/profiling.py {w}", script("profiling", w), 300) for w in ("tune", "calls")},
     "first-use-check": Job("bench/redis_store.py --first-use with Triton picks", script(
         "redis_store", "--first-use", "--device", "cuda", "--backends", "triton", "--sizes", "256,1024,4096"), 300),

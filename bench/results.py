@@ -38,6 +38,7 @@ EAGER = (tuple(f"steady_eager_release{s}_h100_2026-12-05.json" for s in ("", "_r
 CPU = ("cpu_suite_2core_2026-12-06.json", "cpu_busy_2core_2026-12-06.json")
 REDIS = ("redis_store_cpu_2026-12-01.json",)
 CHECKS = ("first_use_check_cpu_2026-12-06.json", "first_use_check_h100_2026-12-06.json")
+SERVING = ("serving_h100_2026-12-06.json",)
 # What a file does not say of its own run (or says only in parts).
 RECORD: dict[str, dict[str, str]] = {
     BF16[0]: {"command": "python bench/compare.py --exhaustive square-2048,square-8192,llama3-8b-down-m16,"
@@ -46,7 +47,7 @@ RECORD: dict[str, dict[str, str]] = {
                            "(in halves of 9, then --merge)"},
     HARD[0]: {"command": "python bench/compare.py --suite bench/shapes_hard.json --rounds 20 (in halves: --part 1/2 "
                          "and 2/2, then --merge; the second half stopped at 21 of 28 shapes, out of device time)"},
-    REDIS[0]: {"device": "the 2-core CPU machine"},
+    REDIS[0]: {"device": "the 2-core CPU machine"}, SERVING[0]: {"command": "python bench/serving.py (meta.calls)"},
     CHECKS[0]: {"device": "the 2-core CPU machine",
                 "command": "python bench/redis_store.py --first-use --device cpu --sizes 64,256,512,1024 --reps 7"},
     CHECKS[1]: {"command": "python bench/redis_store.py --first-use --device cuda --backends triton --sizes 256,1024,4096"}}
@@ -55,7 +56,7 @@ SRC, PLAIN = ["command", "device", "date", "file"], ("eager", "eager_copy", "eag
 
 def cited() -> list[str]:
     """Every result file the page cites, in page order."""
-    return [*BF16, *HARD, *FP8_18, *FP8_64, *MODELS, *EAGER[0], *EAGER[1], *CPU, *REDIS, *CHECKS]
+    return [*BF16, *HARD, *FP8_18, *FP8_64, *MODELS, *EAGER[0], *EAGER[1], *SERVING, *CPU, *REDIS, *CHECKS]
 
 
 def load(results: Path, name: str) -> Any:
@@ -178,6 +179,24 @@ def eager_table(results: Path) -> dict[str, str]:
     return {"eager": md(["case", "warm-up, then eager", "A/A: plain eager", "kept patched", "rounds", *SRC], rows)}
 
 
+def serving_tables(results: Path) -> dict[str, str]:
+    """Every batch size: each first-call process, and per M the speeds of one steady-state run's variants."""
+    d, src = load(results, SERVING[0]), source(results, SERVING)
+    first = [[f"`{r['variant']}`", num(r["setup_s"], ".1f", " s"), num(r["total_s"], ".1f", " s"),
+              str(r["benchmarked"]), str(r["tunes_after_setup"]), *src] for r in d["first"]]
+    ms = {(r["M"], r["variant"], k): r for k in ("steady", "steady_a") for r in d[k]}
+    speed = lambda m, k, a, b: num(ms[m, b, k]["ms"] / ms[m, a, k]["ms"])  # noqa: E731
+    rows = [[str(m), speed(m, "steady", "gemmtune", "default"), speed(m, "steady_a", "max_autotune", "default"),
+             speed(m, "steady_a", "eager_range", "eager"), speed(m, "steady", "default", "eager"),
+             f"{ms[m, 'default', 'steady']['gemm_ms']:.3f} / {ms[m, 'gemmtune', 'steady']['gemm_ms']:.3f}"]
+            for m in d["meta"]["M"]]
+    return {"serving_first": md(["variant", "set-up", "to the end of every M's first call", "Inductor benchmarks",
+                                 "tunes after the set-up", *SRC], first),
+            "serving": md(["M", "gemmtune compile x default compile", "max-autotune x default (run A)",
+                           "eager after range warm-up x eager (run A)", "default compile x eager",
+                           "GEMM GPU ms per forward: default / gemmtune"], rows)}
+
+
 def cpu_tables(results: Path) -> dict[str, str]:
     shapes = [[r["name"], f"{r['op']} {r['M']}x{r['K']}x{r['N']}", f"`{r['pick']}`", num(r["pick_ms"], ".4f", " ms"),
                num(r["torch_ms"], ".4f", " ms"), num(r["ratio_vs_torch"]), num(r["tune_s"], ".2f", " s")]
@@ -240,7 +259,7 @@ def summary(results: Path) -> str:
 def page(results: Path = RESULTS, template: Path = TEMPLATE) -> str:
     """docs/RESULTS.md: the template with its fields filled from the cited files."""
     tables = {"summary": summary(results), **gpu_tables(results), **model_tables(results), **eager_table(results),
-              **cpu_tables(results), **store_table(results)}
+              **serving_tables(results), **cpu_tables(results), **store_table(results)}
     return re.sub(r"\{(\w+)\}", lambda m: tables[m[1]], template.read_text())
 
 

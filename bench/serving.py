@@ -35,7 +35,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import model_runs  # noqa: E402
-from model_runs import MAX_AUTOTUNE, own_frame, rel_err, time_round, torch  # noqa: E402
+from model_runs import MAX_AUTOTUNE, _sync, own_frame, rel_err, time_round, torch  # noqa: E402
 from models import spawn  # noqa: E402
 
 DECODE, PREFILL = [2 ** i for i in range(9)], [512 * 2 ** i for i in range(4)]
@@ -43,8 +43,7 @@ VARIANTS = ("eager", "default", "max_autotune", "gemmtune", "eager_range", "stat
 FIRST = ("default", "max_autotune", "gemmtune", "gemmtune_store", "eager_range", "eager_range_store",
          "eager_range_again")
 PHASES = {"_store": "store", "_again": "keep"}  # the caches a suffix keeps (model_runs.cache_env)
-GEMM = re.compile(r"gemm|gemv|nvjet|xmma|cutlass|cublas|triton_tem|mm_kernel|splitk|skinny|tma_persistent|matmul",
-                  re.IGNORECASE)
+GEMM = re.compile(r"gemm|gemv|nvjet|xmma|cutlass|cublas|triton_tem|mm_kernel|splitk|skinny|tma_persist|matmul", re.I)
 
 
 def build(name: str) -> tuple[Any, Callable[[int], tuple]]:
@@ -67,8 +66,7 @@ def build(name: str) -> tuple[Any, Callable[[int], tuple]]:
 
 
 def output_of(model: Any, inputs: tuple) -> torch.Tensor:
-    out = model(*inputs)
-    return out.logits if hasattr(out, "logits") else out
+    return getattr(out := model(*inputs), "logits", out)  # a causal LM's logits, or the tensor
 
 
 def set_up(variant: str, model: Any, inputs: Callable[[int], tuple], ms: list[int]) -> tuple[Callable, dict]:
@@ -76,11 +74,11 @@ def set_up(variant: str, model: Any, inputs: Callable[[int], tuple], ms: list[in
     import gemmtune
 
     span, facts = f"{min(ms)}:{max(ms)}", {}
+    if variant == "eager_range":
+        report = gemmtune.warmup(model, *inputs(64), progress=False, m=span)
+        facts.update(warmup_s=round(report.seconds, 3), tuned=report.tuned, problems=len(report.rows),
+                     released=len(report.released))
     if variant in ("eager", "eager_range"):
-        if variant == "eager_range":
-            report = gemmtune.warmup(model, *inputs(64), progress=False, m=span)
-            facts.update(warmup_s=round(report.seconds, 3), tuned=report.tuned, problems=len(report.rows),
-                         released=len(report.released))
         return (lambda x: output_of(model, x)), facts
     if variant == "static":
         kept: dict[tuple, Callable] = {}
@@ -100,29 +98,20 @@ def set_up(variant: str, model: Any, inputs: Callable[[int], tuple], ms: list[in
     return (lambda x: output_of(compiled, x)), facts
 
 
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _tunes() -> int:
-    import gemmtune
-
-    return int(gemmtune.dispatch_stats()["tunes"])
-
-
 def first_child(name: str, ms: list[int], variant: str, seed: int) -> dict[str, Any]:
     """One fresh process: `variant`'s set-up, then a first call at each M in a shuffled order."""
+    import gemmtune
     import gemmtune.inductor as gi
     from gemmtune.inductor import dynamic
 
+    tunes = lambda: int(gemmtune.dispatch_stats()["tunes"])  # noqa: E731
     base = variant[:-6] if variant[-6:] in PHASES else variant
     model, inputs = build(name)
     order = random.Random(seed).sample(ms, len(ms))
     with torch.no_grad(), gi.benchmark_probe() as probe:
         t0 = time.perf_counter()
         run, facts = set_up(base, model, inputs, ms)
-        setup_s, tunes, per_m = time.perf_counter() - t0, _tunes(), {}
+        setup_s, tuned, per_m = time.perf_counter() - t0, tunes(), {}
         for m in order:
             t = time.perf_counter()
             run(inputs(m))
@@ -131,7 +120,7 @@ def first_child(name: str, ms: list[int], variant: str, seed: int) -> dict[str, 
         total = time.perf_counter() - t0
     handler = facts.pop("handler", None)
     return {"variant": variant, "setup_s": round(setup_s, 3), "total_s": round(total, 3), "first_s": per_m,
-            "order": order, "benchmarked": probe.choices, "tunes_after_setup": _tunes() - tunes,
+            "order": order, "benchmarked": probe.choices, "tunes_after_setup": tunes() - tuned,
             "buckets": dict(dynamic.STATS), **({"handler": dict(handler.stats)} if handler else {}), **facts}
 
 
@@ -181,7 +170,8 @@ def steady_child(name: str, ms: list[int], variants: list[str], root: Path, roun
         ratio, quartiles = model_runs._paired(t, times.get((m, "max_autotune")))
         rows.append({"M": m, "variant": v, "ms": statistics.median(t), "ratio_vs_max_autotune": ratio,
                      "ratio_q1_q3": quartiles, "ratio_vs_eager": model_runs._paired(t, times.get((m, "eager")))[0],
-                     "gemm_ms": split[m, v][0], "gpu_ms": split[m, v][1], "rel_err": errs[m, v]})
+                     "gemm_ms": split[m, v][0], "gpu_ms": split[m, v][1], "rel_err": errs[m, v],
+                     "round_ms": [round(x, 4) for x in t]})
     return rows
 
 
@@ -234,15 +224,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rec, default=str))
         return 0
     root = Path(a.root or tempfile.mkdtemp(prefix="gemmtune-serving-"))
+    command = " ".join(["bench/serving.py", *(sys.argv[1:] if argv is None else argv)])
     out: dict[str, Any] = {"meta": {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
                                     "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-                                    "command": " ".join(sys.argv), "M": a.m}, "first": [], "steady": []}
+                                    "command": command, "M": a.m}, "first": [], "steady": []}
     common = ["--model", a.model, "--m", ",".join(map(str, a.m)), "--root", str(root), "--seed", str(a.seed),
               "--rounds", str(a.rounds), "--iters", str(a.iters), "--steady", ",".join(a.steady), "--static", a.static]
     for variant in a.first:
-        group, phase = variant[:-6], PHASES.get(variant[-6:])
-        if phase is None:
-            group, phase = variant, "new"
+        phase = PHASES.get(variant[-6:], "new")
+        group = variant if phase == "new" else variant[:-6]
         rec = spawn(["--child", "first", variant, *common], model_runs.cache_env(root, group, phase), 590,
                     script="serving.py")
         out["first"].append({"variant": variant, **rec})
