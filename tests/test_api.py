@@ -147,7 +147,7 @@ def test_clear_dispatch_cache_tunes_again(tune_calls):
     mm(a, b, backends=EXTERN)
     clear_dispatch_cache()
     assert dispatch_stats() == {"hits": 0, "misses": 0, "tunes": 0, "entries": 0, "selections": {},
-                                "bucket_families": 0, "bucket_builds": 0, "outside_buckets": 0}
+                                "bucket_families": 0, "bucket_builds": 0, "outside_buckets": 0, "buckets_wanted": 0}
     mm(a, b, backends=EXTERN)
     assert len(tune_calls) == 2
 

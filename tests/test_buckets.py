@@ -67,6 +67,36 @@ def test_an_m_outside_the_range_takes_the_nearest_bucket_and_is_counted():
     assert stats["tunes"] == tunes and stats["outside_buckets"] == 2
 
 
+def test_a_bucket_met_outside_the_range_is_marked_and_tuned_later_off_the_hot_path():
+    w = torch.randn(24, 16)
+    gemmtune.tune_buckets("addmm", torch.randn(24), torch.randn(5, 16), w.t(), m="8:32", backends=EXTERN)
+    family = family_of("addmm", (torch.randn(24), torch.randn(200, 16), w.t()), 1.0, 1.0, EXTERN, None)
+    tunes = gemmtune.dispatch_stats()["tunes"]
+    for m in (200, 200, 2, 250):  # buckets 256 (twice, then a hit), 2, 256 again
+        bias, a = torch.randn(24), torch.randn(m, 16)
+        torch.testing.assert_close(gemmtune.addmm(bias, a, w.t(), backends=EXTERN), torch.addmm(bias, a, w.t()))
+    stats = gemmtune.dispatch_stats()
+    assert stats["tunes"] == tunes and stats["outside_buckets"] == 3 and stats["buckets_wanted"] == 2
+    assert BUCKETS.wanted[family] == {2, 256} and BUCKETS.examples[family][1][1].shape == (1, 16)
+    assert gemmtune.tune_wanted_buckets() == {2: 1, 256: 1}
+    assert gemmtune.dispatch_stats()["tunes"] == tunes + 2  # tuned, not the nearest bucket's pick again
+    assert gemmtune.dispatch_stats()["buckets_wanted"] == 0 and {2, 256} <= set(BUCKETS.families[family])
+    assert gemmtune.tune_wanted_buckets() == {}  # nothing left to tune
+    tunes, bias, a = gemmtune.dispatch_stats()["tunes"], torch.randn(24), torch.randn(130, 16)
+    torch.testing.assert_close(gemmtune.addmm(bias, a, w.t(), backends=EXTERN), torch.addmm(bias, a, w.t()))
+    stats = gemmtune.dispatch_stats()  # M = 130: bucket 256, tuned now, so neither outside nor a tune
+    assert stats["outside_buckets"] == 3 and stats["tunes"] == tunes and stats["buckets_wanted"] == 0
+
+
+def test_a_wider_range_tunes_its_new_buckets_of_a_family_already_registered():
+    w = torch.randn(24, 16)
+    gemmtune.tune_buckets("mm", torch.randn(5, 16), w.t(), m="8:32", backends=EXTERN)
+    tunes, builds = gemmtune.dispatch_stats()["tunes"], gemmtune.dispatch_stats()["bucket_builds"]
+    gemmtune.tune_buckets("mm", torch.randn(5, 16), w.t(), m="2:128", backends=EXTERN)
+    stats = gemmtune.dispatch_stats()  # 2, 4, 64 and 128 tuned (8-32 were dispatched already)
+    assert stats["tunes"] == tunes + 4 and stats["bucket_builds"] == builds and stats["outside_buckets"] == 0
+
+
 def test_a_family_nobody_tuned_over_m_is_tuned_per_m_as_before():
     w = torch.randn(24, 16)
     gemmtune.mm(torch.randn(5, 16), w.t(), backends=EXTERN)

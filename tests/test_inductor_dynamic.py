@@ -252,3 +252,21 @@ def test_a_kernel_whose_launcher_binds_is_bound_once_and_writes_into_inductors_b
     unbound = lambda *t, out=None: torch.mm(*t, out=out)  # noqa: E731
     unbound.bound = lambda *t: None  # a launcher that declines: the kernel as it is
     assert dynamic._bound(unbound, (a, b)) is unbound and dynamic._bound(torch.mm, (a, b)) is torch.mm
+
+
+def test_two_gemms_whose_a_differs_only_in_its_stride_keep_entries_and_kernels_apart():
+    w = torch.randn(24, 40)
+    handler = gi.install(settings=OFF, m="1:64")
+    f = torch.compile(lambda x, y: (x @ w.t(), y[:, :40] @ w.t()))  # A's rows 40 and 56 apart
+    with torch.no_grad():
+        for m in (8, 5):
+            x, y = torch.randn(m, 40), torch.randn(m, 56)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(y, 0)
+            got = f(x, y)
+            torch.testing.assert_close(got[0], x @ w.t(), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(got[1], y[:, :40] @ w.t(), rtol=1e-4, atol=1e-4)
+    families = sorted(json.loads(t)["family"] for t in handler.tables.values())
+    assert families == ["A(M, 40) (40, 1) float32; B(40, 24) (1, 40) float32",
+                        "A(M, 40) (56, 1) float32; B(40, 24) (1, 40) float32"]
+    assert {key[0] for key in dynamic._KERNELS} == set(handler.tables.values())  # each kernel under its own entry

@@ -30,7 +30,7 @@ _EXPORTS = {
     "engine": ("tune",),
     "store.distributed": ("DistributedTuneError", "distributed_group"),
     "dispatch": ("WarmupReport", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "scaled_mm",
-                 "tune_buckets", "unpatch", "warmup"),
+                 "tune_buckets", "tune_wanted_buckets", "unpatch", "warmup"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -11,11 +11,11 @@ from . import eager
 from .eager import addmm, bmm, clear_dispatch_cache, dispatch_stats, mm
 from .fp8 import scaled_mm
 from .patching import patch, unpatch
-from .ranges import tune_buckets
+from .ranges import tune_buckets, tune_wanted_buckets
 from .warmup import WarmupReport, warmup
 
 __all__ = ["addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "mm", "patch", "scaled_mm", "tune_buckets",
-           "unpatch", "warmup", "WarmupReport"]
+           "tune_wanted_buckets", "unpatch", "warmup", "WarmupReport"]
 
 
 def _register_traced_ops() -> None:

@@ -10,7 +10,8 @@ A miss of a registered family (`gemmtune.mm`, a patched `nn.Linear`) then builds
 the call's own M without timing anything (`pinned`): the pick's template and config are the one
 candidate (its binary is the bucket's: `triton_mm` bakes in N and K, not M), checked once against the
 reference.  An M above or below the tuned range takes the nearest tuned bucket's pick and is counted
-in `stats()["outside"]`, the family marked for tuning; a family's pick the call's M cannot run (a
+(`stats()["outside_buckets"]`); its bucket is marked for tuning (`stats()["buckets_wanted"]`), which
+`gemmtune.tune_wanted_buckets()` does off the hot path; a family's pick the call's M cannot run (a
 template not offered at that M) gives way to torch's own op.  No call of a registered family tunes.
 A family nobody registered is tuned per M, as before.
 
@@ -26,7 +27,8 @@ Example:
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -101,12 +103,33 @@ class BucketTable:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.families: dict[tuple, dict[int, Any]] = {}
+        self.examples: dict[tuple, tuple] = {}  # per family: (op, operands at M = 1, alpha, beta, backends)
+        self.wanted: dict[tuple, set[int]] = {}  # per family: buckets calls met outside its tuned ones
         self.builds = 0  # picks built for a call's M from its bucket, without timing
         self.outside = 0  # calls whose M lay outside their family's tuned buckets
+        self.busy = 0  # range tunes under way (`tuning`)
 
-    def register(self, family: tuple, bucket: int, selection: Any) -> None:
+    @contextmanager
+    def tuning(self) -> Iterator[None]:
+        """While a range is tuned, a miss of a registered family tunes its own M: `pinned` stands aside
+        (a bucket tuned now must not take the nearest bucket's pick)."""
+        with self.lock:
+            self.busy += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.busy -= 1
+
+    def register(self, family: tuple, bucket: int, selection: Any, example: tuple | None = None) -> None:
+        """Register `selection` as `family`'s pick at `bucket`; `example`: (op, operands, alpha, beta,
+        backends) of one of its calls, what `tune_wanted_buckets` tunes a wanted bucket from."""
         with self.lock:
             self.families.setdefault(family, {})[bucket] = selection
+            self.wanted.get(family, set()).discard(bucket)
+            if example is not None and family not in self.examples:
+                op, tensors, *rest = example
+                self.examples[family] = (op, at_m(op, tensors, 1), *rest)
 
     def lookup(self, family: tuple, m: int) -> Any:
         """The Selection of `m`'s bucket, else of the nearest tuned one (counted outside); None: no family."""
@@ -117,12 +140,15 @@ class BucketTable:
             b = bucket_of(m)
             if b not in tuned:
                 self.outside += 1
+                self.wanted.setdefault(family, set()).add(b)
                 b = min(tuned, key=lambda t: (abs(t.bit_length() - b.bit_length()), -t))
             return tuned[b]
 
     def clear(self) -> None:
         with self.lock:
             self.families.clear()
+            self.examples.clear()
+            self.wanted.clear()
             self.builds = self.outside = 0
 
 
@@ -131,10 +157,11 @@ TABLE.on_clear(BUCKETS.clear)  # `gemmtune.clear_dispatch_cache()` forgets the f
 
 
 def stats() -> dict[str, Any]:
-    """`dispatch_stats()`' bucket counters: families registered, bucket builds, calls outside their range."""
+    """`dispatch_stats()`' bucket counters: families registered, bucket builds, calls outside their range,
+    buckets marked for tuning."""
     with BUCKETS.lock:
         return {"bucket_families": len(BUCKETS.families), "bucket_builds": BUCKETS.builds,
-                "outside_buckets": BUCKETS.outside}
+                "outside_buckets": BUCKETS.outside, "buckets_wanted": sum(map(len, BUCKETS.wanted.values()))}
 
 
 def pinned(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,
@@ -143,7 +170,7 @@ def pinned(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[s
     (nothing timed; checked once; nothing stored or shared with other ranks), or where the call's M
     cannot run that pick, torch's own op (the pool's first candidate where `backends` leaves torch's op
     out).  None where the call's family is not registered (the caller tunes)."""
-    family = family_of(op, tensors, alpha, beta, backends, out_layout)
+    family = None if BUCKETS.busy else family_of(op, tensors, alpha, beta, backends, out_layout)
     bucket = None if family is None else BUCKETS.lookup(family, tensors[-2].shape[0])
     if bucket is None:
         return None

@@ -172,12 +172,11 @@ def clear_dispatch_cache() -> None:
 def dispatch_stats() -> dict[str, Any]:
     """Counters and contents of the dispatch dict.
 
-    `hits`: calls served from the dict; `misses`: calls that were not (each
-    tunes, or reuses an entry under a different spelling of the same key, or
-    falls back to torch for an empty problem); `tunes`: `gemmtune.tune` calls;
-    `entries`: keys held; `selections`: `{problem: winner name}` per tuned
-    problem (`problem` is the Selection's `KernelInputs.problem_key`, followed by
-    the `backends` and `out_layout` it was tuned for); `bucket_*`, `outside_buckets`: `dispatch.buckets`.
+    `hits`: calls served from the dict; `misses`: calls that were not (each tunes, or reuses an
+    entry under a different spelling of the same key, or falls back to torch for an empty problem);
+    `tunes`: `gemmtune.tune` calls; `entries`: keys held; `selections`: `{problem: winner name}` per
+    tuned problem (`problem` is the Selection's `KernelInputs.problem_key`, followed by the `backends`
+    and `out_layout` it was tuned for); `bucket_*`, `outside_buckets`, `buckets_wanted`: `dispatch.buckets`.
 
     Example:
         >>> import torch, gemmtune

@@ -20,9 +20,9 @@ from ..core.errors import InputError
 from ..core.settings import check_backends
 from . import eager
 from .buckets import BUCKETS, at_m, bucket_of, buckets_for, family_of, parse_m, without_backends
-from .table import Recorded
+from .table import TABLE, Recorded
 
-__all__ = ["tune_buckets", "bucket_problems", "register_buckets", "generated_somewhere"]
+__all__ = ["tune_buckets", "tune_wanted_buckets", "bucket_problems", "register_buckets", "generated_somewhere"]
 
 
 def tune_buckets(op: str, *tensors: torch.Tensor, m: Any, backends: Sequence[str] | None = None,
@@ -48,10 +48,11 @@ def tune_buckets(op: str, *tensors: torch.Tensor, m: Any, backends: Sequence[str
         raise InputError(f"tune_buckets: {op} with these operands has no M family (mm or addmm, A row- or "
                          f"column-major, a bias without a row per M)")
     picks, problems = {}, {}
-    for b in buckets_for(parse_m(m)):
-        rec = Recorded(op, at_m(op, tensors, b), float(alpha), float(beta), canon, None)
-        picks[b] = eager.prepare(op, rec.tensors, rec.alpha, rec.beta, canon, None)
-        problems[eager.canonical_key(op, rec.tensors, rec.alpha, rec.beta, canon, None)] = rec
+    with BUCKETS.tuning():
+        for b in buckets_for(parse_m(m)):
+            rec = Recorded(op, at_m(op, tensors, b), float(alpha), float(beta), canon, None)
+            picks[b] = eager.prepare(op, rec.tensors, rec.alpha, rec.beta, canon, None)
+            problems[eager.canonical_key(op, rec.tensors, rec.alpha, rec.beta, canon, None)] = rec
     register_buckets(problems)
     return picks
 
@@ -87,9 +88,41 @@ def register_buckets(problems: "dict[tuple, Recorded]") -> int:
         family = family_of(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
         m = rec.tensors[-2].shape[0]
         if sel is not None and family is not None and bucket_of(m) == m:
-            BUCKETS.register(family, m, sel)
+            BUCKETS.register(family, m, sel, (rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends))
             n += 1
     return n
+
+
+def tune_wanted_buckets() -> dict[int, int]:
+    """Tune the buckets that calls of registered families met outside their tuned range (each such call
+    ran the nearest bucket's pick: `dispatch_stats()["buckets_wanted"]`), as `tune_buckets` does, off
+    the hot path; returns `{bucket: families tuned there}`.  A call at an M not met before then runs
+    its own bucket's pick; an M already met keeps the kernel built for it from the nearest bucket's pick.
+
+    Example:
+        >>> import torch, gemmtune
+        >>> gemmtune.clear_dispatch_cache()
+        >>> w = torch.randn(16, 8)
+        >>> _ = gemmtune.tune_buckets("mm", torch.randn(3, 8), w.t(), m=range(1, 9), backends=("extern",))
+        >>> _ = gemmtune.mm(torch.randn(40, 8), w.t(), backends=("extern",))  # bucket 64: bucket 8's pick
+        >>> gemmtune.dispatch_stats()["buckets_wanted"], gemmtune.tune_wanted_buckets()
+        (1, {64: 1})
+        >>> gemmtune.dispatch_stats()["buckets_wanted"]
+        0
+    """
+    from .. import engine
+
+    with BUCKETS.lock:
+        work = [(f, b, BUCKETS.examples[f]) for f, wanted in BUCKETS.wanted.items() if f in BUCKETS.examples
+                for b in sorted(wanted)]
+    done: dict[int, int] = {}
+    for family, b, (op, tensors, alpha, beta, backends) in work:
+        with torch.no_grad():  # tuned afresh (the store may answer): an M already met keeps its entry
+            sel = engine.tune(op, *at_m(op, tensors, b), backends=backends, alpha=alpha, beta=beta, progress=False)
+        TABLE.count_tune()
+        BUCKETS.register(family, b, sel)
+        done[b] = done.get(b, 0) + 1
+    return done
 
 
 def generated_somewhere(layer: Any, x: torch.Tensor) -> bool:

@@ -201,7 +201,8 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
     rows, seen, forward_end = _record_and_tune(forward, model, _show(progress), for_compile)
     if m is not None:  # every bucket of M of each mm / addmm family the forward met
         buckets = ranges.bucket_problems(seen, m)
-        rows += [_row(problem, calls) for problem, calls in _tune_all(buckets, _show(progress), for_compile)]
+        with ranges.BUCKETS.tuning():  # a family an earlier range registered: its new buckets tuned too
+            rows += [_row(problem, calls) for problem, calls in _tune_all(buckets, _show(progress), for_compile)]
         ranges.register_buckets({**seen, **buckets})
     if any(rec.op == "scaled_mm" for rec in seen.values()) and not fp8.is_routed(model):
         fp8.route(model, backends)  # its torch._scaled_mm calls dispatch to the picks from now on

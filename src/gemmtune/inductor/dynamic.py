@@ -187,7 +187,7 @@ def _key(text: str, operands: Any) -> tuple:
     """A kept kernel's key from a problem's TensorMetas: as `run_buckets` spells it."""
     if len(operands) == 2:
         return (text, operands[0].size[0])
-    return (text, operands[1].size[0], tuple(operands[0].size), tuple(operands[0].stride))
+    return (text, operands[1].size[0], tuple(operands[0].size), tuple(operands[0].stride), operands[0].dtype)
 
 
 def _bound(kernel: Callable[..., torch.Tensor], tensors: Any) -> Callable[..., torch.Tensor]:
@@ -230,7 +230,7 @@ def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.
     if len(tensors) == 2:
         kernel = _KERNELS.get((table, m))
     else:
-        kernel = _KERNELS.get((table, m, tensors[0].shape, tensors[0].stride()))
+        kernel = _KERNELS.get((table, m, tensors[0].shape, tensors[0].stride(), tensors[0].dtype))
     if kernel is None:
         if m == 0:  # a data-dependent M with no rows: nothing to write
             return out
