@@ -270,3 +270,29 @@ def test_two_gemms_whose_a_differs_only_in_its_stride_keep_entries_and_kernels_a
     assert families == ["A(M, 40) (40, 1) float32; B(40, 24) (1, 40) float32",
                         "A(M, 40) (56, 1) float32; B(40, 24) (1, 40) float32"]
     assert {key[0] for key in dynamic._KERNELS} == set(handler.tables.values())  # each kernel under its own entry
+
+
+def test_a_buffer_laid_out_after_lowering_gets_a_kernel_bound_to_the_strides_it_comes_with(monkeypatch):
+    """A is an Inductor buffer Inductor lays out column-major after the handler read it as row-major: a
+    kernel bound to the row-major stand-ins (a Triton launcher fixes the strides it was bound with)
+    must never serve it."""
+    misread = []
+
+    def bound_like_triton(kernel, tensors):
+        fixed = [t.stride() for t in tensors]
+
+        def bound(*operands, out=None):
+            misread.extend(t.stride() for t, s in zip(operands, fixed) if t.stride() != s)
+            return kernel(*[torch.as_strided(t, t.shape, s) for t, s in zip(operands, fixed)], out=out)
+        return bound
+
+    monkeypatch.setattr(dynamic, "_bound", bound_like_triton)
+    gi.install(settings=OFF, m="1:64")
+    w = torch.randn(24, 40)
+    f = torch.compile(lambda x: (torch.relu(x) * 2) @ w.t())
+    with torch.no_grad():
+        for m in (8, 16):
+            x = torch.randn(40, m).t()  # column-major, M dynamic
+            torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(f(x), (torch.relu(x) * 2) @ w.t(), rtol=1e-4, atol=1e-4)
+    assert misread == []

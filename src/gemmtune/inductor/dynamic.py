@@ -61,15 +61,15 @@ _LOCK = threading.Lock()
 
 def table_text(op: str, alpha: float, beta: float, picks: dict[int, str], family: str = "") -> str:
     """The entry of a bucketed GEMM, as JSON: its op, scalars, `{bucket: choice key}` and `family` (the
-    problem but M, `family_text`: two GEMMs never share an entry, so a call is keyed by its M alone)."""
+    problem but M, `family_text`)."""
     return json.dumps({"op": op, "alpha": float(alpha), "beta": float(beta), "family": family,
                        "buckets": {str(b): k for b, k in sorted(picks.items())}}, sort_keys=True)
 
 
 def family_text(shapes: Any, strides: Any, dtypes: Any, symbol: Any) -> str:
     """A GEMM with M left out, as text: A's and B's sizes and strides (M's expression `symbol` spelled M,
-    every other dimension a number: `symbolic_m`) and dtypes.  It fixes A and B for each M, so a call is
-    keyed by its entry and M alone (an addmm also by its bias's form, which Inductor's calls vary).
+    every other dimension a number: `symbolic_m`) and dtypes, as Inductor reports them while lowering:
+    two GEMMs that differ there never share an entry.
 
     Example:
         >>> M = "s0"   # a stand-in for M's symbol
@@ -185,9 +185,9 @@ def problem_at(kernel_inputs: Any, op_name: str, symbol: Any, m: int) -> KernelI
 
 def _key(text: str, operands: Any) -> tuple:
     """A kept kernel's key from a problem's TensorMetas: as `run_buckets` spells it."""
-    if len(operands) == 2:
-        return (text, operands[0].size[0])
-    return (text, operands[1].size[0], tuple(operands[0].size), tuple(operands[0].stride), operands[0].dtype)
+    a, b = operands[-2], operands[-1]
+    key = (text, tuple(a.size), tuple(a.stride), tuple(b.stride))
+    return key if len(operands) == 2 else (*key, tuple(operands[0].size), tuple(operands[0].stride), operands[0].dtype)
 
 
 def _bound(kernel: Callable[..., torch.Tensor], tensors: Any) -> Callable[..., torch.Tensor]:
@@ -223,16 +223,17 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
 
 def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.Tensor:
     """What the compiled graph calls: the pick of the call's M bucket (`table`: `table_text`) into `out`.
-    The entry's family fixes A and B for each M, so the kept kernel is found by (entry, M), and an
-    addmm's bias form; spelled out here, since it runs on every call."""
-    a = tensors[-2]
-    m = a.shape[0]
+    The kept kernel is found by the entry, A's size and stride and B's stride (the strides Inductor
+    passes can differ from those it reported while lowering: a flexible buffer is laid out later), and
+    an addmm's bias form; spelled out here, since it runs on every call."""
+    a, b = tensors[-2], tensors[-1]
     if len(tensors) == 2:
-        kernel = _KERNELS.get((table, m))
+        kernel = _KERNELS.get((table, a.shape, a.stride(), b.stride()))
     else:
-        kernel = _KERNELS.get((table, m, tensors[0].shape, tensors[0].stride(), tensors[0].dtype))
+        c = tensors[0]
+        kernel = _KERNELS.get((table, a.shape, a.stride(), b.stride(), c.shape, c.stride(), c.dtype))
     if kernel is None:
-        if m == 0:  # a data-dependent M with no rows: nothing to write
+        if a.shape[0] == 0:  # a data-dependent M with no rows: nothing to write
             return out
         kernel = _kernel_for(_key(table, [TensorMeta.of(t) for t in tensors]), table, tensors)
     if out.is_contiguous():
