@@ -77,7 +77,7 @@ def test_a_bucket_met_outside_the_range_is_marked_and_tuned_later_off_the_hot_pa
         torch.testing.assert_close(gemmtune.addmm(bias, a, w.t(), backends=EXTERN), torch.addmm(bias, a, w.t()))
     stats = gemmtune.dispatch_stats()
     assert stats["tunes"] == tunes and stats["outside_buckets"] == 3 and stats["buckets_wanted"] == 2
-    assert BUCKETS.wanted[family] == {2, 256} and BUCKETS.examples[family][1][1].shape == (1, 16)
+    assert BUCKETS.wanted[family] == {2, 256} and BUCKETS.examples[family][1][1][:2] == ((8, 16), (16, 1))
     assert gemmtune.tune_wanted_buckets() == {2: 1, 256: 1}
     assert gemmtune.dispatch_stats()["tunes"] == tunes + 2  # tuned, not the nearest bucket's pick again
     assert gemmtune.dispatch_stats()["buckets_wanted"] == 0 and {2, 256} <= set(BUCKETS.families[family])
@@ -86,6 +86,63 @@ def test_a_bucket_met_outside_the_range_is_marked_and_tuned_later_off_the_hot_pa
     torch.testing.assert_close(gemmtune.addmm(bias, a, w.t(), backends=EXTERN), torch.addmm(bias, a, w.t()))
     stats = gemmtune.dispatch_stats()  # M = 130: bucket 256, tuned now, so neither outside nor a tune
     assert stats["outside_buckets"] == 3 and stats["tunes"] == tunes and stats["buckets_wanted"] == 0
+
+
+def test_a_wanted_bucket_is_tuned_in_its_familys_layout_from_stand_ins_and_alone(monkeypatch):
+    import gc
+    import weakref
+
+    from gemmtune import engine
+    from gemmtune.dispatch import ranges
+
+    w = torch.randn(24, 16)
+    weight = weakref.ref(w)
+    bias = torch.randn(24).expand(5, 24)  # a bias broadcast over M, stride 0
+    gemmtune.tune_buckets("addmm", bias, torch.randn(16, 5).t(), w.t(), m="2:8", backends=EXTERN)  # A col-major
+    gemmtune.addmm(torch.randn(24).expand(40, 24), torch.randn(16, 40).t(), w.t(), backends=EXTERN)
+    seen = []
+    real = engine.tune
+    monkeypatch.setattr(engine, "tune", lambda op, *t, **kw: seen.append(
+        ([x.stride() for x in t], kw["settings"].distributed)) or real(op, *t, **kw))
+    del w
+    gc.collect()
+    assert weight() is None  # the family's example keeps sizes and strides, not the weight
+    assert gemmtune.tune_wanted_buckets() == {64: 1}
+    assert seen == [([(0, 1), (1, 64), (1, 16)], "off")]  # bias broadcast, A column-major; no other rank
+
+
+def test_a_range_tune_stands_aside_only_in_its_own_thread():
+    import threading
+
+    from gemmtune.dispatch.buckets import BUCKETS as table
+
+    w = torch.randn(24, 16)
+    gemmtune.tune_buckets("mm", torch.randn(5, 16), w.t(), m="8:32", backends=EXTERN)
+    before = gemmtune.dispatch_stats()
+    with table.tuning():  # this thread tunes a range: another thread's call still takes its bucket's pick
+        t = threading.Thread(target=lambda: gemmtune.mm(torch.randn(20, 16), w.t(), backends=EXTERN))
+        t.start()
+        t.join()
+    after = gemmtune.dispatch_stats()
+    assert after["tunes"] == before["tunes"] and after["bucket_builds"] == before["bucket_builds"] + 1
+
+
+def test_a_bucket_met_before_its_range_was_tuned_is_tuned_afresh_and_a_clear_drops_a_late_tune(monkeypatch):
+    from gemmtune.dispatch import ranges
+
+    w = torch.randn(24, 16)
+    gemmtune.tune_buckets("mm", torch.randn(5, 16), w.t(), m="8:32", backends=EXTERN)
+    gemmtune.mm(torch.randn(64, 16), w.t(), backends=EXTERN)  # bucket 64 met outside: bucket 32's pick, pinned
+    family = family_of("mm", (torch.randn(64, 16), w.t()), 1.0, 1.0, EXTERN, None)
+    pinned, tunes = set(BUCKETS.wanted[family]), gemmtune.dispatch_stats()["tunes"]
+    gemmtune.tune_buckets("mm", torch.randn(5, 16), w.t(), m="8:64", backends=EXTERN)
+    assert pinned == {64} and gemmtune.dispatch_stats()["tunes"] == tunes + 1  # bucket 64 tuned, not pinned
+    assert not BUCKETS.is_pinned(BUCKETS.families[family][64]) and not BUCKETS.wanted[family]
+    gemmtune.mm(torch.randn(100, 16), w.t(), backends=EXTERN)  # bucket 128 wanted
+    real = ranges._tune_afresh
+    monkeypatch.setattr(ranges, "_tune_afresh", lambda *a: (gemmtune.clear_dispatch_cache(), real(*a))[1])
+    assert gemmtune.tune_wanted_buckets() == {128: 1}
+    assert BUCKETS.families == {}  # cleared while it tuned: nothing registered for a family that is gone
 
 
 def test_a_wider_range_tunes_its_new_buckets_of_a_family_already_registered():

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import threading
+import weakref
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
@@ -103,33 +104,45 @@ class BucketTable:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.families: dict[tuple, dict[int, Any]] = {}
-        self.examples: dict[tuple, tuple] = {}  # per family: (op, operands at M = 1, alpha, beta, backends)
+        self.examples: dict[tuple, tuple] = {}  # per family: (op, operands' (size, stride, dtype, device), ...)
         self.wanted: dict[tuple, set[int]] = {}  # per family: buckets calls met outside its tuned ones
         self.builds = 0  # picks built for a call's M from its bucket, without timing
         self.outside = 0  # calls whose M lay outside their family's tuned buckets
-        self.busy = 0  # range tunes under way (`tuning`)
+        self.generation = 0  # clears so far: a tune begun before one registers nothing
+        self.pins: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # Selections `pinned` built
+        self._range = threading.local()  # this thread's range tunes under way (`tuning`)
 
     @contextmanager
     def tuning(self) -> Iterator[None]:
-        """While a range is tuned, a miss of a registered family tunes its own M: `pinned` stands aside
-        (a bucket tuned now must not take the nearest bucket's pick)."""
-        with self.lock:
-            self.busy += 1
+        """While this thread tunes a range, its misses of a registered family tune their own M: `pinned`
+        stands aside (a bucket tuned now must not take the nearest bucket's pick)."""
+        self._range.depth = getattr(self._range, "depth", 0) + 1
         try:
             yield
         finally:
-            with self.lock:
-                self.busy -= 1
+            self._range.depth -= 1
 
-    def register(self, family: tuple, bucket: int, selection: Any, example: tuple | None = None) -> None:
-        """Register `selection` as `family`'s pick at `bucket`; `example`: (op, operands, alpha, beta,
-        backends) of one of its calls, what `tune_wanted_buckets` tunes a wanted bucket from."""
+    def ranging(self) -> bool:
+        return getattr(self._range, "depth", 0) > 0
+
+    def is_pinned(self, selection: Any) -> bool:
+        """Whether `selection` is a bucket's pick built for another M (`pinned`), not a tune of its own."""
+        return self.pins.get(id(selection)) is selection
+
+    def register(self, family: tuple, bucket: int, selection: Any, example: tuple | None = None,
+                 generation: int | None = None) -> None:
+        """Register `selection` as `family`'s pick at `bucket` (unless the table was cleared since
+        `generation`); `example`: (op, operands, alpha, beta, backends, out_layout) of one of its calls,
+        kept as sizes and strides: what `tune_wanted_buckets` tunes a wanted bucket from."""
         with self.lock:
+            if generation is not None and generation != self.generation:
+                return
             self.families.setdefault(family, {})[bucket] = selection
             self.wanted.get(family, set()).discard(bucket)
-            if example is not None and family not in self.examples:
-                op, tensors, *rest = example
-                self.examples[family] = (op, at_m(op, tensors, 1), *rest)
+            kept = self.examples.get(family)
+            if example is not None and (kept is None or kept[1][-2][0][0] < 2 <= example[1][-2].shape[0]):
+                op, tensors, *rest = example  # an M of 2 or more shows A's layout and a broadcast bias
+                self.examples[family] = (op, [(t.shape, t.stride(), t.dtype, t.device) for t in tensors], *rest)
 
     def lookup(self, family: tuple, m: int) -> Any:
         """The Selection of `m`'s bucket, else of the nearest tuned one (counted outside); None: no family."""
@@ -149,6 +162,7 @@ class BucketTable:
             self.families.clear()
             self.examples.clear()
             self.wanted.clear()
+            self.generation += 1
             self.builds = self.outside = 0
 
 
@@ -170,7 +184,7 @@ def pinned(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[s
     (nothing timed; checked once; nothing stored or shared with other ranks), or where the call's M
     cannot run that pick, torch's own op (the pool's first candidate where `backends` leaves torch's op
     out).  None where the call's family is not registered (the caller tunes)."""
-    family = None if BUCKETS.busy else family_of(op, tensors, alpha, beta, backends, out_layout)
+    family = None if BUCKETS.ranging() else family_of(op, tensors, alpha, beta, backends, out_layout)
     bucket = None if family is None else BUCKETS.lookup(family, tensors[-2].shape[0])
     if bucket is None:
         return None
@@ -183,4 +197,5 @@ def pinned(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[s
                       finalize=[keep_only(winner.key)], settings=settings, progress=False)
     with BUCKETS.lock:
         BUCKETS.builds += 1
+        BUCKETS.pins[id(sel)] = sel
     return sel

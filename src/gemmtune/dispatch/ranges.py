@@ -81,23 +81,41 @@ def bucket_problems(seen: "dict[tuple, Recorded]", m: Any) -> "dict[tuple, Recor
 
 
 def register_buckets(problems: "dict[tuple, Recorded]") -> int:
-    """Register each tuned problem of `problems` (tuned at a bucket's M) as its family's bucket; how many."""
+    """Register each tuned problem of `problems` (tuned at a bucket's M) as its family's bucket; how many.
+    A problem the dispatch met before as another bucket's pick (`pinned`) is tuned afresh first."""
     selections, n = eager.selections(), 0
     for canon, rec in problems.items():
         sel = selections.get(canon)
         family = family_of(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
         m = rec.tensors[-2].shape[0]
         if sel is not None and family is not None and bucket_of(m) == m:
-            BUCKETS.register(family, m, sel, (rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends))
+            if BUCKETS.is_pinned(sel):
+                sel = _tune_afresh(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
+            BUCKETS.register(family, m, sel, (rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout))
             n += 1
     return n
 
 
+def _tune_afresh(op: str, tensors: Sequence[torch.Tensor], alpha: float, beta: float, backends: Any,
+                 out_layout: Any) -> Any:
+    """A tune of its own for a bucket's problem (the store may answer), as the dispatch tunes (under its
+    lock), never shared with other ranks (each meets its own M); the dispatch dict keeps what it holds."""
+    from .. import engine
+    from ..core.settings import Settings
+
+    settings = Settings.from_env().with_(distributed="off")
+    with TABLE.lock, torch.no_grad():
+        sel = engine.tune(op, *tensors, backends=backends, alpha=alpha, beta=beta, out_layout=out_layout,
+                          settings=settings, progress=False)
+        TABLE.count_tune()
+    return sel
+
+
 def tune_wanted_buckets() -> dict[int, int]:
     """Tune the buckets that calls of registered families met outside their tuned range (each such call
-    ran the nearest bucket's pick: `dispatch_stats()["buckets_wanted"]`), as `tune_buckets` does, off
-    the hot path; returns `{bucket: families tuned there}`.  A call at an M not met before then runs
-    its own bucket's pick; an M already met keeps the kernel built for it from the nearest bucket's pick.
+    ran the nearest bucket's pick: `dispatch_stats()["buckets_wanted"]`), off the hot path, from stand-in
+    operands of the family's sizes and strides; returns `{bucket: families tuned there}`.  A call at an
+    M not met before then runs its own bucket's pick; an M already met keeps the kernel built for it.
 
     Example:
         >>> import torch, gemmtune
@@ -110,19 +128,23 @@ def tune_wanted_buckets() -> dict[int, int]:
         >>> gemmtune.dispatch_stats()["buckets_wanted"]
         0
     """
-    from .. import engine
-
     with BUCKETS.lock:
+        generation = BUCKETS.generation
         work = [(f, b, BUCKETS.examples[f]) for f, wanted in BUCKETS.wanted.items() if f in BUCKETS.examples
                 for b in sorted(wanted)]
     done: dict[int, int] = {}
-    for family, b, (op, tensors, alpha, beta, backends) in work:
-        with torch.no_grad():  # tuned afresh (the store may answer): an M already met keeps its entry
-            sel = engine.tune(op, *at_m(op, tensors, b), backends=backends, alpha=alpha, beta=beta, progress=False)
-        TABLE.count_tune()
-        BUCKETS.register(family, b, sel)
+    for family, b, (op, metas, alpha, beta, backends, out_layout) in work:
+        tensors = at_m(op, [_stand_in(*meta) for meta in metas], b)
+        sel = _tune_afresh(op, tensors, alpha, beta, backends, out_layout)
+        BUCKETS.register(family, b, sel, generation=generation)
         done[b] = done.get(b, 0) + 1
     return done
+
+
+def _stand_in(size: Any, stride: Any, dtype: torch.dtype, device: Any) -> torch.Tensor:
+    """Random values laid out with `size` and `stride` (a stride of 0 broadcasts, as a bias's may)."""
+    span = 1 + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else 0
+    return torch.randn(span, device=device).to(dtype).as_strided(tuple(size), tuple(stride))
 
 
 def generated_somewhere(layer: Any, x: torch.Tensor) -> bool:
