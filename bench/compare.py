@@ -92,9 +92,9 @@ def run_compiled(spec, tensors, settings=None) -> tuple[Callable, float]:
     import gemmtune.inductor as gi
 
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
-    torch._dynamo.reset()
-    fn = op_fn(spec.op)
-    compiled = torch.compile(lambda *t: fn(*t), mode=None if settings else INDUCTOR_MODE, dynamic=False, fullgraph=True)
+    space: dict[str, Any] = {"fn": op_fn(spec.op)}  # a code object of its own: no compile replaces another's
+    exec(compile("def call(*t):\n    return fn(*t)\n", f"<{spec.op} gemmtune={bool(settings)}>", "exec"), space)
+    compiled = torch.compile(space["call"], mode=None if settings else INDUCTOR_MODE, dynamic=False, fullgraph=True)
     t0 = time.perf_counter()
     with gi.installed(settings=settings) if settings else contextlib.nullcontext():
         compiled(*tensors)

@@ -191,7 +191,7 @@ def serving_tables(results: Path) -> dict[str, str]:
              f"{ms[m, 'default', 'steady']['gemm_ms']:.3f} / {ms[m, 'gemmtune', 'steady']['gemm_ms']:.3f}"]
             for m in d["meta"]["M"]]
     return {"serving_first": md(["variant", "set-up", "to the end of every M's first call", "Inductor benchmarks",
-                                 "tunes after the set-up", *SRC], first),
+                                 "eager dispatch tunes after the set-up", *SRC], first),
             "serving": md(["M", "gemmtune compile x default compile", "max-autotune x default (run A)",
                            "eager after range warm-up x eager (run A)", "default compile x eager",
                            "GEMM GPU ms per forward: default / gemmtune"], rows)}
