@@ -20,7 +20,7 @@ from .errors import InputError
 from .validate_fp8 import FP8_DTYPES, SCALE_KINDS, validate_scaled_mm
 
 __all__ = ["OPS", "SUPPORTED_DTYPES", "FP8_DTYPES", "SCALE_KINDS", "KernelInputs", "TensorMeta", "dtype_name",
-           "parse_dtype", "device_str", "place_operands"]
+           "parse_dtype", "device_str", "place_operands", "stand_in"]
 
 OPS = ("mm", "addmm", "bmm", "scaled_mm")
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -48,6 +48,18 @@ class TensorMeta:
     @classmethod
     def of(cls, t: torch.Tensor) -> "TensorMeta":
         return cls(tuple(t.shape), tuple(t.stride()), t.dtype, device_str(t.device))
+
+
+def stand_in(size: Any, stride: Any, dtype: torch.dtype, device: Any) -> torch.Tensor:
+    """A real tensor of this size and stride (stride-0 broadcasts too) over random normal data.
+
+    Example:
+        >>> stand_in((2, 3), (0, 1), torch.float32, "cpu").stride()
+        (0, 1)
+    """
+    size, stride = tuple(size), tuple(stride)
+    span = 1 + sum((n - 1) * s for n, s in zip(size, stride) if n > 0)
+    return torch.randn(span if all(size) else 0, device=device).to(dtype).as_strided(size, stride)
 
 
 def device_str(device: torch.device) -> str:

@@ -34,6 +34,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from ..core.choices import Choice, keep_only
+from ..core.inputs import TensorMeta
 from ..core.m_range import bucket_of, buckets_for, parse_m
 from .table import TABLE
 
@@ -104,7 +105,7 @@ class BucketTable:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.families: dict[tuple, dict[int, Any]] = {}
-        self.examples: dict[tuple, tuple] = {}  # per family: (op, operands' (size, stride, dtype, device), ...)
+        self.examples: dict[tuple, tuple] = {}  # per family: (op, operands' TensorMetas, alpha, beta, ...)
         self.wanted: dict[tuple, set[int]] = {}  # per family: buckets calls met outside its tuned ones
         self.builds = 0  # picks built for a call's M from its bucket, without timing
         self.outside = 0  # calls whose M lay outside their family's tuned buckets
@@ -140,9 +141,9 @@ class BucketTable:
             self.families.setdefault(family, {})[bucket] = selection
             self.wanted.get(family, set()).discard(bucket)
             kept = self.examples.get(family)
-            if example is not None and (kept is None or kept[1][-2][0][0] < 2 <= example[1][-2].shape[0]):
+            if example is not None and (kept is None or kept[1][-2].size[0] < 2 <= example[1][-2].shape[0]):
                 op, tensors, *rest = example  # an M of 2 or more shows A's layout and a broadcast bias
-                self.examples[family] = (op, [(t.shape, t.stride(), t.dtype, t.device) for t in tensors], *rest)
+                self.examples[family] = (op, [TensorMeta.of(t) for t in tensors], *rest)
 
     def lookup(self, family: tuple, m: int) -> Any:
         """The Selection of `m`'s bucket, else of the nearest tuned one (counted outside); None: no family."""

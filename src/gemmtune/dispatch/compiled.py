@@ -39,7 +39,7 @@ from .. import engine
 from . import library  # noqa: F401  registers torch.ops.gemmtune.mm / addmm / bmm, which a symbolic trace emits
 from ..core.settings import Settings, check_backends
 from ..core.validate import validate_operands
-from ..core.inputs import KernelInputs
+from ..core.inputs import KernelInputs, stand_in
 from ..templates import active_templates, default_templates, inductor_pool
 from . import autocast, eager, route
 from .autograd import addmm_grads, addmm_setup, mm_grads, mm_setup
@@ -58,20 +58,6 @@ def is_static(tensors: Sequence[torch.Tensor]) -> bool:
         True
     """
     return all(type(s) is int for t in tensors for s in (*t.shape, *t.stride()))
-
-
-def _real_like(t: torch.Tensor) -> torch.Tensor:
-    """A real tensor with `t`'s size, strides (stride-0 broadcasts included), dtype and device,
-    viewing random data.
-
-    Example:
-        >>> _real_like(torch.ones(3, 4).expand(2, 3, 4)).stride()
-        (0, 4, 1)
-    """
-    size, stride = tuple(t.shape), tuple(t.stride())
-    span = 1 + sum((n - 1) * s for n, s in zip(size, stride) if n > 0)
-    base = torch.randn(span if all(size) else 0, dtype=t.dtype, device=t.device)
-    return base.as_strided(size, stride)
 
 
 def _decide(op: str, tensors: tuple, alpha: float, beta: float, backends: Sequence[str] | str | None,
@@ -100,7 +86,7 @@ def _tune_traced(op: str, tensors: tuple, alpha: float, beta: float, backends: t
             if t.traceable}
     # leave fake/functional tracing: tuning runs real kernels, in the (autocast-cast) problem's own dtype
     with _disable_current_modes(), torch.no_grad(), autocast.disabled(tensors):
-        real = tuple(_real_like(t) for t in tensors)
+        real = tuple(stand_in(t.shape, t.stride(), t.dtype, t.device) for t in tensors)
         ki = KernelInputs.from_tensors(op, *real, alpha=alpha, beta=beta)
         if not active_templates(ki, backends, list(pool.values())):
             return None

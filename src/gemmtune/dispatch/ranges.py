@@ -17,6 +17,7 @@ import torch
 
 from ..core.choices import torch_op
 from ..core.errors import InputError
+from ..core.inputs import stand_in
 from ..core.settings import check_backends
 from . import eager
 from .buckets import BUCKETS, at_m, bucket_of, buckets_for, family_of, parse_m, without_backends
@@ -134,17 +135,11 @@ def tune_wanted_buckets() -> dict[int, int]:
                 for b in sorted(wanted)]
     done: dict[int, int] = {}
     for family, b, (op, metas, alpha, beta, backends, out_layout) in work:
-        tensors = at_m(op, [_stand_in(*meta) for meta in metas], b)
+        tensors = at_m(op, [stand_in(m.size, m.stride, m.dtype, m.device) for m in metas], b)
         sel = _tune_afresh(op, tensors, alpha, beta, backends, out_layout)
         BUCKETS.register(family, b, sel, generation=generation)
         done[b] = done.get(b, 0) + 1
     return done
-
-
-def _stand_in(size: Any, stride: Any, dtype: torch.dtype, device: Any) -> torch.Tensor:
-    """Random values laid out with `size` and `stride` (a stride of 0 broadcasts, as a bias's may)."""
-    span = 1 + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else 0
-    return torch.randn(span, device=device).to(dtype).as_strided(tuple(size), tuple(stride))
 
 
 def generated_somewhere(layer: Any, x: torch.Tensor) -> bool:

@@ -37,10 +37,10 @@ from typing import Any, Callable
 import torch
 
 from ..core.choices import keep_only
-from ..core.inputs import KernelInputs, TensorMeta, device_str
+from ..core.inputs import KernelInputs, TensorMeta, device_str, stand_in
 from ..core.m_range import MAX_M, bucket_of, buckets_for, parse_m
 from .extern import handler_settings, kernel_choice, write_into
-from .tuning import inductor_pool, scalars_of, stand_in
+from .tuning import inductor_pool, scalars_of
 
 __all__ = ["DYNAMIC_NAME", "DYNAMIC_UID", "DEFAULT_TOP", "table_text", "family_text", "parse_table", "nearest",
            "symbolic_m", "table_key", "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice",
@@ -184,7 +184,7 @@ def problem_at(kernel_inputs: Any, op_name: str, symbol: Any, m: int) -> KernelI
 
 
 def _key(text: str, operands: Any) -> tuple:
-    """A kept kernel's key from a problem's TensorMetas: as `run_buckets` spells it."""
+    """A kept kernel's key from a problem's TensorMetas, equal to the one `run_buckets` spells from tensors."""
     a, b = operands[-2], operands[-1]
     key = (text, tuple(a.size), tuple(a.stride), tuple(b.stride))
     return key if len(operands) == 2 else (*key, tuple(operands[0].size), tuple(operands[0].stride), operands[0].dtype)
@@ -228,14 +228,15 @@ def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.
     an addmm's bias form; spelled out here, since it runs on every call."""
     a, b = tensors[-2], tensors[-1]
     if len(tensors) == 2:
-        kernel = _KERNELS.get((table, a.shape, a.stride(), b.stride()))
+        key: tuple = (table, a.shape, a.stride(), b.stride())
     else:
         c = tensors[0]
-        kernel = _KERNELS.get((table, a.shape, a.stride(), b.stride(), c.shape, c.stride(), c.dtype))
+        key = (table, a.shape, a.stride(), b.stride(), c.shape, c.stride(), c.dtype)
+    kernel = _KERNELS.get(key)
     if kernel is None:
         if a.shape[0] == 0:  # a data-dependent M with no rows: nothing to write
             return out
-        kernel = _kernel_for(_key(table, [TensorMeta.of(t) for t in tensors]), table, tensors)
+        kernel = _kernel_for(key, table, tensors)
     if out.is_contiguous():
         return kernel(*tensors, out=out)
     return write_into(out, kernel, tensors)

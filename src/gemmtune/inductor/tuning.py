@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..core.inputs import KernelInputs
+from ..core.inputs import KernelInputs, stand_in
 from ..core.settings import Settings
 from ..templates import INDUCTOR_TEMPLATES, default_templates
 from ..templates import inductor_pool as buildable_pool
@@ -23,21 +23,9 @@ from .entries import FUSION, InductorPick, entries_for
 from .extern import EXTERN_UID, register
 from .keys import problem_keys
 
-__all__ = ["EXACT_TEMPLATES", "inductor_pool", "stand_in", "tune_inductor_problem", "pick_for_selection", "scalars_of"]
+__all__ = ["EXACT_TEMPLATES", "inductor_pool", "tune_inductor_problem", "pick_for_selection", "scalars_of"]
 
 EXACT_TEMPLATES = INDUCTOR_TEMPLATES
-
-
-def stand_in(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, device: Any) -> torch.Tensor:
-    """A real tensor of this size and stride (stride-0 broadcasts too) over random data.
-
-    Example:
-        >>> stand_in((2, 3), (0, 1), torch.float32, "cpu").stride()
-        (0, 1)
-    """
-    span = 1 + sum((n - 1) * s for n, s in zip(size, stride) if n > 0)
-    base = torch.randn(span if all(size) else 0, dtype=dtype, device=device)
-    return base.as_strided(size, stride)
 
 
 def pick_for_selection(sel: Any, few: int = 2, fusion: int | str = FUSION, extern: tuple[str, ...] = ()) -> InductorPick:
