@@ -202,12 +202,20 @@ def test_the_padded_library_kernel_always_reaches_the_final_as_the_library_kerne
     assert twin in retimed and lib in retimed and decision.choice == twin
 
 
-def test_a_tma_twin_still_pads_n_its_descriptors_need_aligned_rows():
+def test_a_tma_twin_keeps_n_and_writes_the_output_itself():
     from gemmtune.templates.triton.tma import TritonTMAPersistentTemplate
 
     twin = PaddedTemplate(TritonTMAPersistentTemplate())
-    assert twin.keep_n is False and TritonMMTemplate.any_out_stride is True
+    assert twin.keep_n is True  # an output row TMA cannot store is stored through pointers
     for b_col in (True, False):
-        ki = _problem(777, 1234, 5555, b_col=b_col, device="cuda")
-        big = padded_problem(ki)
-        assert (big.K, big.N) == (1280, 5568)
+        big = padded_problem(_problem(777, 1234, 5555, b_col=b_col, device="cuda"), keep_n=True)
+        assert (big.K, big.N) == (1280, 5555) and big.b.stride == ((1, 1280) if b_col else (5568, 1))
+    a, b = torch.randn(40, 13, dtype=torch.float16), torch.randn(13, 21, dtype=torch.float16)  # K 13 -> 16, N 21 kept
+    tile = dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=32, num_stages=3, num_warps=4, EPILOGUE_SUBTILE=0)
+    launch, rt = _launch(TritonTMAPersistentTemplate(space=[tile], num_sms=2), "mm", a, b)
+    out = torch.full((40, 21), float("nan"), dtype=torch.float16)
+    got = launch((a, b), out, **rt)
+    assert got.data_ptr() == out.data_ptr()  # no block copied out
+    torch.testing.assert_close(got.float(), a.float() @ b.float(), rtol=2e-3, atol=2e-3)
+
+

@@ -12,7 +12,7 @@ import gemmtune.templates.triton.base as triton_base
 import gemmtune.templates.triton.tma as tma
 from gemmtune.core.inputs import KernelInputs, TensorMeta
 from gemmtune.templates.triton.tma import (TritonTMAPersistentTemplate, b_trans, config_space, fit_configs,
-                                           tma_compatible)
+                                           tma_compatible, tma_store)
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available()
 needs_interp = pytest.mark.skipif(not INTERP, reason="numerics run through Triton's interpreter on CPU")
@@ -64,7 +64,9 @@ def test_tma_compatible_layouts():
     assert b_trans(ki_of("mm", a, torch.ones(24, 64, dtype=F16).t())) is True
     assert b_trans(ki_of("mm", a, torch.ones(64, 24, dtype=F16))) is False
     assert not tma_compatible(ki_of("mm", torch.ones(5, 60, dtype=F16), torch.ones(60, 24, dtype=F16)))  # K*2 % 16
-    assert not tma_compatible(ki_of("mm", a, torch.ones(64, 20, dtype=F16)))  # N*2 % 16
+    assert not tma_compatible(ki_of("mm", a, torch.ones(64, 20, dtype=F16)))  # B's rows: N*2 % 16
+    odd_head = ki_of("mm", a, torch.ones(21, 64, dtype=F16).t())  # only the output's rows: stored by pointers
+    assert tma_compatible(odd_head) and not tma_store(odd_head)
     assert not tma_compatible(ki_of("mm", torch.ones(64, 8, dtype=F16).t(), torch.ones(64, 24, dtype=F16)))  # A^T
     strided = torch.ones(64, 48, dtype=F16)[:, ::2]  # inner stride 2
     assert not tma_compatible(ki_of("mm", a, strided))
@@ -139,6 +141,17 @@ def run_all(op, tensors, alpha=1.0, beta=1.0, template=None):
 @pytest.mark.parametrize("shape", [(137, 72, 88), (1, 40, 64), (65, 8, 200)])
 def test_mm_odd_shapes(dtype, b_layout, shape):
     run_all("mm", operands("mm", *shape, dtype, b_layout))
+
+
+@needs_interp
+@pytest.mark.parametrize("op", ["mm", "addmm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("shape", [(137, 72, 21), (1, 40, 35)])
+def test_an_output_whose_rows_tma_cannot_store_is_written_through_pointers(op, dtype, shape):
+    tensors = operands(op, *shape, dtype, "col")  # B = W.t(): A and W load through TMA, the output's N is odd
+    ki = ki_of(op, *tensors)
+    assert not tma_store(ki)
+    run_all(op, tensors, alpha=0.5 if op == "addmm" else 1.0, beta=-2.0 if op == "addmm" else 1.0)
 
 
 @needs_interp

@@ -2,8 +2,10 @@
 
 For Hopper-class GPUs (compute capability >= 9) and fp16/bf16 (fp32 with `allow_fp32=True`):
 `mm` and `addmm` with a row-major A and a row-major B or a transposed contiguous weight
-(`B = W.t()`).  TMA needs 16-byte-aligned row strides (`K * elt` and `N * elt` multiples of 16,
-checked by `tma_compatible`) and 16-byte-aligned base pointers (checked at compile and launch).
+(`B = W.t()`).  TMA needs 16-byte-aligned row strides of A and B (checked by `tma_compatible`) and
+16-byte-aligned base pointers (checked at compile and launch).  The output goes through a descriptor
+too where its rows are 16-byte aligned (`tma_store`), else through masked pointer stores: a
+vocabulary head with an odd N, or a padded twin that keeps N, loads through TMA all the same.
 
 Compile-time config: BLOCK_M/N/K, num_stages, num_warps, EPILOGUE_SUBTILE (0/1).  Runtime:
 `swizzle` (GROUP_M), M, N, K, strides.  The grid is `min(SMs, tiles)` programs.
@@ -112,20 +114,31 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
 
 def tma_compatible(ki: KernelInputs) -> bool:
     """Whether TMA descriptors can describe the operands: unit inner strides, 16-byte-aligned row
-    strides (`K * elt`, `N * elt` multiples of 16), a row-major A and a row- or column-major B.
+    strides, a row-major A and a row- or column-major B.  The output's N may be odd (`tma_store`).
 
     Example:
         >>> import torch
         >>> ki = lambda a, b: KernelInputs.from_tensors("mm", a, b)
-        >>> tma_compatible(ki(torch.ones(5, 64, dtype=torch.float16), torch.ones(24, 64, dtype=torch.float16).t()))
+        >>> tma_compatible(ki(torch.ones(5, 64, dtype=torch.float16), torch.ones(21, 64, dtype=torch.float16).t()))
         True
         >>> tma_compatible(ki(torch.ones(5, 60, dtype=torch.float16), torch.ones(60, 24, dtype=torch.float16)))
         False
     """
     elt = torch.empty((), dtype=ki.dtype).element_size()
-    if (ki.K * elt) % 16 or (ki.N * elt) % 16:
-        return False
     return row_stride(ki.a.stride, ki.a.size, "row", elt) is not None and b_trans(ki) is not None
+
+
+def tma_store(ki: KernelInputs) -> bool:
+    """Whether the row-major output's rows are 16-byte aligned, so a descriptor stores it; else the
+    kernel stores with masked pointer stores.
+
+    Example:
+        >>> import torch
+        >>> a, odd, even = (torch.ones(n, 64, dtype=torch.float16) for n in (4, 21, 24))
+        >>> tma_store(KernelInputs.from_tensors("mm", a, odd.t())), tma_store(KernelInputs.from_tensors("mm", a, even.t()))
+        (False, True)
+    """
+    return (ki.N * ki.result_dtype.itemsize) % 16 == 0
 
 
 def b_trans(ki: KernelInputs) -> bool | None:
@@ -203,7 +216,7 @@ class TritonTMAPersistentTemplate(TritonTemplate):
     """
 
     uid = "triton_tma_persistent"
-    any_out_stride = False  # its TMA descriptors need 16-byte-aligned output rows
+    any_out_stride = True  # an output row that TMA cannot store is stored through pointers (`tma_store`)
     kernel_file = "tma_kernel.py"
     config_space = staticmethod(config_space)
     ops = ("mm", "addmm")
@@ -249,14 +262,15 @@ class TritonTMAPersistentTemplate(TritonTemplate):
         grid = (max(1, min(sms, cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"]))), 1, 1)
         run = KernelLaunch(tma_persistent_kernel, grid, dict(
             {k: cfg[k] for k in TILE_KEYS}, B_TRANS=trans, EPILOGUE_SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]),
-            NUM_SMS=sms, **epilogue_flags(ki), INPUT_PRECISION=input_precision(ki.dtype)))
+            NUM_SMS=sms, **epilogue_flags(ki), INPUT_PRECISION=input_precision(ki.dtype), TMA_STORE=tma_store(ki)))
         interp = interpreting()
+        stored = run.meta["TMA_STORE"]
 
         def args(tensors, out, swizzle):
             bias, a, b = split_operands(ki, tensors)
             if not out.is_contiguous():
                 raise ValueError(f"triton_tma_persistent: output must be row-major [M, N], got strides {out.stride()}")
-            check_aligned("triton_tma_persistent", a, b, out)
+            check_aligned("triton_tma_persistent", a, b, *([out] if stored else []))
             if not interp:
                 ensure_allocator()  # the launch (JIT or direct) takes the descriptors' scratch from it
             bias, sbias = bias_args(bias, out, M, N)

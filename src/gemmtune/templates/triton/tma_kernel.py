@@ -6,7 +6,9 @@ column), so consecutive tiles share A and B in L2 and launch/prologue costs are 
 SM.  Operands move through device-side tensor descriptors (`tl.make_tensor_descriptor`, backed
 by TMA on Hopper): loads past the matrix edges return zeros, stores past them are dropped, so
 no masks are needed in the main loop.  A is row-major `[M, K]`; B is row-major `[K, N]`, or with
-B_TRANS the rows of a `[N, K]` weight (B = W.t(), as in `nn.Linear`).  The output is row-major.
+B_TRANS the rows of a `[N, K]` weight (B = W.t(), as in `nn.Linear`).  The output is row-major:
+stored through a descriptor too where its rows are 16-byte aligned (TMA_STORE), else with masked
+pointer stores, so a vocabulary head whose N is not a multiple of 8 still loads through TMA.
 
 Every descriptor needs a 16-byte-aligned base and 16-byte-aligned row strides (the template
 checks this); creating descriptors on the device needs a scratch allocator
@@ -20,14 +22,13 @@ are hashed into the template's `src_hash`.
 import triton
 import triton.language as tl
 
-from .common_kernel import alpha_bias, swizzled_tile
+from .common_kernel import alpha_bias, store_tile, swizzled_tile
 
 
 @triton.jit
-def _descriptors(A, B, C, M, N, K, stride_am, stride_b_row, stride_cm,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 B_TRANS: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr):
-    """Device-side TMA descriptors of A, B (or W for B = W.t()) and C, in the kernel's block shapes."""
+def _descriptors(A, B, M, N, K, stride_am, stride_b_row,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, B_TRANS: tl.constexpr):
+    """Device-side TMA descriptors of A and B (or W for B = W.t()), in the kernel's block shapes."""
     a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
     if B_TRANS:
         b_desc = tl.make_tensor_descriptor(B, shape=[N, K], strides=[stride_b_row, 1],
@@ -35,13 +36,18 @@ def _descriptors(A, B, C, M, N, K, stride_am, stride_b_row, stride_cm,
     else:
         b_desc = tl.make_tensor_descriptor(B, shape=[K, N], strides=[stride_b_row, 1],
                                            block_shape=[BLOCK_K, BLOCK_N])
+    return a_desc, b_desc
+
+
+@triton.jit
+def _out_descriptor(C, M, N, stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    EPILOGUE_SUBTILE: tl.constexpr):
+    """The output's TMA descriptor: whole tiles, or half-width ones with EPILOGUE_SUBTILE."""
     if EPILOGUE_SUBTILE:
-        c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[stride_cm, 1],
-                                           block_shape=[BLOCK_M, BLOCK_N // 2])
+        c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N // 2])
     else:
-        c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[stride_cm, 1],
-                                           block_shape=[BLOCK_M, BLOCK_N])
-    return a_desc, b_desc, c_desc
+        c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    return c_desc
 
 
 @triton.jit
@@ -68,10 +74,11 @@ def tma_persistent_kernel(
     GROUP_M,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     B_TRANS: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr,
-    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, INPUT_PRECISION: tl.constexpr, TMA_STORE: tl.constexpr,
 ):
-    a_desc, b_desc, c_desc = _descriptors(A, B, C, M, N, K, stride_am, stride_b_row, stride_cm,
-                                          BLOCK_M, BLOCK_N, BLOCK_K, B_TRANS, EPILOGUE_SUBTILE)
+    a_desc, b_desc = _descriptors(A, B, M, N, K, stride_am, stride_b_row, BLOCK_M, BLOCK_N, BLOCK_K, B_TRANS)
+    if TMA_STORE:
+        c_desc = _out_descriptor(C, M, N, stride_cm, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
     start = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
@@ -100,6 +107,11 @@ def tma_persistent_kernel(
         pid_m, pid_n = swizzled_tile(tile_c, grid_m, grid_n, GROUP_M)
         off_cm = pid_m * BLOCK_M
         off_cn = pid_n * BLOCK_N
-        acc = alpha_bias(acc, BIAS, off_cm + tl.arange(0, BLOCK_M), off_cn + tl.arange(0, BLOCK_N), M, N,
-                         stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, SCALED)
-        _store(c_desc, acc, off_cm, off_cn, C.dtype.element_ty, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+        rm = off_cm + tl.arange(0, BLOCK_M)
+        rn = off_cn + tl.arange(0, BLOCK_N)
+        if TMA_STORE:
+            acc = alpha_bias(acc, BIAS, rm, rn, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, SCALED)
+            _store(c_desc, acc, off_cm, off_cn, C.dtype.element_ty, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+        else:
+            store_tile(acc, C, BIAS, rm, rn, 0, M, N, 0, stride_cm, 1, stride_biasm, stride_biasn,
+                       alpha, beta, HAS_BIAS, SCALED)
