@@ -78,6 +78,14 @@ def test_tma_fp32_when_allowed(tf32, b_layout, monkeypatch):
 
 
 @needs_hopper
+@pytest.mark.parametrize("op", ["mm", "addmm"])
+@pytest.mark.parametrize("shape", [(1000, 768, 30522), (333, 1280, 51865), (8, 4096, 32001)])
+def test_tma_writes_an_output_whose_rows_tma_cannot_store_through_pointers(op, shape):
+    tensors = operands(op, *shape, torch.bfloat16, "col")  # a vocabulary head: B = weight.t(), N odd
+    check_all(TritonTMAPersistentTemplate(space=TMA_SPACE), op, tensors, alpha=0.5 if op == "addmm" else 1.0)
+
+
+@needs_hopper
 def test_tma_refuses_what_tma_cannot_describe():
     t = TritonTMAPersistentTemplate()
     odd_k = operands("mm", 64, 1001, 64, torch.bfloat16, "row")
