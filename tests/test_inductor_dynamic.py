@@ -267,8 +267,8 @@ def test_two_gemms_whose_a_differs_only_in_its_stride_keep_entries_and_kernels_a
             torch.testing.assert_close(got[0], x @ w.t(), rtol=1e-4, atol=1e-4)
             torch.testing.assert_close(got[1], y[:, :40] @ w.t(), rtol=1e-4, atol=1e-4)
     families = sorted(json.loads(t)["family"] for t in handler.tables.values())
-    assert families == ["A(M, 40) (40, 1) float32; B(40, 24) (1, 40) float32",
-                        "A(M, 40) (56, 1) float32; B(40, 24) (1, 40) float32"]
+    assert families == ["A(M, 40) (40, 1) float32; B(40, 24) (1, 40) float32; on cpu",
+                        "A(M, 40) (56, 1) float32; B(40, 24) (1, 40) float32; on cpu"]
     assert {key[0] for key in dynamic._KERNELS} == set(handler.tables.values())  # each kernel under its own entry
 
 

@@ -66,18 +66,19 @@ def table_text(op: str, alpha: float, beta: float, picks: dict[int, str], family
                        "buckets": {str(b): k for b, k in sorted(picks.items())}}, sort_keys=True)
 
 
-def family_text(shapes: Any, strides: Any, dtypes: Any, symbol: Any) -> str:
+def family_text(shapes: Any, strides: Any, dtypes: Any, symbol: Any, device: Any = "cpu") -> str:
     """A GEMM with M left out, as text: A's and B's sizes and strides (M's expression `symbol` spelled M,
-    every other dimension a number: `symbolic_m`) and dtypes, as Inductor reports them while lowering:
-    two GEMMs that differ there never share an entry.
+    every other dimension a number: `symbolic_m`) and dtypes, as Inductor reports them while lowering,
+    and the device: two GEMMs that differ there never share an entry, nor a kept kernel.
 
     Example:
         >>> M = "s0"   # a stand-in for M's symbol
-        >>> family_text([(M, 7), (7, 9)], [(7, 1), (1, 7)], [torch.bfloat16] * 2, M)
-        'A(M, 7) (7, 1) bfloat16; B(7, 9) (1, 7) bfloat16'
+        >>> family_text([(M, 7), (7, 9)], [(7, 1), (1, 7)], [torch.bfloat16] * 2, M, torch.device("cuda", 1))
+        'A(M, 7) (7, 1) bfloat16; B(7, 9) (1, 7) bfloat16; on cuda:1'
     """
     spelled = lambda dims: "(" + ", ".join("M" if d == symbol else str(int(d)) for d in dims) + ")"  # noqa: E731
-    return "; ".join(f"{n}{spelled(shapes[i])} {spelled(strides[i])} {str(dtypes[i])[6:]}" for i, n in enumerate("AB"))
+    operands = (f"{n}{spelled(shapes[i])} {spelled(strides[i])} {str(dtypes[i])[6:]}" for i, n in enumerate("AB"))
+    return "; ".join((*operands, f"on {device}"))
 
 
 @lru_cache(maxsize=256)
@@ -310,7 +311,7 @@ def tune_table(kernel_inputs: Any, op_name: str, symbol: Any, wanted: Any, setti
 
     picks = refined(bucket_range(symbol, hint, wanted), pick_at)
     family = family_text(kernel_inputs.shapes_symbolic()[-2:], kernel_inputs.strides_symbolic()[-2:],
-                         kernel_inputs.dtypes()[-2:], symbol)
+                         kernel_inputs.dtypes()[-2:], symbol, device)
     text = table_text(op_name, *scalars_of(kernel_inputs), picks, family)
     for operands, kernel in kernels:
         register(text, operands, kernel)
