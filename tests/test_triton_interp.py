@@ -79,6 +79,20 @@ def test_transposed_a():
     run_all("mm", (a, b))
 
 
+def test_operands_seen_through_aligned_storage_wrap_past_an_odd_edge_and_read_no_padding_into_the_output():
+    # B's rows and A's columns are 32 elements apart (aligned) but N = 21 and M = 19 are odd: the tile
+    # indices wrap at 32 (mm.wraps), reading the NaN padding for lanes the masked store drops.
+    b_store = torch.full((24, 32), float("nan"))
+    b_store[:, :21] = torch.randn(24, 21)
+    a_store = torch.full((24, 32), float("nan"))
+    a_store[:, :19] = torch.randn(24, 19)
+    a, b = a_store[:, :19].t(), b_store[:, :21]  # A [19, 24] column-major, B [24, 21] row-major
+    ki, _ = run_all("mm", (a, b))
+    from gemmtune.templates.triton.mm import stride_divisors, wraps
+
+    assert wraps(ki, stride_divisors(ki)) == {"WRAP_M": 16, "N_WRAP": 32}
+
+
 def test_one_binary_serves_every_swizzle():
     ki, choices = run_all("mm", operands("mm", 40, 32, 24, torch.float32, "row"))
     assert len({c.binary_key for c in choices}) == len(choices) // len(SWIZZLES)

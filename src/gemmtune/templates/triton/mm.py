@@ -128,6 +128,25 @@ def stride_divisors(ki: KernelInputs) -> dict[str, int]:
     return dict(DIV_AM=div(a[0]), DIV_AK=div(a[1]), DIV_BK=div(b[0]), DIV_BN=div(b[1]), DIV_CM=1, DIV_CN=1)
 
 
+def wraps(ki: KernelInputs, divisors: dict[str, int]) -> dict[str, int]:
+    """The mm kernel's WRAP_M and N_WRAP: where a contiguous dimension's tile indices wrap around.  Along
+    A's M where A is column-major, and B's N where B is row-major, the elements are contiguous, so the
+    compiler loads them in vectors of up to the row stride's alignment (`divisors`); the wrap then comes
+    at the next multiple of it, never inside a vector (an odd N, as a padded twin's B seen through its
+    first N columns, would start the wrapped part at a misaligned address).  The row stride is itself
+    such a multiple, so the columns read past the edge stay inside each row.
+
+    Example:
+        >>> import torch
+        >>> storage = torch.ones(64, 5568, dtype=torch.bfloat16)
+        >>> ki = KernelInputs.from_tensors("mm", torch.ones(8, 64, dtype=torch.bfloat16), storage[:, :5555])
+        >>> wraps(ki, stride_divisors(ki))
+        {'WRAP_M': 1, 'N_WRAP': 5568}
+    """
+    n_align = divisors["DIV_BK"] if ki.b.stride[-1] == 1 else 1
+    return dict(WRAP_M=divisors["DIV_AK"] if ki.a.stride[-2] == 1 else 1, N_WRAP=-(-ki.N // n_align) * n_align)
+
+
 STRIDE_ARGS = ((8, "DIV_AM"), (9, "DIV_AK"), (11, "DIV_BK"), (12, "DIV_BN"))
 """Where the mm kernel's arguments hold each matrix stride, and the DIV_* it was built for."""
 
@@ -166,7 +185,8 @@ class TritonMMTemplate(TritonTemplate):
 
         cfg = choice.config_dict
         meta = dict({k: cfg[k] for k in TILE_KEYS}, **epilogue_flags(ki), INPUT_PRECISION=input_precision(ki.dtype),
-                    EVEN_K=ki.K % cfg["BLOCK_K"] == 0, **stride_divisors(ki), N_FIXED=ki.N, K_FIXED=ki.K)
+                    EVEN_K=ki.K % cfg["BLOCK_K"] == 0, **(div := stride_divisors(ki)), **wraps(ki, div), N_FIXED=ki.N,
+                    K_FIXED=ki.K)
         run = KernelLaunch(gemm_kernel, (cdiv(ki.M, cfg["BLOCK_M"]) * cdiv(ki.N, cfg["BLOCK_N"]), ki.batch, 1), meta)
         return run, lambda tensors, out, swizzle=STAGE1_SWIZZLE: checked_strides(meta, (*gemm_args(ki, tensors, out),
                                                                                          swizzle))
