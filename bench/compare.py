@@ -84,9 +84,8 @@ def op_fn(op: str) -> Callable:
 
 
 def run_compiled(spec, tensors, settings=None) -> tuple[Callable, float]:
-    """`torch.compile` of the op on fresh caches, its first call timed: Inductor in `INDUCTOR_MODE`, or with
-    `settings`, gemmtune's compiled path (default mode under `gemmtune.inductor.installed`: Inductor's passes,
-    its padding too, then gemmtune's pick).  The compiled call and its seconds."""
+    """`torch.compile` of the op on fresh caches, first call timed: Inductor in `INDUCTOR_MODE`, or with `settings`,
+    gemmtune's compiled path (default mode, `gemmtune.inductor.installed`; Inductor's padding too).  Call, seconds."""
     import torch
 
     import gemmtune.inductor as gi
@@ -218,6 +217,7 @@ def measure(specs, exhaustive: set[str], args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("compare.py measures on a CUDA GPU; use --dry-run elsewhere")
     settings = Settings.from_env().with_(store="off")
+    torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 4 * len(specs) + 16
     timer = CudaTimer(torch.device("cuda"), rep_ms=50, count_host=False, flush=settings.l2_flush)
     meta = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
             "torch": torch.__version__, "triton": __import__("triton").__version__, "gemmtune": gemmtune.__version__,

@@ -102,7 +102,6 @@ def tma_persistent_kernel(
             else:
                 b = b_desc.load([off_k, off_n])
                 acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-
         tile_c += NUM_SMS
         pid_m, pid_n = swizzled_tile(tile_c, grid_m, grid_n, GROUP_M)
         off_cm = pid_m * BLOCK_M
