@@ -296,3 +296,22 @@ def test_a_buffer_laid_out_after_lowering_gets_a_kernel_bound_to_the_strides_it_
             torch._dynamo.mark_dynamic(x, 0)
             torch.testing.assert_close(f(x), (torch.relu(x) * 2) @ w.t(), rtol=1e-4, atol=1e-4)
     assert misread == []
+
+
+def test_two_devices_never_share_an_entry():
+    import sympy
+
+    class Inputs:  # what the handler reads of Inductor's kernel inputs
+        def __init__(self, device):
+            self.device = lambda: torch.device(device)
+            self.shapes_symbolic = lambda: [(sympy.Symbol("s0"), 40), (40, 24)]
+            self.strides_symbolic = lambda: [(40, 1), (1, 40)]
+            self.dtypes = lambda: [torch.bfloat16] * 2
+            self.scalars = lambda: {}
+
+    zero, one = Inputs("cuda:0"), Inputs("cuda:1")
+    assert dynamic.table_key(zero, "mm") != dynamic.table_key(one, "mm")
+    texts = {dynamic.family_text(i.shapes_symbolic(), i.strides_symbolic(), i.dtypes(), sympy.Symbol("s0"), i.device())
+             for i in (zero, one)}
+    assert texts == {"A(M, 40) (40, 1) bfloat16; B(40, 24) (1, 40) bfloat16; on cuda:0",
+                     "A(M, 40) (40, 1) bfloat16; B(40, 24) (1, 40) bfloat16; on cuda:1"}

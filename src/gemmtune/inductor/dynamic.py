@@ -66,7 +66,7 @@ def table_text(op: str, alpha: float, beta: float, picks: dict[int, str], family
                        "buckets": {str(b): k for b, k in sorted(picks.items())}}, sort_keys=True)
 
 
-def family_text(shapes: Any, strides: Any, dtypes: Any, symbol: Any, device: Any = "cpu") -> str:
+def family_text(shapes: Any, strides: Any, dtypes: Any, symbol: Any, device: Any) -> str:
     """A GEMM with M left out, as text: A's and B's sizes and strides (M's expression `symbol` spelled M,
     every other dimension a number: `symbolic_m`) and dtypes, as Inductor reports them while lowering,
     and the device: two GEMMs that differ there never share an entry, nor a kept kernel.
@@ -152,9 +152,10 @@ def symbolic_m(kernel_inputs: Any, op_name: str) -> Any:
 
 def table_key(kernel_inputs: Any, op_name: str) -> str:
     """The handler's key of a bucketed GEMM: the op, A's and B's symbolic sizes, strides and dtypes, the
-    scalars (not the bias, which Inductor's calls for one addmm give in two forms)."""
+    scalars (not the bias, which Inductor's calls for one addmm give in two forms) and the device."""
     shapes, strides = kernel_inputs.shapes_symbolic()[-2:], kernel_inputs.strides_symbolic()[-2:]
-    return f"{op_name} {shapes} {strides} {kernel_inputs.dtypes()[-2:]} {scalars_of(kernel_inputs)}"
+    return (f"{op_name} {shapes} {strides} {kernel_inputs.dtypes()[-2:]} {scalars_of(kernel_inputs)} "
+            f"{kernel_inputs.device()}")
 
 
 def bucket_range(symbol: Any, hint: int, wanted: Any = None) -> list[int]:
