@@ -123,6 +123,7 @@ def test_a_triton_twin_is_not_offered_where_only_the_outputs_n_is_misaligned():
     col = _problem(256, 768, 50257, b_col=True, device="cuda")  # B = weight.t(): N leads only the output
     assert padding_dims(col) == {"N": 50304} and not twin.supports(col)
     assert PaddedTemplate(AtenTemplate("mm")).keep_n is False and twin.keep_n is True
+    assert twin.inner.whole_rows and not TritonMMTemplate().whole_rows  # the twin's kernels load whole rows
 
 
 def test_a_parameter_is_padded_once_and_again_after_it_changes(monkeypatch):

@@ -79,18 +79,28 @@ def test_transposed_a():
     run_all("mm", (a, b))
 
 
-def test_operands_seen_through_aligned_storage_wrap_past_an_odd_edge_and_read_no_padding_into_the_output():
-    # B's rows and A's columns are 32 elements apart (aligned) but N = 21 and M = 19 are odd: the tile
-    # indices wrap at 32 (mm.wraps), reading the NaN padding for lanes the masked store drops.
-    b_store = torch.full((24, 32), float("nan"))
-    b_store[:, :21] = torch.randn(24, 21)
-    a_store = torch.full((24, 32), float("nan"))
-    a_store[:, :19] = torch.randn(24, 19)
-    a, b = a_store[:, :19].t(), b_store[:, :21]  # A [19, 24] column-major, B [24, 21] row-major
-    ki, _ = run_all("mm", (a, b))
-    from gemmtune.templates.triton.mm import stride_divisors, wraps
+def test_operands_seen_through_aligned_storage_with_an_odd_edge_read_nothing_past_their_storage():
+    # B's rows and A's columns are 32 elements apart (aligned) but N = 21 and M = 19 are odd; the storage
+    # ends right after the last row's last element, so a wrap rounded up past N or M would read beyond it.
+    b = torch.empty_strided((24, 21), (32, 1))
+    b.copy_(torch.randn(24, 21))
+    a = torch.empty_strided((24, 19), (32, 1))
+    a.copy_(torch.randn(24, 19))
+    ki, _ = run_all("mm", (a.t(), b))  # A [19, 24] column-major, B [24, 21] row-major
+    from gemmtune.templates.triton.mm import index_hints
 
-    assert wraps(ki, stride_divisors(ki)) == {"WRAP_M": 16, "N_WRAP": 32}
+    assert index_hints(ki, 32, 16, 16) == {"N_WRAP": 21, "HINT_M": 1, "HINT_N": 1}
+    assert index_hints(ki, 32, 16, 16, whole_rows=True) == {"N_WRAP": 32, "HINT_M": 1, "HINT_N": 16}
+
+
+def test_a_launcher_refuses_a_column_major_a_whose_m_would_split_its_vectors():
+    from gemmtune.templates.triton.mm import checked_strides
+
+    meta = dict(HINT_M=16, DIV_AM=1, DIV_AK=16, DIV_BK=1, DIV_BN=1)
+    args = (None,) * 4 + (64, 8, 8, 0, 1, 64, 0, 8, 1)
+    assert checked_strides(meta, args) is args
+    with pytest.raises(RuntimeError, match="M = 40 is not a multiple of the 16 rows"):
+        checked_strides(meta, (None,) * 4 + (40,) + args[5:])
 
 
 def test_one_binary_serves_every_swizzle():

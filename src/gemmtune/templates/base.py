@@ -121,6 +121,11 @@ class Template(ABC):
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
         """Build the binary for `choice` (runtime params excluded) and return its launcher."""
 
+    def on_padded_storage(self) -> "Template":
+        """This template as a padded twin runs it: every operand row whole in storage of aligned rows
+        (`padded.pad_operands`), so a kernel may read up to the row's alignment past N.  Default: itself."""
+        return self
+
     def prepare_compiles(self, choices: Sequence[Choice], ki: KernelInputs, example: Sequence[torch.Tensor]) -> None:
         """Called once before `compile` runs for each of `choices` (one binary each, in threads): a
         template whose compiler works one at a time in a process may start them elsewhere.  Default:

@@ -14,8 +14,8 @@ to `align_of(dtype)` elements (16 bytes).  A weight that is a parameter (`nn.Par
 of one such as `weight.t()`) is padded once and kept until the parameter changes (its version
 counter moves, as an optimizer step moves it), so a patched `nn.Linear` pays only the activation's copy.
 
-A twin of a template whose kernels write any output stride (`any_out_stride`: the Triton templates
-but the TMA ones) keeps N (`PaddedTemplate.keep_n`): a row-major B gets padded storage seen through its
+A twin of a template whose kernels write any output stride (`any_out_stride`: the Triton templates)
+keeps N (`PaddedTemplate.keep_n`): a row-major B gets padded storage seen through its
 first N columns (aligned rows, the same product) and the kernel writes the output itself, with no block
 copied out; where only the output's N is misaligned it is not offered (it would be the template's own
 candidate).
@@ -228,8 +228,8 @@ class PaddedTemplate(Template):
     ops = OPS
 
     def __init__(self, inner: Template):
-        self.inner = inner
         self.keep_n = inner.any_out_stride  # its kernels write any output stride: N is never padded
+        self.inner = inner.on_padded_storage() if self.keep_n else inner
         self.uid = PREFIX + inner.uid
         self.family = inner.family
         self.src_hash = source_hash(inner.src_hash or inner.uid, _SOURCE)

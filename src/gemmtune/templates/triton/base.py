@@ -336,7 +336,7 @@ class TritonTemplate(Template):
     """
 
     family = "triton"
-    any_out_stride = True  # masked pointer stores; the TMA templates, whose descriptors need aligned rows, say False
+    any_out_stride = True  # masked pointer stores (the TMA templates where TMA cannot store a row)
     native_devices = ("cuda",)
     runtime_space: Mapping[str, Sequence[Any]] = {"swizzle": SWIZZLES}
     default_runtime: Mapping[str, Any] = {"swizzle": STAGE1_SWIZZLE}

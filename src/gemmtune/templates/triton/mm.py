@@ -8,6 +8,8 @@ memory or the accumulator register budget dropped.
 
 from __future__ import annotations
 
+import copy
+
 import itertools
 from typing import Any, Callable, Mapping, Sequence
 
@@ -128,23 +130,28 @@ def stride_divisors(ki: KernelInputs) -> dict[str, int]:
     return dict(DIV_AM=div(a[0]), DIV_AK=div(a[1]), DIV_BK=div(b[0]), DIV_BN=div(b[1]), DIV_CM=1, DIV_CN=1)
 
 
-def wraps(ki: KernelInputs, divisors: dict[str, int]) -> dict[str, int]:
-    """The mm kernel's WRAP_M and N_WRAP: where a contiguous dimension's tile indices wrap around.  Along
-    A's M where A is column-major, and B's N where B is row-major, the elements are contiguous, so the
-    compiler loads them in vectors of up to the row stride's alignment (`divisors`); the wrap then comes
-    at the next multiple of it, never inside a vector (an odd N, as a padded twin's B seen through its
-    first N columns, would start the wrapped part at a misaligned address).  The row stride is itself
-    such a multiple, so the columns read past the edge stay inside each row.
+def index_hints(ki: KernelInputs, block_m: int, block_n: int, div_bk: int, whole_rows: bool = False) -> dict[str, int]:
+    """The mm kernel's N_WRAP, HINT_M and HINT_N.  Tile indices past M and N wrap around; the hints tell the
+    compiler they run contiguous in groups, so it loads A's columns (A column-major) and B's rows (B
+    row-major) in vectors.  A group must never span the wrap (a vector would start at a misaligned
+    address): along a dimension contiguous in memory the hint is the power of two dividing where it wraps,
+    at most the block.  `whole_rows` (a padded twin's operands): B's rows wrap at N rounded up to their
+    alignment `div_bk`, inside each row's storage, so an odd N still loads in vectors.
 
     Example:
         >>> import torch
-        >>> storage = torch.ones(64, 5568, dtype=torch.bfloat16)
-        >>> ki = KernelInputs.from_tensors("mm", torch.ones(8, 64, dtype=torch.bfloat16), storage[:, :5555])
-        >>> wraps(ki, stride_divisors(ki))
-        {'WRAP_M': 1, 'N_WRAP': 5568}
+        >>> bf16 = dict(dtype=torch.bfloat16)
+        >>> a, storage = torch.ones(777, 64, **bf16), torch.ones(64, 5568, **bf16)
+        >>> ki = KernelInputs.from_tensors("mm", a, storage[:, :5555])
+        >>> index_hints(ki, 128, 128, 16), index_hints(ki, 128, 128, 16, whole_rows=True)
+        ({'N_WRAP': 5555, 'HINT_M': 128, 'HINT_N': 1}, {'N_WRAP': 5568, 'HINT_M': 128, 'HINT_N': 64})
+        >>> index_hints(KernelInputs.from_tensors("mm", a.t().contiguous().t(), storage), 128, 128, 16)["HINT_M"]
+        1
     """
-    n_align = divisors["DIV_BK"] if ki.b.stride[-1] == 1 else 1
-    return dict(WRAP_M=divisors["DIV_AK"] if ki.a.stride[-2] == 1 else 1, N_WRAP=-(-ki.N // n_align) * n_align)
+    row_b = ki.b.stride[-1] == 1
+    n_wrap = -(-ki.N // div_bk) * div_bk if whole_rows and row_b else ki.N
+    hint_m = min(block_m, ki.M & -ki.M) if ki.a.stride[-2] == 1 else block_m
+    return dict(N_WRAP=n_wrap, HINT_M=max(1, hint_m), HINT_N=min(block_n, n_wrap & -n_wrap) if row_b else block_n)
 
 
 STRIDE_ARGS = ((8, "DIV_AM"), (9, "DIV_AK"), (11, "DIV_BK"), (12, "DIV_BN"))
@@ -155,6 +162,9 @@ def checked_strides(meta: dict[str, Any], args: tuple) -> tuple:
     """`args` (the mm kernel's) unchanged, after checking each matrix stride is a multiple of its DIV_*: a
     binary built for one problem's strides must not run on strides it would misread (M, N and K come
     from the problem the launcher was built for).  Four modulos per call: it runs on every timed launch."""
+    if args[8] == 1 and args[4] % meta["HINT_M"]:  # a column-major A's rows load in runs of HINT_M
+        raise RuntimeError(f"triton_mm: M = {args[4]} is not a multiple of the {meta['HINT_M']} rows this kernel "
+                           "loads at once; tune the problem with this M")
     if args[8] % meta["DIV_AM"] or args[9] % meta["DIV_AK"] or args[11] % meta["DIV_BK"] or args[12] % meta["DIV_BN"]:
         i, name = next((i, name) for i, name in STRIDE_ARGS if args[i] % meta[name])
         raise RuntimeError(f"triton_mm: a stride of {args[i]} is not a multiple of the {meta[name]} this kernel "
@@ -173,6 +183,12 @@ class TritonMMTemplate(TritonTemplate):
     uid = "triton_mm"
     kernel_file = "mm_kernel.py"
     config_space = staticmethod(config_space)
+    whole_rows = False  # operands in whole rows of aligned storage (`on_padded_storage`)
+
+    def on_padded_storage(self) -> "TritonMMTemplate":
+        twin_inner = copy.copy(self)
+        twin_inner.whole_rows = True
+        return twin_inner
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
         space = [*self.space, *narrow_configs(ki.M, ki.N, ki.K)]
@@ -185,8 +201,8 @@ class TritonMMTemplate(TritonTemplate):
 
         cfg = choice.config_dict
         meta = dict({k: cfg[k] for k in TILE_KEYS}, **epilogue_flags(ki), INPUT_PRECISION=input_precision(ki.dtype),
-                    EVEN_K=ki.K % cfg["BLOCK_K"] == 0, **(div := stride_divisors(ki)), **wraps(ki, div), N_FIXED=ki.N,
-                    K_FIXED=ki.K)
+                    EVEN_K=ki.K % cfg["BLOCK_K"] == 0, **(div := stride_divisors(ki)), N_FIXED=ki.N, K_FIXED=ki.K,
+                    **index_hints(ki, cfg["BLOCK_M"], cfg["BLOCK_N"], div["DIV_BK"], self.whole_rows))
         run = KernelLaunch(gemm_kernel, (cdiv(ki.M, cfg["BLOCK_M"]) * cdiv(ki.N, cfg["BLOCK_N"]), ki.batch, 1), meta)
         return run, lambda tensors, out, swizzle=STAGE1_SWIZZLE: checked_strides(meta, (*gemm_args(ki, tensors, out),
                                                                                          swizzle))

@@ -29,7 +29,7 @@ def gemm_kernel(
     EVEN_K: tl.constexpr,
     DIV_AM: tl.constexpr, DIV_AK: tl.constexpr, DIV_BK: tl.constexpr, DIV_BN: tl.constexpr,
     DIV_CM: tl.constexpr, DIV_CN: tl.constexpr, N_FIXED: tl.constexpr, K_FIXED: tl.constexpr,
-    WRAP_M: tl.constexpr, N_WRAP: tl.constexpr,
+    N_WRAP: tl.constexpr, HINT_M: tl.constexpr, HINT_N: tl.constexpr,
 ):
     # N and K are the binary's own (its launcher passes its problem's): as literals, the K loop's trip
     # count, its masks and the column wrap below fold at compile time.
@@ -48,13 +48,11 @@ def gemm_kernel(
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     # Rows/columns past the edge wrap around: loads stay in bounds without a
     # mask on M/N; the store is masked, so wrapped values are never written.
-    # The hints keep the wrapped indices contiguous for the compiler (vector loads).  A vector never
-    # spans the wrap: along a dimension whose elements are contiguous in memory (A's M where A is
-    # column-major, B's N where B is row-major) it wraps at the next multiple of the row stride's
-    # alignment (WRAP_M, N_WRAP: still inside each row's storage), not at an odd M or N.
-    M_W = (M + WRAP_M - 1) // WRAP_M * WRAP_M
-    ram = tl.max_contiguous(tl.multiple_of(rm % M_W, BLOCK_M), BLOCK_M)
-    rbn = tl.max_contiguous(tl.multiple_of(rn % N_WRAP, BLOCK_N), BLOCK_N)
+    # The hints keep the wrapped indices contiguous for the compiler (vector loads) in runs of HINT_M /
+    # HINT_N, which divide the wrap (mm.index_hints): no vector spans it.  N_WRAP is N, or on a padded
+    # twin's whole rows N rounded up to the rows' alignment (the columns past N read there are dropped).
+    ram = tl.max_contiguous(tl.multiple_of(rm % M, HINT_M), HINT_M)
+    rbn = tl.max_contiguous(tl.multiple_of(rn % N_WRAP, HINT_N), HINT_N)
     acc = dot_k_range(A, B, pid_z, ram, rbn, 0, tl.cdiv(K, BLOCK_K), K, stride_az, stride_am, stride_ak,
                       stride_bz, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INPUT_PRECISION)
     store_tile(acc, C, BIAS, rm, rn, pid_z, M, N, stride_cz, stride_cm, stride_cn, stride_biasm, stride_biasn,
