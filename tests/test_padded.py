@@ -157,6 +157,8 @@ def test_a_misaligned_gpu_problem_pools_each_templates_padded_twin():
     assert not any(u.startswith("padded_") for u in [t.uid for t in active_templates(_gpu_problem(64, 64, 64), None, hopper=False)])
     named = [t.uid for t in active_templates(_gpu_problem(777, 1234, 5555), ("extern",), hopper=False)]
     assert "padded_aten_mm" in named and "padded_triton_mm" not in named
+    head = [t.uid for t in active_templates(_problem(256, 768, 50257, b_col=True, device="cuda:0"), None, hopper=False)]
+    assert "padded_aten_mm" in head and "triton_mm" in head and "padded_triton_mm" not in head  # no duplicate
     pool = [AtenTemplate("mm")]  # a pool the caller lists is used as it is
     assert [t.uid for t in active_templates(_gpu_problem(777, 1234, 5555), None, pool)] == ["aten_mm"]
 

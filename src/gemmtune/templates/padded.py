@@ -306,9 +306,7 @@ def padded_pool(ki: KernelInputs, pool: Sequence[Template], wanted: Any) -> list
         >>> [t.uid for t in padded_pool(ki, [AtenTemplate("mm"), AtenTemplate("bmm")], lambda t: True)]
         ['padded_aten_mm']
     """
-    dims = padding_dims(ki)
-    if not dims:
+    if not padding_dims(ki):
         return []
-    big = padded_problem(ki, dims)
-    return [PaddedTemplate(t) for t in pool
-            if ki.op in t.ops and not isinstance(t, PaddedTemplate) and wanted(t) and t.supports(big)]
+    twins = (PaddedTemplate(t) for t in pool if ki.op in t.ops and not isinstance(t, PaddedTemplate) and wanted(t))
+    return [twin for twin in twins if twin.supports(ki)]  # not a twin that would run the template's own problem
