@@ -27,7 +27,7 @@ RESULTS, PAGE, README = ROOT / "bench" / "results", ROOT / "docs" / "RESULTS.md"
 TEMPLATE = ROOT / "bench" / "results_page.md"
 BEGIN, END = "<!-- results -->", "<!-- /results -->"
 BF16 = ("compare_default_full_runF_2026-11-30.json",)
-HARD = ("compare_hard_h100_2026-12-06.json",)
+HARD, MISALIGNED = ("compare_hard_h100_2026-12-06.json",), ("compare_misaligned_h100_2026-12-06.json",)
 FP8_18 = ("compare_fp8_18_run3_merged_h100_2026-12-05.json",)
 FP8_64 = ("compare_fp8_h200_2026-12-02.json", "compare_fp8_library_h200_2026-12-02.json",
           "compare_fp8_rest_h200_2026-12-02.json")
@@ -56,7 +56,7 @@ SRC, PLAIN = ["command", "device", "date", "file"], ("eager", "eager_copy", "eag
 
 def cited() -> list[str]:
     """Every result file the page cites, in page order."""
-    return [*BF16, *HARD, *FP8_18, *FP8_64, *MODELS, *EAGER[0], *EAGER[1], *SERVING, *CPU, *REDIS, *CHECKS]
+    return [*BF16, *HARD, *MISALIGNED, *FP8_18, *FP8_64, *MODELS, *EAGER[0], *EAGER[1], *SERVING, *CPU, *REDIS, *CHECKS]
 
 
 def load(results: Path, name: str) -> Any:
@@ -124,7 +124,8 @@ def gpu_tables(results: Path) -> dict[str, str]:
                num(r["speedup_vs_cublas"]), num(r.get("inductor_speedup_vs_cublas")),
                num(r["gemmtune_cold_s"], ".2f", " s")] for r in suite(results, BF16)["rows"]]
     return {"bf16": suites(results, (("24 shapes of `bench/shapes.json`", BF16),
-                                     ("50 of the 57 shapes of `bench/shapes_hard.json`", HARD)), "cuBLAS"),
+                                     ("50 of the 57 shapes of `bench/shapes_hard.json`", HARD),
+                                     ("4 of its misaligned shapes, again", MISALIGNED)), "cuBLAS"),
             "bf16_shapes": md(["shape", "MxKxN", "pick's kernel", "x cuBLAS", "Inductor x cuBLAS", "tuning, cold"],
                               shapes),
             "fp8": suites(results, (("18 shapes, with Inductor", FP8_18), ("all 64 shapes", FP8_64)), "cuBLASLt")}
@@ -153,8 +154,7 @@ def model_tables(results: Path) -> dict[str, str]:
 
 
 def pooled(runs: list[Any], case: str, variant: str) -> tuple[float, float, float, int] | None:
-    """Speed vs plain eager over the rounds of `runs`: the median of per-round ratios (the plain copies' mean
-    time over the variant's), a bootstrap 95 % interval of that median, and the count of rounds."""
+    """Speed vs plain eager over `runs`' rounds: median per-round ratio, its bootstrap 95 % interval, rounds."""
     ratios: list[float] = []
     for run in runs:
         ms = {s["variant"]: s["round_ms"] for c in run["cases"] if c["case"] == case for s in c["steady"]}
