@@ -28,6 +28,8 @@ OFF = gemmtune.Settings(store="off")
 def _fresh(fresh_inductor):
     dynamic._KERNELS.clear()
     dynamic.STATS.clear()
+    dynamic.WANTED.clear()
+    dynamic.LATER.clear()
     yield
 
 
@@ -315,3 +317,40 @@ def test_two_devices_never_share_an_entry():
              for i in (zero, one)}
     assert texts == {"A(M, 40) (40, 1) bfloat16; B(40, 24) (1, 40) bfloat16; on cuda:0",
                      "A(M, 40) (40, 1) bfloat16; B(40, 24) (1, 40) bfloat16; on cuda:1"}
+
+
+def test_an_m_outside_the_range_marks_its_bucket_and_tune_wanted_gives_it_its_own_pick():
+    layer = _linear(bias=True)
+    handler = gi.install(settings=OFF, m="1:8")
+    f = torch.compile(layer, dynamic=True)
+
+    def run(*ms):
+        with torch.no_grad():
+            for m in ms:
+                x = torch.randn(m, 40)
+                torch.testing.assert_close(f(x), layer(x), rtol=1e-4, atol=1e-4)
+
+    run(3, 40, 50)  # 40 and 50 lie in bucket 64, outside 1..8: bucket 8's pick, bucket 64 marked
+    (text,) = handler.tables.values()
+    assert dynamic.STATS["outside"] == 2 and dynamic.STATS["wanted"] == 1 and list(dynamic.WANTED[text]) == [64]
+    assert gi.tune_wanted() == {64: 1}
+    assert list(dynamic.LATER[text]) == [64] and not dynamic.WANTED[text]
+    builds = dynamic.STATS["builds"]
+    run(40, 60)  # bucket 64's own pick, built again for 40; neither is outside now
+    assert dynamic.STATS["builds"] == builds + 2 and dynamic.STATS["outside"] == 2
+    assert gi.tune_wanted() == {}
+
+
+def test_an_entrys_family_gives_the_operands_at_a_bucket():
+    from gemmtune.core.inputs import TensorMeta
+    from gemmtune.inductor.outside import at_bucket
+
+    family = "A(M, 40) (1, M) float32; B(40, 24) (1, 40) float32; on cpu"  # a column-major A
+    a, b = at_bucket(family, None, 16)
+    assert (a.size, a.stride, b.size, a.device) == ((16, 40), (1, 16), (40, 24), "cpu")
+    rows = TensorMeta((3, 24), (0, 1), torch.float32, "cpu")  # a bias broadcast over M rows
+    assert at_bucket(family, rows, 16)[0].size == (16, 24) and at_bucket(family, rows, 16)[0].stride == (0, 1)
+    vector = TensorMeta((24,), (1,), torch.float32, "cpu")
+    assert at_bucket(family, vector, 16)[0] == vector
+    with pytest.raises(ValueError, match="names no A and B"):
+        at_bucket("nonsense; on cpu", None, 16)

@@ -22,10 +22,11 @@ from .entries import InductorPick, Measured, entries_for
 from .export import drop_stale, export_table, read_table, table_for, tuned_picks, write_table
 from .installer import benchmark_probe, install, installed, uninstall
 from .keys import problem_keys
+from .outside import tune_wanted
 from .tuning import pick_for_selection
 
 __all__ = [
     "InductorPick", "InductorUnavailable", "Measured", "available", "benchmark_probe", "drop_stale", "entries_for",
     "export_table", "inductor_templates", "install", "installed", "pick_for_selection", "problem_keys", "require",
-    "read_table", "table_for", "tuned_picks", "uninstall", "write_table",
+    "read_table", "table_for", "tune_wanted", "tuned_picks", "uninstall", "write_table",
 ]

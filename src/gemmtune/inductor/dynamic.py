@@ -53,7 +53,9 @@ DEFAULT_TOP = 4096
 MAX_TABLE_BYTES = 1 << 16
 MAX_KERNELS = 8192  # kernels kept for calls' sizes; the oldest is dropped past it (rebuilt if met again)
 log = logging.getLogger("gemmtune")
-STATS: Counter = Counter()  # "tables", "builds", "outside"
+STATS: Counter = Counter()  # "tables", "builds", "outside", "wanted"
+WANTED: dict[str, dict[int, tuple[TensorMeta, ...]]] = {}  # entry: {a bucket met outside its range: a call's operands}
+LATER: dict[str, dict[int, str]] = {}  # entry: {such a bucket: its pick, tuned off the hot path (`outside.tune_wanted`)}
 
 _KERNELS: dict[tuple, Callable[..., torch.Tensor]] = {}
 _LOCK = threading.Lock()
@@ -211,9 +213,14 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
     from ..engine import tune
 
     op, alpha, beta, picks = parse_table(text)
-    m = tensors[-2].shape[0]
+    m, later = tensors[-2].shape[0], LATER.get(text, {})
+    own = bucket_of(m)
+    if not min(picks) <= own <= max(picks) and own not in later:  # the nearest bucket's pick; its own marked
+        STATS["outside"] += 1
+        STATS["wanted"] += own not in WANTED.setdefault(text, {})
+        WANTED[text].setdefault(own, tuple(TensorMeta.of(t) for t in tensors))
+    picks = {**picks, **later}
     bucket = nearest(picks, m)
-    STATS["outside"] += not min(picks) <= bucket_of(m) <= max(picks)
     with torch.no_grad():
         sel = tune(op, *tensors, alpha=alpha, beta=beta, templates=pool, finalize=[keep_only(picks[bucket])],
                    settings=settings.with_(store="off", distributed="off"), progress=False)
