@@ -9,7 +9,6 @@ memory or the accumulator register budget dropped.
 from __future__ import annotations
 
 import copy
-
 import itertools
 from typing import Any, Callable, Mapping, Sequence
 
@@ -161,7 +160,8 @@ STRIDE_ARGS = ((8, "DIV_AM"), (9, "DIV_AK"), (11, "DIV_BK"), (12, "DIV_BN"))
 def checked_strides(meta: dict[str, Any], args: tuple) -> tuple:
     """`args` (the mm kernel's) unchanged, after checking each matrix stride is a multiple of its DIV_*: a
     binary built for one problem's strides must not run on strides it would misread (M, N and K come
-    from the problem the launcher was built for).  Four modulos per call: it runs on every timed launch."""
+    from the problem the launcher was built for), and, for a column-major A, that M is a multiple of the rows
+    it loads at once (HINT_M).  A few modulos per call: it runs on every timed launch."""
     if args[8] == 1 and args[4] % meta["HINT_M"]:  # a column-major A's rows load in runs of HINT_M
         raise RuntimeError(f"triton_mm: M = {args[4]} is not a multiple of the {meta['HINT_M']} rows this kernel "
                            "loads at once; tune the problem with this M")

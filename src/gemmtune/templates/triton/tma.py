@@ -80,13 +80,14 @@ def config_space(size: str = "default") -> list[dict[str, int]]:
     return space
 
 
-def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_bytes: int,
-                smem_limit: int, has_bias: bool = False, out_bytes: int | None = None) -> list[dict[str, int]]:
+def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_bytes: int, smem_limit: int,
+                has_bias: bool = False, out_bytes: int | None = None, tma_out: bool = True) -> list[dict[str, int]]:
     """Clamp tiles to the problem (BLOCK_M >= 64 for wgmma, BLOCK_N and BLOCK_K >= 32); drop
     duplicates and configs whose pipeline plus epilogue buffer (plus, with a bias, the layout
     conversion scratch the compiler adds: BM*BN bytes, measured on an H200) exceed shared memory.
     `elt_bytes` is the operands' element size, `out_bytes` the output's (default: the same); a space
-    without EPILOGUE_SUBTILE stages the whole output tile.
+    without EPILOGUE_SUBTILE stages the whole output tile, and so does a store through pointers
+    (`tma_out` False: the layout conversion before it takes a whole tile, measured on an H100).
 
     Example:
         >>> cfg = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=4, num_warps=8, EPILOGUE_SUBTILE=1)
@@ -104,7 +105,7 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
             c["num_warps"] = 4
         bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
         staged = bm * bn * (elt_bytes if out_bytes is None else out_bytes)
-        epilogue = staged // (2 if c.get("EPILOGUE_SUBTILE") else 1) + (bm * bn if has_bias else 0)
+        epilogue = staged // (2 if c.get("EPILOGUE_SUBTILE") and tma_out else 1) + (bm * bn if has_bias else 0)
         if pipeline_smem(c["num_stages"], bm, bn, bk, elt_bytes) + epilogue + _SMEM_RESERVE > smem_limit:
             continue
         if acc_regs(bm, bn, c["num_warps"]) <= ACC_REGS_MAX:
@@ -242,7 +243,7 @@ class TritonTMAPersistentTemplate(TritonTemplate):
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
         return fit_configs(self.space, ki.M, ki.N, ki.K, ki.dtype.itemsize, smem_limit(ki.device),
-                           has_bias=epilogue_flags(ki)["HAS_BIAS"])
+                           has_bias=epilogue_flags(ki)["HAS_BIAS"], tma_out=tma_store(ki))
 
     def sms(self, ki: KernelInputs) -> int:
         """Programs of a full persistent grid: the device's SMs (constexpr NUM_SMS: one binary per device)."""
