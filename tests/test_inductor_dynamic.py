@@ -26,11 +26,9 @@ OFF = gemmtune.Settings(store="off")
 
 @pytest.fixture(autouse=True)
 def _fresh(fresh_inductor):
-    dynamic._KERNELS.clear()
-    dynamic.STATS.clear()
-    dynamic.WANTED.clear()
-    dynamic.LATER.clear()
+    dynamic.reset()
     yield
+    dynamic.reset()
 
 
 def _linear(n: int = 24, k: int = 40, bias: bool = False) -> torch.nn.Linear:
@@ -341,16 +339,56 @@ def test_an_m_outside_the_range_marks_its_bucket_and_tune_wanted_gives_it_its_ow
     assert gi.tune_wanted() == {}
 
 
-def test_an_entrys_family_gives_the_operands_at_a_bucket():
+def test_an_entrys_family_gives_the_operands_at_a_bucket_and_must_describe_the_call():
     from gemmtune.core.inputs import TensorMeta
     from gemmtune.inductor.outside import at_bucket
 
+    meta = lambda size, stride: TensorMeta(size, stride, torch.float32, "cpu")  # noqa: E731
     family = "A(M, 40) (1, M) float32; B(40, 24) (1, 40) float32; on cpu"  # a column-major A
-    a, b = at_bucket(family, None, 16)
-    assert (a.size, a.stride, b.size, a.device) == ((16, 40), (1, 16), (40, 24), "cpu")
-    rows = TensorMeta((3, 24), (0, 1), torch.float32, "cpu")  # a bias broadcast over M rows
-    assert at_bucket(family, rows, 16)[0].size == (16, 24) and at_bucket(family, rows, 16)[0].stride == (0, 1)
-    vector = TensorMeta((24,), (1,), torch.float32, "cpu")
-    assert at_bucket(family, vector, 16)[0] == vector
-    with pytest.raises(ValueError, match="names no A and B"):
-        at_bucket("nonsense; on cpu", None, 16)
+    call = [meta((3, 24), (0, 1)), meta((3, 40), (1, 3)), meta((40, 24), (1, 40))]  # a bias broadcast over rows
+    bias, a, b = at_bucket(family, call, 16)
+    assert (a.size, a.stride, b.size, b.stride) == ((16, 40), (1, 16), (40, 24), (1, 40))
+    assert (bias.size, bias.stride) == ((16, 24), (0, 1))
+    assert at_bucket(family, [meta((24,), (1,)), *call[1:]], 16)[0] == meta((24,), (1,))
+    for bad in ("nonsense; on cpu", family.replace("; on cpu", ""), family.replace("float32", "nn", 1),
+                family.replace("(M, 40)", "(M, x)"), family.replace("(M, 40)", "(M, 41)"),
+                family.replace("B(40, 24)", "A(40, 24)"), family.replace("(M, 40)", "(M, 99999999999)")):
+        with pytest.raises(ValueError, match="gemmtune bucketed GEMM entry"):
+            at_bucket(bad, call, 16)
+
+
+def test_an_entry_that_cannot_be_tuned_later_is_named_once_and_the_others_are_tuned(caplog):
+    call = (torch.randn(40, 8), torch.randn(4, 8).t())
+    good = dynamic.table_text("mm", 1.0, 1.0, {1: "aten_mm", 8: "aten_mm"},
+                              "A(M, 8) (8, 1) float32; B(8, 4) (1, 8) float32; on cpu")
+    stale = dynamic.table_text("mm", 1.0, 1.0, {1: "aten_mm", 8: "aten_mm"},
+                               "A(M, 8) (8, 1) float32; B(8, 4) (1, 8) float32")  # no device: an older entry
+    for text in (stale, good):
+        out = torch.empty(40, 4)
+        dynamic.run_buckets(*call, table=text, out=out)
+        torch.testing.assert_close(out, call[0] @ call[1])
+    assert dynamic.STATS["wanted"] == 2
+    with caplog.at_level("WARNING", logger="gemmtune"):
+        assert gi.tune_wanted() == {64: 1}
+    assert "bucket 64 of a bucketed GEMM not tuned" in caplog.text
+    assert list(dynamic.LATER) == [good] and not any(dynamic.WANTED.values())
+    assert gi.tune_wanted() == {}  # the stale entry is not tried again
+
+
+def test_two_threads_tune_a_marked_bucket_once(monkeypatch):
+    import threading
+
+    from gemmtune.inductor import outside
+
+    call = (torch.randn(40, 8), torch.randn(4, 8).t())
+    text = dynamic.table_text("mm", 1.0, 1.0, {1: "aten_mm", 8: "aten_mm"},
+                              "A(M, 8) (8, 1) float32; B(8, 4) (1, 8) float32; on cpu")
+    dynamic.run_buckets(*call, table=text, out=torch.empty(40, 4))
+    tuned, real = [], outside._tune_bucket
+    monkeypatch.setattr(outside, "_tune_bucket", lambda *a: tuned.append(a[1]) or real(*a))
+    threads = [threading.Thread(target=gi.tune_wanted) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert tuned == [64] and dynamic.LATER[text] == {64: "aten_mm"}

@@ -30,8 +30,7 @@ def _fresh(monkeypatch, tmp_path):
 
     monkeypatch.setenv("GEMMTUNE_STORE", str(tmp_path / "store.sqlite"))
     torch._dynamo.reset()
-    dynamic._KERNELS.clear()
-    dynamic.STATS.clear()
+    dynamic.reset()
     with config.patch(fx_graph_cache=False, autotune_local_cache=False):
         yield
     from gemmtune.inductor import installer

@@ -44,7 +44,7 @@ from .tuning import inductor_pool, scalars_of
 
 __all__ = ["DYNAMIC_NAME", "DYNAMIC_UID", "DEFAULT_TOP", "table_text", "family_text", "parse_table", "nearest",
            "symbolic_m", "table_key", "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice",
-           "tune_table", "answer", "STATS"]
+           "tune_table", "answer", "reset", "STATS", "WANTED", "LATER"]
 
 DYNAMIC_NAME = "gemmtune_buckets"
 DYNAMIC_UID = "aten::" + DYNAMIC_NAME
@@ -59,6 +59,20 @@ LATER: dict[str, dict[int, str]] = {}  # entry: {such a bucket: its pick, tuned 
 
 _KERNELS: dict[tuple, Callable[..., torch.Tensor]] = {}
 _LOCK = threading.Lock()
+
+
+def reset() -> None:
+    """Forget every kept kernel, marked bucket and later pick, and the counts (`STATS`).
+
+    Example:
+        >>> reset(); dict(STATS), WANTED, LATER
+        ({}, {}, {})
+    """
+    with _LOCK:
+        _KERNELS.clear()
+        WANTED.clear()
+        LATER.clear()
+        STATS.clear()
 
 
 def table_text(op: str, alpha: float, beta: float, picks: dict[int, str], family: str = "") -> str:
