@@ -265,9 +265,8 @@ def bound_launcher(ki: KernelInputs, run: KernelLaunch, args: Callable[..., tupl
                    buffers: Callable[[torch.device], tuple] | None = None) -> Callable[..., torch.Tensor] | None:
     """`launch` bound to one problem and swizzle: `fn(*tensors, out=None)` for operands with the shapes,
     strides, dtypes and device of `tensors` (a dispatch key's problem) allocates the output (or takes a
-    row-major `out`) and
-    launches the binary with the first call's arguments, changing only the pointers: no argument
-    building per call.  A call the binding cannot serve (another alignment, device, a profiler's
+    row-major `out`) and launches the binary with the first call's arguments, changing only the
+    pointers: no argument building per call.  A call the binding cannot serve (another alignment, device, a profiler's
     launch hook) goes through `launch`.  `buffers(device)`: the scratch tensors `args` adds (fetched
     again per call: they may differ per stream).  None where there is no direct path (the
     interpreter, an unbindable argument list).
