@@ -20,7 +20,7 @@ from helpers import TwoGemmNet as Net
 from redis_server import RedisServer, require_redis
 
 pytestmark = pytest.mark.usefixtures("memory_store")
-WARMUP = sys.modules["gemmtune.dispatch.warmup"]
+CHECKING = sys.modules["gemmtune.dispatch.checking"]
 
 
 
@@ -49,7 +49,7 @@ def checks(monkeypatch):
                                         1.5 if keep else 0.5, keep, 1.4 if keep else 0.4))
         return out
 
-    monkeypatch.setattr(WARMUP, "check_in_model", check)
+    monkeypatch.setattr(CHECKING, "check_in_model", check)
     return calls
 
 
@@ -95,7 +95,7 @@ def test_in_model_true_times_again_and_later_warm_ups_read_the_newest(numba_pick
         return [in_model.InModel(sw.selection.problem.describe(), sw.selection.winner.name, 1.5, True, 1.4)
                 for sw in switches]
 
-    monkeypatch.setattr(WARMUP, "check_in_model", keep_all)
+    monkeypatch.setattr(CHECKING, "check_in_model", keep_all)
     gemmtune.clear_dispatch_cache()
     gemmtune.warmup(Net(), x, progress=False, in_model=True)
     gemmtune.clear_dispatch_cache()

@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 from contextlib import contextmanager
@@ -33,7 +34,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ..core.choices import Choice, keep_only
+from ..core.choices import Choice, keep_only, torch_op
 from ..core.inputs import TensorMeta
 from ..core.m_range import bucket_of, buckets_for, parse_m
 from .table import TABLE
@@ -144,6 +145,17 @@ class BucketTable:
             if example is not None and (kept is None or kept[1][-2].size[0] < 2 <= example[1][-2].shape[0]):
                 op, tensors, *rest = example  # an M of 2 or more shows A's layout and a broadcast bias
                 self.examples[family] = (op, [TensorMeta.of(t) for t in tensors], *rest)
+
+    def to_torch(self, family: tuple, bucket: int) -> None:
+        """Run torch's own op for every M of `family`'s `bucket` in this process (the in-model check at that
+        bucket sent its pick there: `dispatch.checking`); the store keeps the tuned pick."""
+        with self.lock:
+            sel = self.families.get(family, {}).get(bucket)
+            if sel is None or torch_op(sel.winner):
+                return
+            op = family[0]
+            lib = next((t.choice for t in sel.timings if torch_op(t.choice)), Choice(f"aten_{op}", None))
+            self.families[family][bucket] = dataclasses.replace(sel, winner=lib, kernel=None)
 
     def lookup(self, family: tuple, m: int) -> Any:
         """The Selection of `m`'s bucket, else of the nearest tuned one (counted outside); None: no family."""

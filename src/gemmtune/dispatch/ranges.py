@@ -4,9 +4,10 @@
 (`dispatch.buckets`); `gemmtune.warmup(model, x, m=...)` does it for every mm and addmm the model's
 forward met (`bucket_problems`, tuned as the warm-up tunes its own problems: dealt across the ranks of a
 distributed job, read from the store where it has them).  Afterwards a call of a registered family
-at any M runs its bucket's pick without tuning.  A range warm-up does not check the bucket problems in
-the model (the forward runs at one M); it releases a layer (`dispatch.release`) only where torch's op
-won in every bucket (`generated_somewhere`): a released layer runs torch's op at every M.
+at any M runs its bucket's pick without tuning.  A range warm-up checks the picks in the model at the
+example's M, and with `inputs_at` at every bucket (`dispatch.checking`); a pick the check sends to
+torch's op runs torch's op for its whole bucket.  It releases a layer (`dispatch.release`) only where
+torch's op runs in every bucket (`generated_somewhere`): a released layer runs torch's op at every M.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from . import eager
 from .buckets import BUCKETS, at_m, bucket_of, buckets_for, family_of, parse_m, without_backends
 from .table import TABLE, Recorded
 
-__all__ = ["tune_buckets", "tune_wanted_buckets", "bucket_problems", "register_buckets", "generated_somewhere"]
+__all__ = ["tune_buckets", "tune_wanted_buckets", "bucket_problems", "register_buckets", "generated_somewhere",
+           "generated_at"]
 
 
 def tune_buckets(op: str, *tensors: torch.Tensor, m: Any, backends: Sequence[str] | None = None,
@@ -162,3 +164,15 @@ def generated_somewhere(layer: Any, x: torch.Tensor) -> bool:
         picks = [sel for fam, tuned in BUCKETS.families.items() if without_backends(fam) == mine
                  for sel in tuned.values()]
     return any(not torch_op(sel.winner) for sel in picks)
+
+
+def generated_at(bucket: int) -> bool:
+    """Whether some registered family's pick at `bucket` is not torch's own op (what `dispatch.checking`
+    checks in the model there).
+
+    Example:
+        >>> BUCKETS.clear(); generated_at(64)
+        False
+    """
+    with BUCKETS.lock:
+        return any(bucket in tuned and not torch_op(tuned[bucket].winner) for tuned in BUCKETS.families.values())

@@ -18,33 +18,29 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
-from . import eager, fp8, ranges, verdicts
-from .in_model import InModel, Switch, check_in_model
+from . import checking, eager, fp8, ranges
+from .buckets import buckets_for
+from .in_model import InModel
 from ..core.errors import InputError
 from ..core.m_range import parse_m
 from ..core.settings import Settings
 from ..pipeline.progress import silenced
 from ..store import distributed
 from ..store.locations import shared_store
-from ..store.trust import Trust
 from .patching import patch, patched_modules, repatch_released
 from .release import release_library_layers
 from .spread import as_tuned, prepare_for, spread
 
 __all__ = ["warmup", "WarmupReport", "WarmupRow"]
 
-log = logging.getLogger("gemmtune")
-TORCH_OPS = frozenset({"aten_mm", "aten_addmm", "aten_bmm", "aten_bias_addmm", "aten_scaled_mm"})
-"""Library picks that are torch's own op: what the in-model check compares the others against."""
 
 
 @dataclass(frozen=True)
@@ -123,41 +119,41 @@ class WarmupReport:
 
 def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | None = None,
            progress: bool | None = None, for_compile: bool = False, in_model: bool | None = None,
-           release: bool | None = None, group: Any = None, m: Any = None, **example_kwargs: Any) -> WarmupReport:
+           release: bool | None = None, group: Any = None, m: Any = None, inputs_at: Callable[[int], Any] | None = None,
+           **example_kwargs: Any) -> WarmupReport:
     """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
 
     `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`) unless they already are; calls of
     `gemmtune.mm` / `addmm` / `bmm` made by the model's own code are collected too, and so are its
     `torch._scaled_mm` calls (fp8 linear layers: the forward runs under `dispatch.fp8.ScaledMMRouter`);
     a model whose forward met one is routed (`gemmtune.patch(model, scaled_mm=True)`), so its later
-    forwards run the picks (docs/FP8.md).  The forward runs
-    once under `torch.no_grad()`.  `for_compile=True` decides the problems for a later `torch.compile`
-    of the model, in any mode: tuned among the kernels Inductor builds and stored where gemmtune's
-    Inductor handler (`gemmtune.inductor`) reads them, so the compile tunes and benchmarks nothing
-    (`Settings.compile_path="traced"`: among the traceable templates, emitted at trace time); the
-    default decides them for eager calls.  `progress`: a progress bar (default: when standard error is
-    a terminal; False: no bar, no stage lines).  Returns a `WarmupReport`; print `report.table()` for the summary.
+    forwards run the picks (docs/FP8.md).  The forward runs once under `torch.no_grad()`.
+    `for_compile=True` decides the problems for a later `torch.compile` of the model, in any mode: tuned
+    among the kernels Inductor builds and stored where gemmtune's Inductor handler reads them, so the
+    compile tunes and benchmarks nothing (`Settings.compile_path="traced"`: among the traceable
+    templates, emitted at trace time).  `progress`: a progress bar (default: when standard error is a
+    terminal; False: no bar, no stage lines).  Returns a `WarmupReport` (`report.table()`: the summary).
 
     `in_model` checks each pick that is not torch's own op in the model (`dispatch.in_model`): about 30
     more forwards per such problem, under `torch.no_grad()`.  Its verdicts are kept in the store for
     this model, these picks and this machine, and a later warm-up applies them without timing
-    (`dispatch.verdicts`); `in_model=True` times them again and keeps the new ones.  Default: on for eager models, off in a
-    torch.distributed job (it would decide per rank).  Turn it off for a forward with side effects (a
-    KV cache it appends to), or for a model run under a CUDA graph (launch cost does not count there).
-    In a torch.distributed job the problems are dealt across the ranks of `group`, tuned at once and
-    shared (a ProcessGroup; default: the group of the enclosing `gemmtune.distributed_group` block,
-    else the default group).  On a host with more than one GPU of the model's kind (at most
+    (`dispatch.verdicts`); `in_model=True` times them again.  Default: on for eager models, off in a
+    torch.distributed job (it would decide per rank).  Turn it off for a forward with side effects (a KV
+    cache it appends to), or for a model run under a CUDA graph (launch cost does not count there).
+    In a torch.distributed job the problems are dealt across the ranks of `group` (a ProcessGroup;
+    default: that of the enclosing `gemmtune.distributed_group` block, else the default group).  On a host with more than one GPU of the model's kind (at most
     `Settings.gpus`), the problems are tuned at once in one worker process per GPU (docs/SCALE.md).
 
     `release` (default: on for eager use, off with `for_compile`) then takes the patch off every layer
     whose problems all run torch's op (`dispatch.release`, one more forward): it computes what an
     unpatched layer computes, through the parameter dict, so the warm-up costs eager use nothing where
-    torch's op won; a new input shape at such a layer is no longer tuned (`release=False` keeps every
-    layer patched, at the cost of its checks on each call: 1.5 % of a launch-bound model under Python
-    3.12).  A warm-up first patches again the layers released before.
+    torch's op won; a new input shape there is no longer tuned (`release=False` keeps every layer
+    patched: 1.5 % of a launch-bound model).  A warm-up first patches again the layers released before.
 
     `m` (a range, a list of M, or "LO:HI"; M = batch x tokens for a linear layer) also tunes each mm and
-    addmm family at every bucket of M, so a later eager call at any M tunes nothing (`dispatch.ranges`).
+    addmm family at every bucket of M, so a later eager call at any M tunes nothing (`dispatch.ranges`);
+    `inputs_at(M)` (the model's inputs at M: a tuple, or one input) has the in-model check run at every
+    bucket, not only at the example's (`dispatch.checking`).
 
     Example:
         >>> import torch, gemmtune
@@ -166,16 +162,20 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
         >>> len(report.rows), report.rows[0].winner.startswith(("aten", "numpy"))
         (2, True)
     """
-    release = _checked_options(release, for_compile, m)
+    release = _checked_options(release, for_compile, m, inputs_at)
     with distributed.distributed_group(group) if group is not None else contextlib.nullcontext(), _quiet(progress):
-        return _warmup(model, example_inputs, example_kwargs, backends, progress, for_compile, in_model, release, m)
+        return _warmup(model, example_inputs, example_kwargs, backends, progress, for_compile, in_model, release, m,
+                       inputs_at)
 
 
-def _checked_options(release: bool | None, for_compile: bool, m: Any) -> bool:
+def _checked_options(release: bool | None, for_compile: bool, m: Any, inputs_at: Any = None) -> bool:
     """`release` as asked (default: on for eager use, off with `for_compile`), once `m` is read
     (`core.m_range`); InputError for a bad `m` and for options that do not go together, before the forward."""
     if m is not None:
         parse_m(m, "warmup: m")
+    if inputs_at is not None and (m is None or not callable(inputs_at)):
+        raise InputError("warmup: inputs_at must be a function of M giving the model's inputs, with m= (the "
+                         f"buckets it checks); got {type(inputs_at).__name__}" + ("" if m is not None else " without m="))
     if m is not None and for_compile:
         raise InputError("warmup: m= decides eager calls by bucket; a torch.compile graph does not dispatch by "
                          "bucket (pass for_compile=False, or leave m out)")
@@ -192,7 +192,7 @@ def _quiet(progress: bool | None) -> Any:
 
 def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backends: Sequence[str] | None,
             progress: bool | None, for_compile: bool, in_model: bool | None, release: bool,
-            m: Any = None) -> WarmupReport:
+            m: Any = None, inputs_at: Callable[[int], Any] | None = None) -> WarmupReport:
     started = time.perf_counter()
     repatch_released(model)  # an earlier warm-up's released layers: this one meets their problems too
     if not patched_modules(model) or backends is not None:
@@ -211,7 +211,9 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
     if not for_compile and (in_model or (in_model is None and _job() is None)):
         t0 = time.perf_counter()
         with torch.no_grad():
-            rows = _checked(rows, seen, forward, model, again=bool(in_model))
+            rows = checking.checked(rows, seen, forward, model, again=bool(in_model))
+        if inputs_at is not None:
+            rows = _bucket_checked(rows, model, inputs_at, example_kwargs, m, again=bool(in_model))
         check_s = time.perf_counter() - t0
     keep = ranges.generated_somewhere if m is not None else None  # a range: torch's op in every bucket
     released = tuple(release_library_layers(model, forward, keep)) if release else ()
@@ -246,67 +248,25 @@ def _prestart_worker(model: nn.Module) -> Any:
     return isolation.prestart(device_str(tensor.device), settings.run_timeout_s)
 
 
-def _checked(rows: list[WarmupRow], seen: "dict[tuple, eager.Recorded]", forward: Any, model: nn.Module,
-             again: bool) -> list[WarmupRow]:
-    """`rows` with the in-model verdicts of the problems whose winner is not torch's own op (a generated
-    kernel, NumPy's BLAS) and whose backends allow the library kernel (a caller who left it out gets
-    no torch op).  Verdicts the store keeps for this model, these picks and this machine are applied
-    instead of timed (`dispatch.verdicts`), unless `again`."""
-    switches, at = [], []
-    selections = eager.selections()
-    for i, (canon, rec) in enumerate(seen.items()):
-        sel = selections.get(canon)
-        if (sel is None or sel.winner.template_uid in TORCH_OPS or rec.op == "scaled_mm"
-                or (rec.backends is not None and "extern" not in rec.backends)):
-            continue
-        switches.append(Switch(rec.op, canon, sel, rec.alpha, rec.beta, rec.out_layout))
-        at.append(i)
-    if not switches:
-        return rows
-    settings = Settings.from_env()
-    key = verdicts.verdict_key(model, [(rec.describe(), selections.get(canon), rec.calls)
-                                       for canon, rec in seen.items()], settings.library_margin)
-    store = shared_store(settings.store, Trust.of(settings))
-    found = None if again or key is None else verdicts.matching(verdicts.kept(store, key), switches)
-    if found is not None:
-        found = _applied(forward, switches, found)
-    else:
-        found = _timed(forward, switches, settings.library_margin)
-        if found is not None and key is not None:
-            verdicts.keep(store, key, found, [sw.selection.problem.problem_key for sw in switches])
-    if found is None:
-        return rows
+def _bucket_checked(rows: list[WarmupRow], model: nn.Module, inputs_at: Callable[[int], Any], kwargs: dict,
+                    m: Any, again: bool) -> list[WarmupRow]:
+    """`rows` with the verdicts of the in-model check at each bucket of `m` (`checking.check_buckets`): on the
+    row of the problem decided, or a row of its own for a problem the range did not tune (an M not a bucket's)."""
+    def forward_at(b: int) -> Any:
+        inputs = inputs_at(b)
+        return functools.partial(model, *(inputs if isinstance(inputs, tuple) else (inputs,)), **kwargs)
+
     out = list(rows)
-    for i, verdict in zip(at, found):
-        out[i] = replace(out[i], in_model=verdict)
+    where = {r.problem: i for i, r in enumerate(out)}
+    for rec, sel, verdict in checking.check_buckets(forward_at, buckets_for(parse_m(m)), model, again):
+        i = where.get(verdict.problem)
+        if i is None:
+            where[verdict.problem] = len(out)
+            out.append(WarmupRow(verdict.problem, rec.calls, verdict.winner, None, None, 0.0, bool(sel and sel.cache_hit),
+                                 verdict))
+        else:
+            out[i] = replace(out[i], in_model=verdict)
     return out
-
-
-def _applied(forward: Any, switches: list[Switch], found: list[InModel]) -> list[InModel] | None:
-    """The kept verdicts applied (a pick the check sent to torch's op goes there again); None where the
-    forward failed when run again (the tuned picks stand)."""
-    try:
-        forward()  # as the check's first forward: patched layers remember the pick's kernel
-    except Exception as exc:  # noqa: BLE001 - as in `_timed`
-        log.warning("gemmtune.warmup: kept in-model verdicts not applied, the forward failed when run again "
-                    "(%s: %s); the tuned picks run", type(exc).__name__, exc)
-        return None
-    for sw, verdict in zip(switches, found):
-        sw.library(not verdict.kept)
-    return found
-
-
-def _timed(forward: Any, switches: list[Switch], margin: float) -> list[InModel] | None:
-    """The check's verdicts, timed now; None where the forward failed when run again (the tuned picks stand)."""
-    cuda = any(sw.selection.problem.device_type == "cuda" for sw in switches)
-    try:
-        return check_in_model(forward, switches, margin=margin, cuda=cuda)
-    except Exception as exc:  # noqa: BLE001 - the forward failed when run again: the tuned picks stand
-        for sw in switches:
-            sw.library(False)
-        log.warning("gemmtune.warmup: in-model check skipped, the forward failed when run again (%s: %s); "
-                    "the tuned picks run", type(exc).__name__, exc)
-        return None
 
 
 def _show(progress: bool | None) -> bool:

@@ -1,0 +1,144 @@
+"""The warm-up's in-model checks: at the example's M, and with `inputs_at`, at each bucket of a range.
+
+`checked` runs `dispatch.in_model`'s check for the problems the warm-up's forward met whose pick is not
+torch's own op, or applies the verdicts the store keeps for this model, these picks and this machine
+(`dispatch.verdicts`).
+
+A range warm-up (`warmup(model, x, m=...)`) tunes every bucket of M, but its forward runs at one M.
+An eager forward at a small M is bound by host time, where a generated pick's launch can cost more
+than its kernel saves, and a large M is bound by the GPU: one forward cannot decide for both.  Given
+`inputs_at` (the model's inputs at an M), `check_buckets` runs the check at each bucket where some
+family's pick is generated: the forward at that bucket's inputs, with each pick and with torch's op.  A
+pick the forward runs faster without is sent to torch's op for its whole bucket in this process
+(`BucketTable.to_torch`): every M of that bucket then runs torch's op, and a layer whose buckets all run
+it is released (`ranges.generated_somewhere`).  The store keeps the tuned picks, as for any verdict.
+
+Example:
+    >>> checked([], {}, lambda: None, None, again=False)
+    []
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import eager, verdicts
+from .buckets import BUCKETS, bucket_of, family_of
+from .in_model import InModel, Switch, check_in_model
+from .ranges import generated_at
+from ..core.settings import Settings
+from ..store.locations import shared_store
+from ..store.trust import Trust
+
+__all__ = ["TORCH_OPS", "checked", "check_buckets"]
+
+log = logging.getLogger("gemmtune")
+TORCH_OPS = frozenset({"aten_mm", "aten_addmm", "aten_bmm", "aten_bias_addmm", "aten_scaled_mm"})
+"""Library picks that are torch's own op: what the in-model check compares the others against."""
+
+
+def checked(rows: list, seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, again: bool) -> list:
+    """`rows` (one per problem of `seen`, in order) with the in-model verdicts of the problems whose
+    winner is not torch's own op (a generated kernel, NumPy's BLAS) and whose backends allow the library
+    kernel (a caller who left it out gets no torch op).  Verdicts the store keeps for this model, these
+    picks and this machine are applied instead of timed (`dispatch.verdicts`), unless `again`."""
+    out = list(rows)
+    for i, verdict in verdicts_for(seen, forward, model, again):
+        out[i] = replace(out[i], in_model=verdict)
+    return out
+
+
+def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any,
+                 again: bool) -> list[tuple[int, InModel]]:
+    """(index in `seen`, verdict) of each problem `checked` decides; [] where none is decided.  A pick sent
+    to torch's op whose family is registered over M goes there for its whole bucket (`BucketTable.to_torch`)."""
+    switches, at = [], []
+    selections = eager.selections()
+    for i, (canon, rec) in enumerate(seen.items()):
+        sel = selections.get(canon)
+        if (sel is None or sel.winner.template_uid in TORCH_OPS or rec.op == "scaled_mm"
+                or (rec.backends is not None and "extern" not in rec.backends)):
+            continue
+        switches.append(Switch(rec.op, canon, sel, rec.alpha, rec.beta, rec.out_layout))
+        at.append(i)
+    if not switches:
+        return []
+    settings = Settings.from_env()
+    key = verdicts.verdict_key(model, [(rec.describe(), selections.get(canon), rec.calls)
+                                       for canon, rec in seen.items()], settings.library_margin)
+    store = shared_store(settings.store, Trust.of(settings))
+    found = None if again or key is None else verdicts.matching(verdicts.kept(store, key), switches)
+    if found is not None:
+        found = _applied(forward, switches, found)
+    else:
+        found = _timed(forward, switches, settings.library_margin)
+        if found is not None and key is not None:
+            verdicts.keep(store, key, found, [sw.selection.problem.problem_key for sw in switches])
+    if found is None:
+        return []
+    records = list(seen.values())
+    for i, verdict in zip(at, found):  # a registered family's bucket follows its M's verdict
+        rec = records[i]
+        family = family_of(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
+        if not verdict.kept and family is not None:
+            BUCKETS.to_torch(family, bucket_of(rec.tensors[-2].shape[0]))
+    return list(zip(at, found))
+
+
+def _applied(forward: Any, switches: list[Switch], found: list[InModel]) -> list[InModel] | None:
+    """The kept verdicts applied (a pick the check sent to torch's op goes there again); None where the
+    forward failed when run again (the tuned picks stand)."""
+    try:
+        forward()  # as the check's first forward: patched layers remember the pick's kernel
+    except Exception as exc:  # noqa: BLE001 - as in `_timed`
+        log.warning("gemmtune.warmup: kept in-model verdicts not applied, the forward failed when run again "
+                    "(%s: %s); the tuned picks run", type(exc).__name__, exc)
+        return None
+    for sw, verdict in zip(switches, found):
+        sw.library(not verdict.kept)
+    return found
+
+
+def _timed(forward: Any, switches: list[Switch], margin: float) -> list[InModel] | None:
+    """The check's verdicts, timed now; None where the forward failed when run again (the tuned picks stand)."""
+    cuda = any(sw.selection.problem.device_type == "cuda" for sw in switches)
+    try:
+        return check_in_model(forward, switches, margin=margin, cuda=cuda)
+    except Exception as exc:  # noqa: BLE001 - the forward failed when run again: the tuned picks stand
+        for sw in switches:
+            sw.library(False)
+        log.warning("gemmtune.warmup: in-model check skipped, the forward failed when run again (%s: %s); "
+                    "the tuned picks run", type(exc).__name__, exc)
+        return None
+
+
+def check_buckets(forward_at: Callable[[int], Callable[[], Any]], buckets: Sequence[int], model: Any,
+                  again: bool) -> list[tuple["eager.Recorded", Any, InModel]]:
+    """The in-model check at each of `buckets` where a registered family's pick is generated
+    (`forward_at(b)`: the model's forward at that bucket's inputs): (problem, its Selection, verdict) per
+    problem decided.  A pick sent to torch's op goes there for its whole bucket (`BucketTable.to_torch`).
+    A forward that fails at a bucket is named once and its bucket left as tuned."""
+    out = []
+    for b in buckets:
+        if not generated_at(b):
+            continue
+        try:
+            forward = forward_at(b)
+            with eager.recording() as seen, torch.no_grad():
+                forward()
+            with torch.no_grad():
+                forward()  # builds each problem's bucket pick for its M (nothing timed)
+        except Exception as exc:  # noqa: BLE001 - the user's inputs or model at this M: that bucket unchecked
+            log.warning("gemmtune.warmup: the forward at bucket M = %d failed (%s: %s); that bucket's picks are "
+                        "not checked in the model", b, type(exc).__name__, exc)
+            continue
+        selections = eager.selections()
+        with torch.no_grad():
+            decided = verdicts_for(seen, forward, model, again)
+        records = list(seen.items())
+        out += [(records[i][1], selections.get(records[i][0]), verdict) for i, verdict in decided]
+    return out
