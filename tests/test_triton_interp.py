@@ -89,8 +89,8 @@ def test_operands_seen_through_aligned_storage_with_an_odd_edge_read_nothing_pas
     ki, _ = run_all("mm", (a.t(), b))  # A [19, 24] column-major, B [24, 21] row-major
     from gemmtune.templates.triton.mm import index_hints
 
-    assert index_hints(ki, 32, 16, 16) == {"N_WRAP": 21, "HINT_M": 1, "HINT_N": 1}
-    assert index_hints(ki, 32, 16, 16, whole_rows=True) == {"N_WRAP": 32, "HINT_M": 1, "HINT_N": 16}
+    assert index_hints(ki, 32, 16, 16) == {"N_WRAP": 21, "HINT_M": 1, "HINT_N": 1, "CLAMP_M": False}
+    assert index_hints(ki, 32, 16, 16, whole_rows=True) == {"N_WRAP": 32, "HINT_M": 1, "HINT_N": 16, "CLAMP_M": False}
 
 
 def test_a_launcher_refuses_a_column_major_a_whose_m_would_split_its_vectors():

@@ -130,7 +130,8 @@ def stride_divisors(ki: KernelInputs) -> dict[str, int]:
 
 
 def index_hints(ki: KernelInputs, block_m: int, block_n: int, div_bk: int, whole_rows: bool = False) -> dict[str, int]:
-    """The mm kernel's N_WRAP, HINT_M and HINT_N.  Tile indices past M and N wrap around; the hints tell the
+    """The mm kernel's N_WRAP, HINT_M, HINT_N and CLAMP_M.  Tile indices past M and N wrap around (rows past
+    M of an A that is not column-major are clamped to its last row: CLAMP_M); the hints tell the
     compiler they run contiguous in groups, so it loads A's columns (A column-major) and B's rows (B
     row-major) in vectors.  A group must never span the wrap (a vector would start at a misaligned
     address): along a dimension contiguous in memory the hint is the power of two dividing where it wraps,
@@ -142,15 +143,19 @@ def index_hints(ki: KernelInputs, block_m: int, block_n: int, div_bk: int, whole
         >>> bf16 = dict(dtype=torch.bfloat16)
         >>> a, storage = torch.ones(777, 64, **bf16), torch.ones(64, 5568, **bf16)
         >>> ki = KernelInputs.from_tensors("mm", a, storage[:, :5555])
-        >>> index_hints(ki, 128, 128, 16), index_hints(ki, 128, 128, 16, whole_rows=True)
-        ({'N_WRAP': 5555, 'HINT_M': 128, 'HINT_N': 1}, {'N_WRAP': 5568, 'HINT_M': 128, 'HINT_N': 64})
+        >>> index_hints(ki, 128, 128, 16)
+        {'N_WRAP': 5555, 'HINT_M': 128, 'HINT_N': 1, 'CLAMP_M': True}
+        >>> index_hints(ki, 128, 128, 16, whole_rows=True)
+        {'N_WRAP': 5568, 'HINT_M': 128, 'HINT_N': 64, 'CLAMP_M': True}
         >>> index_hints(KernelInputs.from_tensors("mm", a.t().contiguous().t(), storage), 128, 128, 16)["HINT_M"]
         1
     """
     row_b = ki.b.stride[-1] == 1
     n_wrap = -(-ki.N // div_bk) * div_bk if whole_rows and row_b else ki.N
-    hint_m = min(block_m, ki.M & -ki.M) if ki.a.stride[-2] == 1 else block_m
-    return dict(N_WRAP=n_wrap, HINT_M=max(1, hint_m), HINT_N=min(block_n, n_wrap & -n_wrap) if row_b else block_n)
+    col_a = ki.a.stride[-2] == 1
+    hint_m = min(block_m, ki.M & -ki.M) if col_a else block_m
+    return dict(N_WRAP=n_wrap, HINT_M=max(1, hint_m), HINT_N=min(block_n, n_wrap & -n_wrap) if row_b else block_n,
+                CLAMP_M=not col_a)
 
 
 STRIDE_ARGS = ((8, "DIV_AM"), (9, "DIV_AK"), (11, "DIV_BK"), (12, "DIV_BN"))

@@ -29,7 +29,7 @@ def gemm_kernel(
     EVEN_K: tl.constexpr,
     DIV_AM: tl.constexpr, DIV_AK: tl.constexpr, DIV_BK: tl.constexpr, DIV_BN: tl.constexpr,
     DIV_CM: tl.constexpr, DIV_CN: tl.constexpr, N_FIXED: tl.constexpr, K_FIXED: tl.constexpr,
-    N_WRAP: tl.constexpr, HINT_M: tl.constexpr, HINT_N: tl.constexpr,
+    N_WRAP: tl.constexpr, HINT_M: tl.constexpr, HINT_N: tl.constexpr, CLAMP_M: tl.constexpr,
 ):
     # N and K are the binary's own (its launcher passes its problem's): as literals, the K loop's trip
     # count, its masks and the column wrap below fold at compile time.
@@ -51,7 +51,12 @@ def gemm_kernel(
     # The hints keep the wrapped indices contiguous for the compiler (vector loads) in runs of HINT_M /
     # HINT_N, which divide the wrap (mm.index_hints): no vector spans it.  N_WRAP is N, or on a padded
     # twin's whole rows N rounded up to the rows' alignment (the columns past N read there are dropped).
-    ram = tl.max_contiguous(tl.multiple_of(rm % M, HINT_M), HINT_M)
+    # A row-major A's rows past M are clamped to its last row instead (CLAMP_M): one min, where the wrap
+    # divides by the runtime M for every row, a cost that shows on a tall problem with a tiny K.
+    if CLAMP_M:
+        ram = tl.max_contiguous(tl.multiple_of(tl.minimum(rm, M - 1), HINT_M), HINT_M)
+    else:
+        ram = tl.max_contiguous(tl.multiple_of(rm % M, HINT_M), HINT_M)
     rbn = tl.max_contiguous(tl.multiple_of(rn % N_WRAP, HINT_N), HINT_N)
     acc = dot_k_range(A, B, pid_z, ram, rbn, 0, tl.cdiv(K, BLOCK_K), K, stride_az, stride_am, stride_ak,
                       stride_bz, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INPUT_PRECISION)
