@@ -8,6 +8,7 @@ case (Triton picks, the host time per call) runs in tests/gpu/test_dynamic_gpu.p
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
 import torch
@@ -15,7 +16,8 @@ import torch
 import gemmtune
 import gemmtune.inductor as gi
 from gemmtune.core.errors import InputError
-from gemmtune.core.inputs import TensorMeta
+from gemmtune.core.choices import Choice
+from gemmtune.core.inputs import KernelInputs, TensorMeta
 from gemmtune.inductor import dynamic
 from helpers import fresh_inductor  # noqa: F401 - a fixture
 
@@ -244,14 +246,26 @@ def test_a_kernel_whose_launcher_binds_is_bound_once_and_writes_into_inductors_b
 
     kernel.bound = bind
     a, b, out = torch.randn(3, 4), torch.randn(4, 5), torch.empty(3, 5)
-    text = dynamic.table_text("mm", 1, 1, {4: "aten_mm"}, "A(M, 4) (4, 1) float32; B(4, 5) (5, 1) float32")
-    dynamic.register(text, [TensorMeta.of(a), TensorMeta.of(b)], dynamic._bound(kernel, (a, b)))
+    problem = KernelInputs.from_tensors("mm", a, b)
+    pick = lambda uid, k: types.SimpleNamespace(problem=problem, winner=Choice(uid, "h", family="triton"), kernel=k)  # noqa: E731
+    text = dynamic.table_text("mm", 1, 1, {4: "triton_mm"}, "A(M, 4) (4, 1) float32; B(4, 5) (5, 1) float32")
+    dynamic.register(text, [TensorMeta.of(a), TensorMeta.of(b)], dynamic._bound(pick("triton_mm", kernel), (a, b)))
     for _ in range(2):
         assert dynamic.run_buckets(a, b, table=text, out=out) is out
     assert torch.allclose(out, a @ b) and calls == ["bind", "bound", "bound"]
     unbound = lambda *t, out=None: torch.mm(*t, out=out)  # noqa: E731
     unbound.bound = lambda *t: None  # a launcher that declines: the kernel as it is
-    assert dynamic._bound(unbound, (a, b)) is unbound and dynamic._bound(torch.mm, (a, b)) is torch.mm
+    assert dynamic._bound(pick("triton_mm", unbound), (a, b)) is unbound
+
+
+def test_a_library_pick_of_an_mm_runs_torch_mm_itself():
+    """torch.mm(a, b, out=out) is what aten_mm's launcher runs: the graph's call skips the launcher's frames."""
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    sel = gemmtune.tune("mm", a, b, backends=("extern",), settings=OFF, progress=False)
+    assert sel.winner.template_uid == "aten_mm" and dynamic._bound(sel, (a, b)) is torch.mm
+    bias = torch.randn(5)
+    sel = gemmtune.tune("addmm", bias, a, b, backends=("extern",), settings=OFF, progress=False)
+    assert dynamic._bound(sel, (bias, a, b)) is sel.kernel  # its launcher shapes the bias first
 
 
 def test_two_gemms_whose_a_differs_only_in_its_stride_keep_entries_and_kernels_apart():
@@ -278,8 +292,8 @@ def test_a_buffer_laid_out_after_lowering_gets_a_kernel_bound_to_the_strides_it_
     must never serve it."""
     misread = []
 
-    def bound_like_triton(kernel, tensors):
-        fixed = [t.stride() for t in tensors]
+    def bound_like_triton(sel, tensors):
+        fixed, kernel = [t.stride() for t in tensors], sel.kernel
 
         def bound(*operands, out=None):
             misread.extend(t.stride() for t, s in zip(operands, fixed) if t.stride() != s)

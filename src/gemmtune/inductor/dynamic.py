@@ -208,11 +208,20 @@ def _key(text: str, operands: Any) -> tuple:
     return key if len(operands) == 2 else (*key, tuple(operands[0].size), tuple(operands[0].stride), operands[0].dtype)
 
 
-def _bound(kernel: Callable[..., torch.Tensor], tensors: Any) -> Callable[..., torch.Tensor]:
-    """`kernel` bound to the problem of `tensors` where its launcher can be (a Triton template's on a GPU:
-    the argument list built once, only the pointers change per call), else `kernel`."""
-    binder = getattr(kernel, "bound", None)
-    return (binder(*tensors) if binder is not None else None) or kernel
+_TORCH_OPS = {("mm", "aten_mm"): torch.mm}
+"""torch's own op of a library pick whose launcher runs exactly `op(*tensors, out=out)`: called directly, with no
+Python frame in between, as the eager dispatch calls it (an addmm pick's launcher shapes the bias first)."""
+
+
+def _bound(sel: Any, tensors: Any) -> Callable[..., torch.Tensor]:
+    """The kernel of `sel` for the problem of `tensors`: torch's own op for a library pick (`_TORCH_OPS`), a
+    launcher bound to the problem where it can be (a Triton template's on a GPU: the argument list built
+    once, only the pointers change per call), else `sel.kernel`."""
+    direct = _TORCH_OPS.get((sel.problem.op, sel.winner.template_uid))
+    if direct is not None:
+        return direct
+    binder = getattr(sel.kernel, "bound", None)
+    return (binder(*tensors) if binder is not None else None) or sel.kernel
 
 
 def register(text: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> None:
@@ -241,7 +250,7 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
     if sel.kernel is None:
         raise RuntimeError(f"gemmtune bucketed GEMM: {sel.problem.describe()}: no kernel to run")
     STATS["builds"] += 1
-    return _bound(sel.kernel, tensors)
+    return _bound(sel, tensors)
 
 
 def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.Tensor:
@@ -327,7 +336,7 @@ def tune_table(kernel_inputs: Any, op_name: str, symbol: Any, wanted: Any, setti
             sel = tune(op_name, *tensors, settings=settings, templates=pool, store_tag="inductor",
                        alpha=ki.alpha, beta=ki.beta, progress=False)
             if sel.kernel is not None:
-                kernels.append((ki.operands, _bound(sel.kernel, tensors)))
+                kernels.append((ki.operands, _bound(sel, tensors)))
         from_store.append(bool(sel.cache_hit))
         return sel.winner.key
 
