@@ -184,16 +184,16 @@ def serving_tables(results: Path) -> dict[str, str]:
     d, src = load(results, SERVING[0]), source(results, SERVING)
     first = [[f"`{r['variant']}`", num(r["setup_s"], ".1f", " s"), num(r["total_s"], ".1f", " s"),
               str(r["benchmarked"]), str(r["tunes_after_setup"]), *src] for r in d["first"]]
-    ms = {(r["M"], r["variant"], k): r for k in ("steady", "steady_a") for r in d[k]}
+    ms = {(r["M"], r["variant"], k): r for k in ("steady", "steady_a", "steady_c") for r in d[k]}
     speed = lambda m, k, a, b: num(ms[m, b, k]["ms"] / ms[m, a, k]["ms"])  # noqa: E731
     rows = [[str(m), speed(m, "steady", "gemmtune", "default"), speed(m, "steady_a", "max_autotune", "default"),
-             speed(m, "steady_a", "eager_range", "eager"), speed(m, "steady", "default", "eager"),
-             f"{ms[m, 'default', 'steady']['gemm_ms']:.3f} / {ms[m, 'gemmtune', 'steady']['gemm_ms']:.3f}"]
-            for m in d["meta"]["M"]]
+             f'{speed(m, "steady_a", "eager_range", "eager")} / {speed(m, "steady_c", "eager_range", "eager")}',
+             speed(m, "steady", "default", "eager"), f"{ms[m, 'default', 'steady']['gemm_ms']:.3f} / "
+             f"{ms[m, 'gemmtune', 'steady']['gemm_ms']:.3f}"] for m in d["meta"]["M"]]
     return {"serving_first": md(["variant", "set-up", "to the end of every M's first call", "Inductor benchmarks",
                                  "eager dispatch tunes after the set-up", *SRC], first),
             "serving": md(["M", "gemmtune compile x default compile", "max-autotune x default (run A)",
-                           "eager after range warm-up x eager (run A)", "default compile x eager",
+                           "eager after range warm-up x eager: run A / run C", "default compile x eager",
                            "GEMM GPU ms per forward: default / gemmtune"], rows)}
 
 
