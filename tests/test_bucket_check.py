@@ -6,6 +6,7 @@ test_in_model.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 
@@ -24,13 +25,21 @@ RANGE = range(1, 17)  # buckets 1, 2, 4, 8, 16
 
 @pytest.fixture(autouse=True)
 def numba_picks(monkeypatch):
-    """Every tune picks among numba kernels; a bucket's pick built for a new M (a `keep_only` finalize) sees
-    the whole pool, so it can fall back to torch's op."""
+    """Every tune picks one numba kernel (the same every time: no timing decides), torch's op timed beside it
+    (as a tune of the whole pool where numba won); a bucket's pick built for a new M (a `keep_only`
+    finalize) sees the whole pool."""
     gemmtune.clear_dispatch_cache()
     real = engine.tune
 
     def tune(op, *tensors, backends=None, finalize=(), **kw):
-        return real(op, *tensors, backends=backends if finalize else ("numba",), finalize=finalize, **kw)
+        if finalize or (backends is not None and "numba" not in backends):
+            return real(op, *tensors, backends=backends, finalize=finalize, **kw)
+        first = lambda ki, choices, op_name: [min(choices, key=lambda c: c.key)]  # noqa: E731 - picks stay put
+        sel = real(op, *tensors, backends=("numba",), finalize=[first], **kw)
+        if backends is not None and "extern" not in backends:
+            return sel
+        library = real(op, *tensors, backends=("extern",), **kw)
+        return dataclasses.replace(sel, timings=sel.timings + library.timings)
 
     monkeypatch.setattr(engine, "tune", tune)
     yield
@@ -148,3 +157,66 @@ def test_inputs_at_must_be_a_function_with_a_range(kwargs, message):
     with pytest.raises(InputError, match=f"^warmup: inputs_at must be a function of M.*{message}"):
         gemmtune.warmup(model, torch.randn(3, 24), progress=False, **kwargs)
     assert calls == []  # refused before the forward ran
+
+
+def test_a_bucket_is_decided_once_and_the_examples_verdict_comes_first(checks):
+    """The example's M (6) lies in bucket 8: its verdict decides bucket 8, which the forward at 8 does not
+    time again, so every M of that bucket runs what the example's check chose."""
+    model = _model()
+    gemmtune.warmup(model, torch.randn(6, 24), progress=False, release=False, m=RANGE,
+                    inputs_at=lambda m: torch.randn(m, 24))
+    assert sorted(checks) == [1, 2, 4, 6, 16]
+    with torch.no_grad():
+        model(torch.randn(7, 24))
+    assert _winner_at(7) == "aten_mm"
+
+
+def test_two_problems_alike_but_for_their_backends_keep_their_own_rows(monkeypatch):
+    """Layer 0 (patched with backends numba and extern) goes to torch's op, layer 1 (default backends) keeps
+    its pick: one problem description, two rows, each with its own verdict."""
+    def by_backends(forward, switches, *, margin, cuda):
+        forward()
+        out = []
+        for sw in switches:
+            keep = sw.selection.problem.M >= 8 or sw.canon[-2] is None
+            sw.library(not keep)
+            out.append(in_model.InModel(sw.selection.problem.describe(), sw.selection.winner.name, 1.0, keep, 1.0))
+        return out
+
+    monkeypatch.setattr(CHECKING, "check_in_model", by_backends)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(24, 24, bias=False), torch.nn.Linear(24, 24, bias=False))
+    gemmtune.patch(model[0], backends=("numba", "extern"))
+    gemmtune.patch(model[1])
+    report = gemmtune.warmup(model, torch.randn(3, 24), progress=False, release=False, m=range(1, 5),
+                             inputs_at=lambda m: torch.randn(m, 24))
+    verdicts = sorted((r.problem, r.in_model.kept) for r in report.rows if r.in_model is not None)
+    # bucket 4 is the example's (M = 3): decided there, not at M = 4
+    assert verdicts == sorted([(f"mm({m}x24, 24x24)", keep) for m in (1, 2, 3) for keep in (False, True)])
+
+
+class _Keyword(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(24, 16, bias=False)
+
+    def forward(self, *, x: torch.Tensor, scale: float) -> torch.Tensor:
+        return self.lin(x) * scale
+
+
+def test_inputs_at_may_give_keyword_inputs_over_the_examples(checks):
+    model = _Keyword()
+    gemmtune.warmup(model, x=torch.randn(16, 24), scale=2.0, progress=False, release=False, m=RANGE,
+                    inputs_at=lambda m: {"x": torch.randn(m, 24)})
+    assert sorted(checks) == [1, 2, 4, 8, 16]  # every bucket's forward ran, `scale` kept from the example
+
+
+def test_an_environment_that_leaves_torchs_op_out_gets_no_check_and_no_torch_op(checks, monkeypatch):
+    monkeypatch.setenv("GEMMTUNE_BACKENDS", "numba")
+    model = _model()
+    gemmtune.warmup(model, torch.randn(16, 24), progress=False, release=False, m=RANGE,
+                    inputs_at=lambda m: torch.randn(m, 24))
+    assert checks == []
+    with torch.no_grad():
+        model(torch.randn(3, 24))
+    assert _winner_at(3).startswith("numba")

@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 GENERATED = {"SETTINGS.md", "CLI.md", "API.md", "RESULTS.md"}  # rendered from the code and the result files
 DOCS = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name not in GENERATED)]
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.M | re.S)  # a block in a list item is indented
 
 
 def blocks(path: Path, lang: str) -> list[str]:
-    return [body for tag, body in FENCE.findall(path.read_text()) if tag == lang]
+    return [textwrap.dedent(body) for _, tag, body in FENCE.findall(path.read_text()) if tag == lang]
 
 
 def python_blocks() -> list:

@@ -147,15 +147,13 @@ class BucketTable:
                 self.examples[family] = (op, [TensorMeta.of(t) for t in tensors], *rest)
 
     def to_torch(self, family: tuple, bucket: int) -> None:
-        """Run torch's own op for every M of `family`'s `bucket` in this process (the in-model check at that
-        bucket sent its pick there: `dispatch.checking`); the store keeps the tuned pick."""
+        """Run torch's own op for every M of `family`'s `bucket` met from now on in this process (the in-model
+        check at that bucket sent its pick there: `dispatch.checking`); the store keeps the tuned pick."""
         with self.lock:
             sel = self.families.get(family, {}).get(bucket)
-            if sel is None or torch_op(sel.winner):
-                return
-            op = family[0]
-            lib = next((t.choice for t in sel.timings if torch_op(t.choice)), Choice(f"aten_{op}", None))
-            self.families[family][bucket] = dataclasses.replace(sel, winner=lib, kernel=None)
+            lib = None if sel is None else next((t.choice for t in sel.timings if torch_op(t.choice)), None)
+            if sel is not None and lib is not None and not torch_op(sel.winner):  # a tune with no torch op: kept
+                self.families[family][bucket] = dataclasses.replace(sel, winner=lib, kernel=None)
 
     def lookup(self, family: tuple, m: int) -> Any:
         """The Selection of `m`'s bucket, else of the nearest tuned one (counted outside); None: no family."""

@@ -10,8 +10,10 @@ than its kernel saves, and a large M is bound by the GPU: one forward cannot dec
 `inputs_at` (the model's inputs at an M), `check_buckets` runs the check at each bucket where some
 family's pick is generated: the forward at that bucket's inputs, with each pick and with torch's op.  A
 pick the forward runs faster without is sent to torch's op for its whole bucket in this process
-(`BucketTable.to_torch`): every M of that bucket then runs torch's op, and a layer whose buckets all run
-it is released (`ranges.generated_somewhere`).  The store keeps the tuned picks, as for any verdict.
+(`BucketTable.to_torch`): every M of that bucket met from then on runs torch's op (an M met before
+keeps the kernel built for it), and a layer whose buckets all run it is released
+(`ranges.generated_somewhere`).  Each (family, bucket) is decided once per warm-up, the example's M
+first.  The store keeps the tuned picks, as for any verdict.
 
 Example:
     >>> checked([], {}, lambda: None, None, again=False)
@@ -41,27 +43,33 @@ TORCH_OPS = frozenset({"aten_mm", "aten_addmm", "aten_bmm", "aten_bias_addmm", "
 """Library picks that are torch's own op: what the in-model check compares the others against."""
 
 
-def checked(rows: list, seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, again: bool) -> list:
+def checked(rows: list, seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, again: bool,
+            decided: set | None = None) -> list:
     """`rows` (one per problem of `seen`, in order) with the in-model verdicts of the problems whose
     winner is not torch's own op (a generated kernel, NumPy's BLAS) and whose backends allow the library
-    kernel (a caller who left it out gets no torch op).  Verdicts the store keeps for this model, these
-    picks and this machine are applied instead of timed (`dispatch.verdicts`), unless `again`."""
+    kernel (a caller who left it out, or whose environment did, gets no torch op).  Verdicts the store
+    keeps for this model, these picks and this machine are applied instead of timed
+    (`dispatch.verdicts`), unless `again`.  `decided`: the (family, bucket) pairs decided so far in this
+    warm-up (`verdicts_for`)."""
     out = list(rows)
-    for i, verdict in verdicts_for(seen, forward, model, again):
+    for i, verdict in verdicts_for(seen, forward, model, again, decided):
         out[i] = replace(out[i], in_model=verdict)
     return out
 
 
-def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any,
-                 again: bool) -> list[tuple[int, InModel]]:
-    """(index in `seen`, verdict) of each problem `checked` decides; [] where none is decided.  A pick sent
-    to torch's op whose family is registered over M goes there for its whole bucket (`BucketTable.to_torch`)."""
+def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, again: bool,
+                 decided: set | None = None) -> list[tuple[int, InModel]]:
+    """(index in `seen`, verdict) of each problem `checked` decides; [] where none is decided.  A problem
+    of a family registered over M is decided once per bucket in a warm-up (`decided`, which this fills:
+    a later forward that meets the bucket again leaves it), and a pick sent to torch's op goes there for
+    its whole bucket (`BucketTable.to_torch`)."""
     switches, at = [], []
-    selections = eager.selections()
+    selections, decided = eager.selections(), set() if decided is None else decided
+    env_backends = Settings.from_env().backends
     for i, (canon, rec) in enumerate(seen.items()):
-        sel = selections.get(canon)
+        sel, backends = selections.get(canon), rec.backends if rec.backends is not None else env_backends
         if (sel is None or sel.winner.template_uid in TORCH_OPS or rec.op == "scaled_mm"
-                or (rec.backends is not None and "extern" not in rec.backends)):
+                or (backends is not None and "extern" not in backends) or _bucket(rec) in decided):
             continue
         switches.append(Switch(rec.op, canon, sel, rec.alpha, rec.beta, rec.out_layout))
         at.append(i)
@@ -82,11 +90,18 @@ def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any,
         return []
     records = list(seen.values())
     for i, verdict in zip(at, found):  # a registered family's bucket follows its M's verdict
-        rec = records[i]
-        family = family_of(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
-        if not verdict.kept and family is not None:
-            BUCKETS.to_torch(family, bucket_of(rec.tensors[-2].shape[0]))
+        family_bucket = _bucket(records[i])
+        if family_bucket is not None:
+            decided.add(family_bucket)
+            if not verdict.kept:
+                BUCKETS.to_torch(*family_bucket)
     return list(zip(at, found))
+
+
+def _bucket(rec: "eager.Recorded") -> tuple | None:
+    """(family, bucket) of a recorded mm or addmm (None: a problem with no family)."""
+    family = family_of(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
+    return None if family is None else (family, bucket_of(rec.tensors[-2].shape[0]))
 
 
 def _applied(forward: Any, switches: list[Switch], found: list[InModel]) -> list[InModel] | None:
@@ -117,11 +132,12 @@ def _timed(forward: Any, switches: list[Switch], margin: float) -> list[InModel]
 
 
 def check_buckets(forward_at: Callable[[int], Callable[[], Any]], buckets: Sequence[int], model: Any,
-                  again: bool) -> list[tuple["eager.Recorded", Any, InModel]]:
+                  again: bool, decided: set) -> list[tuple[tuple, "eager.Recorded", Any, InModel]]:
     """The in-model check at each of `buckets` where a registered family's pick is generated
-    (`forward_at(b)`: the model's forward at that bucket's inputs): (problem, its Selection, verdict) per
-    problem decided.  A pick sent to torch's op goes there for its whole bucket (`BucketTable.to_torch`).
-    A forward that fails at a bucket is named once and its bucket left as tuned."""
+    (`forward_at(b)`: the model's forward at that bucket's inputs): (dispatch key, problem, its Selection,
+    verdict) per problem decided.  A pick sent to torch's op goes there for its whole bucket
+    (`BucketTable.to_torch`); a (family, bucket) in `decided` is not checked again.  A forward that fails
+    at a bucket is named once and its bucket left as tuned."""
     out = []
     for b in buckets:
         if not generated_at(b):
@@ -138,7 +154,7 @@ def check_buckets(forward_at: Callable[[int], Callable[[], Any]], buckets: Seque
             continue
         selections = eager.selections()
         with torch.no_grad():
-            decided = verdicts_for(seen, forward, model, again)
+            found = verdicts_for(seen, forward, model, again, decided)
         records = list(seen.items())
-        out += [(records[i][1], selections.get(records[i][0]), verdict) for i, verdict in decided]
+        out += [(*records[i], selections.get(records[i][0]), verdict) for i, verdict in found]
     return out

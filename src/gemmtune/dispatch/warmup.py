@@ -152,8 +152,8 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
 
     `m` (a range, a list of M, or "LO:HI"; M = batch x tokens for a linear layer) also tunes each mm and
     addmm family at every bucket of M, so a later eager call at any M tunes nothing (`dispatch.ranges`);
-    `inputs_at(M)` (the model's inputs at M: a tuple, or one input) has the in-model check run at every
-    bucket, not only at the example's (`dispatch.checking`).
+    `inputs_at(M)` (the model's inputs at M: a tuple, a dict of keyword inputs, or one input) has the
+    in-model check run at every bucket, not only at the example's (`dispatch.checking`).
 
     Example:
         >>> import torch, gemmtune
@@ -199,10 +199,12 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
         patch(model, backends=backends)
     forward = functools.partial(model, *example_inputs, **example_kwargs)
     rows, seen, forward_end = _record_and_tune(forward, model, _show(progress), for_compile)
+    keys = list(seen)  # each row's dispatch key
     if m is not None:  # every bucket of M of each mm / addmm family the forward met
         buckets = ranges.bucket_problems(seen, m)
         with ranges.BUCKETS.tuning():  # a family an earlier range registered: its new buckets tuned too
             rows += [_row(problem, calls) for problem, calls in _tune_all(buckets, _show(progress), for_compile)]
+        keys += list(buckets)
         ranges.register_buckets({**seen, **buckets})
     if any(rec.op == "scaled_mm" for rec in seen.values()) and not fp8.is_routed(model):
         fp8.route(model, backends)  # its torch._scaled_mm calls dispatch to the picks from now on
@@ -210,10 +212,11 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
     check_s = 0.0
     if not for_compile and (in_model or (in_model is None and _job() is None)):
         t0 = time.perf_counter()
+        decided: set = set()  # (family, bucket) pairs decided: each once, the example's M first
         with torch.no_grad():
-            rows = checking.checked(rows, seen, forward, model, again=bool(in_model))
+            rows = checking.checked(rows, seen, forward, model, bool(in_model), decided)
         if inputs_at is not None:
-            rows = _bucket_checked(rows, model, inputs_at, example_kwargs, m, again=bool(in_model))
+            rows = _bucket_checked(rows, keys, model, inputs_at, example_kwargs, m, bool(in_model), decided)
         check_s = time.perf_counter() - t0
     keep = ranges.generated_somewhere if m is not None else None  # a range: torch's op in every bucket
     released = tuple(release_library_layers(model, forward, keep)) if release else ()
@@ -248,20 +251,23 @@ def _prestart_worker(model: nn.Module) -> Any:
     return isolation.prestart(device_str(tensor.device), settings.run_timeout_s)
 
 
-def _bucket_checked(rows: list[WarmupRow], model: nn.Module, inputs_at: Callable[[int], Any], kwargs: dict,
-                    m: Any, again: bool) -> list[WarmupRow]:
-    """`rows` with the verdicts of the in-model check at each bucket of `m` (`checking.check_buckets`): on the
-    row of the problem decided, or a row of its own for a problem the range did not tune (an M not a bucket's)."""
+def _bucket_checked(rows: list[WarmupRow], keys: list[tuple], model: nn.Module, inputs_at: Callable[[int], Any],
+                    kwargs: dict, m: Any, again: bool, decided: set) -> list[WarmupRow]:
+    """`rows` (`keys`: their dispatch keys) with the verdicts of the in-model check at each bucket of `m`
+    (`checking.check_buckets`): on the row of the problem decided, or a row of its own for a problem the
+    range did not tune (an M not a bucket's).  `inputs_at(b)`: a tuple of positional inputs, a dict of
+    keyword inputs (over the example's), or one input."""
     def forward_at(b: int) -> Any:
         inputs = inputs_at(b)
+        if isinstance(inputs, dict):
+            return functools.partial(model, **{**kwargs, **inputs})
         return functools.partial(model, *(inputs if isinstance(inputs, tuple) else (inputs,)), **kwargs)
 
-    out = list(rows)
-    where = {r.problem: i for i, r in enumerate(out)}
-    for rec, sel, verdict in checking.check_buckets(forward_at, buckets_for(parse_m(m)), model, again):
-        i = where.get(verdict.problem)
+    out, where = list(rows), {k: i for i, k in enumerate(keys)}
+    for canon, rec, sel, verdict in checking.check_buckets(forward_at, buckets_for(parse_m(m)), model, again, decided):
+        i = where.get(canon)
         if i is None:
-            where[verdict.problem] = len(out)
+            where[canon] = len(out)
             out.append(WarmupRow(verdict.problem, rec.calls, verdict.winner, None, None, 0.0, bool(sel and sel.cache_hit),
                                  verdict))
         else:
