@@ -64,10 +64,9 @@ def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, 
     a later forward that meets the bucket again leaves it), and a pick sent to torch's op goes there for
     its whole bucket (`BucketTable.to_torch`)."""
     switches, at = [], []
-    selections, decided = eager.selections(), set() if decided is None else decided
-    env_backends = Settings.from_env().backends
+    selections, decided, settings = eager.selections(), set() if decided is None else decided, Settings.from_env()
     for i, (canon, rec) in enumerate(seen.items()):
-        sel, backends = selections.get(canon), rec.backends if rec.backends is not None else env_backends
+        sel, backends = selections.get(canon), rec.backends if rec.backends is not None else settings.backends
         if (sel is None or sel.winner.template_uid in TORCH_OPS or rec.op == "scaled_mm"
                 or (backends is not None and "extern" not in backends) or _bucket(rec) in decided):
             continue
@@ -75,7 +74,6 @@ def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, 
         at.append(i)
     if not switches:
         return []
-    settings = Settings.from_env()
     key = verdicts.verdict_key(model, [(rec.describe(), selections.get(canon), rec.calls)
                                        for canon, rec in seen.items()], settings.library_margin)
     store = shared_store(settings.store, Trust.of(settings))
