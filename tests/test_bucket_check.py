@@ -103,7 +103,8 @@ def test_a_layer_whose_every_bucket_goes_to_torch_is_released(monkeypatch):
 
     monkeypatch.setattr(CHECKING, "check_in_model", torch_everywhere)
     model = _model()
-    report = gemmtune.warmup(model, torch.randn(16, 24), progress=False, m=RANGE, inputs_at=lambda m: torch.randn(m, 24))
+    report = gemmtune.warmup(model, torch.randn(16, 24), progress=False, m=RANGE,
+                             inputs_at=lambda m: torch.randn(m, 24))
     assert report.released == ("0",)
     linear = []
     monkeypatch.setattr(patching, "_linear", lambda *a: linear.append(1) or torch.nn.functional.linear(*a))

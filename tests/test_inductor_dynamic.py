@@ -247,7 +247,9 @@ def test_a_kernel_whose_launcher_binds_is_bound_once_and_writes_into_inductors_b
     kernel.bound = bind
     a, b, out = torch.randn(3, 4), torch.randn(4, 5), torch.empty(3, 5)
     problem = KernelInputs.from_tensors("mm", a, b)
-    pick = lambda uid, k: types.SimpleNamespace(problem=problem, winner=Choice(uid, "h", family="triton"), kernel=k)  # noqa: E731
+    def pick(uid, kernel):
+        return types.SimpleNamespace(problem=problem, winner=Choice(uid, "h", family="triton"), kernel=kernel)
+
     text = dynamic.table_text("mm", 1, 1, {4: "triton_mm"}, "A(M, 4) (4, 1) float32; B(4, 5) (5, 1) float32")
     dynamic.register(text, [TensorMeta.of(a), TensorMeta.of(b)], dynamic._bound(pick("triton_mm", kernel), (a, b)))
     for _ in range(2):

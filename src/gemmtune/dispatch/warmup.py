@@ -134,14 +134,14 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     templates, emitted at trace time).  `progress`: a progress bar (default: when standard error is a
     terminal; False: no bar, no stage lines).  Returns a `WarmupReport` (`report.table()`: the summary).
 
-    `in_model` checks each pick that is not torch's own op in the model (`dispatch.in_model`): about 30
-    more forwards per such problem, under `torch.no_grad()`.  Its verdicts are kept in the store for
-    this model, these picks and this machine, and a later warm-up applies them without timing
-    (`dispatch.verdicts`); `in_model=True` times them again.  Default: on for eager models, off in a
-    torch.distributed job (it would decide per rank).  Turn it off for a forward with side effects (a KV
-    cache it appends to), or for a model run under a CUDA graph (launch cost does not count there).
-    In a torch.distributed job the problems are dealt across the ranks of `group` (a ProcessGroup;
-    default: that of the enclosing `gemmtune.distributed_group` block, else the default group).  On a host with more than one GPU of the model's kind (at most
+    `in_model` checks each pick that is not torch's own op in the model (`dispatch.in_model`): about 30 more
+    forwards per such problem, under `torch.no_grad()`.  Its verdicts are kept in the store for this model,
+    these picks and this machine, and a later warm-up applies them without timing (`dispatch.verdicts`);
+    `in_model=True` times them again.  Default: on for eager models, off in a torch.distributed job (it would
+    decide per rank).  Turn it off for a forward with side effects (a KV cache it appends to), or for a model
+    run under a CUDA graph (launch cost does not count there). In a torch.distributed job the problems are dealt
+    across the ranks of `group` (a ProcessGroup; default: that of the enclosing `gemmtune.distributed_group`
+    block, else the default group).  On a host with more than one GPU of the model's kind (at most
     `Settings.gpus`), the problems are tuned at once in one worker process per GPU (docs/SCALE.md).
 
     `release` (default: on for eager use, off with `for_compile`) then takes the patch off every layer
@@ -174,8 +174,9 @@ def _checked_options(release: bool | None, for_compile: bool, m: Any, inputs_at:
     if m is not None:
         parse_m(m, "warmup: m")
     if inputs_at is not None and (m is None or not callable(inputs_at)):
-        raise InputError("warmup: inputs_at must be a function of M giving the model's inputs, with m= (the "
-                         f"buckets it checks); got {type(inputs_at).__name__}" + ("" if m is not None else " without m="))
+        got = type(inputs_at).__name__ + ("" if m is not None else " without m=")
+        raise InputError(f"warmup: inputs_at must be a function of M giving the model's inputs, with m= (the "
+                         f"buckets it checks); got {got}")
     if m is not None and for_compile:
         raise InputError("warmup: m= decides eager calls by bucket; a torch.compile graph does not dispatch by "
                          "bucket (pass for_compile=False, or leave m out)")
@@ -268,8 +269,8 @@ def _bucket_checked(rows: list[WarmupRow], keys: list[tuple], model: nn.Module, 
         i = where.get(canon)
         if i is None:
             where[canon] = len(out)
-            out.append(WarmupRow(verdict.problem, rec.calls, verdict.winner, None, None, 0.0, bool(sel and sel.cache_hit),
-                                 verdict))
+            cached = bool(sel and sel.cache_hit)
+            out.append(WarmupRow(verdict.problem, rec.calls, verdict.winner, None, None, 0.0, cached, verdict))
         else:
             out[i] = replace(out[i], in_model=verdict)
     return out
