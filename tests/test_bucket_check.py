@@ -221,3 +221,35 @@ def test_an_environment_that_leaves_torchs_op_out_gets_no_check_and_no_torch_op(
     with torch.no_grad():
         model(torch.randn(3, 24))
     assert _winner_at(3).startswith("numba")
+
+
+def test_a_later_check_that_keeps_a_pick_sends_back_what_an_earlier_one_sent_to_torch(monkeypatch):
+    """Warm-up 1's check sends both problems to torch's op; warm-up 2 (in_model=True) keeps them: the
+    direct `gemmtune.mm` call and the patched layer run their picks again, not torch's op."""
+    from gemmtune.dispatch.table import TABLE
+    from helpers import TwoGemmNet
+
+    def deciding(keep):
+        def check(forward, switches, *, margin, cuda):
+            forward()
+            for sw in switches:
+                sw.library(not keep)
+            return [in_model.InModel(sw.selection.problem.describe(), sw.selection.winner.name, 1.0, keep, 1.0)
+                    for sw in switches]
+        return check
+
+    net, x = TwoGemmNet(), torch.randn(6, 24)
+    monkeypatch.setattr(CHECKING, "check_in_model", deciding(False))
+    gemmtune.warmup(net, x, progress=False, release=False)
+    direct = next(k for k, s in eager.selections().items() if s.problem.K == 16)
+    assert TABLE.runner("mm", direct) is torch.mm
+    monkeypatch.setattr(CHECKING, "check_in_model", deciding(True))
+    report = gemmtune.warmup(net, x, progress=False, release=False, in_model=True)
+    assert all(r.in_model.kept for r in report.rows)
+    assert TABLE.runner("mm", direct) is not torch.mm
+    linear = []
+    monkeypatch.setattr(patching, "_linear", lambda *a: linear.append(1) or torch.nn.functional.linear(*a))
+    with torch.no_grad():
+        out = net(x)
+    torch.testing.assert_close(out, torch.relu(x @ net.lin.weight.t()) @ net.w2, rtol=1e-4, atol=1e-4)
+    assert linear == []  # the layer runs its pick

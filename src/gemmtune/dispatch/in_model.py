@@ -69,9 +69,14 @@ class InModel:
         return self.winner if self.kept else "torch (in-model check)"
 
 
+_SENT: dict[tuple, tuple] = {}  # (op, canon) a switch left on torch's op: (Selection, pick, torch's op, keys)
+TABLE.on_clear(_SENT.clear)
+
+
 class Switch:
     """Sends one tuned problem to torch's own op and back: its eager dispatch entries (under every key
-    spelling) and the patched layers that remembered it.
+    spelling) and the patched layers that remembered it.  A problem an earlier switch left on torch's op
+    (an earlier warm-up's check) starts there, and goes back to the pick's own runner.
 
     Example:
         >>> import torch
@@ -88,14 +93,20 @@ class Switch:
         self.torch_op = eager.library_runner(op, alpha, beta, out_layout)
         self.on_library = False
         self._keys: list[tuple] = []
+        sent = _SENT.get((op, canon))
+        if sent is not None and sent[0] is selection and self.pick is sent[2]:  # still as that switch left it
+            _, self.pick, self.torch_op, self._keys = sent
+            self.on_library = True
 
     def library(self, on: bool) -> None:
         if on == self.on_library or self.pick is None:
             return
         if on:  # this problem's entries only: torch's op is shared by every problem sent to it
             self._keys = TABLE.replace_runner(self.op, self.pick, self.torch_op)
+            _SENT[self.op, self.canon] = (self.selection, self.pick, self.torch_op, self._keys)
         else:
             TABLE.replace_runner(self.op, self.torch_op, self.pick, self._keys)
+            _SENT.pop((self.op, self.canon), None)
         patching.set_library(self.selection, on)
         self.on_library = on
 
