@@ -208,18 +208,14 @@ def _key(text: str, operands: Any) -> tuple:
     return key if len(operands) == 2 else (*key, tuple(operands[0].size), tuple(operands[0].stride), operands[0].dtype)
 
 
-_TORCH_OPS = {("mm", "aten_mm"): torch.mm}
-"""torch's own op of a library pick whose launcher runs exactly `op(*tensors, out=out)`: called directly, with no
-Python frame in between, as the eager dispatch calls it (an addmm pick's launcher shapes the bias first)."""
-
-
 def _bound(sel: Any, tensors: Any) -> Callable[..., torch.Tensor]:
-    """The kernel of `sel` for the problem of `tensors`: torch's own op for a library pick (`_TORCH_OPS`), a
-    launcher bound to the problem where it can be (a Triton template's on a GPU: the argument list built
-    once, only the pointers change per call), else `sel.kernel`."""
-    direct = _TORCH_OPS.get((sel.problem.op, sel.winner.template_uid))
-    if direct is not None:
-        return direct
+    """The kernel of `sel` for the problem of `tensors`: `torch.mm` itself for an mm whose pick is aten's
+    (what its launcher runs, with no Python frame in between, as the eager dispatch calls it; an addmm
+    pick's launcher shapes the bias first), a launcher bound to the problem where it can be (a Triton
+    template's on a GPU: the argument list built once, only the pointers change per call), else
+    `sel.kernel`."""
+    if sel.problem.op == "mm" and sel.winner.template_uid == "aten_mm":
+        return torch.mm
     binder = getattr(sel.kernel, "bound", None)
     return (binder(*tensors) if binder is not None else None) or sel.kernel
 
