@@ -66,3 +66,17 @@ def test_device_argument_moves_tensors():
     if not torch.cuda.is_available():
         with pytest.raises(InputError, match="CUDA is not available"):
             gemmtune.tune("mm", torch.ones(8, 4), torch.ones(4, 6), device="cuda")
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (5,), (4,), (1, 1), (4, 1), (1, 5), (4, 5), (5, 4), (4, 2), (3, 5), (0,)])
+def test_bias_shape_accepted_exactly_where_torch_broadcasts_it_to_the_output(shape):
+    a, b = torch.ones(4, 3), torch.ones(3, 5)
+    try:
+        broadcasts = torch.broadcast_shapes(shape, (4, 5)) == (4, 5)
+    except RuntimeError:
+        broadcasts = False
+    if broadcasts:
+        assert KernelInputs.from_tensors("addmm", torch.ones(shape), a, b).bias.size == shape
+    else:
+        with pytest.raises(InputError, match="does not broadcast"):
+            KernelInputs.from_tensors("addmm", torch.ones(shape), a, b)

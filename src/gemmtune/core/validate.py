@@ -160,11 +160,9 @@ def _check_bias(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     if bias.dim() > 2:
         raise InputError(f"addmm: input (bias) must be 0-, 1- or 2-D, got {bias.dim()}-D with shape "
                          f"{tuple(bias.shape)}")
-    try:
-        ok = torch.broadcast_shapes(tuple(bias.shape), out) == out
-    except RuntimeError:
-        ok = False
-    if not ok:
+    # Broadcasting to the output, spelled out: `torch.broadcast_shapes` imports torch's symbolic-shape
+    # machinery (sympy) on its first call, half a second of a fresh process's first addmm.
+    if not all(d in (1, o) for d, o in zip(reversed(bias.shape), reversed(out))):
         raise InputError(f"addmm: input (bias) of shape {tuple(bias.shape)} does not broadcast to the output {out}")
 
 
