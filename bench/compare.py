@@ -208,9 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def measure(specs, exhaustive: set[str], args: argparse.Namespace) -> int:
     """Tune and time every shape on the GPU, writing the JSON after each; then the table and summary."""
-    import torch
-
     import gemmtune
+    import torch
     from gemmtune.core.settings import Settings
     from gemmtune.measure.timers import CudaTimer
 
@@ -221,14 +220,14 @@ def measure(specs, exhaustive: set[str], args: argparse.Namespace) -> int:
     timer = CudaTimer(torch.device("cuda"), rep_ms=50, count_host=False, flush=settings.l2_flush)
     meta = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
             "torch": torch.__version__, "triton": __import__("triton").__version__, "gemmtune": gemmtune.__version__,
-            "python": platform.python_version(), "command": " ".join(sys.argv), "inductor_mode": INDUCTOR_MODE,
+            "python": platform.python_version(), "inductor_mode": INDUCTOR_MODE, "command": " ".join(
+                [*(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("GEMMTUNE_")), *sys.argv]),
             "timing": f"GPU ms by CUDA events, L2 evicted by {settings.l2_flush}ing a 2x-L2 buffer, interleaved; "
                       "*_host_ms: host time per call", "l2_flush": settings.l2_flush}
     rows = []
     for spec in specs:
-        row = run_shape(spec, settings, timer, spec.name in exhaustive, not args.no_inductor, args.rounds,
-                        args.compiled)
-        rows.append(row)
+        rows.append(row := run_shape(spec, settings, timer, spec.name in exhaustive, not args.no_inductor,
+                                     args.rounds, args.compiled))
         print(f"{spec.name}: gemmtune {row['winner']} {row['gemmtune_ms']:.4f} ms (x{row['speedup_vs_cublas']:.3f}), "
               f"cuBLAS {row['cublas_ms']:.4f} ms, Inductor {row.get('inductor_ms', float('nan')):.4f} ms; "
               f"tune {row['gemmtune_cold_s']:.1f}/{row['gemmtune_warm_s']:.1f} s", flush=True)

@@ -200,7 +200,7 @@ def test_effort_levels_are_presets_under_explicit_settings():
     quick = gemmtune.Settings.from_env({}, effort="quick")
     assert (quick.strategy, quick.stage0_n, quick.top_x) == ("model_pruned", 8, 2)
     default = gemmtune.Settings.from_env({})
-    assert (default.strategy, default.stage0_n, default.top_x) == ("model_pruned", 20, 4)
+    assert (default.strategy, default.stage0_n, default.top_x) == ("model_pruned", 14, 4)
     assert default.with_(effort="default") == default
     assert gemmtune.Settings.from_env({}, effort="quick", strategy="prescreen").strategy == "prescreen"
     assert gemmtune.Settings().with_(effort="max").strategy == "exhaustive"

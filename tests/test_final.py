@@ -217,10 +217,10 @@ def test_model_pruned_prunes_once_and_its_search_does_not_prune():
 def test_default_options_prune_with_the_model():
     choices = modelled_choices()
     opts = default_options(ProblemDims(4096, 4096, 4096))
-    assert len(STRATEGIES["model_pruned"].prune(choices, opts)) == len(choices)  # 6 binaries < stage0_n (20): all kept
+    assert len(STRATEGIES["model_pruned"].prune(choices, opts)) == len(choices)  # 6 binaries < stage0_n (14): all kept
     few = [Choice("triton_mm", "h", as_params(dict(BLOCK_M=16 * i, BLOCK_N=64, BLOCK_K=32, num_stages=3, num_warps=4)),
                   family="triton") for i in range(1, 30)]
-    assert len(STRATEGIES["model_pruned"].prune(few, opts)) == 20
+    assert len(STRATEGIES["model_pruned"].prune(few, opts)) == 14
 
 
 def _cpu_problem():

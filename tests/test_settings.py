@@ -176,7 +176,7 @@ def test_effort_help_says_what_each_preset_sets(capsys):
         build_parser().parse_args(["tune", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "quick: " in text and "stage0_n=8" in text and "top_x=2" in text  # the preset, not the old "20 configs"
-    assert "stage0_n=20" in text and "strategy=exhaustive" in text and "config_space=max" in text
+    assert "stage0_n=14" in text and "strategy=exhaustive" in text and "config_space=max" in text
 
 
 # -- core's strategy names and gemmtune.search never drift ---------------------------------------------------

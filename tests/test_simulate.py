@@ -101,10 +101,10 @@ def test_estimated_tuning_time_follows_the_formula():
     assert res.est_tuning_s == pytest.approx(3 * 1.6 / 16 + timing)
 
 
-def test_default_is_model_pruned_n20_then_prescreen(sweep):
+def test_default_is_model_pruned_n14_then_prescreen(sweep):
     shapes, dims = sweep
     specs = [StrategySpec("default", "default", ModelPrunedOptions()),
-             StrategySpec("model_pruned", "model_pruned", replace(DEFAULT, stage0_n=20, top_x=4))]
+             StrategySpec("model_pruned", "model_pruned", replace(DEFAULT, stage0_n=14, top_x=4))]
     rep = simulate(shapes, specs, dims)
     assert rep["default"].per_shape == rep["model_pruned"].per_shape
 
@@ -284,7 +284,7 @@ def test_cli_writes_json_and_plot(sweep_path, tmp_path, capsys):
                         "--json", str(tmp_path / "r.json")])
     assert rc == 0
     doc = json.loads((tmp_path / "r.json").read_text())
-    assert [s["name"] for s in doc["strategies"]] == ["default"] + [f"model_pruned[n={n}]" for n in (10, 20, 40, 80)]
+    assert [s["name"] for s in doc["strategies"]] == ["default"] + [f"model_pruned[n={n}]" for n in (10, 14, 20, 40, 80)]
     assert "model_pruned[n=20]" in capsys.readouterr().out
 
 

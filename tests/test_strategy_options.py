@@ -92,7 +92,7 @@ def test_the_aliases_take_the_default_efforts_option_set_whatever_the_settings_s
     for alias in ("default", "budgeted"):
         ran, options = strategy_options(Settings(strategy=alias, top_x=7, stage0_n=3), _gpu_problem(), [])
         assert ran == "model_pruned" and isinstance(options, ModelPrunedOptions)
-        assert (options.top_x, options.stage0_n) == (4, 20) == (Settings().top_x, Settings().stage0_n)
+        assert (options.top_x, options.stage0_n) == (4, 14) == (Settings().top_x, Settings().stage0_n)
     mine = strategy_options(Settings(strategy="model_pruned", top_x=7, stage0_n=3), _gpu_problem(), [])[1]
     assert (mine.top_x, mine.stage0_n, mine.problem) == (7, 3, (256, 64, 128, 1, 2))
 

@@ -122,7 +122,7 @@ class Settings:
                                         EFFORT_NAMES))
     budget_s: float | None = _f(None, _pos("wall-clock cap on one tune: stop, return the best so far, say so",
                                            optional=True))
-    stage0_n: int | None = _f(20, _int("model_pruned: binaries the cost model keeps before anything compiles "
+    stage0_n: int | None = _f(14, _int("model_pruned: binaries the cost model keeps before anything compiles "
                                        "(none: no pruning)", 1, optional=True))
     budget_runs: int | None = _f(None, _int("stop after this many benchmark runs and return the best so far",
                                             1, optional=True))
@@ -348,7 +348,7 @@ class Effort:
 
         Example:
             >>> EFFORTS["max"].describe().split(", ")
-            ['strategy=exhaustive', 'stage0_n=20', 'top_x=4', 'finalists=6', 'config_space=max', 'gpu_rep_ms=20', 'cpu_rep_ms=50', 'finalist_rounds=15', 'cpu_configs=4', 'library_final=true']
+            ['strategy=exhaustive', 'stage0_n=14', 'top_x=4', 'finalists=6', 'config_space=max', 'gpu_rep_ms=20', 'cpu_rep_ms=50', 'finalist_rounds=15', 'cpu_configs=4', 'library_final=true']
         """
         defaults = {f.name: f.default for f in fields(Settings)}
         values = {**{f.name: defaults[f.name] for f in fields(self)[2:]}, **self.changes()}

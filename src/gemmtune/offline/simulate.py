@@ -183,7 +183,7 @@ def default_specs(shapes: Sequence[ReplayShape]) -> list[StrategySpec]:
         for st in stage1_values(shapes):
             label = "".join(f",{k}={v}" for rt in st.values() for k, v in rt.items())
             specs.append(StrategySpec(f"prescreen[x={x}{label}]", "prescreen", PrescreenOptions(top_x=x, stage1=st)))
-    specs += [StrategySpec(f"model_pruned[n={n}]", "model_pruned", base.given(stage0_n=n)) for n in (10, 20, 40, 80)]
+    specs += [StrategySpec(f"model_pruned[n={n}]", "model_pruned", base.given(stage0_n=n)) for n in (10, 14, 20, 40, 80)]
     specs += [StrategySpec(f"budgeted[{int(f * 100)}%,prescreen]", "budgeted", default_options(strategy="prescreen"), f,
                            inner="prescreen")
               for f in (0.25, 0.5)]

@@ -36,7 +36,7 @@ class ModelPrunedOptions(PrescreenOptions):
 
 
 MODEL_PRUNED_EFFORTS = {name: {**PRESCREEN_EFFORTS[name], "stage0_n": n}
-                        for name, n in (("quick", 8), ("default", 20), ("max", 20))}
+                        for name, n in (("quick", 8), ("default", 14), ("max", 14))}
 """Each effort's model_pruned knobs: prescreen's, and the binaries stage 0 keeps.  The efforts of
 `gemmtune.core.settings` set the same `stage0_n` (tests/test_strategy_options.py holds them to it)."""
 
