@@ -220,10 +220,10 @@ def measure(specs, exhaustive: set[str], args: argparse.Namespace) -> int:
     timer = CudaTimer(torch.device("cuda"), rep_ms=50, count_host=False, flush=settings.l2_flush)
     meta = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
             "torch": torch.__version__, "triton": __import__("triton").__version__, "gemmtune": gemmtune.__version__,
-            "python": platform.python_version(), "inductor_mode": INDUCTOR_MODE, "command": " ".join(
-                [*(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("GEMMTUNE_")), *sys.argv]),
+            "python": platform.python_version(), "command": " ".join(sys.argv), "inductor_mode": INDUCTOR_MODE,
             "timing": f"GPU ms by CUDA events, L2 evicted by {settings.l2_flush}ing a 2x-L2 buffer, interleaved; "
-                      "*_host_ms: host time per call", "l2_flush": settings.l2_flush}
+                      "*_host_ms: host time per call", "l2_flush": settings.l2_flush,
+            "settings": repr(settings)}  # every knob, GEMMTUNE_* variables included (a store's secrets hidden)
     rows = []
     for spec in specs:
         rows.append(row := run_shape(spec, settings, timer, spec.name in exhaustive, not args.no_inductor,

@@ -28,7 +28,7 @@ TEMPLATE = ROOT / "bench" / "results_page.md"
 BEGIN, END = "<!-- results -->", "<!-- /results -->"
 BF16 = ("compare_default_full_runF_2026-11-30.json",)
 HARD, MISALIGNED = ("compare_hard_h100_2026-12-06.json",), ("compare_misaligned_h100_2026-12-06.json",)
-STAGE0 = tuple((f"compare_hard_p1_stage0_{n}_h200_2026-12-06.json",) for n in (14, 20))
+STAGE0 = tuple(f"compare_hard_p1_stage0_{n}_h200_2026-12-06.json" for n in (14, 20))
 FP8_18 = ("compare_fp8_18_run3_merged_h100_2026-12-05.json",)
 FP8_64 = ("compare_fp8_h200_2026-12-02.json", "compare_fp8_library_h200_2026-12-02.json",
           "compare_fp8_rest_h200_2026-12-02.json")
@@ -57,7 +57,7 @@ SRC, PLAIN = ["command", "device", "date", "file"], ("eager", "eager_copy", "eag
 
 def cited() -> list[str]:
     """Every result file the page cites, in page order."""
-    return [*BF16, *HARD, *MISALIGNED, *STAGE0[0], *STAGE0[1], *FP8_18, *FP8_64, *MODELS, *EAGER[0], *EAGER[1], *SERVING, *CPU, *REDIS, *CHECKS]
+    return [*BF16, *HARD, *MISALIGNED, *STAGE0, *FP8_18, *FP8_64, *MODELS, *EAGER[0], *EAGER[1], *SERVING, *CPU, *REDIS, *CHECKS]
 
 
 def load(results: Path, name: str) -> Any:
@@ -70,7 +70,7 @@ def short(command: str) -> str:
     """The command as typed: no output paths, a `--only` list of more than 4 shapes counted."""
     command = " ".join(re.sub(r"(^| )--(out|root) \S+", "", command).split())
     command = re.sub(r"--only (\S+,\S+,\S+,\S+,\S+)", lambda m: f"--only ‹{m[1].count(',') + 1} shapes›", command)
-    return re.sub(r"^((?:\w+=\S+ )*)bench/", r"\1python bench/", command)
+    return re.sub(r"^((?:\w+=\S* )*)bench/", r"\1python bench/", command)
 
 
 def source(results: Path, names: tuple[str, ...]) -> list[str]:
@@ -127,8 +127,8 @@ def gpu_tables(results: Path) -> dict[str, str]:
     return {"bf16": suites(results, (("24 shapes of `bench/shapes.json`", BF16),
                                      ("50 of the 57 shapes of `bench/shapes_hard.json`", HARD),
                                      ("4 of its misaligned shapes, again", MISALIGNED),
-                                     ("its first 29 shapes: 14 binaries kept before compiling (now the default)", STAGE0[0]),
-                                     ("the same 29, 20 kept (the default before)", STAGE0[1])), "cuBLAS"),
+                                     ("its first 29 shapes, 14 binaries kept to compile (the default)", STAGE0[:1]),
+                                     ("the same 29, 20 kept (the default before)", STAGE0[1:])), "cuBLAS"),
             "bf16_shapes": md(["shape", "MxKxN", "pick's kernel", "x cuBLAS", "Inductor x cuBLAS", "tuning, cold"],
                               shapes),
             "fp8": suites(results, (("18 shapes, with Inductor", FP8_18), ("all 64 shapes", FP8_64)), "cuBLASLt")}

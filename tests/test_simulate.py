@@ -34,7 +34,8 @@ def hand_made(with_library=True):
 
 
 def spec_for(name, shapes, **opts):
-    """A spec that runs registered strategy `name` with tune's defaults (+ a model cut, a budget)."""
+    """A spec that runs registered strategy `name` with tune's defaults but 20 binaries kept by model_pruned's
+    stage 0 (+ a model cut, a budget)."""
     runs = opts.pop("budget_runs", 50 if name == "budgeted" else None)
     spec = StrategySpec(name, name, inner="prescreen", runs=runs)
     base = default_options(strategy=spec.registered)
@@ -114,7 +115,7 @@ def test_default_strategy_regret_and_work_on_the_reference_sweep(sweep):
     for data in (shapes, without_library(shapes)):
         res = simulate(data, [s for s in default_specs(data) if s.name == "default"], dims)["default"]
         assert res.max_regret_pct <= 0.5, [(r.name, r.regret_pct) for r in res.per_shape]
-        assert res.work_fraction <= 0.10  # stage 0 keeps 20 binaries (prescreen alone: 0.28)
+        assert res.work_fraction <= 0.10  # stage 0 keeps 14 binaries (prescreen alone: 0.28)
 
 
 # -- budgets --------------------------------------------------------------------------------------

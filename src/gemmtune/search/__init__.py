@@ -28,7 +28,7 @@ STRATEGIES: dict[str, Strategy] = {
 }
 
 ALIASES: dict[str, str] = {
-    "default": "the default effort's strategy and options (today model_pruned, N=20, X=4; prescreen off CUDA)",
+    "default": "the default effort's strategy and options (today model_pruned, N=14, X=4; prescreen off CUDA)",
     "budgeted": "default, stopped after Settings.budget_runs benchmark runs (library kernels first)",
 }
 """Strategy names `Settings.strategy` accepts beyond the registered ones, and what they resolve to."""
