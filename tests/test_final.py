@@ -262,3 +262,14 @@ def test_a_launch_far_above_its_templates_median_keeps_its_own_time():
              LIB: (0.0500, 0.0130, 0.0500)}  # a slower library launch: `a` could still beat it
     pick, _ = run_final(final)
     assert pick == b
+
+
+def test_a_float8_problem_keeps_at_least_twenty_binaries_whatever_stage0_n_says():
+    few = [Choice("triton_mm", "h", as_params(dict(BLOCK_M=16 * i, BLOCK_N=64, BLOCK_K=32, num_stages=3, num_warps=4)),
+                  family="triton") for i in range(1, 30)]
+    prune = STRATEGIES["model_pruned"].prune
+    for n, wide, narrow in ((14, 14, 20), (8, 8, 20), (25, 25, 25)):
+        opts = default_options(ProblemDims(4096, 4096, 4096)).given(stage0_n=n)
+        assert len(prune(few, opts)) == wide
+        assert len(prune(few, opts.given(problem=ProblemDims(4096, 4096, 4096, dtype_bytes=1)))) == narrow
+    assert len(prune(few, opts.given(stage0_n=None, problem=ProblemDims(8, 8, 8, dtype_bytes=1)))) == len(few)

@@ -123,7 +123,7 @@ class Settings:
     budget_s: float | None = _f(None, _pos("wall-clock cap on one tune: stop, return the best so far, say so",
                                            optional=True))
     stage0_n: int | None = _f(14, _int("model_pruned: binaries the cost model keeps before anything compiles "
-                                       "(none: no pruning)", 1, optional=True))
+                                       "(none: no pruning; float8 problems keep at least 20)", 1, optional=True))
     budget_runs: int | None = _f(None, _int("stop after this many benchmark runs and return the best so far",
                                             1, optional=True))
     finalists: int = _f(3, _int("best choices re-timed interleaved before the pick (extern always added)", 1))

@@ -145,7 +145,7 @@ def default_options(problem: ProblemDims | None = None, strategy: str | None = N
     Example:
         >>> opts = default_options()
         >>> type(opts).__name__, opts.stage1["triton_mm"], opts.top_x, opts.stage0_n
-        ('ModelPrunedOptions', {'swizzle': 8}, 4, 20)
+        ('ModelPrunedOptions', {'swizzle': 8}, 4, 14)
         >>> default_options(strategy="exhaustive")
         ExhaustiveOptions()
     """
