@@ -209,13 +209,9 @@ def _key(text: str, operands: Any) -> tuple:
 
 
 def _bound(sel: Any, tensors: Any) -> Callable[..., torch.Tensor]:
-    """The kernel of `sel` for the problem of `tensors`: `torch.mm` itself for an mm whose pick is aten's
-    (what its launcher runs, with no Python frame in between, as the eager dispatch calls it; an addmm
-    pick's launcher shapes the bias first), a launcher bound to the problem where it can be (a Triton
-    template's on a GPU: the argument list built once, only the pointers change per call), else
-    `sel.kernel`."""
-    if sel.problem.op == "mm" and sel.winner.template_uid == "aten_mm":
-        return torch.mm
+    """The kernel of `sel` bound to the problem of `tensors` where its launcher can be (a Triton template's
+    on a GPU: the argument list built once, only the pointers change per call; aten's mm: `torch.mm`
+    itself), else `sel.kernel`."""
     binder = getattr(sel.kernel, "bound", None)
     return (binder(*tensors) if binder is not None else None) or sel.kernel
 

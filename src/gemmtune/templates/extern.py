@@ -39,6 +39,8 @@ class AtenTemplate(Template):
             bias = tensors[0].expand(ki.M, ki.N)
             return torch.addmm(bias, tensors[1], tensors[2], beta=beta, alpha=alpha, out=out)
 
+        if ki.op in ("mm", "bmm"):  # bound to a problem (`launch.bound`): torch's op itself
+            setattr(launch, "bound", lambda tensors: torch.mm if ki.op == "mm" else torch.bmm)
         return launch
 
     def trace(self, choice: Choice, ki: KernelInputs) -> Launcher:
