@@ -5,10 +5,12 @@ code and inside a `torch.compile`d function, each against torch's own op.
 (`isolation="off"`), each by stage (compile, prescreen, final), then cProfile of a warm tune.  `calls`: µs
 per call of a warm `gemmtune.mm` against `torch.mm` in interleaved rounds of back-to-back calls (small
 shapes: the host's cost; large: the kernel's), then of `relu(mm(a, b))` under `torch.compile` with each,
-and whether the compiled program still calls a gemmtune op.  Writes JSON with `--out`.
+and whether the compiled program still calls a gemmtune op.  `dynamic`: µs per call of an `mm` compiled with
+a dynamic M, by Inductor alone and with gemmtune's per-bucket dispatch.  Writes JSON with `--out`.
 
     python bench/profiling.py tune --suite bench/shapes_cpu.json --only square-128 --out tune_profile.json
     python bench/profiling.py calls --device cpu --shapes 8,64,256x512x128 --out calls.json
+    python bench/profiling.py dynamic --shapes 2x256x256,16x4096x4096 --out dynamic.json
 """
 
 from __future__ import annotations
@@ -141,25 +143,70 @@ def calls_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def dynamic_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """`dynamic`: per shape, µs per call of `torch.compile(dynamic=True)`'s `mm` at M (marked dynamic, traced at
+    2M): the default mode and max-autotune-no-cudagraphs against gemmtune's bucketed call (`install(m=1:4M)`),
+    its picks any kernel (`gemmtune`) or the library's (`gemmtune_library`: what the bucket dispatch adds)."""
+    import torch
+
+    import gemmtune.inductor as gi
+    from gemmtune.core.settings import Settings
+    from gemmtune.inductor import dynamic
+
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    library = Settings.from_env().with_(backends=("extern",))
+    variants = {"default": ("default", None), "max_autotune": ("max-autotune-no-cudagraphs", None),
+                "gemmtune": ("default", Settings.from_env()), "gemmtune_library": ("default", library)}
+    rows = []
+    for m, k, n in parse_shapes(args.shapes or SHAPES[args.device.split(":")[0]]):
+        a = torch.randn(m, k, device=args.device, dtype=dtype)
+        layer = torch.nn.Linear(k, n, bias=False, device=args.device, dtype=dtype)  # a weight: N and K fixed
+        row: dict[str, Any] = {"shape": f"{m}x{k}x{n}"}
+        for name, (mode, settings) in variants.items():
+            torch._dynamo.reset(), dynamic.reset()
+            if settings is not None:
+                gi.install(m=f"1:{4 * m}", settings=settings)
+            try:
+                traced = torch.randn(2 * m, k, device=args.device, dtype=dtype)
+                torch._dynamo.mark_dynamic(traced, 0)
+                fn = torch.compile(layer, mode=mode, dynamic=True)
+                with torch.no_grad():
+                    fn(traced), fn(a)
+            finally:
+                if settings is not None:
+                    gi.uninstall()
+            with torch.no_grad():
+                row[f"{name}_us"] = per_call_us(lambda: fn(a), args.device, args.rounds)
+            row[f"{name}_buckets"] = dict(dynamic.STATS)  # tables tuned, kernels built for calls' sizes
+        rows.append(row)
+    print("| shape | default µs | max-autotune µs | gemmtune µs | gemmtune, library picks µs |\n|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['shape']} | {r['default_us']:.2f} | {r['max_autotune_us']:.2f} | {r['gemmtune_us']:.2f} | "
+              f"{r['gemmtune_library_us']:.2f} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     sub = p.add_subparsers(dest="what", required=True)
     kinds = {"tune": sub.add_parser("tune", help="a tune's wall time by stage, and cProfile of a warm tune"),
-             "calls": sub.add_parser("calls", help="µs per call of gemmtune.mm against torch.mm, eager and compiled")}
+             "calls": sub.add_parser("calls", help="µs per call of gemmtune.mm against torch.mm, eager and compiled"),
+             "dynamic": sub.add_parser("dynamic", help="µs per call of a dynamic-M compiled mm, gemmtune's buckets and not")}
     for q in kinds.values():
         q.add_argument("--device", default=None, help="cuda or cpu (default: cuda if there is one)")
         q.add_argument("--out", default=None, help="write the rows as JSON here")
     kinds["tune"].add_argument("--suite", default=str(ROOT / "bench" / "shapes.json"))
     kinds["tune"].add_argument("--only", default="", help="comma-separated shape names (default: all)")
-    kinds["calls"].add_argument("--shapes", default=None, help="N (NxNxN) or MxKxN, comma-separated")
-    kinds["calls"].add_argument("--rounds", type=int, default=7)
+    for q in (kinds["calls"], kinds["dynamic"]):
+        q.add_argument("--shapes", default=None, help="N (NxNxN) or MxKxN, comma-separated")
+        q.add_argument("--rounds", type=int, default=7)
     args = p.parse_args(argv)
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-profile-"))  # a cold start
     os.environ.setdefault("GEMMTUNE_STORE", "memory")  # tune afresh, leave the user's store alone
     import torch
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    rows = {"tune": tune_rows, "calls": calls_rows}[args.what](args)
+    rows = {"tune": tune_rows, "calls": calls_rows, "dynamic": dynamic_rows}[args.what](args)
     if args.out:
         meta = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "torch": torch.__version__,
                 "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"}

@@ -190,6 +190,20 @@ def test_the_range_keys_inductors_graph_cache_and_installed_passes_it():
         assert off.uuid() != u64 and off.m is False
 
 
+def test_the_settings_key_inductors_graph_cache(monkeypatch):
+    """A graph compiled while tunes ran under other settings (backends, a store) is not served from the cache."""
+    def key(settings=None):
+        with gi.installed(settings=settings) as handler:
+            return handler.uuid()
+
+    base = key(OFF)
+    assert key(OFF) == base and key(OFF.with_(backends=("extern",))) != base and key(OFF.with_(store="memory")) != base
+    monkeypatch.delenv("GEMMTUNE_BACKENDS", raising=False)
+    from_env = key()
+    monkeypatch.setenv("GEMMTUNE_BACKENDS", "extern")
+    assert key() != from_env  # no settings given: the environment's
+
+
 def test_a_gemm_whose_n_is_m_too_is_not_bucketed_and_never_meets_another_gemms_kernel():
     pytest.importorskip("numba")
     handler = gi.install(settings=OFF.with_(backends=("numba",)), templates="all", m=[16, 64])

@@ -123,12 +123,14 @@ class _Mixin:
         return {k: p.json_entries() for k, p in self.picks.items()}
 
     def uuid(self) -> str:
-        """Part of Inductor's FX-graph cache key (`config.inductor_choices_class`)."""
+        """Part of Inductor's FX-graph cache key (`config.inductor_choices_class`): the handler's options and
+        the settings its tunes run under (a graph compiled under other backends or another store is not served)."""
+        from ..core.settings import Settings
         from ..core.version import __version__
 
         body = (f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self.fusion} {self.measure} "
-                f"{self.shortlist} {self.gemv} {','.join(self.extern)} {self._static} m={self.m!r}"
-                + (" pipeline" if self.pipeline else ""))
+                f"{self.shortlist} {self.gemv} {','.join(self.extern)} {self._static} m={self.m!r} "
+                f"{self.settings or Settings.from_env()!r}" + (" pipeline" if self.pipeline else ""))
         return hashlib.sha256(body.encode()).hexdigest()
 
     def add(self, pick: InductorPick) -> None:
