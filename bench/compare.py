@@ -39,7 +39,6 @@ INDUCTOR_MODE = "max-autotune-no-cudagraphs"
 def load_specs(path: str | Path, only: Sequence[str] = ()):
     """The suite's ProblemSpecs, optionally restricted to names in `only`."""
     from gemmtune.offline.suite import load_suite
-
     specs = load_suite(path)
     if missing := sorted(set(only) - {s.name for s in specs}):
         raise SystemExit(f"--only: unknown shape(s) {', '.join(missing)}")
@@ -77,7 +76,6 @@ def build_plan(specs, exhaustive: set[str], inductor: bool = True, rounds: int =
 def op_fn(op: str) -> Callable:
     """The library call of `op`: cuBLAS through aten; for scaled_mm, `torch._scaled_mm` (cuBLASLt), bf16 out."""
     import torch
-
     if op == "scaled_mm":
         return lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
     return {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}[op]
@@ -89,7 +87,6 @@ def run_compiled(spec, tensors, settings=None) -> tuple[Callable, float]:
     import torch
 
     import gemmtune.inductor as gi
-
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
     space: dict[str, Any] = {"fn": op_fn(spec.op)}  # a code object of its own: no compile replaces another's
     exec(compile("def call(*t):\n    return fn(*t)\n", f"<{spec.op} gemmtune={bool(settings)}>", "exec"), space)
@@ -104,7 +101,6 @@ def run_compiled(spec, tensors, settings=None) -> tuple[Callable, float]:
 def run_exhaustive(spec, settings, tensors, row: dict[str, Any]) -> Callable[[], Any]:
     """The exhaustive tune: its pick, runs, best template and library time (as it timed them) into `row`; its call."""
     import gemmtune
-
     t0 = time.perf_counter()
     exh = gemmtune.tune(spec.op, *tensors, settings=settings.with_(strategy="exhaustive"))
     row.update(exh_winner=exh.winner.key, exh_tune_s=time.perf_counter() - t0, exh_runs=exh.benchmark_runs,
@@ -125,10 +121,7 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     import gemmtune
     from gemmtune.measure.second import second_reading, second_timer_for
     from gemmtune.templates.padded import padding_dims
-
-    shape_t0 = time.perf_counter()
-    tensors = spec.tensors("cuda")
-    row = spec_fields(spec)
+    shape_t0, tensors, row = time.perf_counter(), spec.tensors("cuda"), spec_fields(spec)
     t0 = time.perf_counter()
     cold = gemmtune.tune(spec.op, *tensors, settings=settings)
     row["gemmtune_cold_s"] = time.perf_counter() - t0
@@ -212,7 +205,6 @@ def measure(specs, exhaustive: set[str], args: argparse.Namespace) -> int:
     import torch
     from gemmtune.core.settings import Settings
     from gemmtune.measure.timers import CudaTimer
-
     if not torch.cuda.is_available():
         raise SystemExit("compare.py measures on a CUDA GPU; use --dry-run elsewhere")
     settings = Settings.from_env().with_(store="off")

@@ -64,8 +64,7 @@ def paired_rounds(pick, ref, rounds: int, seed: int) -> tuple[float, float, floa
 def run_shape(spec, rounds: int, settings, busy: int = 0) -> dict:
     """Tune one shape (store off), with `busy` spinning processes beside it, then, once they are gone,
     time its pick against torch's op."""
-    tensors = spec.tensors("cpu")
-    spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(busy)]
+    tensors, spinners = spec.tensors("cpu"), [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(busy)]
     try:
         t0 = time.perf_counter()
         sel = gemmtune.tune(spec.op, *tensors, settings=settings, progress=False)
@@ -114,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if not specs:
         p.error(f"no shape of {args.suite} is named in --only {args.only!r}")
     settings = gemmtune.Settings.from_env().with_(store="off")
-    argv = sys.argv[1:] if argv is None else argv
-    result = {"command": "python bench/cpu.py " + " ".join(argv), "busy": args.busy,
+    result = {"command": "python bench/cpu.py " + " ".join(sys.argv[1:] if argv is None else argv), "busy": args.busy,
               "device": cpu_name(), "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "gemmtune": gemmtune.__version__, "threads": torch.get_num_threads(), "shapes": []}
     for spec in specs:

@@ -26,8 +26,7 @@ LIMIT = 64 * 2**20  # what one device call carries: the working tree and the car
 PINS = ("nvidia-cutlass-dsl==4.8.1", "nvidia-cutlass-dsl-libs-base==4.8.1", "nvidia-cutlass-dsl-libs-core==4.8.1",
         "nvidia-cutlass-dsl-libs-cu13==4.8.1", "nvidia-cutlass-operators==0.3.0", "apache-tvm-ffi",
         "torch-c-dlpack-ext")
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64")
+PLATFORMS = (*(f"manylinux_2_{v}_x86_64" for v in (28, 27, 24, 17)), "manylinux2014_x86_64")
 
 
 def pip_command(dest: Path) -> list[str]:
@@ -37,9 +36,8 @@ def pip_command(dest: Path) -> list[str]:
         >>> cmd[3:5], "nvidia-cutlass-operators==0.3.0" in cmd
         (['download', '--no-deps'], True)
     """
-    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
-            "--implementation", "cp", *platforms, "-d", str(dest), *PINS]
+            "--implementation", "cp", *(arg for p in PLATFORMS for arg in ("--platform", p)), "-d", str(dest), *PINS]
 
 
 def tree_bytes() -> int:

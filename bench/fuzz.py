@@ -95,7 +95,6 @@ def mm_draw(rng: random.Random, device: str, max_dim: int, dtypes: Sequence[torc
 def mm_templates(pool: int, seed: int) -> list[Any]:
     """The Triton templates, each with a seeded sample of `pool` configs (0: all): binaries serve many cases."""
     from gemmtune.templates.triton import gemv, mm, skinny, splitk, tma
-
     kinds = (mm.TritonMMTemplate, splitk.TritonSplitKTemplate, tma.TritonTMAPersistentTemplate, gemv.TritonGemvTemplate,
              skinny.TritonSkinnyTemplate)
     spaces = {cls: cls().space for cls in kinds}
@@ -108,7 +107,6 @@ def mm_shard(job: tuple[int, int, dict[str, Any]]) -> Tally:
     from gemmtune.core.inputs import KernelInputs
     from gemmtune.measure.correctness import reference
     from gemmtune.templates.extern import AtenTemplate
-
     shard, shards, a = job
     torch.manual_seed(a["seed"] * 1000 + shard)
     templates, tally = mm_templates(a["configs"], a["seed"] * 1000 + shard), Tally()
@@ -116,8 +114,7 @@ def mm_shard(job: tuple[int, int, dict[str, Any]]) -> Tally:
         rng = random.Random(a["seed"] * 1_000_003 + i)
         op, tensors, alpha, beta, special = mm_draw(rng, a["device"], a["max_dim"],
                                                     (F16, BF16, F32) if a["device"] == "cuda" else (F32, F16))
-        ki = KernelInputs.from_tensors(op, *tensors, alpha=alpha, beta=beta)
-        extern = AtenTemplate(op)
+        ki, extern = KernelInputs.from_tensors(op, *tensors, alpha=alpha, beta=beta), AtenTemplate(op)
         choices = list(extern.configs(ki))
         for t in (t for t in templates if t.supports(ki)):
             fitted = t.compile_configs(ki)
@@ -135,7 +132,6 @@ def run_choices(ki: Any, tensors: Sequence[torch.Tensor], ref: torch.Tensor, tem
     """Every choice compiled, run on a NaN-poisoned output and checked against `ref`: ok, wrong or error."""
     from gemmtune.measure.compile import precompile
     from gemmtune.measure.correctness import check
-
     built = precompile(choices, {t.uid: t for t in templates}, ki, tensors, timeout_s=300)
     for c in choices:
         tally.counts["kernels run"] += 1
@@ -204,7 +200,6 @@ def draw(rng: random.Random, index: int, max_dim: int, probes: float = 0.3, e4m3
 
 def _quantise(x: torch.Tensor, dtype: torch.dtype, rowwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
     from gemmtune.offline.fp8_spec import quantise
-
     if x.numel() == 0:  # amax of nothing: unit scales
         return x.to(dtype), torch.ones(x.shape[0], 1) if rowwise else torch.ones(())
     return quantise(x, dtype, rowwise)
@@ -257,7 +252,6 @@ def pool(ki: Any, space: Sequence[dict[str, int]]) -> list[Any]:
     """The templates gemmtune tunes `ki` among, the Triton one's space `space` (on CPU it joins)."""
     from gemmtune.templates.registry import active_templates
     from gemmtune.templates.triton.scaled_mm import TritonScaledMMTemplate
-
     triton = TritonScaledMMTemplate(space=space)
     templates = [triton if t.uid == triton.uid else t for t in active_templates(ki, None)]
     if all(t.uid != triton.uid for t in templates) and triton.supports(ki):
@@ -270,7 +264,6 @@ def run_case(case: Case, device: str, space: Sequence[dict[str, int]], tally: Ta
     import gemmtune
     from gemmtune.core.inputs import KernelInputs
     from gemmtune.measure.correctness import check, scaled_reference, tolerance
-
     tensors, note = operands(case, device), (case.index, case.describe())
     tally.counts["cases"] += 1
     refusal, theirs = cuda_rules(tensors, case) if device == "cpu" else None, None
@@ -313,7 +306,6 @@ def run_case(case: Case, device: str, space: Sequence[dict[str, int]], tally: Ta
 def fuzz_space(device: str, size: str, configs: int, seed: int) -> list[dict[str, int]]:
     """The Triton configs every fp8 case runs: SMALL_SPACE on CPU, else a seeded sample of the space."""
     from gemmtune.templates.triton.scaled_mm import config_space
-
     if device == "cpu":
         return [dict(c) for c in SMALL_SPACE]
     space = config_space(size)
@@ -369,8 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GEMMTUNE_STORE", "memory")  # every case tuned afresh, nothing kept
     os.environ.setdefault("GEMMTUNE_EFFORT", "quick")
     if args.kind == "mm":
-        space: list = []
-        jobs = [(j, args.jobs, vars(args)) for j in range(args.jobs)]
+        space, jobs = [], [(j, args.jobs, vars(args)) for j in range(args.jobs)]
         with multiprocessing.get_context("spawn").Pool(args.jobs) as workers:  # a process per share of the cases
             tally = functools.reduce(Tally.merge, workers.map(mm_shard, jobs), Tally())
     else:

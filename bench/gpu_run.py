@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Sequence, TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
-DSL = ROOT / ".cutedsl"
-PY = sys.executable
+DSL, PY = ROOT / ".cutedsl", sys.executable
 PYTEST = (PY, "-m", "pytest", "-q", "-p", "no:cacheprovider")
 IMPORT_CHECK = ("import cutlass, cutlass.cute, cutlass.operators as ops; "
                 "print('cutlass', cutlass.__version__, 'cutlass.operators', ops.__version__)")
@@ -105,15 +104,13 @@ JOBS: dict[str, Job] = {
     "distributed-warmup": Job("bench/distributed_warmup.py --ranks 1,4: gloo on the host's CPUs", script(
         "distributed_warmup", "--ranks", "1,4", "--warm-numba", "--preload"), 240, env=(("CUDA_VISIBLE_DEVICES", ""),)),
     "cutlass-setup": Job("unpack the carried .whl/cutlass (bench/cutlass_wheels.py) into a new .cutedsl/",
-                         timeout_s=120, unpack=True),
-}
+                         timeout_s=120, unpack=True)}
 PRESETS = {  # name: (lanes, what they run)
     "checks": (("tests-core,compare-six,profile-calls", "tests-api,tests-dispatch"), "the GPU tests on two GPUs"),
     "models": (("models-stack1-first,models-stack1-steady", "models-llama64-first,models-llama64-steady"),
                "the model protocol on the stack at M = 1 and the Llama at M = 64"),
     "fp8": (("tests-fp8,fuzz-fp8", "compare-fp8"), "the fp8 GPU tests, fuzz and comparison"),
-    "cutlass": (("cutlass-setup,tests-cutlass,compare-cutlass",), "carry .whl/cutlass: set-up, tests, comparison"),
-}
+    "cutlass": (("cutlass-setup,tests-cutlass,compare-cutlass",), "carry .whl/cutlass: set-up, tests, comparison")}
 
 
 def unpack(log: TextIO) -> int:
@@ -151,8 +148,7 @@ def parse_lanes(args: Sequence[str]) -> list[list[str]]:
             lanes.extend(lane.split(",") for lane in PRESETS[arg][0])
             continue
         names = [n for n in arg.split(",") if n]
-        unknown = [n for n in names if n not in JOBS]
-        if unknown or not names:
+        if (unknown := [n for n in names if n not in JOBS]) or not names:
             raise ValueError(f"unknown job {', '.join(unknown) or repr(arg)} (see --list)")
         lanes.append(names)
     return lanes
@@ -207,8 +203,7 @@ def plan(lanes: list[list[str]], gpus: int) -> list[tuple[int | None, list[str]]
 def run_lanes(lanes: list[list[str]], out: Path, gpus: int, tail: int = 12) -> int:
     """Run the lanes (at once where each has a GPU), then print each log's end; 1 if a job did not end ok."""
     out.mkdir(parents=True, exist_ok=True)
-    placed = plan(lanes, gpus)
-    outcome, took = {}, {}  # per job: "ok", "rc=N", "timed out" or "skipped"; its seconds
+    placed, outcome, took = plan(lanes, gpus), {}, {}  # per job: "ok", "rc=N", "timed out" or "skipped"; its seconds
 
     def lane(gpu: int | None, names: list[str]) -> None:
         for name in names:

@@ -34,13 +34,11 @@ HIDDEN, HEADS, KV_HEADS, FFN = 4096, 32, 8, 14336
 MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
 # variant -> (cache group, phase): "new" gets new directories for the group; "store" new Triton and
 # Inductor directories beside the group's store; "keep" every directory of the group as it was left.
-FIRST = {
-    "default": ("default", "new"), "max_autotune": ("ma", "new"), "max_autotune_again": ("ma", "keep"),
-    "gemmtune": ("gt", "new"), "gemmtune_store": ("gt", "store"), "gemmtune_again": ("gt", "keep"),
-    "gemmtune_pipeline": ("gp", "new"), "gemmtune_warmup": ("gw", "new"),
-    "eager_warmup": ("ew", "new"), "eager_warmup_store": ("ew", "store"),
-    "eager_warmup_shared": ("es", "new"), "eager_warmup_shared_store": ("es", "store"),
-}
+FIRST = {"default": ("default", "new"), "max_autotune": ("ma", "new"), "max_autotune_again": ("ma", "keep"),
+         "gemmtune": ("gt", "new"), "gemmtune_store": ("gt", "store"), "gemmtune_again": ("gt", "keep"),
+         "gemmtune_pipeline": ("gp", "new"), "gemmtune_warmup": ("gw", "new"),
+         "eager_warmup": ("ew", "new"), "eager_warmup_store": ("ew", "store"),
+         "eager_warmup_shared": ("es", "new"), "eager_warmup_shared_store": ("es", "store")}
 SHARED = ("es",)  # groups whose store keeps the picks' compiled kernels (GEMMTUNE_SHARE_KERNELS)
 FIRST_DEFAULT = tuple(v for v in FIRST if v != "gemmtune_pipeline")
 STEADY = ("eager", "eager_warmup", "default", "max_autotune", "gemmtune", "gemmtune_warmup")
@@ -67,8 +65,7 @@ class Layer(nn.Module):
         self.norm1, self.norm2 = RMSNorm(hidden), RMSNorm(hidden)
         self.qkv = nn.Linear(hidden, (HEADS + 2 * KV_HEADS) * hd, bias=False)
         self.o = nn.Linear(hidden, hidden, bias=False)
-        self.gate_up = nn.Linear(hidden, 2 * ffn, bias=False)
-        self.down = nn.Linear(ffn, hidden, bias=False)
+        self.gate_up, self.down = nn.Linear(hidden, 2 * ffn, bias=False), nn.Linear(ffn, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, m, _ = x.shape
@@ -96,7 +93,6 @@ def build(name: str, m: int) -> tuple[nn.Module, tuple]:
                     p.normal_(0.0, 0.02)
         return model.eval(), (x,)
     from transformers import LlamaConfig, LlamaModel
-
     cfg = LlamaConfig(hidden_size=HIDDEN, intermediate_size=FFN, num_attention_heads=HEADS,
                       num_key_value_heads=KV_HEADS, num_hidden_layers=2, vocab_size=32000,
                       max_position_embeddings=8192, attn_implementation="sdpa", use_cache=False)
@@ -106,8 +102,7 @@ def build(name: str, m: int) -> tuple[nn.Module, tuple]:
 
 
 def output_of(model: Any, inputs: tuple) -> torch.Tensor:
-    out = model(*inputs)
-    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out
+    return getattr(out := model(*inputs), "last_hidden_state", out)  # a transformers model's output, or the tensor
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -154,7 +149,6 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, gemmtune: Any) -> 
         facts.update(tuned=report.tuned, problems=len(report.rows))
     elif variant.startswith("gemmtune"):
         import gemmtune.inductor as gi
-
         facts["handler"] = gi.install(pipeline=variant.startswith("gemmtune_pipeline"))
     mode = MAX_AUTOTUNE if variant.startswith("max_autotune") else None
     compiled = torch.compile(own_frame(model, variant), mode=mode)
@@ -170,7 +164,6 @@ def first_child(model_name: str, m: int, variant: str) -> dict[str, Any]:
     """One first call in this fresh process: seconds to the end of the first forward, Inductor's benchmarks."""
     import gemmtune
     import gemmtune.inductor as gi
-
     imported = time.perf_counter() - STARTED
     model, inputs = build(model_name, m)
     _sync()
@@ -183,13 +176,10 @@ def first_child(model_name: str, m: int, variant: str) -> dict[str, Any]:
     handler = facts.pop("handler", None)
     if handler is None and gi.available():  # a warm-up for compile installs one of its own
         from torch._inductor.virtualized import V
-
         handler = V.choices if gi.installer.is_gemmtune_handler(V.choices) else None
-    out = {"model": model_name, "M": m, "variant": variant, "first_s": round(first, 3), "import_s": round(imported, 3),
-           "benchmarked": probe.choices, "autotuned": probe.autotuned, **facts}
-    if handler is not None:
-        out["handler"] = dict(handler.stats)
-    return out
+    return {"model": model_name, "M": m, "variant": variant, "first_s": round(first, 3), "import_s": round(imported, 3),
+            "benchmarked": probe.choices, "autotuned": probe.autotuned, **facts,
+            **({"handler": dict(handler.stats)} if handler is not None else {})}
 
 
 def time_round(fn: Callable[[], Any], iters: int) -> float:
@@ -227,7 +217,6 @@ def _set_up(variant: str, training: bool, base: Any, inputs: tuple, root: Path, 
             facts: dict[str, dict]) -> Callable[[], Any]:
     """One copy of `base` set up as `variant` from its caches under `root`, then called 3 times."""
     from gemmtune.store.locations import forget_stores
-
     group = STEADY_GROUP.get(variant) or FIRST.get(variant, (variant, "new"))[0]
     os.environ.update(cache_env(root, group + ("_train" if training else ""), "keep"))
     forget_stores()
@@ -243,7 +232,6 @@ def _set_up(variant: str, training: bool, base: Any, inputs: tuple, root: Path, 
     _sync()
     if variant.startswith("gemmtune"):
         import gemmtune.inductor as gi
-
         while gi.installer._PRIOR:
             gi.uninstall()
     return fn
@@ -260,15 +248,13 @@ def steady_child(model_name: str, m: int, variants: list[str], root: Path, round
                  train: bool, copies: int = 1) -> list[dict[str, Any]]:
     """Every variant timed in `rounds` shuffled rounds of `iters` calls; a row per variant (`round_stats`)."""
     import gemmtune
-
     told: dict[str, dict] = {}
     fns = steady_variants(model_name, m, variants, root, train, gemmtune, told, copies)
     base, inputs = build(model_name, m)
     with torch.no_grad():
         ref = output_of(base, inputs)
         errs = {v: rel_err(fn(), ref) for v, fn in fns.items() if not v.endswith("+train")}
-    times: dict[str, list[float]] = {v: [] for v in fns}
-    order = list(fns)
+    times, order = {v: [] for v in fns}, list(fns)
     for _ in range(rounds):
         random.shuffle(order)
         for v in order:

@@ -104,8 +104,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.first, args.steady = ([v for v in text.split(",") if v] for text in (args.first, args.steady))
     known = {*FIRST, *model_runs.CONTROLS, *model_runs.STEADY_GROUP}
-    unknown = [v for v in args.first if v not in FIRST] + [v for v in args.steady if v not in known]
-    if unknown:
+    if unknown := [v for v in args.first if v not in FIRST] + [v for v in args.steady if v not in known]:
         p.error(f"unknown variant(s) {', '.join(unknown)}: first {', '.join(FIRST)}; steady also "
                 f"{', '.join(known - set(FIRST))}")
     return args

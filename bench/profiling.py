@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "src") not in sys.path:
-    sys.path.insert(0, str(ROOT / "src"))
+for _path in (ROOT / "src", ROOT / "bench"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 SHAPES = {"cuda": "1,16,16x4096x6144,1x4096x14336,4096", "cpu": "8,64,256"}
 
 
@@ -46,7 +47,6 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 def _sync(device: str) -> None:
     import torch
-
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
@@ -58,7 +58,6 @@ def tune_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     from gemmtune.core.settings import Settings
     from gemmtune.engine import tune
     from gemmtune.offline.suite import load_suite
-
     specs = [s for s in load_suite(args.suite) if not args.only or s.name in args.only.split(",")]
     base = Settings.from_env().with_(store="off")
     t0 = time.perf_counter()  # the isolation worker starts once a process: on a throwaway problem first
@@ -86,9 +85,8 @@ def tune_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         for label in ("cold", "warm", "warm_inprocess"):
-            t = r[label]
-            print(f"| {r['name']} | {label} | {t['wall_s']:.3f} | {t['compile_s']:.3f} | {t['prescreen_s']:.3f} | "
-                  f"{t['final_s']:.3f} | {t['runs']} | {t['binaries']} | {t['winner']} |")
+            print("| {} | {} | {wall_s:.3f} | {compile_s:.3f} | {prescreen_s:.3f} | {final_s:.3f} | {runs} | "
+                  "{binaries} | {winner} |".format(r["name"], label, **r[label]))
     return rows
 
 
@@ -112,7 +110,6 @@ def calls_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     from torch._inductor.utils import run_and_get_code
 
     import gemmtune
-
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     rows = []
     for m, k, n in parse_shapes(args.shapes or SHAPES[args.device.split(":")[0]]):
@@ -130,8 +127,7 @@ def calls_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         torch._dynamo.reset()
         fns = {"torch": lambda a, b: torch.relu(torch.mm(a, b)), "gemmtune": lambda a, b: torch.relu(gemmtune.mm(a, b))}
         compiled = {name: torch.compile(fn, fullgraph=True) for name, fn in fns.items()}
-        code = "\n".join(run_and_get_code(compiled["gemmtune"], a, b)[1])
-        row["gemmtune_op_in_code"] = "torch.ops.gemmtune" in code
+        row["gemmtune_op_in_code"] = "torch.ops.gemmtune" in "\n".join(run_and_get_code(compiled["gemmtune"], a, b)[1])
         for name, fn in compiled.items():
             row[f"compiled_{name}_us"] = per_call_us(lambda: fn(a, b), args.device, args.rounds)
         rows.append(row)
@@ -144,45 +140,54 @@ def calls_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def dynamic_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """`dynamic`: per shape, µs per call of `torch.compile(dynamic=True)`'s `mm` at M (marked dynamic, traced at
-    2M): the default mode and max-autotune-no-cudagraphs against gemmtune's bucketed call (`install(m=1:4M)`),
-    its picks any kernel (`gemmtune`) or the library's (`gemmtune_library`: what the bucket dispatch adds)."""
+    """`dynamic`: per shape, µs per call of a `torch.compile(dynamic=True)` linear layer at M (marked dynamic,
+    traced at 2M): the default mode and max-autotune-no-cudagraphs against gemmtune's bucketed call
+    (`install(m=1:4M)`), its picks any kernel (`gemmtune`) or the library's (`gemmtune_library`): each compiled
+    once, then timed in shuffled rounds; `dispatch_us` is the per-round paired difference, library picks less
+    the default mode (what the bucket dispatch adds to a library call)."""
+    import random
+
     import torch
 
     import gemmtune.inductor as gi
     from gemmtune.core.settings import Settings
     from gemmtune.inductor import dynamic
+    from model_runs import own_frame
 
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     library = Settings.from_env().with_(backends=("extern",))
     variants = {"default": ("default", None), "max_autotune": ("max-autotune-no-cudagraphs", None),
                 "gemmtune": ("default", Settings.from_env()), "gemmtune_library": ("default", library)}
-    rows = []
+    rows, rng = [], random.Random(0)
     for m, k, n in parse_shapes(args.shapes or SHAPES[args.device.split(":")[0]]):
         a = torch.randn(m, k, device=args.device, dtype=dtype)
         layer = torch.nn.Linear(k, n, bias=False, device=args.device, dtype=dtype)  # a weight: N and K fixed
         row: dict[str, Any] = {"shape": f"{m}x{k}x{n}"}
+        fns, times = {}, {name: [] for name in variants}
         for name, (mode, settings) in variants.items():
-            torch._dynamo.reset(), dynamic.reset()
-            if settings is not None:
-                gi.install(m=f"1:{4 * m}", settings=settings)
+            handler = gi.install(m=f"1:{4 * m}", settings=settings) if settings is not None else None
             try:
                 traced = torch.randn(2 * m, k, device=args.device, dtype=dtype)
                 torch._dynamo.mark_dynamic(traced, 0)
-                fn = torch.compile(layer, mode=mode, dynamic=True)
+                fns[name] = torch.compile(own_frame(layer, f"{name} {m}"), mode=mode, dynamic=True)
                 with torch.no_grad():
-                    fn(traced), fn(a)
+                    fns[name](traced), fns[name](a)
             finally:
-                if settings is not None:
+                if handler is not None:
                     gi.uninstall()
-            with torch.no_grad():
-                row[f"{name}_us"] = per_call_us(lambda: fn(a), args.device, args.rounds)
-            row[f"{name}_buckets"] = dict(dynamic.STATS)  # tables tuned, kernels built for calls' sizes
+                    row[f"{name}_picks"] = [dynamic.parse_table(t)[3] for t in handler.tables.values()]
+        with torch.no_grad():
+            for _ in range(args.rounds):  # interleaved: the host's drift hits every variant alike
+                for name in rng.sample(list(fns), len(fns)):
+                    times[name].append(per_call_us(lambda: fns[name](a), args.device, 1))
+        row.update({f"{name}_us": statistics.median(t) for name, t in times.items()}, buckets=dict(dynamic.STATS),
+                   dispatch_us=statistics.median(x - y for x, y in zip(times["gemmtune_library"], times["default"])))
         rows.append(row)
-    print("| shape | default µs | max-autotune µs | gemmtune µs | gemmtune, library picks µs |\n|---|---:|---:|---:|---:|")
+    print("| shape | default µs | max-autotune µs | gemmtune µs | gemmtune, library picks µs | dispatch µs |\n"
+          "|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['shape']} | {r['default_us']:.2f} | {r['max_autotune_us']:.2f} | {r['gemmtune_us']:.2f} | "
-              f"{r['gemmtune_library_us']:.2f} |")
+              f"{r['gemmtune_library_us']:.2f} | {r['dispatch_us']:+.2f} |")
     return rows
 
 
@@ -204,7 +209,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-profile-"))  # a cold start
     os.environ.setdefault("GEMMTUNE_STORE", "memory")  # tune afresh, leave the user's store alone
     import torch
-
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     rows = {"tune": tune_rows, "calls": calls_rows, "dynamic": dynamic_rows}[args.what](args)
     if args.out:

@@ -33,8 +33,7 @@ KEY = "bench-fleet-key-0123456789abcdef"  # the store key of --signing-only
 CHILD = """
 import json, sys, torch, gemmtune
 from gemmtune.core.settings import Settings
-url, shapes = sys.argv[1], json.loads(sys.argv[2])
-out = {}
+url, shapes, out = sys.argv[1], json.loads(sys.argv[2]), {}
 for m, k, n in shapes:
     torch.manual_seed(m * 7 + k)
     a, b = torch.randn(m, k), torch.randn(k, n)
@@ -68,13 +67,10 @@ def lookups(url: str, n: int = 200) -> dict:
     """Cold lookups (`load` of a problem this process has not read) and warm ones (read before)."""
     from gemmtune.store.keys import Row
     from gemmtune.store.locations import open_store
-
-    store = open_store(url)
-    pick = Row("aten_mm", None, "{}", "{}", 1.0, "ok", "final")
+    store, pick = open_store(url), Row("aten_mm", None, "{}", "{}", 1.0, "ok", "final")
     for i in range(n):
         store.save("env", {}, f"p{i}", "d", [pick], pick, False)
-    reader = open_store(url)
-    cold, warm = [], []
+    reader, cold, warm = open_store(url), [], []
     for i in range(n):
         for seen in (cold, warm):  # a problem's first load, then a second
             t = time.perf_counter()
@@ -91,7 +87,6 @@ def signing(url: str, sizes: tuple[int, ...] = (1, 64), n: int = 200, rounds: in
     from gemmtune.store.locations import open_store
     from gemmtune.store.signing import Signer
     from gemmtune.store.trust import Trust
-
     trusts, out = {"no key": Trust(), "key": Trust(Signer.from_text(KEY))}, {}
     problem = "mm(8x4, 4x2)/float32/{:016x}|out=row".format
     for size in sizes:
@@ -125,7 +120,6 @@ def warm_call(store: str, key: str | None = None, reps: int = 20000) -> float:
     import torch
 
     import gemmtune
-
     os.environ.pop("GEMMTUNE_STORE_KEY", None)
     os.environ.update(GEMMTUNE_STORE=store, **({"GEMMTUNE_STORE_KEY": key} if key else {}))
     gemmtune.clear_dispatch_cache()
@@ -149,7 +143,6 @@ def first_use(device: str, size: int, backends: tuple[str, ...], reps: int, wher
     from gemmtune.core.settings import Settings
     from gemmtune.store.checked import wrong_output
     from gemmtune.store.locations import forget_stores
-
     sync, dtype = (torch.cuda.synchronize, torch.bfloat16) if device.startswith("cuda") else (lambda: None, torch.float32)
     torch.manual_seed(size)
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
@@ -180,7 +173,6 @@ def first_use(device: str, size: int, backends: tuple[str, ...], reps: int, wher
 def run_default(args: argparse.Namespace, res: dict) -> None:
     """Lookups, warm calls and the fleets on servers of this run's own; their table."""
     from gemmtune.store.locations import open_store
-
     srv, cache = RedisServer().start(), Path(tempfile.mkdtemp())
     env = {**os.environ, "GEMMTUNE_CACHE_DIR": str(cache), "GEMMTUNE_NOISE_LIMIT": "1e9"}
     try:
@@ -203,9 +195,8 @@ def run_default(args: argparse.Namespace, res: dict) -> None:
     print(f"| lookup | cold {lk['cold_us']:.0f} µs (p99 {lk['cold_p99_us']:.0f}) | warm {lk['warm_us']:.1f} µs |")
     print(f"| warm gemmtune.mm | sqlite {wc['sqlite']:.2f} µs | redis {wc['redis']:.2f} µs |")
     for k in ("fleet", "fleet_again", "fleet_killed"):
-        f = res[k]
-        print(f"| {k} | {f['finished']}/{f['procs']} finished | agree {f['agree']} | correct {f['correct']} | "
-              f"hits {f['hits']}/{f['tunes']} | {f['seconds']:.1f} s |")
+        print("| {k} | {finished}/{procs} finished | agree {agree} | correct {correct} | hits {hits}/{tunes} | "
+              "{seconds:.1f} s |".format(k=k, **res[k]))
     print(f"| picks stored ({args.shapes} shapes) | {res['picks_stored']} |")
 
 
@@ -253,8 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     res: dict = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
                  "machine": f"{os.cpu_count()} CPU cores"}
-    run = run_first_use if args.first_use else run_signing if args.signing_only else run_default
-    run(args, res)
+    (run_first_use if args.first_use else run_signing if args.signing_only else run_default)(args, res)
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1, default=str))
     return 0

@@ -24,8 +24,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS, PAGE, README = ROOT / "bench" / "results", ROOT / "docs" / "RESULTS.md", ROOT / "README.md"
-TEMPLATE = ROOT / "bench" / "results_page.md"
-BEGIN, END = "<!-- results -->", "<!-- /results -->"
+TEMPLATE, BEGIN, END = ROOT / "bench" / "results_page.md", "<!-- results -->", "<!-- /results -->"
 BF16 = ("compare_default_full_runF_2026-11-30.json",)
 HARD, MISALIGNED = ("compare_hard_h100_2026-12-06.json",), ("compare_misaligned_h100_2026-12-06.json",)
 STAGE0 = tuple(f"compare_hard_p1_stage0_{n}_h200_2026-12-06.json" for n in (14, 20))

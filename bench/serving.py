@@ -55,7 +55,6 @@ def build(name: str) -> tuple[Any, Callable[[int], tuple]]:
         return model, lambda m: ((torch.randn(m, 1, width) if m <= 256 else torch.randn(1, m, width)).to(
             next(model.parameters())),)
     from transformers import LlamaConfig, LlamaForCausalLM
-
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=model_runs.HIDDEN, intermediate_size=model_runs.FFN, num_attention_heads=32,
                       num_key_value_heads=8, num_hidden_layers=2, vocab_size=32000, max_position_embeddings=8192,
@@ -72,7 +71,6 @@ def output_of(model: Any, inputs: tuple) -> torch.Tensor:
 def set_up(variant: str, model: Any, inputs: Callable[[int], tuple], ms: list[int]) -> tuple[Callable, dict]:
     """`run(inputs)` of one variant of `model` (compiled lazily, or warmed up over the range now) and its facts."""
     import gemmtune
-
     span, facts = f"{min(ms)}:{max(ms)}", {}
     if variant == "eager_range":
         report = gemmtune.warmup(model, *inputs(64), progress=False, m=span, inputs_at=inputs)
@@ -91,7 +89,6 @@ def set_up(variant: str, model: Any, inputs: Callable[[int], tuple], ms: list[in
         return per_size, facts
     if variant == "gemmtune":
         import gemmtune.inductor as gi
-
         facts["handler"] = gi.install(m=span)
     compiled = torch.compile(own_frame(model, variant), dynamic=True,
                              mode=MAX_AUTOTUNE if variant == "max_autotune" else None)
@@ -103,7 +100,6 @@ def first_child(name: str, ms: list[int], variant: str, seed: int) -> dict[str, 
     import gemmtune
     import gemmtune.inductor as gi
     from gemmtune.inductor import dynamic
-
     tunes = lambda: int(gemmtune.dispatch_stats()["tunes"])  # noqa: E731
     base = variant[:-6] if variant[-6:] in PHASES else variant
     model, inputs = build(name)
@@ -127,7 +123,6 @@ def first_child(name: str, ms: list[int], variant: str, seed: int) -> dict[str, 
 def gemm_ms(run: Callable[[], Any], iters: int = 5) -> tuple[float, float]:
     """(GEMM kernels', all kernels') GPU ms per call of `run`, from torch.profiler's kernel times."""
     from torch.profiler import ProfilerActivity, profile
-
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(iters):
             run()
@@ -141,11 +136,9 @@ def steady_child(name: str, ms: list[int], variants: list[str], root: Path, roun
     """Every variant set up from its caches, warmed at each M, then timed in shuffled rounds (module docstring)."""
     import gemmtune.inductor as gi
     from gemmtune.store.locations import forget_stores
-
     torch._dynamo.config.recompile_limit = 64  # each variant compiles the model's own frames for 3 kinds of input
     base, inputs = build(name)
-    xs = {m: inputs(m) for m in ms}
-    runs: dict[str, Callable] = {}
+    xs, runs = {m: inputs(m) for m in ms}, {}
     with torch.no_grad():
         for v in variants:
             os.environ.update(model_runs.cache_env(root, v, "keep"))

@@ -123,8 +123,8 @@ class _Mixin:
         return {k: p.json_entries() for k, p in self.picks.items()}
 
     def uuid(self) -> str:
-        """Part of Inductor's FX-graph cache key (`config.inductor_choices_class`): the handler's options and
-        the settings its tunes run under (a graph compiled under other backends or another store is not served)."""
+        """Part of Inductor's FX-graph cache key (`config.inductor_choices_class`): the options and the settings
+        the tunes run under (a graph compiled under other backends or another store is not served)."""
         from ..core.settings import Settings
         from ..core.version import __version__
 
@@ -134,10 +134,8 @@ class _Mixin:
         return hashlib.sha256(body.encode()).hexdigest()
 
     def add(self, pick: InductorPick) -> None:
-        for key in pick.keys:
-            self.picks[key] = pick
+        self.picks.update(dict.fromkeys(pick.keys, pick))
 
-    # -- the one override ----------------------------------------------------------------------
     def _finalize_template_configs(self, template_choices, kernel_inputs, templates, op_name,
                                    kwarg_overrides=None):
         if op_name == "scaled_mm":  # Inductor's `tuned_scaled_mm`: answered in inductor/scaled.py
