@@ -124,7 +124,8 @@ def own_frame(model: Any, variant: str) -> Callable[..., Any]:
 def cache_env(root: Path, group: str, phase: str) -> dict[str, str]:
     """The cache variables of a process of `group` in `phase` (see FIRST), under `root`."""
     base, tag = root / group, "_store" if phase == "store" else ""
-    env = {"GEMMTUNE_STORE": str(base / "store.db"), "GEMMTUNE_SHARE_KERNELS": "1" if group in SHARED else "0"}
+    shared = os.environ.get("GEMMTUNE_SHARE_KERNELS") or ("1" if group in SHARED else "0")  # a run's own choice first
+    env = {"GEMMTUNE_STORE": str(base / "store.db"), "GEMMTUNE_SHARE_KERNELS": shared}
     for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "GEMMTUNE_CACHE_DIR"):
         d = base / (var.lower() + (tag if var != "GEMMTUNE_CACHE_DIR" else ""))
         d.mkdir(parents=True, exist_ok=True)
