@@ -38,7 +38,7 @@ EAGER = (tuple(f"steady_eager_release{s}_h100_2026-12-05.json" for s in ("", "_r
 CPU = ("cpu_suite_2core_2026-12-06.json", "cpu_busy_2core_2026-12-06.json")
 REDIS = ("redis_store_cpu_2026-12-01.json",)
 CHECKS = ("first_use_check_cpu_2026-12-06.json", "first_use_check_h100_2026-12-06.json")
-SERVING = ("serving_h100_2026-12-06.json",)
+SERVING = ("serving_h100_2026-12-06.json", "serving_steady_h100_2026-12-07.json")
 # What a file does not say of its own run (or says only in parts).
 RECORD: dict[str, dict[str, str]] = {
     BF16[0]: {"command": "python bench/compare.py --exhaustive square-2048,square-8192,llama3-8b-down-m16,"
@@ -190,11 +190,16 @@ def serving_tables(results: Path) -> dict[str, str]:
              f'{speed(m, "steady_a", "eager_range", "eager")} / {speed(m, "steady_c", "eager_range", "eager")}',
              speed(m, "steady", "default", "eager"), f"{ms[m, 'default', 'steady']['gemm_ms']:.3f} / "
              f"{ms[m, 'gemmtune', 'steady']['gemm_ms']:.3f}"] for m in d["meta"]["M"]]
+    by = {(r["M"], r["variant"]): r for r in load(results, SERVING[1])["steady"]}
+    vs = lambda r: f"{r['ratio_vs_max_autotune']:.3f} ({r['ratio_q1_q3'][0]:.3f}-{r['ratio_q1_q3'][1]:.3f})"  # noqa: E731
+    vs_ma = [[str(m), vs(by[m, "gemmtune"]), vs(by[m, "default"]), *source(results, SERVING[1:])] for m in d["meta"]["M"]]
     return {"serving_first": md(["variant", "set-up", "to the end of every M's first call", "Inductor benchmarks",
                                  "eager dispatch tunes after the set-up", *SRC], first),
             "serving": md(["M", "gemmtune compile x default compile", "max-autotune x default (run A)",
                            "eager after range warm-up x eager: run A / run C", "default compile x eager",
-                           "GEMM GPU ms per forward: default / gemmtune"], rows)}
+                           "GEMM GPU ms per forward: default / gemmtune"], rows),
+            "serving_vs_max_autotune": md(["M", "gemmtune time x max-autotune's (q1-q3)", "default x max-autotune",
+                                           *SRC], vs_ma)}
 
 
 def cpu_tables(results: Path) -> dict[str, str]:

@@ -40,7 +40,8 @@ def test_without_the_reference_in_the_rounds_the_ratio_is_nan_not_a_guess():
     assert "ratio_vs_eager" not in runs.round_stats("eager_warmup", {"eager_warmup": [1.0]})
 
 
-def test_a_second_start_keeps_its_groups_caches_and_a_shared_store_gets_new_compile_caches(tmp_path):
+def test_a_second_start_keeps_its_groups_caches_and_a_shared_store_gets_new_compile_caches(tmp_path, monkeypatch):
+    monkeypatch.delenv("GEMMTUNE_SHARE_KERNELS", raising=False)
     assert runs.STEADY_GROUP["eager_warmup_patched"] == runs.FIRST["eager_warmup"][0]
     first = runs.cache_env(tmp_path, *runs.FIRST["gemmtune"])
     assert runs.cache_env(tmp_path, *runs.FIRST["gemmtune_again"]) == first
@@ -50,6 +51,8 @@ def test_a_second_start_keeps_its_groups_caches_and_a_shared_store_gets_new_comp
     assert store["TORCHINDUCTOR_CACHE_DIR"] != first["TORCHINDUCTOR_CACHE_DIR"]
     assert runs.cache_env(tmp_path, *runs.FIRST["eager_warmup_shared"])["GEMMTUNE_SHARE_KERNELS"] == "1"
     assert first["GEMMTUNE_SHARE_KERNELS"] == "0"
+    monkeypatch.setenv("GEMMTUNE_SHARE_KERNELS", "1")  # the run's own choice wins over the group's
+    assert runs.cache_env(tmp_path, *runs.FIRST["gemmtune"])["GEMMTUNE_SHARE_KERNELS"] == "1"
 
 
 def test_every_a_a_control_is_plain_eager_on_the_copy_it_is_given(monkeypatch):
