@@ -39,6 +39,7 @@ FIRST = {"default": ("default", "new"), "max_autotune": ("ma", "new"), "max_auto
          "gemmtune_pipeline": ("gp", "new"), "gemmtune_warmup": ("gw", "new"),
          "eager_warmup": ("ew", "new"), "eager_warmup_store": ("ew", "store"),
          "eager_warmup_shared": ("es", "new"), "eager_warmup_shared_store": ("es", "store")}
+RUN_SHARES = os.environ.get("GEMMTUNE_SHARE_KERNELS")  # as the run was started (cache_env writes the variable)
 SHARED = ("es",)  # groups whose store keeps the picks' compiled kernels (GEMMTUNE_SHARE_KERNELS)
 FIRST_DEFAULT = tuple(v for v in FIRST if v != "gemmtune_pipeline")
 STEADY = ("eager", "eager_warmup", "default", "max_autotune", "gemmtune", "gemmtune_warmup")
@@ -124,7 +125,7 @@ def own_frame(model: Any, variant: str) -> Callable[..., Any]:
 def cache_env(root: Path, group: str, phase: str) -> dict[str, str]:
     """The cache variables of a process of `group` in `phase` (see FIRST), under `root`."""
     base, tag = root / group, "_store" if phase == "store" else ""
-    shared = os.environ.get("GEMMTUNE_SHARE_KERNELS") or ("1" if group in SHARED else "0")  # a run's own choice first
+    shared = RUN_SHARES or ("1" if group in SHARED else "0")  # the run's own choice first
     env = {"GEMMTUNE_STORE": str(base / "store.db"), "GEMMTUNE_SHARE_KERNELS": shared}
     for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "GEMMTUNE_CACHE_DIR"):
         d = base / (var.lower() + (tag if var != "GEMMTUNE_CACHE_DIR" else ""))

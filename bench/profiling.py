@@ -10,7 +10,7 @@ a dynamic M, by Inductor alone and with gemmtune's per-bucket dispatch.  Writes 
 
     python bench/profiling.py tune --suite bench/shapes_cpu.json --only square-128 --out tune_profile.json
     python bench/profiling.py calls --device cpu --shapes 8,64,256x512x128 --out calls.json
-    python bench/profiling.py dynamic --shapes 2x256x256,16x4096x4096 --out dynamic.json
+    python bench/profiling.py dynamic --out dynamic.json
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import io
 import json
 import os
 import pstats
+import random
 import statistics
 import sys
 import tempfile
@@ -33,6 +34,7 @@ for _path in (ROOT / "src", ROOT / "bench"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 SHAPES = {"cuda": "1,16,16x4096x6144,1x4096x14336,4096", "cpu": "8,64,256"}
+DYNAMIC = {"cuda": "2x256x256,2x4096x4096,16x4096x14336", "cpu": "4x64x64"}
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
@@ -140,13 +142,10 @@ def calls_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def dynamic_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """`dynamic`: per shape, µs per call of a `torch.compile(dynamic=True)` linear layer at M (marked dynamic,
-    traced at 2M): the default mode and max-autotune-no-cudagraphs against gemmtune's bucketed call
-    (`install(m=1:4M)`), its picks any kernel (`gemmtune`) or the library's (`gemmtune_library`): each compiled
-    once, then timed in shuffled rounds; `dispatch_us` is the per-round paired difference, library picks less
-    the default mode (what the bucket dispatch adds to a library call)."""
-    import random
-
+    """`dynamic`: per shape, µs per call of a `torch.compile(dynamic=True)` linear layer at M (traced at 2M): the
+    default mode and max-autotune-no-cudagraphs against gemmtune's bucketed call (`install(m=1:4M)`), its picks
+    any kernel or the library's (`gemmtune_library`), each compiled once, then timed in shuffled rounds;
+    `dispatch_us`: the per-round paired difference, library picks less default (what the dispatch adds)."""
     import torch
 
     import gemmtune.inductor as gi
@@ -155,39 +154,40 @@ def dynamic_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     from model_runs import own_frame
 
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
-    library = Settings.from_env().with_(backends=("extern",))
     variants = {"default": ("default", None), "max_autotune": ("max-autotune-no-cudagraphs", None),
-                "gemmtune": ("default", Settings.from_env()), "gemmtune_library": ("default", library)}
-    rows, rng = [], random.Random(0)
-    for m, k, n in parse_shapes(args.shapes or SHAPES[args.device.split(":")[0]]):
+                "gemmtune": ("default", Settings.from_env()),
+                "gemmtune_library": ("default", Settings.from_env().with_(backends=("extern",)))}
+    rows, rng, shapes = [], random.Random(0), parse_shapes(args.shapes or DYNAMIC[args.device.split(":")[0]])
+    if any(m < 2 for m, _, _ in shapes):  # traced at 2M, dynamic; a call at M = 1 gets a static graph of its own
+        raise SystemExit("profiling.py dynamic: M must be at least 2")
+    for m, k, n in shapes:
         a = torch.randn(m, k, device=args.device, dtype=dtype)
         layer = torch.nn.Linear(k, n, bias=False, device=args.device, dtype=dtype)  # a weight: N and K fixed
-        row: dict[str, Any] = {"shape": f"{m}x{k}x{n}"}
-        fns, times = {}, {name: [] for name in variants}
+        row, fns, times = {"shape": f"{m}x{k}x{n}"}, {}, {name: [] for name in variants}
         for name, (mode, settings) in variants.items():
+            dynamic.reset()
             handler = gi.install(m=f"1:{4 * m}", settings=settings) if settings is not None else None
             try:
-                traced = torch.randn(2 * m, k, device=args.device, dtype=dtype)
-                torch._dynamo.mark_dynamic(traced, 0)
+                torch._dynamo.mark_dynamic(traced := torch.randn(2 * m, k, device=args.device, dtype=dtype), 0)
                 fns[name] = torch.compile(own_frame(layer, f"{name} {m}"), mode=mode, dynamic=True)
                 with torch.no_grad():
                     fns[name](traced), fns[name](a)
             finally:
                 if handler is not None:
                     gi.uninstall()
-                    row[f"{name}_picks"] = [dynamic.parse_table(t)[3] for t in handler.tables.values()]
+            if handler is not None:  # the bucket tables its compile tuned, and the kernels built for calls' sizes
+                row.update({f"{name}_picks": [dynamic.parse_table(t)[3] for t in handler.tables.values()],
+                            f"{name}_buckets": dict(dynamic.STATS)})
         with torch.no_grad():
             for _ in range(args.rounds):  # interleaved: the host's drift hits every variant alike
                 for name in rng.sample(list(fns), len(fns)):
                     times[name].append(per_call_us(lambda: fns[name](a), args.device, 1))
-        row.update({f"{name}_us": statistics.median(t) for name, t in times.items()}, buckets=dict(dynamic.STATS),
+        row.update({f"{name}_us": statistics.median(t) for name, t in times.items()},
                    dispatch_us=statistics.median(x - y for x, y in zip(times["gemmtune_library"], times["default"])))
         rows.append(row)
-    print("| shape | default µs | max-autotune µs | gemmtune µs | gemmtune, library picks µs | dispatch µs |\n"
-          "|---|---:|---:|---:|---:|---:|")
+    print("| shape | " + " | ".join(f"{v} µs" for v in variants) + " | dispatch µs |\n|---" + "|---:" * 5 + "|")
     for r in rows:
-        print(f"| {r['shape']} | {r['default_us']:.2f} | {r['max_autotune_us']:.2f} | {r['gemmtune_us']:.2f} | "
-              f"{r['gemmtune_library_us']:.2f} | {r['dispatch_us']:+.2f} |")
+        print(f"| {r['shape']} | " + " | ".join(f"{r[v + '_us']:.2f}" for v in variants) + f" | {r['dispatch_us']:+.2f} |")
     return rows
 
 
@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         q.add_argument("--shapes", default=None, help="N (NxNxN) or MxKxN, comma-separated")
         q.add_argument("--rounds", type=int, default=7)
     args = p.parse_args(argv)
-    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-profile-"))  # a cold start
+    for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):  # a cold start
+        os.environ.setdefault(var, tempfile.mkdtemp(prefix="profile-"))
     os.environ.setdefault("GEMMTUNE_STORE", "memory")  # tune afresh, leave the user's store alone
     import torch
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -181,7 +181,7 @@ def eager_table(results: Path) -> dict[str, str]:
 
 def serving_tables(results: Path) -> dict[str, str]:
     """Every batch size: each first-call process, and per M the speeds of one steady-state run's variants."""
-    d, src = load(results, SERVING[0]), source(results, SERVING)
+    d, src = load(results, SERVING[0]), source(results, SERVING[:1])
     first = [[f"`{r['variant']}`", num(r["setup_s"], ".1f", " s"), num(r["total_s"], ".1f", " s"),
               str(r["benchmarked"]), str(r["tunes_after_setup"]), *src] for r in d["first"]]
     ms = {(r["M"], r["variant"], k): r for k in ("steady", "steady_a", "steady_c") for r in d[k]}

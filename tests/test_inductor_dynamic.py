@@ -202,6 +202,8 @@ def test_the_settings_key_inductors_graph_cache(monkeypatch):
     from_env = key()
     monkeypatch.setenv("GEMMTUNE_BACKENDS", "extern")
     assert key() != from_env  # no settings given: the environment's
+    monkeypatch.setenv("GEMMTUNE_TOP_X", "abc")  # a bad variable fails the tunes, not the graph cache's key
+    assert isinstance(key(), str) and key() != from_env
 
 
 def test_a_gemm_whose_n_is_m_too_is_not_bucketed_and_never_meets_another_gemms_kernel():

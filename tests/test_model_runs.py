@@ -41,7 +41,7 @@ def test_without_the_reference_in_the_rounds_the_ratio_is_nan_not_a_guess():
 
 
 def test_a_second_start_keeps_its_groups_caches_and_a_shared_store_gets_new_compile_caches(tmp_path, monkeypatch):
-    monkeypatch.delenv("GEMMTUNE_SHARE_KERNELS", raising=False)
+    monkeypatch.setattr(runs, "RUN_SHARES", None)  # the run set no GEMMTUNE_SHARE_KERNELS of its own
     assert runs.STEADY_GROUP["eager_warmup_patched"] == runs.FIRST["eager_warmup"][0]
     first = runs.cache_env(tmp_path, *runs.FIRST["gemmtune"])
     assert runs.cache_env(tmp_path, *runs.FIRST["gemmtune_again"]) == first
@@ -51,7 +51,9 @@ def test_a_second_start_keeps_its_groups_caches_and_a_shared_store_gets_new_comp
     assert store["TORCHINDUCTOR_CACHE_DIR"] != first["TORCHINDUCTOR_CACHE_DIR"]
     assert runs.cache_env(tmp_path, *runs.FIRST["eager_warmup_shared"])["GEMMTUNE_SHARE_KERNELS"] == "1"
     assert first["GEMMTUNE_SHARE_KERNELS"] == "0"
-    monkeypatch.setenv("GEMMTUNE_SHARE_KERNELS", "1")  # the run's own choice wins over the group's
+    monkeypatch.setenv("GEMMTUNE_SHARE_KERNELS", "1")  # written by an earlier variant's cache_env: not the run's
+    assert runs.cache_env(tmp_path, *runs.FIRST["gemmtune"])["GEMMTUNE_SHARE_KERNELS"] == "0"
+    monkeypatch.setattr(runs, "RUN_SHARES", "1")  # the run's own choice wins over the group's
     assert runs.cache_env(tmp_path, *runs.FIRST["gemmtune"])["GEMMTUNE_SHARE_KERNELS"] == "1"
 
 

@@ -25,6 +25,7 @@ from .core.inputs import KernelInputs, place_operands
 from .core.layout import FixedLayout, empty_output
 from .core.settings import Settings
 from .measure.bench import Listener
+from .measure import deferred
 from .measure.compile import CompileJob, CompileResult, Launchers
 from .measure.factory import runner_for
 from .measure.runners import Runner
@@ -103,8 +104,7 @@ def _tune_here(ctx: "_Context", choices: list[Choice], layout: Any, started: flo
     memory = recall(ctx.store, plan.key, choices)
     ctx.emit("choices", total=len(choices), binaries=len({c.binary_key for c in choices}))
     if memory.full_hit(choices, exhaustive=plan.exhaustive):
-        hit = ctx.from_store(choices, memory, layout, started)
-        if hit is not None:
+        if (hit := ctx.from_store(choices, memory, layout, started)) is not None:
             return hit
     outcome = search(plan, choices, Recalled(memory.known, memory.unknown(choices), memory.trusted_pick, memory),
                      ctx.compile, ctx.open_runner, describe=ctx.ki.describe(), device_type=ctx.ki.device_type,
@@ -214,21 +214,22 @@ class _Context:
         return self.launchers(choice)
 
     def from_store(self, choices: Sequence[Choice], memory: Memory, layout, started: float) -> Selection | None:
-        """A full hit: no search; only the stored winner is compiled."""
+        """A full hit: no search; only the stored winner is compiled (in a warm-up, later: `measure.deferred`)."""
         winner = memory.pick
         assert winner is not None  # a full hit has a usable stored pick
+        later = deferred.for_pick(self.store, winner, choices, self.ensure_compiled, self.ki.describe())
         try:
-            self.ensure_compiled(winner)  # compiled now: an unusable pick is found before the Selection
+            later or self.ensure_compiled(winner)  # compiled now: an unusable pick is found before the Selection
         except NoCandidatesError as exc:
             log.warning("gemmtune: stored pick unusable, tuning again: %s", exc)
             return None
-        if memory.check(winner, lambda: self.fault(winner)) is not None:
+        if not later and memory.check(winner, lambda: self.fault(winner)) is not None:
             return None  # a shared store's pick that computes something else: dropped, tuned again
         self.emit("compile", done=1, total=1)
         log.info("gemmtune: %s: cache hit: %s from the store, nothing timed", self.ki.describe(), winner.key)
         timings = tuple(sorted((memory.known.get(c) or Timing(c, None, "skipped", "not_benchmarked") for c in choices),
                                key=lambda t: (t.ms is None, t.ms or 0.0)))
-        return self.selection(winner, timings, layout, started, strategy="store", benchmark_runs=0,
+        return self.selection(winner, timings, layout, started, later, strategy="store", benchmark_runs=0,
                               compile_s=self.launchers.compiled.seconds, benchmark_s=0.0, prescreen_s=0.0,
                               cache_hit=True, from_store=len(memory.known), stale_entries=0)
 
@@ -238,10 +239,10 @@ class _Context:
         return wrong_output(self.ki, lambda: run(*self.tensors), self.tensors)
 
     def selection(self, winner: Choice, timings: tuple[Timing, ...], layout: Any, started: float,
-                  **facts: Any) -> Selection:
-        """The one place a Selection is assembled (a search's outcome, or a store hit)."""
-        launch = self.ensure_compiled(winner)
-        if self.plan.share_kernels:
+                  later: Any = None, **facts: Any) -> Selection:
+        """The one place a Selection is assembled (a search's outcome, or a store hit; `later`: its deferred build)."""
+        launch = later or self.ensure_compiled(winner)
+        if self.plan.share_kernels and not later:
             kernels.publish(self.store, self.launchers.compiled.binaries.get(winner.binary_key, ()))
         return Selection(problem=self.ki, winner=winner, timings=timings, layout=layout,
                          tuning_s=time.perf_counter() - started, device_name=device_name(self.ki.device),

@@ -32,6 +32,7 @@ from .in_model import InModel
 from ..core.errors import InputError
 from ..core.m_range import parse_m
 from ..core.settings import Settings
+from ..measure import deferred
 from ..pipeline.progress import silenced
 from ..store import distributed
 from ..store.locations import shared_store
@@ -199,14 +200,16 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
     if not patched_modules(model) or backends is not None:
         patch(model, backends=backends)
     forward = functools.partial(model, *example_inputs, **example_kwargs)
-    rows, seen, forward_end = _record_and_tune(forward, model, _show(progress), for_compile)
-    keys = list(seen)  # each row's dispatch key
-    if m is not None:  # every bucket of M of each mm / addmm family the forward met
-        buckets = ranges.bucket_problems(seen, m)
-        with ranges.BUCKETS.tuning():  # a family an earlier range registered: its new buckets tuned too
-            rows += [_row(problem, calls) for problem, calls in _tune_all(buckets, _show(progress), for_compile)]
-        keys += list(buckets)
-        ranges.register_buckets({**seen, **buckets})
+    with deferred.deferring() as pending:  # the store's generated picks: built together below
+        rows, seen, forward_end = _record_and_tune(forward, model, _show(progress), for_compile)
+        keys = list(seen)  # each row's dispatch key
+        if m is not None:  # every bucket of M of each mm / addmm family the forward met
+            buckets = ranges.bucket_problems(seen, m)
+            with ranges.BUCKETS.tuning():  # a family an earlier range registered: its new buckets tuned too
+                rows += [_row(problem, calls) for problem, calls in _tune_all(buckets, _show(progress), for_compile)]
+            keys += list(buckets)
+            ranges.register_buckets({**seen, **buckets})
+    deferred.build_all(pending)
     if any(rec.op == "scaled_mm" for rec in seen.values()) and not fp8.is_routed(model):
         fp8.route(model, backends)  # its torch._scaled_mm calls dispatch to the picks from now on
     # On by default (GPU picks for launch cost, CPU ones for thread pools); in a distributed job only if asked.

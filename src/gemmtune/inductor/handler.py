@@ -125,12 +125,12 @@ class _Mixin:
     def uuid(self) -> str:
         """Part of Inductor's FX-graph cache key (`config.inductor_choices_class`): the options and the settings
         the tunes run under (a graph compiled under other backends or another store is not served)."""
-        from ..core.settings import Settings
         from ..core.version import __version__
+        from .tuning import settings_text
 
         body = (f"gemmtune {__version__} {self.tune_on_miss} {self.templates} {self.fusion} {self.measure} "
                 f"{self.shortlist} {self.gemv} {','.join(self.extern)} {self._static} m={self.m!r} "
-                f"{self.settings or Settings.from_env()!r}" + (" pipeline" if self.pipeline else ""))
+                f"{settings_text(self.settings)}" + (" pipeline" if self.pipeline else ""))
         return hashlib.sha256(body.encode()).hexdigest()
 
     def add(self, pick: InductorPick) -> None:

@@ -23,7 +23,8 @@ from .entries import FUSION, InductorPick, entries_for
 from .extern import EXTERN_UID, register
 from .keys import problem_keys
 
-__all__ = ["EXACT_TEMPLATES", "inductor_pool", "tune_inductor_problem", "pick_for_selection", "scalars_of"]
+__all__ = ["EXACT_TEMPLATES", "inductor_pool", "tune_inductor_problem", "pick_for_selection", "scalars_of",
+           "settings_text"]
 
 EXACT_TEMPLATES = INDUCTOR_TEMPLATES
 
@@ -92,3 +93,17 @@ def tune_inductor_problem(kernel_inputs: Any, op_name: str, settings: Settings |
         sel = tune(op_name, *tensors, settings=settings, templates=pool, store_tag="inductor",
                    alpha=ki.alpha, beta=ki.beta)
     return pick_for_selection(sel, fusion=fusion, extern=extern), bool(sel.cache_hit)
+
+
+def settings_text(settings: Settings | None) -> str:
+    """`settings` (None: the environment's) as text for a cache key; a bad `GEMMTUNE_*` variable fails the
+    tunes, not the key (nor, through it, every compile).
+
+    Example:
+        >>> settings_text(Settings(store="off")) == repr(Settings(store="off"))
+        True
+    """
+    try:
+        return repr(settings or Settings.from_env())
+    except Exception as exc:  # noqa: BLE001 - the tunes report it
+        return f"settings unreadable: {type(exc).__name__}"

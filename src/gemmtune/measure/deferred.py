@@ -1,0 +1,119 @@
+"""Store hits whose kernels are built later, all at once: a warm-up from a warm store.
+
+Inside `deferring()`, a tune the store answers (the engine's full hit) does not build its pick's kernel:
+its Selection holds a `LaterBuild` launcher, built on its first call or by `build_all`, which builds every
+kernel still pending in parallel, a thread per kernel, as a tune's compiles run.  A generated pick whose
+compiler cache is cold costs a compile (about a second on a GPU); a warm-up that reads tens of them
+builds them together instead of one after another.  `gemmtune.warmup` defers its tunes and builds what
+is pending before it checks its picks in the model.
+
+A pick that fails to build runs its problem's library kernel in this process, with a warning (a tune
+that met the failure would have searched again; the store keeps its entry).  A store shared between
+machines is never deferred: a pick read from it is run and checked as it is read (`store.checked`).
+
+Example:
+    >>> with deferring() as pending:
+    ...     later = defer(None, lambda: (lambda tensors, out=None: "built"), None, "mm(2x2, 2x2)")
+    >>> len(pending), later.built, build_all(pending), later.built, later(())
+    (1, False, 1, True, 'built')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterator, Sequence
+
+from ..templates.base import Launcher
+
+__all__ = ["LaterBuild", "deferring", "defer", "for_pick", "build_all"]
+
+log = logging.getLogger("gemmtune")
+_PENDING: contextvars.ContextVar[list | None] = contextvars.ContextVar("gemmtune_deferred", default=None)
+
+
+class LaterBuild:
+    """A launcher built on first use: `build()`, or where it raises, `fallback()` (a library kernel's
+    launcher, called without the pick's runtime params); with no fallback the error is raised."""
+
+    def __init__(self, build: Callable[[], Launcher], fallback: Callable[[], Launcher] | None, describe: str):
+        self._build, self._fallback, self._describe = build, fallback, describe
+        self._launch: Launcher | None = None
+        self._fell_back = False
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        return self._launch is not None
+
+    def launcher(self) -> Launcher:
+        """The built launcher (built now, once, where it is not yet)."""
+        with self._lock:
+            if self._launch is None:
+                try:
+                    self._launch = self._build()
+                except Exception as exc:  # noqa: BLE001 - the library kernel computes the problem instead
+                    if self._fallback is None:
+                        raise
+                    log.warning("gemmtune: %s: the stored pick failed to build (%s: %s); the library kernel runs "
+                                "it in this process", self._describe, type(exc).__name__, str(exc)[:200])
+                    self._launch, self._fell_back = self._fallback(), True
+                self._build = self._fallback = None  # type: ignore[assignment] # the operands they hold go
+            return self._launch
+
+    def __call__(self, tensors: Sequence[Any], out: Any = None, **runtime: Any) -> Any:
+        launch = self._launch or self.launcher()  # built: no lock
+        return launch(tensors, out) if self._fell_back else launch(tensors, out, **runtime)
+
+    def bound(self, tensors: Sequence[Any], **runtime: Any) -> Any:
+        """The built launcher bound to `tensors`' problem (`templates.triton.base.bound_launcher`), or None."""
+        binder = getattr(self.launcher(), "bound", None)
+        if binder is None:
+            return None
+        return binder(tensors) if self._fell_back else binder(tensors, **runtime)
+
+
+@contextlib.contextmanager
+def deferring() -> Iterator[list[LaterBuild]]:
+    """Within the block, store hits defer their kernels (`defer`); yields the list they join."""
+    token = _PENDING.set([])
+    try:
+        yield _PENDING.get()  # type: ignore[misc]
+    finally:
+        _PENDING.reset(token)
+
+
+def defer(store: Any, build: Callable[[], Launcher], fallback: Callable[[], Launcher] | None,
+          describe: str) -> LaterBuild | None:
+    """A `LaterBuild` of `build`, joined to the enclosing `deferring()` block; None outside one, or where
+    `store` is shared between machines (its picks are checked as they are read)."""
+    pending = _PENDING.get()
+    if pending is None or getattr(store, "shared", False):
+        return None
+    later = LaterBuild(build, fallback, describe)
+    pending.append(later)
+    return later
+
+
+def for_pick(store: Any, winner: Any, choices: Sequence[Any], launcher: Callable[[Any], Launcher],
+             describe: str) -> LaterBuild | None:
+    """`defer` of a store hit's generated pick `winner` (`launcher(choice)` builds a choice's launcher), the
+    library kernel among `choices` its fallback; None for a library pick, or where no library kernel competed."""
+    library = next((c for c in choices if c.is_extern), None)
+    if winner.is_extern or library is None:
+        return None
+    return defer(store, lambda: launcher(winner), lambda: launcher(library), describe)
+
+
+def build_all(pending: Sequence[LaterBuild], workers: int = 0) -> int:
+    """Build every launcher of `pending` not yet built, in parallel; how many were built now."""
+    todo = [d for d in pending if not d.built]
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(len(todo), workers or os.cpu_count() or 1),
+                                thread_name_prefix="gemmtune-deferred") as pool:
+            list(pool.map(LaterBuild.launcher, todo))
+    return len(todo)
