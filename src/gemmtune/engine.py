@@ -24,8 +24,8 @@ from .core.errors import InputError, LayoutError, NoCandidatesError
 from .core.inputs import KernelInputs, place_operands
 from .core.layout import FixedLayout, empty_output
 from .core.settings import Settings
-from .measure.bench import Listener
 from .measure import deferred
+from .measure.bench import Listener
 from .measure.compile import CompileJob, CompileResult, Launchers
 from .measure.factory import runner_for
 from .measure.runners import Runner
