@@ -76,8 +76,7 @@ def source(results: Path, names: tuple[str, ...]) -> list[str]:
     """The command, device, date and file cells of a row read from `names`."""
     cells: list[list[str]] = [[], [], []]
     for name in names:
-        data = load(results, name)
-        meta = {**data.get("meta", data), **RECORD.get(name, {})}
+        meta = {**(data := load(results, name)).get("meta", data), **RECORD.get(name, {})}
         command = meta.get("command") or " ".join([meta.get("script", ""), *meta.get("argv", [])]).strip()
         for cell, what, value in zip(cells, ("command", "device", "date"),
                                      (command, meta.get("device") or meta.get("machine"), meta.get("date"))):
@@ -190,9 +189,10 @@ def serving_tables(results: Path) -> dict[str, str]:
              f'{speed(m, "steady_a", "eager_range", "eager")} / {speed(m, "steady_c", "eager_range", "eager")}',
              speed(m, "steady", "default", "eager"), f"{ms[m, 'default', 'steady']['gemm_ms']:.3f} / "
              f"{ms[m, 'gemmtune', 'steady']['gemm_ms']:.3f}"] for m in d["meta"]["M"]]
-    by = {(r["M"], r["variant"]): r for r in load(results, SERVING[1])["steady"]}
+    run_d, src_d = load(results, SERVING[1]), source(results, SERVING[1:])
+    by = {(r["M"], r["variant"]): r for r in run_d["steady"]}
     vs = lambda r: f"{r['ratio_vs_max_autotune']:.3f} ({r['ratio_q1_q3'][0]:.3f}-{r['ratio_q1_q3'][1]:.3f})"  # noqa: E731
-    vs_ma = [[str(m), vs(by[m, "gemmtune"]), vs(by[m, "default"]), *source(results, SERVING[1:])] for m in d["meta"]["M"]]
+    vs_ma = [[str(m), vs(by[m, "gemmtune"]), vs(by[m, "default"]), *src_d] for m in run_d["meta"]["M"]]
     return {"serving_first": md(["variant", "set-up", "to the end of every M's first call", "Inductor benchmarks",
                                  "eager dispatch tunes after the set-up", *SRC], first),
             "serving": md(["M", "gemmtune compile x default compile", "max-autotune x default (run A)",
