@@ -81,9 +81,10 @@ def op_fn(op: str) -> Callable:
     return {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}[op]
 
 
-def run_compiled(spec, tensors, settings=None) -> tuple[Callable, float]:
+def run_compiled(spec, tensors, settings=None) -> tuple[Callable, float, str]:
     """`torch.compile` of the op on fresh caches, first call timed: Inductor in `INDUCTOR_MODE`, or with `settings`,
-    gemmtune's compiled path (default mode, `gemmtune.inductor.installed`; Inductor's padding too).  Call, seconds."""
+    gemmtune's compiled path (default mode, `gemmtune.inductor.installed`; Inductor's padding too).  Call, seconds,
+    and the choice each of Inductor's autotunes picked (its feedback hook: name, description, its time)."""
     import torch
 
     import gemmtune.inductor as gi
@@ -91,11 +92,15 @@ def run_compiled(spec, tensors, settings=None) -> tuple[Callable, float]:
     space: dict[str, Any] = {"fn": op_fn(spec.op)}  # a code object of its own: no compile replaces another's
     exec(compile("def call(*t):\n    return fn(*t)\n", f"<{spec.op} gemmtune={bool(settings)}>", "exec"), space)
     compiled = torch.compile(space["call"], mode=None if settings else INDUCTOR_MODE, dynamic=False, fullgraph=True)
-    t0 = time.perf_counter()
+    from torch._inductor import select_algorithm as sa
+    t0, picks = time.perf_counter(), []
+    sa.add_feedback_saver(lambda timings, *_: timings and picks.append(min(timings.items(), key=lambda kv: kv[1])))
     with gi.installed(settings=settings) if settings else contextlib.nullcontext():
         compiled(*tensors)
         torch.cuda.synchronize()
-    return compiled, time.perf_counter() - t0
+    sa.clear_feedback_savers()
+    return compiled, time.perf_counter() - t0, "; ".join(f"{c.name} ({getattr(c, 'description', '')}) {ms:.4f} ms"
+                                                          for c, ms in picks)
 
 
 def run_exhaustive(spec, settings, tensors, row: dict[str, Any]) -> Callable[[], Any]:
@@ -134,11 +139,11 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     cublas = op_fn(spec.op)
     fns = {"gemmtune": lambda: cold(*tensors), "cublas": lambda: cublas(*tensors)}
     if inductor:
-        by_inductor, row["inductor_tune_s"] = run_compiled(spec, tensors)
+        by_inductor, row["inductor_tune_s"], row["inductor_pick"] = run_compiled(spec, tensors)
         fns["inductor"] = lambda: by_inductor(*tensors)
     row["misaligned"] = bool(padding_dims(cold.problem))
     if inductor and (compiled == "all" or (compiled == "misaligned" and row["misaligned"])):
-        path, row["compiled_compile_s"] = run_compiled(spec, tensors, settings)
+        path, row["compiled_compile_s"], _ = run_compiled(spec, tensors, settings)
         fns["compiled"] = lambda: path(*tensors)
     if exhaustive:
         fns["exhaustive"] = run_exhaustive(spec, settings, tensors, row)
@@ -289,10 +294,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                      if r.get("compiled_ms") and r.get("inductor_ms")},
                geomean_speedup=geomean([r["speedup_vs_cublas"] for r in rows]),
                inductor_geomean_speedup=geomean([r.get("inductor_speedup_vs_cublas") for r in rows]))
-    for r in rows:
-        if r.get("exh_best_template_ms"):
-            out.setdefault("best_template_vs_library", {})[r["name"]] = r["exh_library_ms"] / r["exh_best_template_ms"]
-    return out
+    lib = {r["name"]: r["exh_library_ms"] / r["exh_best_template_ms"] for r in rows if r.get("exh_best_template_ms")}
+    return dict(out, best_template_vs_library=lib) if lib else out
 
 
 if __name__ == "__main__":

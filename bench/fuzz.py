@@ -306,10 +306,8 @@ def run_case(case: Case, device: str, space: Sequence[dict[str, int]], tally: Ta
 def fuzz_space(device: str, size: str, configs: int, seed: int) -> list[dict[str, int]]:
     """The Triton configs every fp8 case runs: SMALL_SPACE on CPU, else a seeded sample of the space."""
     from gemmtune.templates.triton.scaled_mm import config_space
-    if device == "cpu":
-        return [dict(c) for c in SMALL_SPACE]
-    space = config_space(size)
-    return random.Random(seed).sample(space, configs) if 0 < configs < len(space) else space
+    space = [dict(c) for c in SMALL_SPACE] if device == "cpu" else config_space(size)
+    return random.Random(seed).sample(space, configs) if device != "cpu" and 0 < configs < len(space) else space
 
 
 def fuzz(cases: int, seed: int, max_dim: int, device: str, space: Sequence[dict[str, int]],

@@ -30,9 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT / "src", ROOT / "bench"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+sys.path[:0] = [str(p) for p in (ROOT / "bench", ROOT / "src") if str(p) not in sys.path]
 SHAPES = {"cuda": "1,16,16x4096x6144,1x4096x14336,4096", "cpu": "8,64,256"}
 DYNAMIC = {"cuda": "2x256x256,2x4096x4096,16x4096x14336", "cpu": "4x64x64"}
 

@@ -135,7 +135,7 @@ def test_a_shape_times_the_compiled_path_where_it_is_asked_for(compare, monkeypa
 
     compiles = []
     monkeypatch.setattr(compare, "run_compiled", lambda spec, tensors, settings=None: (
-        compiles.append("gemmtune" if settings else "inductor") or (lambda *t: t[0] @ t[1]), 0.1))
+        compiles.append("gemmtune" if settings else "inductor") or (lambda *t: t[0] @ t[1]), 0.1, "triton_mm_1 (BLOCK_M=64) 0.1 ms"))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(ProblemSpec, "tensors", lambda self, device: (torch.randn(self.M, self.K),
                                                                      torch.randn(self.K, self.N)))
@@ -151,3 +151,4 @@ def test_a_shape_times_the_compiled_path_where_it_is_asked_for(compare, monkeypa
         row = compare.run_shape(spec, settings, timer, False, True, 2, which)
         assert compiles == (["inductor", "gemmtune"] if runs else ["inductor"]), (k, which)
         assert ("compiled_ms" in row) == runs and row["inductor_ms"] == 1.0
+        assert row["inductor_pick"].startswith("triton_mm_1")

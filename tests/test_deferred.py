@@ -7,6 +7,7 @@ by a wrapper of the store's recall: which kernel wins on a loaded CPU is not wha
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 
 import pytest
@@ -91,12 +92,13 @@ def test_a_warm_up_from_the_store_builds_its_generated_picks_together(numba_pick
     model, x = torch.nn.Sequential(torch.nn.Linear(16, 8, bias=False), torch.nn.Linear(8, 4)), torch.randn(24, 16)
     want = model(x)
     seen, real = [], deferred.build_all
-    monkeypatch.setattr(deferred, "build_all", lambda pending: seen.append([d.built for d in pending]) or real(pending))
+    monkeypatch.setattr(deferred, "build_all", lambda pending, **kw: seen.append([d.built for d in pending])
+                        or real(pending, **kw))
     gemmtune.warmup(model, x, backends=POOL, in_model=False, release=False)  # tuned: nothing deferred
     gemmtune.unpatch(model)
     gemmtune.clear_dispatch_cache()
     gemmtune.warmup(model, x, backends=POOL, in_model=False, release=False)  # the store answers numba's picks
-    assert seen == [[], [False, False]]
+    assert seen == [[], [], [False, False], [True, True]]  # built together at once; nothing left at the end
     torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
     gemmtune.unpatch(model)
 
@@ -134,3 +136,66 @@ def test_a_failed_build_without_a_fallback_raises():
         later = deferred.defer(None, lambda: 1 / 0, None, "mm")
     with pytest.raises(ZeroDivisionError):
         later.launcher()
+
+
+def test_a_standing_in_pick_runs_its_library_kernel_unbuilt_and_builds_once_the_block_ends():
+    built = []
+
+    def build():
+        built.append(1)
+        return lambda tensors, out=None, **rt: ("pick", rt)
+
+    with deferred.deferring() as pending:
+        later = deferred.defer(None, build, lambda: (lambda tensors, out=None: "library"), "mm", key="k")
+    with deferred.standing_in(["k"]):
+        assert later(("x",), swizzle=4) == "library" and later.bound(("x",)) is None
+        assert deferred.build_all(pending, skip={"k"}) == 0 and not later.built and built == []
+    with deferred.standing_in(["another"]):
+        assert later(("x",), swizzle=4) == ("pick", {"swizzle": 4}) and built == [1]
+    with deferred.standing_in(["k"]):  # built: the pick runs
+        assert later(("x",)) == ("pick", {})
+
+
+def test_build_all_builds_only_the_keys_asked_for():
+    with deferred.deferring() as pending:
+        for key in "abc":
+            deferred.defer(None, lambda: (lambda tensors, out=None: None), None, "mm", key=key)
+    assert deferred.build_all(pending, only={"a", "b"}, skip={"b"}) == 1
+    assert [d.built for d in pending] == [True, False, False]
+
+
+def test_a_warm_up_never_builds_a_pick_its_kept_verdict_sends_to_torch(numba_pick, monkeypatch):
+    from gemmtune.dispatch.in_model import InModel
+
+    settings, _, _ = numba_pick
+    monkeypatch.setenv("GEMMTUNE_STORE", settings.store)
+    monkeypatch.setenv("GEMMTUNE_ISOLATION", "off")
+    checks = []
+
+    def to_torch(forward, switches, *, margin, cuda):  # the check's verdict, decided here: torch's op
+        checks.append([sw.selection.winner.template_uid for sw in switches])
+        for sw in switches:
+            sw.library(True)
+        return [InModel(sw.selection.problem.describe(), sw.selection.winner.name, 0.5, False, 0.4) for sw in switches]
+
+    monkeypatch.setattr(sys.modules["gemmtune.dispatch.checking"], "check_in_model", to_torch)
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(16, 8, bias=False), torch.randn(24, 16)
+    want = model(x)
+    gemmtune.warmup(model, x, backends=POOL, release=False)  # tuned: which kernel wins is not read here
+    pendings, real = [], deferred.build_all
+    monkeypatch.setattr(deferred, "build_all", lambda pending, **kw: pendings.append(pending) or real(pending, **kw))
+    for _ in range(2):  # the store answers numba's pick: checked and its verdict kept, then that verdict applied
+        gemmtune.unpatch(model)
+        gemmtune.clear_dispatch_cache()
+        checked_before = len(checks)
+        report = gemmtune.warmup(model, x, backends=POOL, release=False)
+    assert len(checks) == checked_before, "the kept verdict was timed again"
+    assert report.rows[0].winner.startswith("numba") and report.rows[0].in_model.stored
+    assert not report.rows[0].in_model.kept
+    later = pendings[-1]
+    assert len(later) == 1 and not later[0].built, "the pick its kept verdict sends to torch's op was built"
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
+    assert not later[0].built
+    gemmtune.unpatch(model)

@@ -217,7 +217,7 @@ class _Context:
         """A full hit: no search; only the stored winner is compiled (in a warm-up, later: `measure.deferred`)."""
         winner = memory.pick
         assert winner is not None  # a full hit has a usable stored pick
-        later = deferred.for_pick(self.store, winner, choices, self.ensure_compiled, self.ki.describe())
+        later = deferred.for_pick(self.store, winner, choices, self.ensure_compiled, self.ki)
         try:
             later or self.ensure_compiled(winner)  # compiled now: an unusable pick is found before the Selection
         except NoCandidatesError as exc:

@@ -33,10 +33,11 @@ from .buckets import BUCKETS, bucket_of, family_of
 from .in_model import InModel, Switch, check_in_model
 from .ranges import generated_at
 from ..core.settings import Settings
+from ..measure import deferred
 from ..store.locations import shared_store
 from ..store.trust import Trust
 
-__all__ = ["TORCH_OPS", "checked", "check_buckets"]
+__all__ = ["TORCH_OPS", "checked", "check_buckets", "kept_to_torch", "problem_keys"]
 
 log = logging.getLogger("gemmtune")
 TORCH_OPS = frozenset({"aten_mm", "aten_addmm", "aten_bmm", "aten_bias_addmm", "aten_scaled_mm"})
@@ -63,25 +64,15 @@ def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, 
     of a family registered over M is decided once per bucket in a warm-up (`decided`, which this fills:
     a later forward that meets the bucket again leaves it), and a pick sent to torch's op goes there for
     its whole bucket (`BucketTable.to_torch`)."""
-    switches, at = [], []
-    selections, decided, settings = eager.selections(), set() if decided is None else decided, Settings.from_env()
-    for i, (canon, rec) in enumerate(seen.items()):
-        sel, backends = selections.get(canon), rec.backends if rec.backends is not None else settings.backends
-        if (sel is None or sel.winner.template_uid in TORCH_OPS or rec.op == "scaled_mm"
-                or (backends is not None and "extern" not in backends) or _bucket(rec) in decided):
-            continue
-        switches.append(Switch(rec.op, canon, sel, rec.alpha, rec.beta, rec.out_layout))
-        at.append(i)
+    decided = set() if decided is None else decided
+    switches, at = _switches(seen, decided)
     if not switches:
         return []
-    key = verdicts.verdict_key(model, [(rec.describe(), selections.get(canon), rec.calls)
-                                       for canon, rec in seen.items()], settings.library_margin)
-    store = shared_store(settings.store, Trust.of(settings))
-    found = None if again or key is None else verdicts.matching(verdicts.kept(store, key), switches)
+    store, key, found = _kept(seen, model, switches, again)
     if found is not None:
         found = _applied(forward, switches, found)
     else:
-        found = _timed(forward, switches, settings.library_margin)
+        found = _timed(forward, switches, Settings.from_env().library_margin)
         if found is not None and key is not None:
             verdicts.keep(store, key, found, [sw.selection.problem.problem_key for sw in switches])
     if found is None:
@@ -96,6 +87,46 @@ def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, 
     return list(zip(at, found))
 
 
+def kept_to_torch(seen: "dict[tuple, eager.Recorded]", model: Any, again: bool, decided: set | None = None) -> set:
+    """The problem keys whose picks the verdicts kept for this model (`dispatch.verdicts`) send to torch's op:
+    `checked` will apply them, so a warm-up need not build those picks (`measure.deferred.standing_in`).
+    Nothing is run."""
+    switches, _ = _switches(seen, set() if decided is None else decided)
+    found = _kept(seen, model, switches, again)[2] if switches else None
+    return {sw.selection.problem.problem_key for sw, v in zip(switches, found or ()) if not v.kept}
+
+
+def problem_keys(seen: "dict[tuple, eager.Recorded]") -> set[str]:
+    """The problem keys of the Selections behind the problems of `seen` (those tuned or read so far)."""
+    selections = eager.selections()
+    return {sel.problem.problem_key for canon in seen if (sel := selections.get(canon)) is not None}
+
+
+def _switches(seen: "dict[tuple, eager.Recorded]", decided: set) -> tuple[list[Switch], list[int]]:
+    """A Switch for each problem of `seen` the check decides (its pick neither torch's op nor fp8, the library
+    kernel allowed, its (family, bucket) not in `decided`), and its index in `seen`."""
+    switches, at = [], []
+    selections, settings = eager.selections(), Settings.from_env()
+    for i, (canon, rec) in enumerate(seen.items()):
+        sel, backends = selections.get(canon), rec.backends if rec.backends is not None else settings.backends
+        if (sel is None or sel.winner.template_uid in TORCH_OPS or rec.op == "scaled_mm"
+                or (backends is not None and "extern" not in backends) or _bucket(rec) in decided):
+            continue
+        switches.append(Switch(rec.op, canon, sel, rec.alpha, rec.beta, rec.out_layout))
+        at.append(i)
+    return switches, at
+
+
+def _kept(seen: "dict[tuple, eager.Recorded]", model: Any, switches: list[Switch],
+          again: bool) -> tuple[Any, str | None, list[InModel] | None]:
+    """(the store, the verdicts' key, the kept verdict of each switch or None) for this model's check."""
+    settings, selections = Settings.from_env(), eager.selections()
+    key = verdicts.verdict_key(model, [(rec.describe(), selections.get(canon), rec.calls)
+                                       for canon, rec in seen.items()], settings.library_margin)
+    store = shared_store(settings.store, Trust.of(settings))
+    return store, key, None if again or key is None else verdicts.matching(verdicts.kept(store, key), switches)
+
+
 def _bucket(rec: "eager.Recorded") -> tuple | None:
     """(family, bucket) of a recorded mm or addmm (None: a problem with no family)."""
     family = family_of(rec.op, rec.tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
@@ -105,8 +136,10 @@ def _bucket(rec: "eager.Recorded") -> tuple | None:
 def _applied(forward: Any, switches: list[Switch], found: list[InModel]) -> list[InModel] | None:
     """The kept verdicts applied (a pick the check sent to torch's op goes there again); None where the
     forward failed when run again (the tuned picks stand)."""
+    to_torch = [sw.selection.problem.problem_key for sw, verdict in zip(switches, found) if not verdict.kept]
     try:
-        forward()  # as the check's first forward: patched layers remember the pick's kernel
+        with deferred.standing_in(to_torch):  # picks going to torch's op: their unbuilt kernels stay unbuilt
+            forward()  # as the check's first forward: patched layers remember the pick's kernel
     except Exception as exc:  # noqa: BLE001 - as in `_timed`
         log.warning("gemmtune.warmup: kept in-model verdicts not applied, the forward failed when run again "
                     "(%s: %s); the tuned picks run", type(exc).__name__, exc)
@@ -130,13 +163,16 @@ def _timed(forward: Any, switches: list[Switch], margin: float) -> list[InModel]
 
 
 def check_buckets(forward_at: Callable[[int], Callable[[], Any]], buckets: Sequence[int], model: Any,
-                  again: bool, decided: set) -> list[tuple[tuple, "eager.Recorded", Any, InModel]]:
+                  again: bool, decided: set, pending: Sequence[deferred.LaterBuild] = (),
+                  sent: set | None = None) -> list[tuple[tuple, "eager.Recorded", Any, InModel]]:
     """The in-model check at each of `buckets` where a registered family's pick is generated
     (`forward_at(b)`: the model's forward at that bucket's inputs): (dispatch key, problem, its Selection,
     verdict) per problem decided.  A pick sent to torch's op goes there for its whole bucket
     (`BucketTable.to_torch`); a (family, bucket) in `decided` is not checked again.  A forward that fails
-    at a bucket is named once and its bucket left as tuned."""
-    out = []
+    at a bucket is named once and its bucket left as tuned.  Of `pending` (a warm-up's unbuilt picks), each
+    bucket's are built together before its forwards, but those its kept verdicts send to torch's op
+    (`kept_to_torch`; their keys join `sent`)."""
+    out, sent = [], set() if sent is None else sent
     for b in buckets:
         if not generated_at(b):
             continue
@@ -144,7 +180,10 @@ def check_buckets(forward_at: Callable[[int], Callable[[], Any]], buckets: Seque
             forward = forward_at(b)
             with eager.recording() as seen, torch.no_grad():
                 forward()
-            with torch.no_grad():
+            to_torch = kept_to_torch(seen, model, again, decided)
+            sent |= to_torch
+            deferred.build_all(pending, skip=to_torch, only=problem_keys(seen))
+            with torch.no_grad(), deferred.standing_in(to_torch):
                 forward()  # builds each problem's bucket pick for its M (nothing timed)
         except Exception as exc:  # noqa: BLE001 - the user's inputs or model at this M: that bucket unchecked
             log.warning("gemmtune.warmup: the forward at bucket M = %d failed (%s: %s); that bucket's picks are "

@@ -209,19 +209,25 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
                 rows += [_row(problem, calls) for problem, calls in _tune_all(buckets, _show(progress), for_compile)]
             keys += list(buckets)
             ranges.register_buckets({**seen, **buckets})
-    deferred.build_all(pending)
+    # On by default (GPU picks for launch cost, CPU ones for thread pools); in a distributed job only if asked.
+    check = not for_compile and bool(in_model or (in_model is None and _job() is None))
+    # Picks the kept verdicts send to torch's op are never built; with `inputs_at`, each bucket's are built
+    # before its check.
+    sent = checking.kept_to_torch(seen, model, bool(in_model)) if check else set()
+    deferred.build_all(pending, skip=sent, only=checking.problem_keys(seen) if check and inputs_at else None)
     if any(rec.op == "scaled_mm" for rec in seen.values()) and not fp8.is_routed(model):
         fp8.route(model, backends)  # its torch._scaled_mm calls dispatch to the picks from now on
-    # On by default (GPU picks for launch cost, CPU ones for thread pools); in a distributed job only if asked.
     check_s = 0.0
-    if not for_compile and (in_model or (in_model is None and _job() is None)):
+    if check:
         t0 = time.perf_counter()
         decided: set = set()  # (family, bucket) pairs decided: each once, the example's M first
         with torch.no_grad():
             rows = checking.checked(rows, seen, forward, model, bool(in_model), decided)
         if inputs_at is not None:
-            rows = _bucket_checked(rows, keys, model, inputs_at, example_kwargs, m, bool(in_model), decided)
+            rows = _bucket_checked(rows, keys, model, inputs_at, example_kwargs, m, bool(in_model), decided,
+                                   pending, sent)
         check_s = time.perf_counter() - t0
+    deferred.build_all(pending, skip=sent)  # what no check built (a bucket no forward reached)
     keep = ranges.generated_somewhere if m is not None else None  # a range: torch's op in every bucket
     released = tuple(release_library_layers(model, forward, keep)) if release else ()
     return WarmupReport(tuple(rows), time.perf_counter() - started, forward_end - started, check_s, released)
@@ -256,7 +262,8 @@ def _prestart_worker(model: nn.Module) -> Any:
 
 
 def _bucket_checked(rows: list[WarmupRow], keys: list[tuple], model: nn.Module, inputs_at: Callable[[int], Any],
-                    kwargs: dict, m: Any, again: bool, decided: set) -> list[WarmupRow]:
+                    kwargs: dict, m: Any, again: bool, decided: set, pending: Sequence[Any] = (),
+                    sent: set | None = None) -> list[WarmupRow]:
     """`rows` (`keys`: their dispatch keys) with the verdicts of the in-model check at each bucket of `m`
     (`checking.check_buckets`): on the row of the problem decided, or a row of its own for a problem the
     range did not tune (an M not a bucket's).  `inputs_at(b)`: a tuple of positional inputs, a dict of
@@ -268,7 +275,8 @@ def _bucket_checked(rows: list[WarmupRow], keys: list[tuple], model: nn.Module, 
         return functools.partial(model, *(inputs if isinstance(inputs, tuple) else (inputs,)), **kwargs)
 
     out, where = list(rows), {k: i for i, k in enumerate(keys)}
-    for canon, rec, sel, verdict in checking.check_buckets(forward_at, buckets_for(parse_m(m)), model, again, decided):
+    checks = checking.check_buckets(forward_at, buckets_for(parse_m(m)), model, again, decided, pending, sent)
+    for canon, rec, sel, verdict in checks:
         i = where.get(canon)
         if i is None:
             where[canon] = len(out)
