@@ -164,33 +164,49 @@ def test_build_all_builds_only_the_keys_asked_for():
     assert [d.built for d in pending] == [True, False, False]
 
 
-def test_a_warm_up_never_builds_a_pick_its_kept_verdict_sends_to_torch(numba_pick, monkeypatch):
+@pytest.fixture
+def to_torch(numba_pick, monkeypatch):
+    """The store of `numba_pick` for every warm-up, and an in-model check that sends every pick to torch's op
+    (decided here); the picks each check was asked about."""
     from gemmtune.dispatch.in_model import InModel
 
-    settings, _, _ = numba_pick
-    monkeypatch.setenv("GEMMTUNE_STORE", settings.store)
+    monkeypatch.setenv("GEMMTUNE_STORE", numba_pick[0].store)
     monkeypatch.setenv("GEMMTUNE_ISOLATION", "off")
     checks = []
 
-    def to_torch(forward, switches, *, margin, cuda):  # the check's verdict, decided here: torch's op
-        checks.append([sw.selection.winner.template_uid for sw in switches])
+    def check(forward, switches, *, margin, cuda):
+        checks.append([sw.selection.problem.M for sw in switches])
         for sw in switches:
             sw.library(True)
         return [InModel(sw.selection.problem.describe(), sw.selection.winner.name, 0.5, False, 0.4) for sw in switches]
 
-    monkeypatch.setattr(sys.modules["gemmtune.dispatch.checking"], "check_in_model", to_torch)
+    monkeypatch.setattr(sys.modules["gemmtune.dispatch.checking"], "check_in_model", check)
+    return checks
+
+
+def _warm_store_warm_ups(model, x, monkeypatch, checks, **options):
+    """A warm-up that tunes, then two from the store (numba's picks: checked and their verdicts kept, then those
+    verdicts applied); (the last one's report, the lists of deferred picks its builds were handed).  `checks`
+    is left holding what the last one's check was asked (nothing, where the kept verdicts apply)."""
+    gemmtune.warmup(model, x, backends=POOL, release=False, **options)  # tuned: which kernel wins is not read here
+    pendings, real = [], deferred.build_all
+    monkeypatch.setattr(deferred, "build_all", lambda pending, **kw: pendings.append(pending) or real(pending, **kw))
+    for _ in range(2):
+        gemmtune.unpatch(model)
+        gemmtune.clear_dispatch_cache()
+        pendings.clear()
+        checks.clear()
+        report = gemmtune.warmup(model, x, backends=POOL, release=False, **options)
+    return report, pendings
+
+
+def test_a_warm_up_never_builds_a_pick_its_kept_verdict_sends_to_torch(to_torch, monkeypatch):
     torch.manual_seed(0)
     model, x = torch.nn.Linear(16, 8, bias=False), torch.randn(24, 16)
     want = model(x)
-    gemmtune.warmup(model, x, backends=POOL, release=False)  # tuned: which kernel wins is not read here
-    pendings, real = [], deferred.build_all
-    monkeypatch.setattr(deferred, "build_all", lambda pending, **kw: pendings.append(pending) or real(pending, **kw))
-    for _ in range(2):  # the store answers numba's pick: checked and its verdict kept, then that verdict applied
-        gemmtune.unpatch(model)
-        gemmtune.clear_dispatch_cache()
-        checked_before = len(checks)
-        report = gemmtune.warmup(model, x, backends=POOL, release=False)
-    assert len(checks) == checked_before, "the kept verdict was timed again"
+    checks = to_torch
+    report, pendings = _warm_store_warm_ups(model, x, monkeypatch, checks)
+    assert checks == [], "the kept verdict was timed again"
     assert report.rows[0].winner.startswith("numba") and report.rows[0].in_model.stored
     assert not report.rows[0].in_model.kept
     later = pendings[-1]
@@ -198,4 +214,22 @@ def test_a_warm_up_never_builds_a_pick_its_kept_verdict_sends_to_torch(numba_pic
     with torch.no_grad():
         torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
     assert not later[0].built
+    gemmtune.unpatch(model)
+
+
+def test_a_range_warm_up_builds_no_bucket_pick_its_kept_verdicts_send_to_torch(to_torch, monkeypatch):
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(16, 8, bias=False), torch.randn(24, 16)
+    want = {m: (xm := torch.randn(m, 16), model(xm)) for m in (1, 2, 4, 8, 24)}
+    checks = to_torch
+    report, pendings = _warm_store_warm_ups(model, x, monkeypatch, checks, m=range(1, 9),
+                                            inputs_at=lambda m: want[m][0])
+    assert checks == [], "a kept verdict was timed again"
+    later = pendings[-1]
+    assert len(later) == 5 and not any(d.built for d in later), "a pick its kept verdict sends to torch's op was built"
+    assert all(r.in_model is not None and r.in_model.stored and not r.in_model.kept for r in report.rows)
+    with torch.no_grad():
+        for xm, out in want.values():
+            torch.testing.assert_close(model(xm), out, rtol=1e-5, atol=1e-5)
+    assert not any(d.built for d in later)
     gemmtune.unpatch(model)
