@@ -92,13 +92,15 @@ def run_compiled(spec, tensors, settings=None) -> tuple[Callable, float, str]:
     space: dict[str, Any] = {"fn": op_fn(spec.op)}  # a code object of its own: no compile replaces another's
     exec(compile("def call(*t):\n    return fn(*t)\n", f"<{spec.op} gemmtune={bool(settings)}>", "exec"), space)
     compiled = torch.compile(space["call"], mode=None if settings else INDUCTOR_MODE, dynamic=False, fullgraph=True)
+    t0, picks = time.perf_counter(), []  # the import below counts, as it did when the compile made it
     from torch._inductor import select_algorithm as sa
-    t0, picks = time.perf_counter(), []
     sa.add_feedback_saver(lambda timings, *_: timings and picks.append(min(timings.items(), key=lambda kv: kv[1])))
-    with gi.installed(settings=settings) if settings else contextlib.nullcontext():
-        compiled(*tensors)
-        torch.cuda.synchronize()
-    sa.clear_feedback_savers()
+    try:
+        with gi.installed(settings=settings) if settings else contextlib.nullcontext():
+            compiled(*tensors)
+            torch.cuda.synchronize()
+    finally:
+        sa.clear_feedback_savers()  # gemmtune's own saver (inductor.timed) registers again on its next lowering
     return compiled, time.perf_counter() - t0, "; ".join(f"{c.name} ({getattr(c, 'description', '')}) {ms:.4f} ms"
                                                           for c, ms in picks)
 

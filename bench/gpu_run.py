@@ -169,9 +169,8 @@ def _env(job: Job, gpu: int | None) -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([*path, str(ROOT / "src")])}
     if dsl:
         env.setdefault("CUTE_DSL_CACHE_DIR", str(DSL / "cache"))
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    return {**env, **dict(job.env)}  # the job's own variables last (a CPU-only job hides the GPUs)
+    # the job's own variables last (a CPU-only job hides the GPUs)
+    return {**env, **({} if gpu is None else {"CUDA_VISIBLE_DEVICES": str(gpu)}), **dict(job.env)}
 
 
 def run_job(name: str, job: Job, out: Path, gpu: int | None) -> str:

@@ -154,6 +154,19 @@ def test_a_standing_in_pick_runs_its_library_kernel_unbuilt_and_builds_once_the_
         assert later(("x",), swizzle=4) == ("pick", {"swizzle": 4}) and built == [1]
     with deferred.standing_in(["k"]):  # built: the pick runs
         assert later(("x",)) == ("pick", {})
+    later.release()  # built: nothing to release
+    assert not later.released and later(("x",)) == ("pick", {})
+
+
+def test_a_released_pick_runs_its_library_kernel_with_one_warning_and_drops_its_build(caplog):
+    with deferred.deferring() as pending:
+        later = deferred.defer(None, lambda: 1 / 0, lambda: (lambda tensors, out=None: "library"), "mm(2x2, 2x2)",
+                               key=deferred.pick_key("mm(2x2, 2x2)/k", "numba"))
+    assert deferred.release(pending, {"another"}) == 0 and not later.released
+    assert deferred.release(pending, {later.key}) == 1 and later.released and later._build is None
+    with caplog.at_level(logging.WARNING, logger="gemmtune"):
+        assert later(("x",), swizzle=4) == "library" and later(("x",)) == "library"
+    assert caplog.text.count("never built") == 1
 
 
 def test_build_all_builds_only_the_keys_asked_for():
@@ -210,10 +223,10 @@ def test_a_warm_up_never_builds_a_pick_its_kept_verdict_sends_to_torch(to_torch,
     assert report.rows[0].winner.startswith("numba") and report.rows[0].in_model.stored
     assert not report.rows[0].in_model.kept
     later = pendings[-1]
-    assert len(later) == 1 and not later[0].built, "the pick its kept verdict sends to torch's op was built"
+    assert len(later) == 1 and later[0].released, "the pick its kept verdict sends to torch's op was built"
     with torch.no_grad():
         torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
-    assert not later[0].built
+    assert later[0].released
     gemmtune.unpatch(model)
 
 
@@ -226,10 +239,10 @@ def test_a_range_warm_up_builds_no_bucket_pick_its_kept_verdicts_send_to_torch(t
                                             inputs_at=lambda m: want[m][0])
     assert checks == [], "a kept verdict was timed again"
     later = pendings[-1]
-    assert len(later) == 5 and not any(d.built for d in later), "a pick its kept verdict sends to torch's op was built"
+    assert len(later) == 5 and all(d.released for d in later), "a pick its kept verdict sends to torch's op was built"
     assert all(r.in_model is not None and r.in_model.stored and not r.in_model.kept for r in report.rows)
     with torch.no_grad():
         for xm, out in want.values():
             torch.testing.assert_close(model(xm), out, rtol=1e-5, atol=1e-5)
-    assert not any(d.built for d in later)
+    assert all(d.released for d in later)
     gemmtune.unpatch(model)

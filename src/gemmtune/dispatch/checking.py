@@ -37,7 +37,7 @@ from ..measure import deferred
 from ..store.locations import shared_store
 from ..store.trust import Trust
 
-__all__ = ["TORCH_OPS", "checked", "check_buckets", "kept_to_torch", "problem_keys"]
+__all__ = ["TORCH_OPS", "checked", "check_buckets", "kept_to_torch", "pick_keys"]
 
 log = logging.getLogger("gemmtune")
 TORCH_OPS = frozenset({"aten_mm", "aten_addmm", "aten_bmm", "aten_bias_addmm", "aten_scaled_mm"})
@@ -45,25 +45,25 @@ TORCH_OPS = frozenset({"aten_mm", "aten_addmm", "aten_bmm", "aten_bias_addmm", "
 
 
 def checked(rows: list, seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, again: bool,
-            decided: set | None = None) -> list:
+            decided: set | None = None, sent: set | None = None) -> list:
     """`rows` (one per problem of `seen`, in order) with the in-model verdicts of the problems whose
     winner is not torch's own op (a generated kernel, NumPy's BLAS) and whose backends allow the library
     kernel (a caller who left it out, or whose environment did, gets no torch op).  Verdicts the store
     keeps for this model, these picks and this machine are applied instead of timed
     (`dispatch.verdicts`), unless `again`.  `decided`: the (family, bucket) pairs decided so far in this
-    warm-up (`verdicts_for`)."""
+    warm-up (`verdicts_for`); `sent` gathers the `deferred.pick_key` of each pick a kept verdict sent to torch's op."""
     out = list(rows)
-    for i, verdict in verdicts_for(seen, forward, model, again, decided):
+    for i, verdict in verdicts_for(seen, forward, model, again, decided, sent):
         out[i] = replace(out[i], in_model=verdict)
     return out
 
 
 def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, again: bool,
-                 decided: set | None = None) -> list[tuple[int, InModel]]:
+                 decided: set | None = None, sent: set | None = None) -> list[tuple[int, InModel]]:
     """(index in `seen`, verdict) of each problem `checked` decides; [] where none is decided.  A problem
     of a family registered over M is decided once per bucket in a warm-up (`decided`, which this fills:
     a later forward that meets the bucket again leaves it), and a pick sent to torch's op goes there for
-    its whole bucket (`BucketTable.to_torch`)."""
+    its whole bucket (`BucketTable.to_torch`).  `sent`: as `checked`'s."""
     decided = set() if decided is None else decided
     switches, at = _switches(seen, decided)
     if not switches:
@@ -71,6 +71,8 @@ def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, 
     store, key, found = _kept(seen, model, switches, again)
     if found is not None:
         found = _applied(forward, switches, found)
+        if found is not None and sent is not None:
+            sent |= _to_torch(switches, found)
     else:
         found = _timed(forward, switches, Settings.from_env().library_margin)
         if found is not None and key is not None:
@@ -88,18 +90,27 @@ def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, 
 
 
 def kept_to_torch(seen: "dict[tuple, eager.Recorded]", model: Any, again: bool, decided: set | None = None) -> set:
-    """The problem keys whose picks the verdicts kept for this model (`dispatch.verdicts`) send to torch's op:
-    `checked` will apply them, so a warm-up need not build those picks (`measure.deferred.standing_in`).
+    """The `deferred.pick_key` of each pick the verdicts kept for this model (`dispatch.verdicts`) send to
+    torch's op: `checked` will apply them, so a warm-up need not build those picks (`deferred.standing_in`).
     Nothing is run."""
     switches, _ = _switches(seen, set() if decided is None else decided)
     found = _kept(seen, model, switches, again)[2] if switches else None
-    return {sw.selection.problem.problem_key for sw, v in zip(switches, found or ()) if not v.kept}
+    return _to_torch(switches, found or [])
 
 
-def problem_keys(seen: "dict[tuple, eager.Recorded]") -> set[str]:
-    """The problem keys of the Selections behind the problems of `seen` (those tuned or read so far)."""
+def _to_torch(switches: Sequence[Switch], found: Sequence[InModel]) -> set[str]:
+    """The `deferred.pick_key` of each switch whose verdict sends its pick to torch's op."""
+    return {_pick(sw.selection) for sw, verdict in zip(switches, found) if not verdict.kept}
+
+
+def _pick(sel: Any) -> str:
+    return deferred.pick_key(sel.problem.problem_key, sel.winner.name)
+
+
+def pick_keys(seen: "dict[tuple, eager.Recorded]") -> set[str]:
+    """The `deferred.pick_key` of the Selections behind the problems of `seen` (those tuned or read so far)."""
     selections = eager.selections()
-    return {sel.problem.problem_key for canon in seen if (sel := selections.get(canon)) is not None}
+    return {_pick(sel) for canon in seen if (sel := selections.get(canon)) is not None}
 
 
 def _switches(seen: "dict[tuple, eager.Recorded]", decided: set) -> tuple[list[Switch], list[int]]:
@@ -136,9 +147,8 @@ def _bucket(rec: "eager.Recorded") -> tuple | None:
 def _applied(forward: Any, switches: list[Switch], found: list[InModel]) -> list[InModel] | None:
     """The kept verdicts applied (a pick the check sent to torch's op goes there again); None where the
     forward failed when run again (the tuned picks stand)."""
-    to_torch = [sw.selection.problem.problem_key for sw, verdict in zip(switches, found) if not verdict.kept]
     try:
-        with deferred.standing_in(to_torch):  # picks going to torch's op: their unbuilt kernels stay unbuilt
+        with deferred.standing_in(_to_torch(switches, found)):  # picks going to torch's op: their unbuilt kernels stay unbuilt
             forward()  # as the check's first forward: patched layers remember the pick's kernel
     except Exception as exc:  # noqa: BLE001 - as in `_timed`
         log.warning("gemmtune.warmup: kept in-model verdicts not applied, the forward failed when run again "
@@ -169,10 +179,10 @@ def check_buckets(forward_at: Callable[[int], Callable[[], Any]], buckets: Seque
     (`forward_at(b)`: the model's forward at that bucket's inputs): (dispatch key, problem, its Selection,
     verdict) per problem decided.  A pick sent to torch's op goes there for its whole bucket
     (`BucketTable.to_torch`); a (family, bucket) in `decided` is not checked again.  A forward that fails
-    at a bucket is named once and its bucket left as tuned.  Of `pending` (a warm-up's unbuilt picks), each
-    bucket's are built together before its forwards, but those its kept verdicts send to torch's op
-    (`kept_to_torch`; their keys join `sent`)."""
-    out, sent = [], set() if sent is None else sent
+    at a bucket is named once and its bucket left as tuned.  Of `pending` (a warm-up's unbuilt picks), those
+    of the problems a bucket's forward meets are built together before its check, but those its kept
+    verdicts send to torch's op (`kept_to_torch`); `sent`: as `checked`'s."""
+    out = []
     for b in buckets:
         if not generated_at(b):
             continue
@@ -181,8 +191,7 @@ def check_buckets(forward_at: Callable[[int], Callable[[], Any]], buckets: Seque
             with eager.recording() as seen, torch.no_grad():
                 forward()
             to_torch = kept_to_torch(seen, model, again, decided)
-            sent |= to_torch
-            deferred.build_all(pending, skip=to_torch, only=problem_keys(seen))
+            deferred.build_all(pending, skip=to_torch, only=pick_keys(seen))
             with torch.no_grad(), deferred.standing_in(to_torch):
                 forward()  # builds each problem's bucket pick for its M (nothing timed)
         except Exception as exc:  # noqa: BLE001 - the user's inputs or model at this M: that bucket unchecked
@@ -191,7 +200,7 @@ def check_buckets(forward_at: Callable[[int], Callable[[], Any]], buckets: Seque
             continue
         selections = eager.selections()
         with torch.no_grad():
-            found = verdicts_for(seen, forward, model, again, decided)
+            found = verdicts_for(seen, forward, model, again, decided, sent)
         records = list(seen.items())
         out += [(*records[i], selections.get(records[i][0]), verdict) for i, verdict in found]
     return out

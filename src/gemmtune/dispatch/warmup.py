@@ -211,23 +211,24 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
             ranges.register_buckets({**seen, **buckets})
     # On by default (GPU picks for launch cost, CPU ones for thread pools); in a distributed job only if asked.
     check = not for_compile and bool(in_model or (in_model is None and _job() is None))
-    # Picks the kept verdicts send to torch's op are never built; with `inputs_at`, each bucket's are built
-    # before its check.
-    sent = checking.kept_to_torch(seen, model, bool(in_model)) if check else set()
-    deferred.build_all(pending, skip=sent, only=checking.problem_keys(seen) if check and inputs_at else None)
+    # Picks the kept verdicts send to torch's op are not built; with `inputs_at`, the picks a bucket's forward
+    # meets are built before its check.
+    predicted = checking.kept_to_torch(seen, model, bool(in_model)) if check else set()
+    deferred.build_all(pending, skip=predicted, only=checking.pick_keys(seen) if check and inputs_at else None)
     if any(rec.op == "scaled_mm" for rec in seen.values()) and not fp8.is_routed(model):
         fp8.route(model, backends)  # its torch._scaled_mm calls dispatch to the picks from now on
-    check_s = 0.0
+    check_s, sent = 0.0, set[str]()  # sent: the picks kept verdicts sent to torch's op
     if check:
         t0 = time.perf_counter()
         decided: set = set()  # (family, bucket) pairs decided: each once, the example's M first
         with torch.no_grad():
-            rows = checking.checked(rows, seen, forward, model, bool(in_model), decided)
+            rows = checking.checked(rows, seen, forward, model, bool(in_model), decided, sent)
         if inputs_at is not None:
             rows = _bucket_checked(rows, keys, model, inputs_at, example_kwargs, m, bool(in_model), decided,
                                    pending, sent)
         check_s = time.perf_counter() - t0
     deferred.build_all(pending, skip=sent)  # what no check built (a bucket no forward reached)
+    deferred.release(pending, sent)  # never built: the tune's operands they hold go
     keep = ranges.generated_somewhere if m is not None else None  # a range: torch's op in every bucket
     released = tuple(release_library_layers(model, forward, keep)) if release else ()
     return WarmupReport(tuple(rows), time.perf_counter() - started, forward_end - started, check_s, released)

@@ -33,29 +33,45 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Sequence
 
 from ..templates.base import Launcher
 
-__all__ = ["LaterBuild", "deferring", "defer", "for_pick", "build_all", "standing_in"]
+__all__ = ["LaterBuild", "deferring", "defer", "for_pick", "build_all", "standing_in", "pick_key", "release"]
 
 log = logging.getLogger("gemmtune")
 _PENDING: contextvars.ContextVar[list | None] = contextvars.ContextVar("gemmtune_deferred", default=None)
 _STANDING: contextvars.ContextVar[frozenset] = contextvars.ContextVar("gemmtune_standing_in", default=frozenset())
 
 
+def pick_key(problem_key: str, winner: str) -> str:
+    """What names a deferred pick in `standing_in`, `build_all` and `release`: its problem and its winner.
+
+    Example:
+        >>> pick_key("mm(2x2, 2x2)/float32/ab12", "numba_mm_t16")
+        'mm(2x2, 2x2)/float32/ab12|numba_mm_t16'
+    """
+    return f"{problem_key}|{winner}"
+
+
 class LaterBuild:
     """A launcher built on first use: `build()`, or where it raises, `fallback()` (a library kernel's
     launcher, called without the pick's runtime params); with no fallback the error is raised.  `key`:
-    the problem's key, which `standing_in` names."""
+    the pick's `pick_key`, which `standing_in` names."""
 
     def __init__(self, build: Callable[[], Launcher], fallback: Callable[[], Launcher] | None, describe: str,
                  key: str | None = None):
         self._build, self._fallback, self._describe, self.key = build, fallback, describe, key
         self._launch: Launcher | None = None
         self._stand: Launcher | None = None  # the fallback's launcher, while it stands in for the pick
-        self._fell_back = False
+        self._fell_back = self._released = self._warned = False
         self._lock = threading.Lock()
 
     @property
     def built(self) -> bool:
         return self._launch is not None
+
+    @property
+    def released(self) -> bool:
+        """Released unbuilt (`release`): the pick was never built; the library kernel runs its problem."""
+        return self._released
+
 
     def launcher(self) -> Launcher:
         """The built launcher (built now, once, where it is not yet)."""
@@ -72,6 +88,16 @@ class LaterBuild:
                 self._build = self._fallback = self._stand = None  # type: ignore[assignment] # their operands go
             return self._launch
 
+    def release(self) -> None:
+        """Where unbuilt: drop the build (and the tune's operands it holds); from now on the library kernel
+        runs this pick's problem, with a warning on its first call.  For a pick sent to torch's op."""
+        with self._lock:
+            if self._launch is not None or self._fallback is None:
+                return
+            self._launch, self._fell_back = self._fallback(), True
+            self._build = self._fallback = self._stand = None  # type: ignore[assignment]
+            self._released = True
+
     def stand_in(self) -> Launcher | None:
         """The library kernel's launcher where this pick is unbuilt and its problem is named by the enclosing
         `standing_in` block, else None."""
@@ -86,6 +112,10 @@ class LaterBuild:
 
     def __call__(self, tensors: Sequence[Any], out: Any = None, **runtime: Any) -> Any:
         launch = self._launch  # built: no lock
+        if self._released and not self._warned:
+            self._warned = True
+            log.warning("gemmtune: %s: a pick its in-model verdict sent to torch's op runs again; it was never "
+                        "built, and the library kernel runs it in this process", self._describe)
         if launch is None:
             stand = self.stand_in()
             if stand is not None:
@@ -144,16 +174,25 @@ def for_pick(store: Any, winner: Any, choices: Sequence[Any], launcher: Callable
     library = next((c for c in choices if c.is_extern), None)
     if winner.is_extern or library is None:
         return None
-    return defer(store, lambda: launcher(winner), lambda: launcher(library), ki.describe(), ki.problem_key)
+    return defer(store, lambda: launcher(winner), lambda: launcher(library), ki.describe(),
+                 pick_key(ki.problem_key, winner.name))
 
 
 def build_all(pending: Sequence[LaterBuild], workers: int = 0, skip: Collection[str] = (),
               only: Collection[str] | None = None) -> int:
-    """Build every launcher of `pending` not yet built, in parallel, but those of problems whose key is in
-    `skip` (and, given `only`, those whose key is not in it); how many were built now."""
+    """Build every launcher of `pending` not yet built, in parallel, but those whose key is in `skip` (and,
+    given `only`, those whose key is not in it); how many were built now."""
     todo = [d for d in pending if not d.built and d.key not in skip and (only is None or d.key in only)]
     if todo:
         with ThreadPoolExecutor(max_workers=min(len(todo), workers or os.cpu_count() or 1),
                                 thread_name_prefix="gemmtune-deferred") as pool:
             list(pool.map(LaterBuild.launcher, todo))
+    return len(todo)
+
+
+def release(pending: Sequence[LaterBuild], keys: Collection[str]) -> int:
+    """`LaterBuild.release` each unbuilt launcher of `pending` whose key is in `keys`; how many."""
+    todo = [d for d in pending if not d.built and d.key in keys]
+    for later in todo:
+        later.release()
     return len(todo)
