@@ -43,3 +43,22 @@ def test_a_binary_refuses_strides_it_would_misread():
     with pytest.raises(RuntimeError, match="not a multiple of the 8"):
         launch((odd, b))
 
+
+
+def test_a_streaming_problem_gets_no_persistent_tma_configs_and_no_padded_twins():
+    from gemmtune.templates.base import streaming
+    from gemmtune.templates.extern import AtenTemplate
+    from gemmtune.templates.padded import padded_pool
+    from gemmtune.templates.triton.tma import TritonTMAPersistentTemplate
+
+    bf16 = dict(dtype=torch.bfloat16)
+    stem = KernelInputs.from_tensors("mm", torch.empty(16384, 147, **bf16), torch.empty(64, 147, **bf16).t())
+    odd = KernelInputs.from_tensors("mm", torch.empty(777, 1234, **bf16), torch.empty(1234, 5555, **bf16))
+    tall = KernelInputs.from_tensors("mm", torch.empty(16384, 16, **bf16), torch.empty(16, 1024, **bf16))
+    square = KernelInputs.from_tensors("mm", torch.empty(4096, 64, **bf16), torch.empty(64, 4096, **bf16))
+    assert [streaming(ki.M, ki.N, ki.K) for ki in (stem, odd, tall, square)] == [True, False, True, False]
+    pool = [AtenTemplate("mm"), TritonMMTemplate()]
+    assert padded_pool(stem, pool, lambda t: True) == []  # K = 147 is misaligned, but a copy costs the GEMM
+    assert [t.uid for t in padded_pool(odd, pool, lambda t: True)] == ["padded_aten_mm", "padded_triton_mm"]
+    tma = TritonTMAPersistentTemplate()
+    assert tma.compile_configs(tall) == [] and tma.compile_configs(square) != []

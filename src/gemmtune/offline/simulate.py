@@ -200,10 +200,21 @@ def select_specs(specs: Sequence[StrategySpec], names: Sequence[str]) -> list[St
             spec = StrategySpec(name, name)
             found = [replace(spec, options=default_options(strategy=spec.registered))]
         if not found:
-            known = {*STRATEGIES, *ALIASES, *(s.name for s in specs)}
-            raise ValueError(f"strategy: unknown {name!r}; known: {', '.join(sorted(known))}")
+            raise ValueError(f"strategy: unknown {name!r}; {_known(specs)}")
         chosen += [s for s in found if s not in chosen]
     return chosen
+
+
+def _known(specs: Sequence[StrategySpec], shown: int = 8) -> str:
+    """The strategies, and the first `shown` spec names of each family (the rest counted), for an error line."""
+    families: dict[str, list[str]] = {}
+    for spec in specs:
+        if spec.name != spec.strategy:
+            families.setdefault(spec.name.split("[")[0], []).append(spec.name)
+    named = [n for names in families.values() for n in names[:max(1, shown // max(1, len(families)))]]
+    more = sum(len(names) for names in families.values()) - len(named)
+    return (f"strategies: {', '.join(sorted({*STRATEGIES, *ALIASES}))}; specs such as {', '.join(named)}"
+            + (f" ({more} more: gemmtune simulate --all shows them)" if more else ""))
 
 
 def without_library(shapes: Sequence[ReplayShape]) -> list[ReplayShape]:

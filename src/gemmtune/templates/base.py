@@ -40,6 +40,27 @@ def source_hash(*objs: Any) -> str:
     return h.hexdigest()
 
 
+NARROW, WIDE = 128, 16384
+"""An output this narrow on one side (M or N) and this wide on the other is a narrow problem: the vision
+models' convolutions as GEMMs (M of 10^5-10^6, N and K of 16-128) and their transposes."""
+
+
+def streaming(M: int, N: int, K: int) -> bool:
+    """Whether a problem's time is the bytes it moves: one output side at least `WIDE` and either the other at
+    most `NARROW` or K at most 64 (each tile takes one or two K steps).  Copying an operand into padded
+    storage costs about what the whole GEMM does, and a persistent kernel has no K loop to overlap: neither
+    padded twins nor the persistent TMA template are offered (a sweep of nine such problems on one H100,
+    2026-12-07, docs/RESULTS.md: each lost to the plain Triton kernel by 8-290 %).
+
+    Example:
+        >>> streaming(401408, 24, 72), streaming(65536, 1024, 16), streaming(4096, 4096, 64)
+        (True, True, False)
+        >>> streaming(401408, 512, 128)
+        False
+    """
+    return max(M, N) >= WIDE and (min(M, N) <= NARROW or K <= 64)
+
+
 def pow2_at_least(x: int) -> int:
     """The smallest power of two >= x, for x >= 1: tiles are clamped to it for small problems.
 

@@ -21,7 +21,8 @@ copied out; where only the output's N is misaligned it is not offered (it would 
 candidate).
 
 `padded_pool` adds a padded twin of each template of the default pool on a GPU (`registry.
-active_templates`); elsewhere a `PaddedTemplate` competes only where `templates=` lists it.
+active_templates`), but not on a streaming problem (`templates.base.streaming`: a copy of its operands
+costs about what its GEMM does); elsewhere a `PaddedTemplate` competes only where `templates=` lists it.
 
 Example:
     >>> import torch
@@ -44,7 +45,7 @@ import torch.nn.functional as F
 
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs, TensorMeta
-from .base import Launcher, Template, source_hash
+from .base import Launcher, Template, source_hash, streaming
 
 PREFIX = "padded_"
 """A padded template's uid is this prefix and its inner template's uid."""
@@ -306,7 +307,7 @@ def padded_pool(ki: KernelInputs, pool: Sequence[Template], wanted: Any) -> list
         >>> [t.uid for t in padded_pool(ki, [AtenTemplate("mm"), AtenTemplate("bmm")], lambda t: True)]
         ['padded_aten_mm']
     """
-    if not padding_dims(ki):
+    if not padding_dims(ki) or streaming(ki.M, ki.N, ki.K):  # a streaming problem: the copy costs the GEMM
         return []
     twins = (PaddedTemplate(t) for t in pool if ki.op in t.ops and not isinstance(t, PaddedTemplate) and wanted(t))
     return [twin for twin in twins if twin.supports(ki)]  # not a twin that would run the template's own problem

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ...core.choices import Choice
 from ...core.inputs import KernelInputs
-from ..base import pow2_at_least, unique_configs
+from ..base import NARROW, WIDE, pow2_at_least, unique_configs
 from .base import (ACC_REGS_MAX, DEFAULT_SMEM, TILE_KEYS, KernelLaunch, TritonTemplate, acc_regs, cdiv, check_size,
                    epilogue_flags, fit_tiles, gemm_args, input_precision, pipeline_smem, smem_limit, STAGE1_SWIZZLE)
 
@@ -73,11 +73,6 @@ def _max_space() -> list[dict[str, int]]:
             continue  # shallow pipelines only pay with deep K steps, and vice versa
         extra.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=stages, num_warps=warps))
     return unique_configs(_default_space() + extra)
-
-NARROW, WIDE = 128, 16384
-"""An output this narrow on one side (M or N) and this wide on the other is a narrow problem: the vision
-models' convolutions as GEMMs (M of 10^5-10^6, N and K of 16-128) and their transposes."""
-
 
 def narrow_configs(M: int, N: int, K: int) -> list[dict[str, int]]:
     """Tiles for a narrow problem (else none): the whole narrow side in one tile and a tall tile along the

@@ -34,7 +34,7 @@ import torch
 
 from ...core.choices import Choice
 from ...core.inputs import KernelInputs
-from ..base import Launcher, pow2_at_least, split_operands, unique_configs
+from ..base import Launcher, pow2_at_least, split_operands, streaming, unique_configs
 from .base import (ACC_REGS_MAX, DEFAULT_SMEM, TILE_KEYS, KernelLaunch, TritonTemplate, acc_regs, bias_args, cdiv,
                    check_size, epilogue_flags, input_precision, interpreting, pipeline_smem, smem_limit,
                    swizzled_launcher, triton_available)
@@ -242,6 +242,8 @@ class TritonTMAPersistentTemplate(TritonTemplate):
         return tma_compatible(ki)
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
+        if streaming(ki.M, ki.N, ki.K):
+            return []  # no K loop to overlap (`templates.base.streaming`)
         return fit_configs(self.space, ki.M, ki.N, ki.K, ki.dtype.itemsize, smem_limit(ki.device),
                            has_bias=epilogue_flags(ki)["HAS_BIAS"], tma_out=tma_store(ki))
 
