@@ -44,7 +44,6 @@ def test_a_binary_refuses_strides_it_would_misread():
         launch((odd, b))
 
 
-
 def test_a_streaming_problem_gets_no_persistent_tma_configs_and_no_padded_twins():
     from gemmtune.templates.base import streaming
     from gemmtune.templates.extern import AtenTemplate
@@ -56,9 +55,12 @@ def test_a_streaming_problem_gets_no_persistent_tma_configs_and_no_padded_twins(
     odd = KernelInputs.from_tensors("mm", torch.empty(777, 1234, **bf16), torch.empty(1234, 5555, **bf16))
     tall = KernelInputs.from_tensors("mm", torch.empty(16384, 16, **bf16), torch.empty(16, 1024, **bf16))
     square = KernelInputs.from_tensors("mm", torch.empty(4096, 64, **bf16), torch.empty(64, 4096, **bf16))
-    assert [streaming(ki.M, ki.N, ki.K) for ki in (stem, odd, tall, square)] == [True, False, True, False]
+    head = KernelInputs.from_tensors("mm", torch.empty(8, 4096, **bf16), torch.empty(32001, 4096, **bf16).t())
+    assert [streaming(ki.M, ki.N, ki.K) for ki in (stem, odd, tall, square, head)] == [True, False, True, False, False]
     pool = [AtenTemplate("mm"), TritonMMTemplate()]
     assert padded_pool(stem, pool, lambda t: True) == []  # K = 147 is misaligned, but a copy costs the GEMM
     assert [t.uid for t in padded_pool(odd, pool, lambda t: True)] == ["padded_aten_mm", "padded_triton_mm"]
     tma = TritonTMAPersistentTemplate()
     assert tma.compile_configs(tall) == [] and tma.compile_configs(square) != []
+    assert [t.uid for t in padded_pool(head, pool, lambda t: True)] == ["padded_aten_mm"]  # a decode head: K = 4096
+    assert tma.compile_configs(head) != []

@@ -46,19 +46,21 @@ models' convolutions as GEMMs (M of 10^5-10^6, N and K of 16-128) and their tran
 
 
 def streaming(M: int, N: int, K: int) -> bool:
-    """Whether a problem's time is the bytes it moves: one output side at least `WIDE` and either the other at
-    most `NARROW` or K at most 64 (each tile takes one or two K steps).  Copying an operand into padded
-    storage costs about what the whole GEMM does, and a persistent kernel has no K loop to overlap: neither
-    padded twins nor the persistent TMA template are offered (a sweep of nine such problems on one H100,
-    2026-12-07, docs/RESULTS.md: each lost to the plain Triton kernel by 8-290 %).
+    """Whether a problem's time is the bytes of its rows: M at least `WIDE`, K at most 256, and either N at
+    most `NARROW` or K at most 64 (the vision models' convolutions as GEMMs, tall problems with a tiny K).
+    Each tile takes a few K steps over rows of A that are read once: copying A into padded storage costs
+    about what the whole GEMM does, and a persistent kernel has little K loop to overlap, so neither padded
+    twins nor the persistent TMA template are offered.  An H100 sweep of nine such problems
+    (`gemmtune/data/sweep_h100_streaming.jsonl.gz`, docs/ARCHITECTURE.md) found each of those 8-277 %
+    slower than the plain Triton kernel.
 
     Example:
         >>> streaming(401408, 24, 72), streaming(65536, 1024, 16), streaming(4096, 4096, 64)
         (True, True, False)
-        >>> streaming(401408, 512, 128)
-        False
+        >>> streaming(401408, 512, 128), streaming(8, 32001, 4096), streaming(401408, 64, 4096)
+        (False, False, False)
     """
-    return max(M, N) >= WIDE and (min(M, N) <= NARROW or K <= 64)
+    return M >= WIDE and K <= 256 and (N <= NARROW or K <= 64)
 
 
 def pow2_at_least(x: int) -> int:
