@@ -75,7 +75,7 @@ def set_up(variant: str, model: Any, inputs: Callable[[int], tuple], ms: list[in
     if variant == "eager_range":
         report = gemmtune.warmup(model, *inputs(64), progress=False, m=span, inputs_at=inputs)
         facts.update(warmup_s=round(report.seconds, 3), tuned=report.tuned, problems=len(report.rows),
-                     released=len(report.released))
+                     released=len(report.released), warmup_phases_s=report.phases())
     if variant in ("eager", "eager_range"):
         return (lambda x: output_of(model, x)), facts
     if variant == "static":

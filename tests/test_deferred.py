@@ -220,6 +220,9 @@ def test_a_warm_up_never_builds_a_pick_its_kept_verdict_sends_to_torch(to_torch,
     checks = to_torch
     report, pendings = _warm_store_warm_ups(model, x, monkeypatch, checks)
     assert checks == [], "the kept verdict was timed again"
+    phases = report.phases()  # where the warm-up's time went: the parts add up to its wall time
+    assert list(phases) == ["forward", "tune", "build", "check", "rest"] and min(phases.values()) >= -0.005
+    assert sum(phases.values()) == pytest.approx(report.seconds, abs=0.01) and "builds" in report.table()
     assert report.rows[0].winner.startswith("numba") and report.rows[0].in_model.stored
     assert not report.rows[0].in_model.kept
     later = pendings[-1]

@@ -79,6 +79,15 @@ class WarmupReport:
     forward_s: float
     check_s: float = 0.0  # the in-model check's wall time
     released: tuple[str, ...] = ()  # layers given back to torch's op (`dispatch.release`; the default of eager use)
+    build_s: float = 0.0  # building the store's picks together (`measure.deferred`), outside the check
+
+    def phases(self) -> dict[str, float]:
+        """Where the warm-up's wall time went, in seconds: the recording forward, the tunes and store reads
+        (the rows' own seconds), the deferred builds outside the check, the in-model check, and the rest
+        (registering buckets, the release's forward)."""
+        tune_s = sum(r.seconds for r in self.rows)
+        parts = dict(forward=self.forward_s, tune=tune_s, build=self.build_s, check=self.check_s)
+        return {k: round(v, 3) for k, v in dict(parts, rest=self.seconds - sum(parts.values())).items()}
 
     @property
     def tuned(self) -> int:
@@ -106,8 +115,8 @@ class WarmupReport:
         table = columns(["problem", "calls", "ms", "x library", "tune s", "in model", "winner"], cells, width,
                         right=(1, 2, 3, 4))
         lines = [f"{len(self.rows)} GEMM problems: {self.tuned} tuned, {self.from_store} from the store; "
-                     f"warm-up {self.seconds:.2f} s (forward {self.forward_s:.2f} s, in-model check "
-                     f"{self.check_s:.2f} s)"]
+                     f"warm-up {self.seconds:.2f} s (forward {self.forward_s:.2f} s, builds {self.build_s:.2f} s, "
+                     f"in-model check {self.check_s:.2f} s)"]
         if self.released:
             lines.append(f"released {len(self.released)} layers to torch's op (every problem they met runs it; a "
                          f"new input shape there is not tuned): {', '.join(self.released)}")
@@ -213,25 +222,36 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
     check = not for_compile and bool(in_model or (in_model is None and _job() is None))
     # Picks the kept verdicts send to torch's op are not built; with `inputs_at`, the picks a bucket's forward
     # meets are built before its check.
+    t0 = time.perf_counter()
     predicted = checking.kept_to_torch(seen, model, bool(in_model)) if check else set()
     deferred.build_all(pending, skip=predicted, only=checking.pick_keys(seen) if check and inputs_at else None)
+    build_s = time.perf_counter() - t0
     if any(rec.op == "scaled_mm" for rec in seen.values()) and not fp8.is_routed(model):
         fp8.route(model, backends)  # its torch._scaled_mm calls dispatch to the picks from now on
     check_s, sent = 0.0, set[str]()  # sent: the picks kept verdicts sent to torch's op
     if check:
         t0 = time.perf_counter()
-        decided: set = set()  # (family, bucket) pairs decided: each once, the example's M first
-        with torch.no_grad():
-            rows = checking.checked(rows, seen, forward, model, bool(in_model), decided, sent)
-        if inputs_at is not None:
-            rows = _bucket_checked(rows, keys, model, inputs_at, example_kwargs, m, bool(in_model), decided,
-                                   pending, sent)
+        rows = _checked(rows, seen, keys, forward, model, example_kwargs, m, inputs_at, bool(in_model), pending, sent)
         check_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
     deferred.build_all(pending, skip=sent)  # what no check built (a bucket no forward reached)
     deferred.release(pending, sent)  # never built: the tune's operands they hold go
+    build_s += time.perf_counter() - t0
     keep = ranges.generated_somewhere if m is not None else None  # a range: torch's op in every bucket
     released = tuple(release_library_layers(model, forward, keep)) if release else ()
-    return WarmupReport(tuple(rows), time.perf_counter() - started, forward_end - started, check_s, released)
+    return WarmupReport(tuple(rows), time.perf_counter() - started, forward_end - started, check_s, released, build_s)
+
+
+def _checked(rows: list[WarmupRow], seen: dict, keys: list[tuple], forward: Any, model: nn.Module, kwargs: dict,
+             m: Any, inputs_at: Callable[[int], Any] | None, again: bool, pending: Sequence[Any],
+             sent: set) -> list[WarmupRow]:
+    """`rows` with the in-model check's verdicts at the example's M, then, given `inputs_at`, at each bucket."""
+    decided: set = set()  # (family, bucket) pairs decided: each once, the example's M first
+    with torch.no_grad():
+        rows = checking.checked(rows, seen, forward, model, again, decided, sent)
+    if inputs_at is not None:
+        rows = _bucket_checked(rows, keys, model, inputs_at, kwargs, m, again, decided, pending, sent)
+    return rows
 
 
 def _record_and_tune(forward: Any, model: nn.Module, show: bool,
