@@ -135,7 +135,8 @@ def test_a_shape_times_the_compiled_path_where_it_is_asked_for(compare, monkeypa
 
     compiles = []
     monkeypatch.setattr(compare, "run_compiled", lambda spec, tensors, settings=None: (
-        compiles.append("gemmtune" if settings else "inductor") or (lambda *t: t[0] @ t[1]), 0.1, "triton_mm_1 (BLOCK_M=64) 0.1 ms"))
+        compiles.append("gemmtune" if settings else "inductor") or (lambda *t: t[0] @ t[1]), 0.1,
+        "triton_mm_1 (BLOCK_M=64) 0.1 ms"))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(ProblemSpec, "tensors", lambda self, device: (torch.randn(self.M, self.K),
                                                                      torch.randn(self.K, self.N)))

@@ -70,9 +70,10 @@ def verdicts_for(seen: "dict[tuple, eager.Recorded]", forward: Any, model: Any, 
         return []
     store, key, found = _kept(seen, model, switches, again)
     if found is not None:
-        found = _applied(forward, switches, found)
+        to_torch = _to_torch(switches, found)
+        found = _applied(forward, switches, found, to_torch)
         if found is not None and sent is not None:
-            sent |= _to_torch(switches, found)
+            sent |= to_torch
     else:
         found = _timed(forward, switches, Settings.from_env().library_margin)
         if found is not None and key is not None:
@@ -144,11 +145,12 @@ def _bucket(rec: "eager.Recorded") -> tuple | None:
     return None if family is None else (family, bucket_of(rec.tensors[-2].shape[0]))
 
 
-def _applied(forward: Any, switches: list[Switch], found: list[InModel]) -> list[InModel] | None:
-    """The kept verdicts applied (a pick the check sent to torch's op goes there again); None where the
-    forward failed when run again (the tuned picks stand)."""
+def _applied(forward: Any, switches: list[Switch], found: list[InModel], to_torch: set[str]) -> list[InModel] | None:
+    """The kept verdicts applied (a pick the check sent to torch's op goes there again; `to_torch`, their
+    `deferred.pick_key`, stay unbuilt meanwhile); None where the forward failed when run again (the tuned
+    picks stand)."""
     try:
-        with deferred.standing_in(_to_torch(switches, found)):  # picks going to torch's op: their unbuilt kernels stay unbuilt
+        with deferred.standing_in(to_torch):
             forward()  # as the check's first forward: patched layers remember the pick's kernel
     except Exception as exc:  # noqa: BLE001 - as in `_timed`
         log.warning("gemmtune.warmup: kept in-model verdicts not applied, the forward failed when run again "
