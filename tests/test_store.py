@@ -261,6 +261,30 @@ def test_a_process_that_starts_later_runs_the_pick_the_running_ones_run(tmp_path
     assert "numpy_blas" not in alone, alone  # re-checked, alone: torch's kernel, now the faster one
 
 
+def test_a_pick_saved_while_another_process_reads_comes_with_its_rows_or_not_at_all(tmp_path, monkeypatch):
+    """A load reads rows, pick and mark in three statements.  Another process's save landing between
+    them must not show its pick without its rows: a reader would take that pick for a broken one
+    and write over it while the writer runs it (two answers for one problem)."""
+    from gemmtune.store import sqlite_entries
+    from gemmtune.store.keys import Row
+    path = str(tmp_path / "s.sqlite")
+    reader, writer = Store(path), Store(path)
+    pick = Row("numpy_blas", None, "{}", "{}", 1.0, "ok")
+    read_rows, saved = sqlite_entries.read_rows, []
+
+    def rows_then_a_save(db, *args, **kwargs):
+        got = read_rows(db, *args, **kwargs)
+        if db is reader._db and not saved:  # the other's save lands after the rows were read, before the pick
+            saved.append(writer.save("env", {}, "p", "p", [pick], pick, replace_pick=False))
+        return got
+
+    monkeypatch.setattr(sqlite_entries, "read_rows", rows_then_a_save)
+    first = reader.load("env", "p")
+    assert saved and first.pick is None and first.rows == ()  # the snapshot from before the save
+    again = reader.load("env", "p")
+    assert again.pick == pick and again.rows == (pick,)
+
+
 def test_prescreen_pick_is_a_full_hit_but_exhaustive_measures_the_pruned_rest():
     a, b = mats()
     templates = [AtenTemplate("mm"), ScriptedTemplate(n_configs=8, runtime=(1, 2, 4))]

@@ -260,7 +260,20 @@ class Store(StoreViews):
         return self._guarded(lambda: self._load(env, problem))
 
     def _load(self, env: str, problem: str) -> Stored:
-        return sqlite_entries.load(self._db, self.entries, env, problem)
+        """One read transaction: the rows, pick and mark come from one snapshot of the file, so a pick
+        another process saves meanwhile is read with its rows or not at all (never a pick without them)."""
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            stored = sqlite_entries.load(db, self.entries, env, problem)
+        except BaseException:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # a failed read may have ended the transaction already
+            raise
+        db.execute("COMMIT")
+        return stored
 
     def save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],
              pick: Row, replace_pick: bool | Row, provisional: str | None = None) -> Row:
