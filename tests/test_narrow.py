@@ -44,6 +44,24 @@ def test_a_binary_refuses_strides_it_would_misread():
         launch((odd, b))
 
 
+def test_a_binary_told_its_output_rows_alignment_refuses_an_output_it_would_misread():
+    """The output's row stride is a constexpr multiple too (N = 24: rows 16-byte aligned in bf16, stored in
+    vectors).  A row-major output, or a wider one whose rows keep that alignment, is written right; an
+    output whose rows break it is refused, not written to the wrong places."""
+    a, b = torch.randn(40, 16), torch.randn(16, 24)
+    ki = KernelInputs.from_tensors("mm", a, b)
+    assert stride_divisors(ki)["DIV_CM"] == 8
+    t = TritonMMTemplate(space=[dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, num_stages=2, num_warps=4)])
+    launch = t.compile(t.configs(ki)[0], ki, (a, b))
+    torch.testing.assert_close(launch((a, b)), a @ b, rtol=1e-4, atol=1e-4)
+    wide = torch.zeros(40, 32)
+    launch((a, b), wide[:, :24])  # rows 32 apart: still a multiple of 8
+    torch.testing.assert_close(wide[:, :24], a @ b, rtol=1e-4, atol=1e-4)
+    assert not wide[:, 24:].any()  # nothing past each row's N columns
+    with pytest.raises(RuntimeError, match=r"stride of 27 .* multiple of the 8 .*DIV_CM.*row-major output"):
+        launch((a, b), torch.zeros(40, 27)[:, :24])
+
+
 def test_a_streaming_problem_gets_no_persistent_tma_configs_and_no_padded_twins():
     from gemmtune.templates.base import streaming
     from gemmtune.templates.extern import AtenTemplate

@@ -96,8 +96,8 @@ def test_operands_seen_through_aligned_storage_with_an_odd_edge_read_nothing_pas
 def test_a_launcher_refuses_a_column_major_a_whose_m_would_split_its_vectors():
     from gemmtune.templates.triton.mm import checked_strides
 
-    meta = dict(HINT_M=16, DIV_AM=1, DIV_AK=16, DIV_BK=1, DIV_BN=1)
-    args = (None,) * 4 + (64, 8, 8, 0, 1, 64, 0, 8, 1)
+    meta = dict(HINT_M=16, DIV_AM=1, DIV_AK=16, DIV_BK=1, DIV_BN=1, DIV_CM=8)
+    args = (None,) * 4 + (64, 8, 8, 0, 1, 64, 0, 8, 1, 0, 8, 1)
     assert checked_strides(meta, args) is args
     with pytest.raises(RuntimeError, match="M = 40 is not a multiple of the 16 rows"):
         checked_strides(meta, (None,) * 4 + (40,) + args[5:])

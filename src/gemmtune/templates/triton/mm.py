@@ -110,18 +110,21 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
 def stride_divisors(ki: KernelInputs) -> dict[str, int]:
     """The mm kernel's DIV_* constexprs: of each matrix stride, the largest power of two (up to 16) that
     divides it, so the compiler knows each row's alignment (Triton's own specialization knows only 16).
+    The output is row-major (its launcher allocates it so, and Inductor's buffer for a generated pick is a
+    row-major layout): its row stride is N, and a stride of 1 Triton specializes itself (DIV_CN = 1).
+    Told that an output row of N = 24 starts 16-byte aligned, the kernel stores it in vectors.
 
     Example:
         >>> import torch
         >>> ki = KernelInputs.from_tensors("mm", torch.ones(8, 72), torch.ones(20, 72).t())
         >>> stride_divisors(ki)
-        {'DIV_AM': 8, 'DIV_AK': 1, 'DIV_BK': 1, 'DIV_BN': 8, 'DIV_CM': 1, 'DIV_CN': 1}
+        {'DIV_AM': 8, 'DIV_AK': 1, 'DIV_BK': 1, 'DIV_BN': 8, 'DIV_CM': 4, 'DIV_CN': 1}
     """
     def div(stride: int) -> int:
         return 16 if stride % 16 == 0 else stride & -stride
 
     a, b = ki.a.stride[-2:], ki.b.stride[-2:]
-    return dict(DIV_AM=div(a[0]), DIV_AK=div(a[1]), DIV_BK=div(b[0]), DIV_BN=div(b[1]), DIV_CM=1, DIV_CN=1)
+    return dict(DIV_AM=div(a[0]), DIV_AK=div(a[1]), DIV_BK=div(b[0]), DIV_BN=div(b[1]), DIV_CM=div(ki.N), DIV_CN=1)
 
 
 def index_hints(ki: KernelInputs, block_m: int, block_n: int, div_bk: int, whole_rows: bool = False) -> dict[str, int]:
@@ -153,7 +156,7 @@ def index_hints(ki: KernelInputs, block_m: int, block_n: int, div_bk: int, whole
                 CLAMP_M=not col_a)
 
 
-STRIDE_ARGS = ((8, "DIV_AM"), (9, "DIV_AK"), (11, "DIV_BK"), (12, "DIV_BN"))
+STRIDE_ARGS = ((8, "DIV_AM"), (9, "DIV_AK"), (11, "DIV_BK"), (12, "DIV_BN"), (14, "DIV_CM"))
 """Where the mm kernel's arguments hold each matrix stride, and the DIV_* it was built for."""
 
 
@@ -165,10 +168,12 @@ def checked_strides(meta: dict[str, Any], args: tuple) -> tuple:
     if args[8] == 1 and args[4] % meta["HINT_M"]:  # a column-major A's rows load in runs of HINT_M
         raise RuntimeError(f"triton_mm: M = {args[4]} is not a multiple of the {meta['HINT_M']} rows this kernel "
                            "loads at once; tune the problem with this M")
-    if args[8] % meta["DIV_AM"] or args[9] % meta["DIV_AK"] or args[11] % meta["DIV_BK"] or args[12] % meta["DIV_BN"]:
+    if (args[8] % meta["DIV_AM"] or args[9] % meta["DIV_AK"] or args[11] % meta["DIV_BK"] or args[12] % meta["DIV_BN"]
+            or args[14] % meta["DIV_CM"]):
         i, name = next((i, name) for i, name in STRIDE_ARGS if args[i] % meta[name])
+        fix = "pass a row-major output" if name == "DIV_CM" else "tune the problem with these strides"
         raise RuntimeError(f"triton_mm: a stride of {args[i]} is not a multiple of the {meta[name]} this kernel "
-                           f"was built for ({name}); tune the problem with these strides")
+                           f"was built for ({name}); {fix}")
     return args
 
 

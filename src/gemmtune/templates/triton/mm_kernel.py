@@ -37,7 +37,8 @@ def gemm_kernel(
     K = K_FIXED
     # Each stride is a multiple of its DIV_* (a power of two up to 16, found on the host): written so,
     # the compiler knows it, and rows of 16-byte-aligned but not 16-element-aligned matrices (K = 72,
-    # N = 20) still load and store in vectors, as a literal stride would let them.
+    # N = 20) still load and store in vectors, as a literal stride would let them.  The output's row
+    # stride is N's (a row-major output), so a narrow output (N = 24) is stored in vectors too.
     stride_am, stride_ak = stride_am // DIV_AM * DIV_AM, stride_ak // DIV_AK * DIV_AK
     stride_bk, stride_bn = stride_bk // DIV_BK * DIV_BK, stride_bn // DIV_BN * DIV_BN
     stride_cm, stride_cn = stride_cm // DIV_CM * DIV_CM, stride_cn // DIV_CN * DIV_CN
