@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Mapping, Sequence
 
@@ -17,7 +17,7 @@ Params = tuple[tuple[str, Any], ...]
 
 def as_params(mapping: Mapping[str, Any] | Params) -> Params:
     """Sorted, hashable (name, value) pairs from a mapping."""
-    items = mapping.items() if isinstance(mapping, Mapping) else mapping
+    items = mapping.items() if type(mapping) is dict or isinstance(mapping, Mapping) else mapping
     return tuple(sorted(items))
 
 
@@ -78,7 +78,7 @@ class Choice:
         return f"{self.name}[{rt}]" if rt else self.name
 
     def with_layout(self, layout: FlexibleLayout | FixedLayout) -> "Choice":
-        return replace(self, layout=layout)
+        return Choice(self.template_uid, self.src_hash, self.config, self.runtime, layout, self.family)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "template": self.template_uid, "src_hash": self.src_hash,

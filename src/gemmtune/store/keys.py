@@ -9,8 +9,28 @@ from typing import Any, Mapping
 
 
 def canon(params: Any) -> str:
-    """Canonical JSON of a config or runtime-params mapping (sorted keys)."""
+    """Canonical JSON of a config or runtime-params mapping (sorted keys).  A choice's pairs (a tuple) are
+    written once per process and then looked up: a store read keys hundreds of choices per problem.
+
+    Example:
+        >>> canon({"b": 1, "a": True}), canon((("a", True), ("b", 1))), canon((("a", 1), ("b", 1)))
+        ('{"a":true,"b":1}', '{"a":true,"b":1}', '{"a":1,"b":1}')
+    """
+    if type(params) is tuple:
+        typed = tuple((k, type(v), v) for k, v in params)  # True and 1 are equal keys, but not equal JSON
+        try:
+            text = _CANON.get(typed)
+        except TypeError:  # a value that is not hashable: written each time
+            return json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
+        if text is None:
+            text = json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
+            if len(_CANON) < 65536:
+                _CANON[typed] = text
+        return text
     return json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
+
+
+_CANON: dict[tuple, str] = {}  # `canon` of the pairs seen (bounded)
 
 
 @dataclass(frozen=True)

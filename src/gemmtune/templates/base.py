@@ -133,10 +133,10 @@ class Template(ABC):
 
     def configs(self, ki: KernelInputs) -> list[Choice]:
         """Every candidate for `ki`: each compile-time config x each runtime value."""
-        runtimes = _product(self.runtime_space)
+        runtimes = [as_params(rt) for rt in _product(self.runtime_space)]
         return [
-            Choice(self.uid, self.src_hash, as_params(cfg), as_params(rt), family=self.family)
-            for cfg in self.compile_configs(ki)
+            Choice(self.uid, self.src_hash, config, rt, family=self.family)
+            for config in map(as_params, self.compile_configs(ki))
             for rt in runtimes
         ]
 
