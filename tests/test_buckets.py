@@ -259,3 +259,17 @@ def test_a_bad_range_is_refused_before_the_warm_up_runs_the_model():
     with pytest.raises(InputError, match="^warmup: m: "):
         gemmtune.warmup(model, torch.randn(3, 4), backends=EXTERN, progress=False, m="64:1")
     assert calls == []
+
+
+def test_a_range_draws_one_random_a_per_family_and_gives_each_bucket_its_layout():
+    from gemmtune.dispatch.buckets import at_m, at_ms
+
+    bias, w = torch.randn(3, 5)[:1].expand(3, 5), torch.randn(5, 4).t()  # a broadcast bias row
+    for a in (torch.randn(3, 4), torch.randn(4, 3).t()):  # A row-major, then column-major
+        ops = at_ms("addmm", (bias, a, w.t()), [1, 2, 64, 512])
+        for m, got in ops.items():
+            want = at_m("addmm", (bias, a, w.t()), m)
+            assert [(t.shape, t.stride()) for t in got] == [(t.shape, t.stride()) for t in want]
+            assert got[2] is w.t() or got[2].data_ptr() == w.data_ptr()
+        shared = len({ops[m][1].data_ptr() for m in ops}) == 1
+        assert shared == (a.stride(1) == 1)  # a column-major A of each M is its own

@@ -100,6 +100,31 @@ def at_m(op: str, tensors: Sequence[torch.Tensor], m: int) -> tuple:
     return bias, new, tensors[2]
 
 
+def at_ms(op: str, tensors: Sequence[torch.Tensor], ms: Sequence[int]) -> dict[int, tuple]:
+    """`at_m` at each of `ms`; a row-major A of every M is the first M rows of one random A of the largest:
+    half the random numbers of a new A per M (a range warm-up draws them for every family and bucket,
+    whether the store answers or not), in the same layout.
+
+    Example:
+        >>> ops = at_ms("mm", (torch.randn(3, 4), torch.randn(4, 2)), [1, 8, 64])
+        >>> [tuple(a.shape) for a, _ in ops.values()], ops[8][0].data_ptr() == ops[64][0].data_ptr()
+        ([(1, 4), (8, 4), (64, 4)], True)
+    """
+    a = tensors[-2]
+    if not ms or (a.stride(0) == 1 and a.stride(1) != 1):  # column-major: each M its own A
+        return {m: at_m(op, tensors, m) for m in ms}
+    most = max(ms)
+    top = at_m(op, tensors, most)
+    out = {}
+    for m in ms:
+        operands = list(top)
+        operands[-2] = top[-2][:m]
+        if op != "mm" and top[0].dim() == 2 and top[0].shape[0] == most and top[0].stride(0) == 0:
+            operands[0] = top[0][:m]  # a bias row broadcast to every M: to m rows, still stride 0
+        out[m] = tuple(operands)
+    return out
+
+
 class BucketTable:
     """Registered families: for each, its tuned buckets' Selections (thread-safe)."""
 

@@ -21,7 +21,7 @@ from ..core.errors import InputError
 from ..core.inputs import stand_in
 from ..core.settings import check_backends
 from . import eager
-from .buckets import BUCKETS, at_m, bucket_of, buckets_for, family_of, parse_m, without_backends
+from .buckets import BUCKETS, at_m, at_ms, bucket_of, buckets_for, family_of, parse_m, without_backends
 from .table import TABLE, Recorded
 
 __all__ = ["tune_buckets", "tune_wanted_buckets", "bucket_problems", "register_buckets", "generated_somewhere",
@@ -52,8 +52,8 @@ def tune_buckets(op: str, *tensors: torch.Tensor, m: Any, backends: Sequence[str
                          f"column-major, a bias without a row per M)")
     picks, problems = {}, {}
     with BUCKETS.tuning():
-        for b in buckets_for(parse_m(m)):
-            rec = Recorded(op, at_m(op, tensors, b), float(alpha), float(beta), canon, None)
+        for b, operands in at_ms(op, tensors, buckets_for(parse_m(m))).items():
+            rec = Recorded(op, operands, float(alpha), float(beta), canon, None)
             picks[b] = eager.prepare(op, rec.tensors, rec.alpha, rec.beta, canon, None)
             problems[eager.canonical_key(op, rec.tensors, rec.alpha, rec.beta, canon, None)] = rec
     register_buckets(problems)
@@ -75,8 +75,7 @@ def bucket_problems(seen: "dict[tuple, Recorded]", m: Any) -> "dict[tuple, Recor
         if family is None or family in families:
             continue
         families.add(family)
-        for b in buckets_for(ms):
-            tensors = at_m(rec.op, rec.tensors, b)
+        for tensors in at_ms(rec.op, rec.tensors, buckets_for(ms)).values():
             key = eager.canonical_key(rec.op, tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
             if key not in seen:
                 out[key] = Recorded(rec.op, tensors, rec.alpha, rec.beta, rec.backends, rec.out_layout)
