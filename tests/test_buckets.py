@@ -264,12 +264,16 @@ def test_a_bad_range_is_refused_before_the_warm_up_runs_the_model():
 def test_a_range_draws_one_random_a_per_family_and_gives_each_bucket_its_layout():
     from gemmtune.dispatch.buckets import at_m, at_ms
 
-    bias, w = torch.randn(3, 5)[:1].expand(3, 5), torch.randn(5, 4).t()  # a broadcast bias row
+    w = torch.randn(5, 4).t()  # B: K = 4, N = 5
+    biases = (torch.randn(3, 5)[:1].expand(3, 5), torch.randn(5), torch.randn(1, 5))  # a broadcast row, 1-D, (1, N)
     for a in (torch.randn(3, 4), torch.randn(4, 3).t()):  # A row-major, then column-major
-        ops = at_ms("addmm", (bias, a, w.t()), [1, 2, 64, 512])
-        for m, got in ops.items():
-            want = at_m("addmm", (bias, a, w.t()), m)
-            assert [(t.shape, t.stride()) for t in got] == [(t.shape, t.stride()) for t in want]
-            assert got[2] is w.t() or got[2].data_ptr() == w.data_ptr()
-        shared = len({ops[m][1].data_ptr() for m in ops}) == 1
-        assert shared == (a.stride(1) == 1)  # a column-major A of each M is its own
+        for bias in biases:
+            ops = at_ms("addmm", (bias, a, w), [1, 2, 64, 512])
+            for m, got in ops.items():
+                want = at_m("addmm", (bias, a, w), m)
+                assert [(t.shape, t.stride()) for t in got] == [(t.shape, t.stride()) for t in want]
+                assert got[2] is w and torch.isfinite(got[1]).all()
+                torch.testing.assert_close(torch.addmm(*got), torch.addmm(got[0].double(), got[1].double(),
+                                                                          w.double()).float(), rtol=1e-4, atol=1e-4)
+            shared = len({ops[m][1].data_ptr() for m in ops}) == 1
+            assert shared == (a.stride(1) == 1)  # a column-major A of each M is its own

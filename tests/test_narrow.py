@@ -44,10 +44,12 @@ def test_a_binary_refuses_strides_it_would_misread():
         launch((odd, b))
 
 
-def test_a_binary_told_its_output_rows_alignment_refuses_an_output_it_would_misread():
+def test_a_binary_told_its_output_rows_alignment_writes_any_output_right():
     """The output's row stride is a constexpr multiple too (N = 24: rows 16-byte aligned in bf16, stored in
-    vectors).  A row-major output, or a wider one whose rows keep that alignment, is written right; an
-    output whose rows break it is refused, not written to the wrong places."""
+    vectors).  A row-major output, or a wider one whose rows keep that alignment, is written in place; one
+    whose rows break it (a column-major output, rows 27 apart) is written through a row-major one; the
+    binary itself refuses arguments it would misread."""
+    from gemmtune.templates.triton.mm import checked_strides
     a, b = torch.randn(40, 16), torch.randn(16, 24)
     ki = KernelInputs.from_tensors("mm", a, b)
     assert stride_divisors(ki)["DIV_CM"] == 8
@@ -55,11 +57,17 @@ def test_a_binary_told_its_output_rows_alignment_refuses_an_output_it_would_misr
     launch = t.compile(t.configs(ki)[0], ki, (a, b))
     torch.testing.assert_close(launch((a, b)), a @ b, rtol=1e-4, atol=1e-4)
     wide = torch.zeros(40, 32)
-    launch((a, b), wide[:, :24])  # rows 32 apart: still a multiple of 8
+    assert launch((a, b), wide[:, :24]).data_ptr() == wide.data_ptr()  # rows 32 apart: a multiple of 8
     torch.testing.assert_close(wide[:, :24], a @ b, rtol=1e-4, atol=1e-4)
     assert not wide[:, 24:].any()  # nothing past each row's N columns
+    for out in (torch.zeros(40, 27)[:, :24], torch.zeros(24, 40).t()):
+        assert launch((a, b), out) is out
+        torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-4)
+    meta = dict(HINT_M=16, DIV_AM=16, DIV_AK=1, DIV_BK=8, DIV_BN=1, DIV_CM=8)
+    args = (None,) * 4 + (40, 24, 16, 0, 16, 1, 0, 24, 1, 0, 27, 1)
     with pytest.raises(RuntimeError, match=r"stride of 27 .* multiple of the 8 .*DIV_CM.*row-major output"):
-        launch((a, b), torch.zeros(40, 27)[:, :24])
+        checked_strides(meta, args)
+    assert checked_strides(meta, (None,) * 4 + (1,) + args[5:]) is not None  # one row: its stride is never used
 
 
 def test_a_streaming_problem_gets_no_persistent_tma_configs_and_no_padded_twins():

@@ -157,25 +157,6 @@ def test_lookup_table_drops_stale_entries_with_a_warning():
     assert sel.n_choices == 5 and table.stale  # no hit: the full search ran
 
 
-def test_a_lookup_pin_naming_a_choice_the_pool_does_not_offer_is_dropped_with_a_warning():
-    """A table written when a template offered a config it no longer offers on this problem (the
-    persistent TMA template on a streaming problem, a padded twin) says so, rather than searching in
-    silence."""
-    a, b = mats()
-    ki = gemmtune.KernelInputs.from_tensors("mm", a, b)
-    t = ScriptedTemplate()
-    gone = {"template": t.uid, "src_hash": t.src_hash, "config": {"TILE": 4096}, "runtime_params": {"group": 1}}
-    table = LookupTable({ki.problem_key: [gone]})
-    with pytest.warns(RuntimeWarning, match=r"pins scripted.*TILE.*4096.*not among this problem's candidates"):
-        sel = gemmtune.tune("mm", a, b, templates=[AtenTemplate("mm"), t], finalize=[table], store=Store())
-    assert sel.n_choices == 5 and len(table.stale) == 1
-    kept = {"template": t.uid, "src_hash": t.src_hash, "config": {"TILE": 8}, "runtime_params": {"group": 1}}
-    both = LookupTable({ki.problem_key: [gone, kept]})
-    with pytest.warns(RuntimeWarning, match="not among"):
-        pinned = gemmtune.tune("mm", a, b, templates=[AtenTemplate("mm"), t], finalize=[both], store=Store())
-    assert pinned.n_choices == 1 and pinned.winner.config_dict == {"TILE": 8}
-
-
 def test_bad_lookup_table_is_a_clear_error(tmp_path):
     bad = tmp_path / "t.json"
     bad.write_text("[1, 2]")

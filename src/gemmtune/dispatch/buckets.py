@@ -39,7 +39,7 @@ from ..core.inputs import TensorMeta
 from ..core.m_range import bucket_of, buckets_for, parse_m
 from .table import TABLE
 
-__all__ = ["bucket_of", "buckets_for", "parse_m", "family_of", "without_backends", "at_m", "BUCKETS", "pinned",
+__all__ = ["bucket_of", "buckets_for", "parse_m", "family_of", "without_backends", "at_m", "at_ms", "BUCKETS", "pinned",
            "stats"]
 
 def family_of(op: str, tensors: Sequence[torch.Tensor], alpha: float, beta: float, backends: Any,

@@ -15,13 +15,12 @@ def canon(params: Any) -> str:
     Example:
         >>> canon({"b": 1, "a": True}), canon((("a", True), ("b", 1))), canon((("a", 1), ("b", 1)))
         ('{"a":true,"b":1}', '{"a":true,"b":1}', '{"a":1,"b":1}')
+        >>> canon((("t", (1, 2)),)), canon((("t", (True, 2)),)), canon((("x", -0.0),)), canon((("x", 0.0),))
+        ('{"t":[1,2]}', '{"t":[true,2]}', '{"x":-0.0}', '{"x":0.0}')
     """
-    if type(params) is tuple:
+    if type(params) is tuple and all(type(v) in _PLAIN for _, v in params):
         typed = tuple((k, type(v), v) for k, v in params)  # True and 1 are equal keys, but not equal JSON
-        try:
-            text = _CANON.get(typed)
-        except TypeError:  # a value that is not hashable: written each time
-            return json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
+        text = _CANON.get(typed)
         if text is None:
             text = json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
             if len(_CANON) < 65536:
@@ -31,6 +30,7 @@ def canon(params: Any) -> str:
 
 
 _CANON: dict[tuple, str] = {}  # `canon` of the pairs seen (bounded)
+_PLAIN = (int, bool, str, type(None))  # values whose type and value say their JSON (not 0.0 and -0.0, nor a tuple's)
 
 
 @dataclass(frozen=True)

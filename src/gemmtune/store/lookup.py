@@ -92,19 +92,15 @@ class LookupTable(ChoiceHook):
         for pin in pins:
             c = by_key.get(_entry_key(pin))
             if c is None:
-                template, config, runtime = _entry_key(pin)
-                msg = (f"lookup table entry for {ki.describe()} pins {template} {config} {runtime}, which is not "
-                       f"among this problem's candidates (its template offers no such choice here, or is not in "
-                       f"the pool): entry dropped")
-            elif c.src_hash != pin.get("src_hash"):
+                continue
+            if c.src_hash != pin.get("src_hash"):
                 msg = (f"lookup table entry for {ki.describe()} pins {c.key} measured with source "
                        f"{str(pin.get('src_hash'))[:12]}, but the template's source is now "
                        f"{str(c.src_hash)[:12]}: entry dropped")
-            else:
-                kept.append(c)
+                self.stale.append(msg)
+                warnings.warn(f"gemmtune: {msg}", RuntimeWarning, stacklevel=2)
                 continue
-            self.stale.append(msg)
-            warnings.warn(f"gemmtune: {msg}", RuntimeWarning, stacklevel=2)
+            kept.append(c)
         return kept or choices
 
 

@@ -266,13 +266,13 @@ class Store(StoreViews):
         db.execute("BEGIN")
         try:
             stored = sqlite_entries.load(db, self.entries, env, problem)
+            db.execute("COMMIT")
         except BaseException:
             try:
                 db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass  # a failed read may have ended the transaction already
             raise
-        db.execute("COMMIT")
         return stored
 
     def save(self, env: str, info: dict[str, Any], problem: str, describe: str, rows: list[Row],

@@ -232,13 +232,16 @@ def warmed(ki: KernelInputs, example: Sequence[torch.Tensor], make_args: Callabl
 def swizzled_launcher(ki: KernelInputs, example: Sequence[torch.Tensor], run: KernelLaunch,
                       args: Callable[[Sequence[torch.Tensor], torch.Tensor, int], tuple],
                       before: Callable[[], None] | None = None,
-                      buffers: Callable[[torch.device], tuple] | None = None) -> Callable[..., torch.Tensor]:
+                      buffers: Callable[[torch.device], tuple] | None = None,
+                      fits: Callable[[torch.Tensor], bool] | None = None) -> Callable[..., torch.Tensor]:
     """The launcher of a one-kernel template with a runtime swizzle: `launch(tensors, out=None,
     swizzle=STAGE1_SWIZZLE)` runs `run` on `args(tensors, out, swizzle)`.  `run` is compiled and
     loaded now (`warmed`, from the example call).  `launch.bound(tensors, swizzle)` is the launcher
     bound to one problem (`bound_launcher`); `before()` runs before each of its launches (what
     `args` does per call besides building arguments, e.g. installing an allocator), and
     `buffers(device)` gives the scratch tensors `args` passes besides the operands and the output.
+    `fits(out)`: whether the binary writes `out` as given (its rows' alignment); one it does not is
+    computed into a new row-major output and copied over.
 
     Example:
         >>> import os, unittest.mock
@@ -250,6 +253,8 @@ def swizzled_launcher(ki: KernelInputs, example: Sequence[torch.Tensor], run: Ke
     run, = warmed(ki, example, lambda out: [args(example, out, STAGE1_SWIZZLE)], run)
 
     def launch(tensors, out=None, swizzle=STAGE1_SWIZZLE):
+        if out is not None and fits is not None and not fits(out):
+            return out.copy_(launch(tensors, None, swizzle))
         out = output(ki, tensors, out)
         run(args(tensors, out, swizzle))
         return out
@@ -335,7 +340,7 @@ class TritonTemplate(Template):
     """
 
     family = "triton"
-    any_out_stride = True  # masked pointer stores (the TMA templates where TMA cannot store a row)
+    any_out_stride = True  # masked pointer stores (the TMA templates where TMA cannot store a row; `out_fits`)
     native_devices = ("cuda",)
     runtime_space: Mapping[str, Sequence[Any]] = {"swizzle": SWIZZLES}
     default_runtime: Mapping[str, Any] = {"swizzle": STAGE1_SWIZZLE}
@@ -372,7 +377,11 @@ class TritonTemplate(Template):
 
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
         run, args = self.launch_spec(choice, ki)
-        return swizzled_launcher(ki, example, run, args)
+        return swizzled_launcher(ki, example, run, args, fits=self.out_fits(ki))
+
+    def out_fits(self, ki: KernelInputs) -> Callable[[torch.Tensor], bool] | None:
+        """Whether a binary for `ki` writes a given output as it is (None: any output; default)."""
+        return None
 
     def trace(self, choice: Choice, ki: KernelInputs) -> Launcher:
         return traced_launcher(ki, *self.launch_spec(choice, ki))

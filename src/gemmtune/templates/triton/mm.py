@@ -169,7 +169,7 @@ def checked_strides(meta: dict[str, Any], args: tuple) -> tuple:
         raise RuntimeError(f"triton_mm: M = {args[4]} is not a multiple of the {meta['HINT_M']} rows this kernel "
                            "loads at once; tune the problem with this M")
     if (args[8] % meta["DIV_AM"] or args[9] % meta["DIV_AK"] or args[11] % meta["DIV_BK"] or args[12] % meta["DIV_BN"]
-            or args[14] % meta["DIV_CM"]):
+            or args[14] % meta["DIV_CM"] and args[4] > 1):  # one output row: its stride is never used
         i, name = next((i, name) for i, name in STRIDE_ARGS if args[i] % meta[name])
         fix = "pass a row-major output" if name == "DIV_CM" else "tune the problem with these strides"
         raise RuntimeError(f"triton_mm: a stride of {args[i]} is not a multiple of the {meta[name]} this kernel "
@@ -194,6 +194,12 @@ class TritonMMTemplate(TritonTemplate):
         twin_inner = copy.copy(self)
         twin_inner.whole_rows = True
         return twin_inner
+
+    def out_fits(self, ki: KernelInputs) -> Callable[[Any], bool]:
+        """An output fits where its rows keep the alignment the binary was built for (DIV_CM), or it has
+        one row; another (a column-major `out`) is written through a row-major one (`swizzled_launcher`)."""
+        div = stride_divisors(ki)["DIV_CM"]
+        return lambda out: ki.M == 1 or out.stride(-2) % div == 0
 
     def compile_configs(self, ki: KernelInputs) -> list[dict[str, Any]]:
         space = [*self.space, *narrow_configs(ki.M, ki.N, ki.K)]
