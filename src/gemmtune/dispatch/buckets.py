@@ -78,9 +78,9 @@ def without_backends(family: tuple) -> tuple:
     return family[:9] + family[10:]  # family_of's key: ..., b.device (8), backends (9), out_layout, ...
 
 
-def at_m(op: str, tensors: Sequence[torch.Tensor], m: int) -> tuple:
-    """Operands of the call's family at M = `m`: a new A (random, in the call's layout), the rest as given
-    (an addmm bias of one row is expanded to `m` rows with stride 0, as a broadcast bias is).
+def at_m(op: str, tensors: Sequence[torch.Tensor], m: int, new: torch.Tensor | None = None) -> tuple:
+    """Operands of the call's family at M = `m`: a new A (`new`, else random, in the call's layout), the
+    rest as given (an addmm bias of one row is expanded to `m` rows with stride 0, as a broadcast bias is).
 
     Example:
         >>> a, b = at_m("mm", (torch.randn(3, 4), torch.randn(4, 2)), 64)
@@ -89,9 +89,9 @@ def at_m(op: str, tensors: Sequence[torch.Tensor], m: int) -> tuple:
     """
     a = tensors[-2]
     k = a.shape[1]
-    col = a.stride(0) == 1 and a.stride(1) != 1
-    new = (torch.randn(k, m, dtype=a.dtype, device=a.device).t() if col
-           else torch.randn(m, k, dtype=a.dtype, device=a.device))
+    if new is None:
+        new = (torch.randn(k, m, dtype=a.dtype, device=a.device).t() if _column_major(a)
+               else torch.randn(m, k, dtype=a.dtype, device=a.device))
     if op == "mm":
         return new, tensors[1]
     bias = tensors[0]
@@ -110,19 +110,14 @@ def at_ms(op: str, tensors: Sequence[torch.Tensor], ms: Sequence[int]) -> dict[i
         >>> [tuple(a.shape) for a, _ in ops.values()], ops[8][0].data_ptr() == ops[64][0].data_ptr()
         ([(1, 4), (8, 4), (64, 4)], True)
     """
-    a = tensors[-2]
-    if not ms or (a.stride(0) == 1 and a.stride(1) != 1):  # column-major: each M its own A
+    if not ms or _column_major(tensors[-2]):  # each M its own A
         return {m: at_m(op, tensors, m) for m in ms}
-    most = max(ms)
-    top = at_m(op, tensors, most)
-    out = {}
-    for m in ms:
-        operands = list(top)
-        operands[-2] = top[-2][:m]
-        if op != "mm" and top[0].dim() == 2 and top[0].shape[0] == most and top[0].stride(0) == 0:
-            operands[0] = top[0][:m]  # a bias row broadcast to every M: to m rows, still stride 0
-        out[m] = tuple(operands)
-    return out
+    top = at_m("mm", tensors[-2:], max(ms))[0]
+    return {m: at_m(op, tensors, m, top[:m]) for m in ms}
+
+
+def _column_major(a: torch.Tensor) -> bool:
+    return a.stride(0) == 1 and a.stride(1) != 1
 
 
 class BucketTable:
