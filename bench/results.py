@@ -12,13 +12,7 @@ from the file or, where the file lacks them, from RECORD. A missing file is an e
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import random
-import re
-import statistics
-import sys
+import argparse, json, math, random, re, statistics, sys  # noqa: E401
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +32,7 @@ EAGER = (tuple(f"steady_eager_release{s}_h100_2026-12-05.json" for s in ("", "_r
 CPU = ("cpu_suite_2core_2026-12-06.json", "cpu_busy_2core_2026-12-06.json")
 REDIS = ("redis_store_cpu_2026-12-01.json",)
 CHECKS = ("first_use_check_cpu_2026-12-06.json", "first_use_check_h100_2026-12-06.json")
-SERVING = ("serving_h100_2026-12-06.json", "serving_steady_h100_2026-12-07.json")
+SERVING = ("serving_h100_2026-12-06.json", "serving_steady_h100_2026-12-07.json", "serving_warmup_h100_2026-12-07.json")
 # What a file does not say of its own run (or says only in parts).
 RECORD: dict[str, dict[str, str]] = {
     BF16[0]: {"command": "python bench/compare.py --exhaustive square-2048,square-8192,llama3-8b-down-m16,"
@@ -48,6 +42,7 @@ RECORD: dict[str, dict[str, str]] = {
     HARD[0]: {"command": "python bench/compare.py --suite bench/shapes_hard.json --rounds 20 (in halves: --part 1/2 "
                          "and 2/2, then --merge; the second half stopped at 21 of 28 shapes, out of device time)"},
     REDIS[0]: {"device": "the 2-core CPU machine"}, SERVING[0]: {"command": "python bench/serving.py (meta.calls)"},
+    SERVING[2]: {"command": "python bench/serving.py --first eager_range,eager_range_store,eager_range_again --steady ''"},
     CHECKS[0]: {"device": "the 2-core CPU machine",
                 "command": "python bench/redis_store.py --first-use --device cpu --sizes 64,256,512,1024 --reps 7"},
     CHECKS[1]: {"command": "python bench/redis_store.py --first-use --device cuda --backends triton --sizes 256,1024,4096"}}
@@ -181,15 +176,16 @@ def eager_table(results: Path) -> dict[str, str]:
 def serving_tables(results: Path) -> dict[str, str]:
     """Every batch size: each first-call process, and per M the speeds of one steady-state run's variants."""
     d, src = load(results, SERVING[0]), source(results, SERVING[:1])
-    first = [[f"`{r['variant']}`", num(r["setup_s"], ".1f", " s"), num(r["total_s"], ".1f", " s"),
-              str(r["benchmarked"]), str(r["tunes_after_setup"]), *src] for r in d["first"]]
+    runs = ((d, src), (load(results, SERVING[2]), source(results, SERVING[2:])))  # the later one: warm-store warm-ups
+    first = [[f"`{r['variant']}`", num(r["setup_s"], ".1f", " s"), num(r["total_s"], ".1f", " s"), str(r["benchmarked"]),
+              str(r["tunes_after_setup"]), *s] for f, s in runs for r in f["first"]]
     ms = {(r["M"], r["variant"], k): r for k in ("steady", "steady_a", "steady_c") for r in d[k]}
     speed = lambda m, k, a, b: num(ms[m, b, k]["ms"] / ms[m, a, k]["ms"])  # noqa: E731
     rows = [[str(m), speed(m, "steady", "gemmtune", "default"), speed(m, "steady_a", "max_autotune", "default"),
              f'{speed(m, "steady_a", "eager_range", "eager")} / {speed(m, "steady_c", "eager_range", "eager")}',
              speed(m, "steady", "default", "eager"), f"{ms[m, 'default', 'steady']['gemm_ms']:.3f} / "
              f"{ms[m, 'gemmtune', 'steady']['gemm_ms']:.3f}"] for m in d["meta"]["M"]]
-    run_d, src_d = load(results, SERVING[1]), source(results, SERVING[1:])
+    run_d, src_d = load(results, SERVING[1]), source(results, SERVING[1:2])
     by = {(r["M"], r["variant"]): r for r in run_d["steady"]}
     vs = lambda r: f"{r['ratio_vs_max_autotune']:.3f} ({r['ratio_q1_q3'][0]:.3f}-{r['ratio_q1_q3'][1]:.3f})"  # noqa: E731
     vs_ma = [[str(m), vs(by[m, "gemmtune"]), vs(by[m, "default"]), *src_d] for m in run_d["meta"]["M"]]
