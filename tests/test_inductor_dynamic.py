@@ -18,6 +18,7 @@ import gemmtune.inductor as gi
 from gemmtune.core.errors import InputError
 from gemmtune.core.choices import Choice
 from gemmtune.core.inputs import KernelInputs, TensorMeta
+from gemmtune.core.m_range import bucket_of
 from gemmtune.inductor import dynamic
 from helpers import fresh_inductor  # noqa: F401 - a fixture
 
@@ -281,9 +282,32 @@ def test_a_library_pick_of_an_mm_runs_torch_mm_itself():
     a, b = torch.randn(3, 4), torch.randn(4, 5)
     sel = gemmtune.tune("mm", a, b, backends=("extern",), settings=OFF, progress=False)
     assert sel.winner.template_uid == "aten_mm" and dynamic._bound(sel, (a, b)) is torch.mm
-    bias = torch.randn(5)
-    sel = gemmtune.tune("addmm", bias, a, b, backends=("extern",), settings=OFF, progress=False)
-    assert dynamic._bound(sel, (bias, a, b)) is sel.kernel  # its launcher shapes the bias first
+    bias, out = torch.randn(5), torch.empty(3, 5)
+    sel = gemmtune.tune("addmm", bias, a, b, alpha=0.5, beta=2.0, backends=("extern",), settings=OFF, progress=False)
+    bound = dynamic._bound(sel, (bias, a, b))  # torch.addmm on the bias expanded as its launcher expands it
+    assert bound is not sel.kernel and bound(bias, a, b, out=out) is out
+    torch.testing.assert_close(out, torch.addmm(bias, a, b, alpha=0.5, beta=2.0))
+
+
+def test_an_mm_whose_pick_is_torch_mm_is_found_by_entry_and_m_in_any_layout_until_its_bucket_is_tuned():
+    """A call of an mm whose bucket picked torch.mm is served by (entry, M) alone: torch's op takes any
+    layout of A and of the output.  A bucket tuned later (`tune_wanted`) drops the kernels of its M."""
+    layer = _linear()
+    handler = gi.install(settings=OFF, m="1:8")
+    f = torch.compile(layer, dynamic=True)
+    with torch.no_grad():
+        for m in (3, 40):  # 40: outside the range, bucket 8's pick, bucket 64 marked
+            x = torch.randn(m, 40)
+            torch.testing.assert_close(f(x), layer(x), rtol=1e-4, atol=1e-4)
+    (text,) = handler.tables.values()
+    assert dynamic._BY_M == {(text, m): torch.mm for m in (1, 8, 3, 40)}  # the tuned buckets' and the calls' M
+    a, w = torch.randn(40, 3).t(), layer.weight.detach()
+    out = torch.empty(24, 3).t()  # column-major A and output: not the layouts the kernel was built for
+    assert dynamic.run_buckets(a, w.t(), table=text, out=out) is out
+    torch.testing.assert_close(out, a @ w.t())
+    assert gi.tune_wanted() == {64: 1}
+    assert list(dynamic._BY_M) == [(text, 1), (text, 8), (text, 3)]
+    assert all(bucket_of(k[1][0]) != 64 for k in dynamic._KERNELS)
 
 
 def test_two_gemms_whose_a_differs_only_in_its_stride_keep_entries_and_kernels_apart():

@@ -43,7 +43,7 @@ from .extern import handler_settings, kernel_choice, write_into
 from .tuning import inductor_pool, scalars_of
 
 __all__ = ["DYNAMIC_NAME", "DYNAMIC_UID", "DEFAULT_TOP", "table_text", "family_text", "parse_table", "nearest",
-           "symbolic_m", "table_key", "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice",
+           "symbolic_m", "table_key", "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice", "forget",
            "tune_table", "answer", "reset", "STATS", "WANTED", "LATER"]
 
 DYNAMIC_NAME = "gemmtune_buckets"
@@ -58,6 +58,7 @@ WANTED: dict[str, dict[int, tuple[TensorMeta, ...]]] = {}  # entry: {a bucket me
 LATER: dict[str, dict[int, str]] = {}  # entry: {such a bucket: its pick, tuned off the hot path (`outside.tune_wanted`)}
 
 _KERNELS: dict[tuple, Callable[..., torch.Tensor]] = {}
+_BY_M: dict[tuple[str, int], Callable[..., torch.Tensor]] = {}  # (entry, M): an mm pick that is torch.mm itself
 _LOCK = threading.Lock()
 
 
@@ -70,6 +71,7 @@ def reset() -> None:
     """
     with _LOCK:
         _KERNELS.clear()
+        _BY_M.clear()
         WANTED.clear()
         LATER.clear()
         STATS.clear()
@@ -219,7 +221,26 @@ def _bound(sel: Any, tensors: Any) -> Callable[..., torch.Tensor]:
 def register(text: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> None:
     """Keep the kernel a bucket's tune compiled (`operands`: its problem's TensorMetas)."""
     with _LOCK:
-        _KERNELS[_key(text, operands)] = kernel
+        _keep(_key(text, operands), kernel)
+
+
+def _keep(key: tuple, kernel: Callable[..., torch.Tensor]) -> None:
+    """Keep `kernel` under `key` (`_key`); an mm's `torch.mm` also under (entry, M), which any layout of
+    its operands and output may use (`run_buckets`); the oldest dropped past `MAX_KERNELS`.  Under `_LOCK`."""
+    _KERNELS[key] = kernel
+    if kernel is torch.mm and len(key) == 4:
+        _BY_M[key[0], key[1][0]] = kernel
+    for kept in (_KERNELS, _BY_M):
+        while len(kept) > MAX_KERNELS:
+            del kept[next(iter(kept))]
+
+
+def forget(text: str, bucket: int) -> None:
+    """Drop the kernels kept for an entry's calls whose M lies in `bucket` (a later pick serves it now)."""
+    with _LOCK:
+        for kept in (_KERNELS, _BY_M):
+            for key in [k for k in kept if k[0] == text and bucket_of(k[1] if len(k) == 2 else k[1][0]) == bucket]:
+                del kept[key]
 
 
 def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: Any) -> Callable[..., torch.Tensor]:
@@ -249,9 +270,13 @@ def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.
     """What the compiled graph calls: the pick of the call's M bucket (`table`: `table_text`) into `out`.
     The kept kernel is found by the entry, A's size and stride and B's stride (the strides Inductor
     passes can differ from those it reported while lowering: a flexible buffer is laid out later), and
-    an addmm's bias form; spelled out here, since it runs on every call."""
+    an addmm's bias form; spelled out here, since it runs on every call.  An mm whose pick is `torch.mm`
+    is found by the entry and M alone: torch's op takes any layout of its operands and output."""
     a, b = tensors[-2], tensors[-1]
     if len(tensors) == 2:
+        mm = _BY_M.get((table, a.shape[0]))
+        if mm is not None:
+            return mm(a, b, out=out)
         key: tuple = (table, a.shape, a.stride(), b.stride())
     else:
         c = tensors[0]
@@ -267,15 +292,13 @@ def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.
 
 
 def _kernel_for(key: tuple, table: str, tensors: tuple[torch.Tensor, ...]) -> Callable[..., torch.Tensor]:
-    """A call's kernel, built once (`_build`) under the lock and kept; the oldest dropped past `MAX_KERNELS`."""
+    """A call's kernel, built once (`_build`) under the lock and kept (`_keep`)."""
     settings, templates = handler_settings()
     with _LOCK:
         kernel = _KERNELS.get(key)
         if kernel is None:
-            kernel = _KERNELS[key] = _build(table, tensors, settings,
-                                            inductor_pool(tensors[-1].device.type, templates, settings))
-            while len(_KERNELS) > MAX_KERNELS:
-                del _KERNELS[next(iter(_KERNELS))]
+            kernel = _build(table, tensors, settings, inductor_pool(tensors[-1].device.type, templates, settings))
+            _keep(key, kernel)
     return kernel
 
 

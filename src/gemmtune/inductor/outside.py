@@ -28,7 +28,6 @@ from typing import Sequence
 import torch
 
 from ..core.inputs import TensorMeta, stand_in
-from ..core.m_range import bucket_of
 from . import dynamic
 from .extern import handler_settings
 from .tuning import inductor_pool
@@ -98,8 +97,7 @@ def tune_wanted() -> dict[int, int]:
                 if pick is None:
                     continue
                 dynamic.LATER.setdefault(text, {})[b] = pick
-                for key in [k for k in dynamic._KERNELS if k[0] == text and bucket_of(k[1][0]) == b]:
-                    del dynamic._KERNELS[key]
+            dynamic.forget(text, b)
             done[b] = done.get(b, 0) + 1
     return done
 

@@ -41,10 +41,26 @@ class AtenTemplate(Template):
 
         if ki.op in ("mm", "bmm"):  # bound to a problem (`launch.bound`): torch's op itself
             setattr(launch, "bound", lambda tensors: torch.mm if ki.op == "mm" else torch.bmm)
+        else:
+            setattr(launch, "bound", lambda tensors: _bound_addmm(ki.M, ki.N, alpha, beta))
         return launch
 
     def trace(self, choice: Choice, ki: KernelInputs) -> Launcher:
         return self.compile(choice, ki, ())
+
+
+def _bound_addmm(m: int, n: int, alpha: float, beta: float) -> Launcher:
+    """`AtenTemplate`'s addmm bound to its problem: the bias expanded to the output's size, as its launcher
+    passes it (cuBLAS, not cuBLASLt's bias epilogue), with the scalars named only where they are not 1.
+
+    Example:
+        >>> run = _bound_addmm(2, 3, 1.0, 0.5)
+        >>> run(torch.ones(3), torch.ones(2, 4), torch.ones(4, 3)).tolist()
+        [[4.5, 4.5, 4.5], [4.5, 4.5, 4.5]]
+    """
+    if alpha == 1.0 and beta == 1.0:
+        return lambda bias, a, b, out=None: torch.addmm(bias.expand(m, n), a, b, out=out)
+    return lambda bias, a, b, out=None: torch.addmm(bias.expand(m, n), a, b, beta=beta, alpha=alpha, out=out)
 
 
 class AtenBiasAddmmTemplate(Template):
@@ -65,6 +81,8 @@ class AtenBiasAddmmTemplate(Template):
             bias = tensors[0].reshape(-1).expand(ki.N)
             return torch.addmm(bias, tensors[1], tensors[2], out=out)
 
+        # bound to a problem: torch's addmm itself where the bias is already a vector of N
+        setattr(launch, "bound", lambda tensors: torch.addmm if tensors[0].dim() == 1 else None)
         return launch
 
     def trace(self, choice: Choice, ki: KernelInputs) -> Launcher:
