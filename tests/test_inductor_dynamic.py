@@ -310,6 +310,21 @@ def test_an_mm_whose_pick_is_torch_mm_is_found_by_entry_and_m_in_any_layout_unti
     assert all(bucket_of(k[1][0]) != 64 for k in dynamic._KERNELS)
 
 
+def test_an_addmm_whose_pick_is_torchs_op_serves_every_bias_form_and_layout_by_entry_and_m():
+    layer = _linear(bias=True).requires_grad_(False)
+    handler = gi.install(settings=OFF, m="1:8")
+    f = torch.compile(layer, dynamic=True)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x := torch.randn(5, 40)), layer(x), rtol=1e-4, atol=1e-4)
+    (text,) = handler.tables.values()
+    assert getattr(dynamic._BY_M[text, 5], "any_layout", False)  # aten's addmm, bound to M = 5
+    a, w = torch.randn(40, 5).t(), layer.weight
+    for bias in (layer.bias, layer.bias[None], layer.bias.expand(5, 24)):  # as a vector, a row, the output's size
+        out = torch.empty(24, 5).t()
+        assert dynamic.run_buckets(bias, a, w.t(), table=text, out=out) is out
+        torch.testing.assert_close(out, torch.addmm(layer.bias, a, w.t()))
+
+
 def test_two_gemms_whose_a_differs_only_in_its_stride_keep_entries_and_kernels_apart():
     w = torch.randn(24, 40)
     handler = gi.install(settings=OFF, m="1:64")

@@ -43,8 +43,8 @@ from .extern import handler_settings, kernel_choice, write_into
 from .tuning import inductor_pool, scalars_of
 
 __all__ = ["DYNAMIC_NAME", "DYNAMIC_UID", "DEFAULT_TOP", "table_text", "family_text", "parse_table", "nearest",
-           "symbolic_m", "table_key", "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice", "forget",
-           "tune_table", "answer", "reset", "STATS", "WANTED", "LATER"]
+           "symbolic_m", "table_key", "bucket_range", "problem_at", "refined", "run_buckets", "buckets_choice",
+           "forget", "tune_table", "answer", "reset", "STATS", "WANTED", "LATER"]
 
 DYNAMIC_NAME = "gemmtune_buckets"
 DYNAMIC_UID = "aten::" + DYNAMIC_NAME
@@ -58,7 +58,7 @@ WANTED: dict[str, dict[int, tuple[TensorMeta, ...]]] = {}  # entry: {a bucket me
 LATER: dict[str, dict[int, str]] = {}  # entry: {such a bucket: its pick, tuned off the hot path (`outside.tune_wanted`)}
 
 _KERNELS: dict[tuple, Callable[..., torch.Tensor]] = {}
-_BY_M: dict[tuple[str, int], Callable[..., torch.Tensor]] = {}  # (entry, M): an mm pick that is torch.mm itself
+_BY_M: dict[tuple[str, int], Callable[..., torch.Tensor]] = {}  # (entry, M): a pick that is torch's op itself
 _LOCK = threading.Lock()
 
 
@@ -225,10 +225,10 @@ def register(text: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> N
 
 
 def _keep(key: tuple, kernel: Callable[..., torch.Tensor]) -> None:
-    """Keep `kernel` under `key` (`_key`); an mm's `torch.mm` also under (entry, M), which any layout of
-    its operands and output may use (`run_buckets`); the oldest dropped past `MAX_KERNELS`.  Under `_LOCK`."""
+    """Keep `kernel` under `key` (`_key`), torch's op (`any_layout`) also under (entry, M) (`run_buckets`);
+    the oldest dropped past `MAX_KERNELS`.  Under `_LOCK`."""
     _KERNELS[key] = kernel
-    if kernel is torch.mm and len(key) == 4:
+    if kernel is torch.mm or kernel is torch.addmm or getattr(kernel, "any_layout", False):
         _BY_M[key[0], key[1][0]] = kernel
     for kept in (_KERNELS, _BY_M):
         while len(kept) > MAX_KERNELS:
@@ -270,13 +270,13 @@ def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.
     """What the compiled graph calls: the pick of the call's M bucket (`table`: `table_text`) into `out`.
     The kept kernel is found by the entry, A's size and stride and B's stride (the strides Inductor
     passes can differ from those it reported while lowering: a flexible buffer is laid out later), and
-    an addmm's bias form; spelled out here, since it runs on every call.  An mm whose pick is `torch.mm`
-    is found by the entry and M alone: torch's op takes any layout of its operands and output."""
+    an addmm's bias form; spelled out here, since it runs on every call.  A pick that is torch's op is
+    found by the entry and M alone: it takes any layout of its operands, bias and output."""
     a, b = tensors[-2], tensors[-1]
+    op = _BY_M.get((table, a.shape[0]))
+    if op is not None:
+        return op(*tensors, out=out)
     if len(tensors) == 2:
-        mm = _BY_M.get((table, a.shape[0]))
-        if mm is not None:
-            return mm(a, b, out=out)
         key: tuple = (table, a.shape, a.stride(), b.stride())
     else:
         c = tensors[0]

@@ -58,9 +58,13 @@ def _bound_addmm(m: int, n: int, alpha: float, beta: float) -> Launcher:
         >>> run(torch.ones(3), torch.ones(2, 4), torch.ones(4, 3)).tolist()
         [[4.5, 4.5, 4.5], [4.5, 4.5, 4.5]]
     """
-    if alpha == 1.0 and beta == 1.0:
-        return lambda bias, a, b, out=None: torch.addmm(bias.expand(m, n), a, b, out=out)
-    return lambda bias, a, b, out=None: torch.addmm(bias.expand(m, n), a, b, beta=beta, alpha=alpha, out=out)
+    scalars = {} if alpha == 1.0 and beta == 1.0 else {"beta": beta, "alpha": alpha}
+
+    def run(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.addmm(bias.expand(m, n), a, b, out=out, **scalars)
+
+    setattr(run, "any_layout", True)  # torch's op: any layout of the operands, bias and output of its size
+    return run
 
 
 class AtenBiasAddmmTemplate(Template):
