@@ -12,7 +12,13 @@ from the file or, where the file lacks them, from RECORD. A missing file is an e
 
 from __future__ import annotations
 
-import argparse, json, math, random, re, statistics, sys  # noqa: E401
+import argparse
+import json
+import math
+import random
+import re
+import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +48,8 @@ RECORD: dict[str, dict[str, str]] = {
     HARD[0]: {"command": "python bench/compare.py --suite bench/shapes_hard.json --rounds 20 (in halves: --part 1/2 "
                          "and 2/2, then --merge; the second half stopped at 21 of 28 shapes, out of device time)"},
     REDIS[0]: {"device": "the 2-core CPU machine"}, SERVING[0]: {"command": "python bench/serving.py (meta.calls)"},
-    SERVING[2]: {"command": "python bench/serving.py --first eager_range,eager_range_store,eager_range_again --steady ''"},
+    SERVING[2]: {"command": "python bench/serving.py --first eager_range,eager_range_store,eager_range_again "
+                            "--steady ''"},
     CHECKS[0]: {"device": "the 2-core CPU machine",
                 "command": "python bench/redis_store.py --first-use --device cpu --sizes 64,256,512,1024 --reps 7"},
     CHECKS[1]: {"command": "python bench/redis_store.py --first-use --device cuda --backends triton --sizes 256,1024,4096"}}
@@ -176,9 +183,9 @@ def eager_table(results: Path) -> dict[str, str]:
 def serving_tables(results: Path) -> dict[str, str]:
     """Every batch size: each first-call process, and per M the speeds of one steady-state run's variants."""
     d, src = load(results, SERVING[0]), source(results, SERVING[:1])
-    runs = ((d, src), (load(results, SERVING[2]), source(results, SERVING[2:])))  # the later one: warm-store warm-ups
-    first = [[f"`{r['variant']}`", num(r["setup_s"], ".1f", " s"), num(r["total_s"], ".1f", " s"), str(r["benchmarked"]),
-              str(r["tunes_after_setup"]), *s] for f, s in runs for r in f["first"]]
+    runs = ((d, src), (load(results, SERVING[2]), source(results, SERVING[2:])))  # then the warm-up runs
+    first = [[f"`{r['variant']}`", num(r["setup_s"], ".1f", " s"), num(r["total_s"], ".1f", " s"),
+              str(r["benchmarked"]), str(r["tunes_after_setup"]), *s] for f, s in runs for r in f["first"]]
     ms = {(r["M"], r["variant"], k): r for k in ("steady", "steady_a", "steady_c") for r in d[k]}
     speed = lambda m, k, a, b: num(ms[m, b, k]["ms"] / ms[m, a, k]["ms"])  # noqa: E731
     rows = [[str(m), speed(m, "steady", "gemmtune", "default"), speed(m, "steady_a", "max_autotune", "default"),

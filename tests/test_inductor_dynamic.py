@@ -303,8 +303,10 @@ def test_an_mm_whose_pick_is_torch_mm_is_found_by_entry_and_m_in_any_layout_unti
     assert dynamic._BY_M == {(text, m): torch.mm for m in (1, 8, 3, 40)}  # the tuned buckets' and the calls' M
     a, w = torch.randn(40, 3).t(), layer.weight.detach()
     out = torch.empty(24, 3).t()  # column-major A and output: not the layouts the kernel was built for
+    kept, builds = len(dynamic._KERNELS), dynamic.STATS["builds"]
     assert dynamic.run_buckets(a, w.t(), table=text, out=out) is out
     torch.testing.assert_close(out, a @ w.t())
+    assert (len(dynamic._KERNELS), dynamic.STATS["builds"]) == (kept, builds)  # served by (entry, M): nothing built
     assert gi.tune_wanted() == {64: 1}
     assert list(dynamic._BY_M) == [(text, 1), (text, 8), (text, 3)]
     assert all(bucket_of(k[1][0]) != 64 for k in dynamic._KERNELS)
@@ -319,10 +321,24 @@ def test_an_addmm_whose_pick_is_torchs_op_serves_every_bias_form_and_layout_by_e
     (text,) = handler.tables.values()
     assert getattr(dynamic._BY_M[text, 5], "any_layout", False)  # aten's addmm, bound to M = 5
     a, w = torch.randn(40, 5).t(), layer.weight
+    kept, builds = len(dynamic._KERNELS), dynamic.STATS["builds"]
     for bias in (layer.bias, layer.bias[None], layer.bias.expand(5, 24)):  # as a vector, a row, the output's size
         out = torch.empty(24, 5).t()
         assert dynamic.run_buckets(bias, a, w.t(), table=text, out=out) is out
         torch.testing.assert_close(out, torch.addmm(layer.bias, a, w.t()))
+    assert (len(dynamic._KERNELS), dynamic.STATS["builds"]) == (kept, builds)
+
+
+def test_torchs_op_standing_in_for_a_pick_the_call_does_not_offer_is_never_served_by_entry_and_m():
+    """A call whose layout does not offer its bucket's pick runs torch's op in its place; that kernel is kept
+    for that call's layout alone, so another layout at the same M still builds the pick."""
+    text = dynamic.table_text("mm", 1, 1, {8: "triton_mm_bk32_bm32_bn32[swizzle=1]"}, "A(M, 8) (8, 1) float32")
+    a, b = torch.randn(5, 8), torch.randn(8, 4)
+    assert dynamic.run_buckets(a, b, table=text, out=(out := torch.empty(5, 4))) is out  # no Triton on this pool
+    torch.testing.assert_close(out, a @ b)
+    assert len(dynamic._KERNELS) == 1 and dynamic._BY_M == {}
+    dynamic.run_buckets(a.t().contiguous().t(), b, table=text, out=out)
+    assert len(dynamic._KERNELS) == 2 and dynamic.STATS["builds"] == 2
 
 
 def test_two_gemms_whose_a_differs_only_in_its_stride_keep_entries_and_kernels_apart():

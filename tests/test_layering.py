@@ -195,7 +195,7 @@ def test_the_class_name_check_finds_a_duplicate(tmp_path):
 # -- bench/: the scripts a user or maintainer runs ------------------------------------------------
 
 BENCH = PKG.parents[1] / "bench"
-BENCH_MAX_SCRIPTS, BENCH_MAX_LINES = 12, 2750  # 2,500 until serving.py (every batch size) joined
+BENCH_MAX_SCRIPTS, BENCH_MAX_LINES = 12, 2760  # 2,500 until serving.py joined; 2,750 until a 3rd serving run did
 # the bench modules a bench module may import (the others run scripts as processes, if at all)
 BENCH_IMPORTS = {"models": {"model_runs"}, "serving": {"model_runs", "models"}, "profiling": {"model_runs"}}
 # modules of tests/ a bench script may import: the redis-server starter the store's tests use

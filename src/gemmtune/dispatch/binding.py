@@ -2,7 +2,7 @@
 
 A dict entry of the eager dispatch serves exactly one problem: its key fixes every operand's shape,
 strides and dtype and the device.  A template whose launcher offers `bound(*tensors)` (the Triton
-templates: `templates.triton.base.bound_launcher`; aten's mm and bmm: the torch op itself) can then
+templates: `templates.triton.base.bound_launcher`; aten's mm, bmm and addmm: the torch op) can then
 build its argument list once and change only the pointers per call.  `bound_on_first_call` does that on
 the entry's first call, with that call's operands.
 """

@@ -55,10 +55,10 @@ MAX_KERNELS = 8192  # kernels kept for calls' sizes; the oldest is dropped past 
 log = logging.getLogger("gemmtune")
 STATS: Counter = Counter()  # "tables", "builds", "outside", "wanted"
 WANTED: dict[str, dict[int, tuple[TensorMeta, ...]]] = {}  # entry: {a bucket met outside its range: a call's operands}
-LATER: dict[str, dict[int, str]] = {}  # entry: {such a bucket: its pick, tuned off the hot path (`outside.tune_wanted`)}
+LATER: dict[str, dict[int, str]] = {}  # entry: {such a bucket: its pick, tuned off the hot path (outside.tune_wanted)}
 
 _KERNELS: dict[tuple, Callable[..., torch.Tensor]] = {}
-_BY_M: dict[tuple[str, int], Callable[..., torch.Tensor]] = {}  # (entry, M): a pick that is torch's op itself
+_BY_M: dict[tuple[str, int], Callable[..., torch.Tensor]] = {}  # (entry, M): a bucket's pick that is torch's op
 _LOCK = threading.Lock()
 
 
@@ -212,8 +212,8 @@ def _key(text: str, operands: Any) -> tuple:
 
 def _bound(sel: Any, tensors: Any) -> Callable[..., torch.Tensor]:
     """The kernel of `sel` bound to the problem of `tensors` where its launcher can be (a Triton template's
-    on a GPU: the argument list built once, only the pointers change per call; aten's mm: `torch.mm`
-    itself), else `sel.kernel`."""
+    on a GPU: the argument list built once, only the pointers change per call; aten's mm and addmm: torch's
+    op), else `sel.kernel`."""
     binder = getattr(sel.kernel, "bound", None)
     return (binder(*tensors) if binder is not None else None) or sel.kernel
 
@@ -224,11 +224,11 @@ def register(text: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> N
         _keep(_key(text, operands), kernel)
 
 
-def _keep(key: tuple, kernel: Callable[..., torch.Tensor]) -> None:
-    """Keep `kernel` under `key` (`_key`), torch's op (`any_layout`) also under (entry, M) (`run_buckets`);
-    the oldest dropped past `MAX_KERNELS`.  Under `_LOCK`."""
+def _keep(key: tuple, kernel: Callable[..., torch.Tensor], by_m: bool = True) -> None:
+    """Keep `kernel` under `key` (`_key`); a pick (`by_m`) that is torch's op (`any_layout`) also under (entry,
+    M) (`run_buckets`); the oldest dropped past `MAX_KERNELS`.  Under `_LOCK`."""
     _KERNELS[key] = kernel
-    if kernel is torch.mm or kernel is torch.addmm or getattr(kernel, "any_layout", False):
+    if by_m and (kernel is torch.mm or kernel is torch.addmm or getattr(kernel, "any_layout", False)):
         _BY_M[key[0], key[1][0]] = kernel
     for kept in (_KERNELS, _BY_M):
         while len(kept) > MAX_KERNELS:
@@ -243,9 +243,9 @@ def forget(text: str, bucket: int) -> None:
                 del kept[key]
 
 
-def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: Any) -> Callable[..., torch.Tensor]:
-    """The kernel of the call's bucket's pick for the call's own sizes: nothing timed, nothing stored, and
-    nothing shared with other ranks (each rank meets its own M)."""
+def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: Any) -> tuple[Callable, bool]:
+    """The kernel of the call's bucket's pick for its sizes, and whether it is that pick (not torch's op standing
+    in where the call's layout does not offer it): nothing timed, stored or shared (each rank meets its own M)."""
     from ..engine import tune
 
     op, alpha, beta, picks = parse_table(text)
@@ -263,7 +263,7 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
     if sel.kernel is None:
         raise RuntimeError(f"gemmtune bucketed GEMM: {sel.problem.describe()}: no kernel to run")
     STATS["builds"] += 1
-    return _bound(sel, tensors)
+    return _bound(sel, tensors), sel.winner.key == picks[bucket]
 
 
 def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.Tensor:
@@ -297,8 +297,8 @@ def _kernel_for(key: tuple, table: str, tensors: tuple[torch.Tensor, ...]) -> Ca
     with _LOCK:
         kernel = _KERNELS.get(key)
         if kernel is None:
-            kernel = _build(table, tensors, settings, inductor_pool(tensors[-1].device.type, templates, settings))
-            _keep(key, kernel)
+            kernel, pick = _build(table, tensors, settings, inductor_pool(tensors[-1].device.type, templates, settings))
+            _keep(key, kernel, by_m=pick)
     return kernel
 
 
