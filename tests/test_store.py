@@ -186,10 +186,12 @@ WORKER = textwrap.dedent("""
     path, seed, slow, done, release = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
     # Every pick is decided as if under load: stored provisional, so a later run would re-check it.
     load.loaded_here = lambda cores: True
-    # `slow` (a template uid, or "-"): its timings read a second more, so that runs differing in it decide
-    # differently whatever the machine's load does to the real readings.
+    # `slow` (a template uid, or "-"): its timings read a second more, and no reading has a spread, so that
+    # runs differing in it decide differently whatever the machine's load does to the real readings (a
+    # spread as wide as the reading, as a loaded machine gives a microsecond kernel, would keep torch's op).
     time_one, time_all = LocalRunner.time, LocalRunner.time_interleaved
-    scaled = lambda t: dataclasses.replace(t, ms=t.ms + 1000.0) if t.ms and t.choice.template_uid == slow else t
+    scaled = lambda t: t if t.ms is None else dataclasses.replace(
+        t, ms=t.ms + 1000.0 * (t.choice.template_uid == slow), spread=0.0)
     LocalRunner.time = lambda self, c, stage, *, check: scaled(time_one(self, c, stage, check=check))
     LocalRunner.time_interleaved = lambda self, cs, rounds: [scaled(t) for t in time_all(self, cs, rounds)]
     torch.manual_seed(seed)
