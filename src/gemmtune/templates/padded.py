@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs, TensorMeta
 from .base import Launcher, Template, source_hash, streaming
+from .staging import staged_padder
 
 PREFIX = "padded_"
 """A padded template's uid is this prefix and its inner template's uid."""
@@ -194,16 +195,17 @@ def padded_problem(ki: KernelInputs, dims: dict[str, int] | None = None, keep_n:
 
 
 class _ParameterPads:
-    """`pad(t)` of a weight, kept while `t` is a parameter (or a view of one) that has not changed."""
+    """`pad(t)` of a weight, kept while `t` is a parameter (or a view of one) that has not changed;
+    `other(t)` of any other operand (copied into kept storage, `staging`: never kept here)."""
 
-    def __init__(self, pad: Any) -> None:
-        self.pad = pad
+    def __init__(self, pad: Any, other: Any) -> None:
+        self.pad, self.other = pad, other
         self._kept: dict[tuple, tuple[Any, int, Any]] = {}
 
     def __call__(self, t: Any) -> Any:
         base = t if isinstance(t, torch.nn.Parameter) else t._base
         if not isinstance(base, torch.nn.Parameter):
-            return self.pad(t)  # not a weight (an activation): padded on every call
+            return self.other(t)  # not a weight (an activation): padded on every call
         key = (id(base), t.data_ptr(), t.shape, t.stride())
         kept = self._kept.get(key)
         if kept is not None and kept[0]() is base and kept[1] == base._version:
@@ -266,19 +268,28 @@ class PaddedTemplate(Template):
         return padded_launcher(ki, dims, inner, keep)
 
 
+def _padders(meta: TensorMeta, rows: int, cols: int, slot: str) -> tuple[Any, Any]:
+    """(pad anew, pad into kept storage) of the matrix `meta` to (rows, cols) (`matrix_padder`,
+    `staging.staged_padder` for operand `slot`); both the identity where nothing grows."""
+    row_major = _row_major(meta)
+    plain = matrix_padder(meta.size[-2:], row_major, rows, cols, meta.dtype)
+    if plain is None:
+        return (lambda t: t), (lambda t: t)
+    return plain, staged_padder(row_major, rows, cols, plain, slot)
+
+
 def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, keep_n: bool = False) -> Launcher:
     """`launch(tensors, out=None, **runtime)`: `tensors` padded to `dims`, `inner` run on them, the
     result's top-left `ki.out_size` block written to `out` (a new row-major output where None).  The
     padding of each matrix is worked out here once (`matrix_padder`); the weight's is kept while it is
-    an unchanged parameter.  `keep_n`: N kept (`pad_operands`), `inner` writes the output itself."""
-    b_row = _row_major(ki.b)
+    an unchanged parameter, and any other matrix is copied into zero-padded storage kept for the next
+    call (`staging`).  `keep_n`: N kept (`pad_operands`), `inner` writes the output itself."""
     M, K, N = dims.get("M", ki.M), dims.get("K", ki.K), _b_columns(ki, dims, keep_n)
-    same = lambda t: t  # noqa: E731
     ia, ib = (1, 2) if ki.op == "addmm" else (0, 1)
-    pad_a = matrix_padder(ki.a.size[-2:], _row_major(ki.a), M, K, ki.dtype) or same
-    pad_b = matrix_padder(ki.b.size[-2:], b_row, K, N, ki.dtype) or same
+    pad_a, pad_b = _padders(ki.a, M, K, "a"), _padders(ki.b, K, N, "b")
     n = ki.N
-    weight = _ParameterPads((lambda t: pad_b(t)[..., :n]) if keep_n and N != n else pad_b)
+    cut = (lambda pad: lambda t: pad(t)[..., :n]) if keep_n and N != n else (lambda pad: pad)
+    pad_a, weight = pad_a[1], _ParameterPads(cut(pad_b[0]), cut(pad_b[1]))
     others = [i for i in range(len(ki.operands)) if i not in (ia, ib)]
     full, padded = ((ki.M, ki.N), (M, ki.N if keep_n else N))
     into_out = "M" not in dims and (keep_n or "N" not in dims)  # the aligned kernel writes `out` itself
