@@ -223,3 +223,38 @@ def test_a_tma_twin_keeps_n_and_writes_the_output_itself():
     torch.testing.assert_close(got.float(), a.float() @ b.float(), rtol=2e-3, atol=2e-3)
 
 
+
+
+@pytest.mark.parametrize("op", ["mm", "addmm"])
+def test_a_padded_launch_binds_to_its_problem_through_its_inner_kernels_binding(op):
+    from gemmtune.templates.padded import padded_launcher
+
+    a, b = torch.randn(13, 21), torch.randn(21, 19)
+    tensors = (torch.randn(19), a, b) if op == "addmm" else (a, b)
+    ki = KernelInputs.from_tensors(op, *tensors)
+    dims = padding_dims(ki)
+    inner_ki = padded_problem(ki, dims)
+    aten = AtenTemplate(op).compile(Choice(f"aten_{op}", None), inner_ki, ())
+    calls = []
+
+    def inner(args, out=None):  # the generic path: counted, never taken by the bound call
+        calls.append("generic")
+        return aten(args, out)
+
+    bindings = []
+    inner.bound = lambda args: bindings.append([tuple(t.shape) for t in args]) or aten.bound(args)
+    launch = padded_launcher(ki, dims, inner)
+    bound = launch.bound(tensors)
+    assert bindings == [[tuple(t.size) for t in inner_ki.operands]]  # bound to the padded problem
+    calls.clear()
+    again = tuple(torch.randn_like(t) for t in tensors)
+    want = torch.addmm(*again) if op == "addmm" else again[0] @ again[1]
+    got = bound(*again)
+    assert got.shape == (13, 19) and got.is_contiguous()
+    torch.testing.assert_close(got, want)
+    out = torch.full((13, 19), float("nan"))
+    assert bound(*again, out=out).data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, want)
+    assert calls == []
+    inner.bound = lambda args: None  # an inner kernel that declines: so does the padded launch
+    assert launch.bound(tensors) is None

@@ -52,3 +52,19 @@ def test_a_padded_launch_on_two_streams_and_in_a_cuda_graph_computes_the_product
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, a @ b)
+
+
+def test_a_padded_triton_twin_binds_to_its_problem_and_computes_the_product():
+    from gemmtune.templates.triton.mm import TritonMMTemplate
+
+    a, b = torch.randn(777, 1234, device="cuda", dtype=BF16), torch.randn(1234, 555, device="cuda", dtype=BF16)
+    tile = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_stages=3, num_warps=4)
+    ki = KernelInputs.from_tensors("mm", a, b)
+    twin = PaddedTemplate(TritonMMTemplate(space=[tile]))
+    choice = twin.configs(ki)[0]
+    launch = twin.compile(choice, ki, (a, b))
+    bound = launch.bound((a, b), **choice.runtime_dict)
+    assert bound is not None
+    a2 = torch.randn_like(a)
+    got = bound(a2, b)
+    torch.testing.assert_close(got.float(), a2.float() @ b.float(), rtol=2e-2, atol=2e-2)

@@ -295,17 +295,40 @@ def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, kee
     into_out = "M" not in dims and (keep_n or "N" not in dims)  # the aligned kernel writes `out` itself
     m = ki.M
 
-    def launch(tensors, out=None, **runtime):
+    def padded_args(tensors):
         args = list(tensors)
         args[ia], args[ib] = pad_a(tensors[ia]), weight(tensors[ib])
         for i in others:  # addmm's bias, scaled_mm's scales and bias
             args[i] = _pad_vector_like(tensors[i], (ki.N,) if i == 4 else full, padded[1:] if i == 4 else padded)
+        return args
+
+    def launch(tensors, out=None, **runtime):
         if into_out:
-            return inner(args, out, **runtime)
-        block = inner(args, None, **runtime)[..., :m, :n]
+            return inner(padded_args(tensors), out, **runtime)
+        block = inner(padded_args(tensors), None, **runtime)[..., :m, :n]
         return block.contiguous() if out is None else out.copy_(block)
 
+    if hasattr(inner, "bound"):  # the eager dispatch binds it (dispatch/binding.py)
+        setattr(launch, "bound", lambda tensors, **runtime: _bound(inner, padded_args, tensors, runtime, into_out, m, n))
     return launch
+
+
+def _bound(inner: Any, padded_args: Any, tensors: Sequence[Any], runtime: dict, into_out: bool, m: int,
+           n: int) -> Launcher | None:
+    """The padded launch bound to one problem: `inner`'s binding (`inner.bound`, e.g.
+    `templates.triton.base.bound_launcher`) to the padded operands of `tensors`, run per call on that
+    call's padded operands, `fn(*operands, out=None)`.  None where `inner` declines."""
+    run = inner.bound(padded_args(tensors), **runtime)
+    if run is None:
+        return None
+    if into_out:
+        return lambda *operands, out=None: run(*padded_args(operands), out=out)
+
+    def bound(*operands: Any, out: Any = None) -> Any:
+        block = run(*padded_args(operands))[..., :m, :n]
+        return block.contiguous() if out is None else out.copy_(block)
+
+    return bound
 
 
 def padded_pool(ki: KernelInputs, pool: Sequence[Template], wanted: Any) -> list[Template]:
