@@ -124,3 +124,38 @@ def test_the_report_says_when_precompiling_overlapped_timing():
     assert sel.overlapped and "precompiling (overlapping prescreening)" in unwrapped
     plain, _ = tune(UnevenTemplate("uneven", sleep_s=0.0), overlap_compile="off")
     assert not plain.overlapped and "overlapping" not in gemmtune.autotune_table(plain)
+
+
+def test_library_kernels_are_built_in_the_callers_thread_and_a_failure_is_recorded(monkeypatch):
+    import threading
+
+    from gemmtune.core.choices import Choice
+    from gemmtune.measure import compile as compile_mod
+
+    a, b = mats()
+    ki = KernelInputs.from_tensors("mm", a, b)
+    built_in, pools = [], []
+    real_pool = compile_mod.ThreadPoolExecutor
+    monkeypatch.setattr(compile_mod, "ThreadPoolExecutor", lambda **kw: pools.append(kw) or real_pool(**kw))
+
+    class Counted(AtenTemplate):
+        def compile(self, choice, ki, example):
+            built_in.append(threading.current_thread().name)
+            return AtenTemplate.compile(self, choice, ki, example)
+
+    class Broken(AtenTemplate):
+        uid = "aten_broken"
+
+        def compile(self, choice, ki, example):
+            raise RuntimeError("no such op")
+
+    lib, broken = Choice("aten_mm", None), Choice("aten_broken", None)
+    done = []
+    job = CompileJob([lib, broken], {"aten_mm": Counted("mm"), "aten_broken": Broken("mm")}, ki, (a, b),
+                     timeout_s=5.0, on_done=lambda n, total: done.append((n, total))).finish()
+    assert pools == [] and built_in == [threading.current_thread().name] and done == [(1, 2), (2, 2)]
+    torch.testing.assert_close(job.launcher(lib)((a, b), None), a @ b)
+    assert job.launcher(broken) is None and job.failures[broken.binary_key].startswith("RuntimeError: no such op")
+    generated = ScriptedTemplate("scripted", "ok", 1)
+    CompileJob(generated.configs(ki), {"scripted": generated}, ki, (a, b), timeout_s=5.0).finish()
+    assert len(pools) == 1  # a generated kernel compiles in the pool, as before

@@ -146,8 +146,9 @@ class CompileJob(CompileResult):
         for c in choices:
             self._unique.setdefault(c.binary_key, c)
         workers = workers or min(32, os.cpu_count() or 1)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(self._unique) or 1)),
-                                        thread_name_prefix="gemmtune-compile")
+        inline = all(c.is_extern for c in self._unique.values())  # library kernels: nothing to compile, no thread
+        self._pool = None if inline else ThreadPoolExecutor(max_workers=max(1, min(workers, len(self._unique) or 1)),
+                                                            thread_name_prefix="gemmtune-compile")
         self._started: dict[tuple, float] = {}  # binary key -> when its compile began
         self._keys: dict[Future, tuple] = {}
         self._done_count = 0
@@ -162,7 +163,10 @@ class CompileJob(CompileResult):
 
         _prepare(self._unique.values(), templates, ki, example)
         for key, c in self._unique.items():
-            self._keys[self._pool.submit(build, c)] = key
+            if self._pool is None:
+                self._built(key, build, c)
+            else:
+                self._keys[self._pool.submit(build, c)] = key
         self._pending = set(self._keys)
         self._open = bool(self._pending)
         if not self._open:
@@ -219,7 +223,8 @@ class CompileJob(CompileResult):
     def _close(self) -> None:
         if self._open or not self.seconds:
             # A timed-out compile cannot be interrupted; it finishes in the background, unused.
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
             self.seconds = time.perf_counter() - self._start
             self._open = False
 
@@ -227,6 +232,18 @@ class CompileJob(CompileResult):
         self._done_count += 1
         if self._on_done:
             self._on_done(self._done_count, len(self._unique))
+
+    def _built(self, key: tuple, build: Callable[[Choice], Launcher], c: Choice) -> None:
+        """Build `c` in this thread (a library kernel: its "compile" wraps torch's op)."""
+        try:
+            self.launchers[key] = build(c)
+        except Exception as exc:  # noqa: BLE001 - a failed build drops the choice, as in the pool
+            self._failed(key, exc)
+        self._resolved(key)
+
+    def _failed(self, key: tuple, exc: BaseException) -> None:
+        self.failures[key] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        log.warning("gemmtune: dropped %s: compile failed: %s", self._unique[key].name, self.failures[key])
 
     def _poll(self, timeout: float) -> None:
         done, self._pending = wait(self._pending, timeout=timeout, return_when=FIRST_COMPLETED)
@@ -236,8 +253,7 @@ class CompileJob(CompileResult):
             if exc is None:
                 self.launchers[key] = fut.result()
             else:
-                self.failures[key] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-                log.warning("gemmtune: dropped %s: compile failed: %s", self._unique[key].name, self.failures[key])
+                self._failed(key, exc)
             self._resolved(key)
         now = time.perf_counter()
         if self._deadline is not None and now > self._deadline and self._pending:

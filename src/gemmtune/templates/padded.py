@@ -309,7 +309,8 @@ def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, kee
         return block.contiguous() if out is None else out.copy_(block)
 
     if hasattr(inner, "bound"):  # the eager dispatch binds it (dispatch/binding.py)
-        setattr(launch, "bound", lambda tensors, **runtime: _bound(inner, padded_args, tensors, runtime, into_out, m, n))
+        setattr(launch, "bound",
+                lambda tensors, **runtime: _bound(inner, padded_args, tensors, runtime, into_out, m, n))
     return launch
 
 

@@ -99,9 +99,10 @@ def _kept(key: tuple, t: torch.Tensor, rows: int, cols: int, row_major: bool) ->
 def staged_padder(row_major: bool, rows: int, cols: int, fallback: Callable[[Any], Any],
                   slot: str = "") -> Callable[[Any], Any]:
     """`pad(t)`: a matrix (its last two dimensions; row-major or column-major) copied into kept
-    zero-padded storage of (rows, cols) in that orientation, and that storage returned; `fallback(t)` where `stageable(t)`
-    is False or the storage would exceed `MAX_BYTES`.  The storage is the caller's until the next call
-    of a padder of the same `slot` (one per operand of a call: "a", "b") on the same thread and stream.
+    zero-padded storage of (rows, cols) in that orientation, and that storage returned; `fallback(t)`
+    where `stageable(t)` is False or the storage would exceed `MAX_BYTES`.  The storage is the caller's
+    until the next call of a padder of the same `slot` (one per operand of a call: "a", "b") on the same
+    thread and stream.
 
     Example:
         >>> pad = staged_padder(True, 1, 4, fallback=lambda t: "padded anew")

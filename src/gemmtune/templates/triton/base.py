@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -323,6 +324,12 @@ def traced_launcher(ki: KernelInputs, run: KernelLaunch, args: Callable[..., tup
     return launch
 
 
+@functools.lru_cache(maxsize=None)
+def _space_of(config_space: Callable[[str], list[dict[str, int]]], size: str) -> tuple[dict[str, int], ...]:
+    """`config_space(size)`, once per process: a template is built per tune, its space is not."""
+    return tuple(config_space(size))
+
+
 class TritonTemplate(Template):
     """Base of the Triton templates.
 
@@ -356,7 +363,7 @@ class TritonTemplate(Template):
 
     def __init__(self, space: Sequence[Mapping[str, int]] | None = None, size: str = "default"):
         """`space` replaces the compile-time space; otherwise `config_space(size)` ("default" or "max")."""
-        self.space = list(space) if space is not None else type(self).config_space(size)
+        self.space = list(space) if space is not None else [dict(c) for c in _space_of(type(self).config_space, size)]
 
     def available(self) -> bool:
         """Whether this Python has what the kernel needs."""
