@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gemmtune.core.inputs import KernelInputs
-from gemmtune.dispatch.binding import bound_on_first_call
+from gemmtune.core.binding import bound_on_first_call
 from gemmtune.templates.triton.base import KernelLaunch, bound_launcher
 from gemmtune.templates.triton.launch import FastLaunch
 

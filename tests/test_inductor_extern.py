@@ -13,6 +13,7 @@ import torch
 
 import gemmtune
 import gemmtune.inductor as gi
+from gemmtune.core.inputs import TensorMeta
 from gemmtune.inductor import extern
 from helpers import fresh_inductor  # noqa: F401 - a fixture
 
@@ -129,3 +130,20 @@ def test_the_extern_choice_is_made_once_and_again_after_a_reload():
     again = extern.extern_choice()  # no "duplicate extern kernel" assertion
     assert again.name == extern.EXTERN_NAME and callable(getattr(extern_kernels, extern.EXTERN_NAME))
     assert extern.extern_choice() is again
+
+
+def test_a_registered_kernel_is_bound_to_its_problem_on_its_first_call():
+    a, b = torch.randn(8, 4), torch.randn(4, 6)
+    metas = [TensorMeta.of(t) for t in (a, b)]
+    calls = []
+
+    def kernel(*tensors, out=None):
+        calls.append("launcher")
+        return torch.mm(*tensors, out=out)
+
+    kernel.bound = lambda *tensors: calls.append("bind") or (lambda *t, out=None: torch.mm(*t, out=out))
+    extern.register("pick", metas, kernel)
+    for _ in range(2):
+        out = torch.empty(8, 6)
+        torch.testing.assert_close(extern.run_pick(a, b, pick="pick", out=out), a @ b)
+    assert calls == ["bind"]  # bound once, the launcher itself never run

@@ -258,3 +258,14 @@ def test_a_padded_launch_binds_to_its_problem_through_its_inner_kernels_binding(
     assert calls == []
     inner.bound = lambda args: None  # an inner kernel that declines: so does the padded launch
     assert launch.bound(tensors) is None
+
+
+def test_a_bound_padded_launch_whose_kernel_writes_the_output_itself_writes_out():
+    a, b = torch.randn(13, 21), torch.randn(21, 20)  # float32: only K is padded (to 24), so N stays
+    ki = KernelInputs.from_tensors("mm", a, b)
+    assert padding_dims(ki) == {"K": 24}
+    launch, rt = _launch(AtenTemplate("mm"), "mm", a, b)
+    bound = launch.bound((a, b), **rt)
+    out = torch.full((13, 20), float("nan"))
+    assert bound(a, b, out=out).data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, a @ b)

@@ -128,3 +128,47 @@ def test_a_padded_batched_or_biased_product_stays_right_call_after_call(op):
     for _ in range(2):
         torch.testing.assert_close(launch(tensors, None), want(tensors))
         tensors = tuple(torch.randn_like(t) for t in tensors)
+
+
+@pytest.mark.parametrize("needs_grad", ["a", "b", "weight"])
+def test_calls_autograd_records_never_share_storage_and_backward_sees_each_calls_operands(needs_grad):
+    x1, x2, w = torch.randn(13, 21), torch.randn(13, 21), torch.randn(21, 19)
+    if needs_grad == "weight":
+        w = torch.nn.Linear(21, 19, bias=False).weight.t()
+    launch = _launcher("mm", x1, w)
+    for _ in range(2):  # a parameter's kept padded copy would carry the first backward's freed graph
+        a1, a2 = x1.clone().requires_grad_(needs_grad == "a"), x2.clone().requires_grad_(needs_grad == "a")
+        b = w.detach().clone().requires_grad_(needs_grad == "b") if needs_grad != "weight" else w
+        y1, y2 = launch((a1, b), None), launch((a2, b), None)
+        (y1.sum() + 2 * y2.sum()).backward()
+        leaf = {"a": a1, "b": b, "weight": None}[needs_grad]
+        if needs_grad == "a":
+            torch.testing.assert_close(a1.grad, torch.ones(13, 19) @ w.t())
+            torch.testing.assert_close(a2.grad, 2 * torch.ones(13, 19) @ w.t())
+        elif leaf is not None:
+            torch.testing.assert_close(leaf.grad, x1.t() @ torch.ones(13, 19) + 2 * x2.t() @ torch.ones(13, 19))
+    assert kept_bytes() == 0
+
+
+def test_a_call_under_vmap_pads_anew_and_computes_each_product():
+    a, b = torch.randn(3, 9, 7), torch.randn(7, 6)
+    launch = _launcher("mm", a[0], b)
+    got = torch.vmap(lambda t: launch((t, b), None))(a)
+    torch.testing.assert_close(got, a @ b)
+    assert kept_bytes() == 8 * 8 * 4  # B's storage (8 x 8, float32), not the batched A's
+
+
+def test_the_kept_storage_is_freed_when_the_dispatch_cache_is_cleared_and_after_a_tune():
+    import gemmtune
+
+    a, b = torch.randn(9, 7), torch.randn(7, 6)
+    launch = _launcher("mm", a, b)
+    launch((a, b), None)
+    assert kept_bytes() > 0
+    gemmtune.clear_dispatch_cache()
+    assert kept_bytes() == 0
+    launch((a, b), None)
+    pool = [AtenTemplate("mm"), PaddedTemplate(AtenTemplate("mm"))]  # the tune times the twin: storage kept
+    sel = gemmtune.tune("mm", a, b, backends=("extern",), templates=pool, settings=gemmtune.Settings(store="off"))
+    assert "padded_aten_mm" in {t.choice.template_uid for t in sel.timings if t.ms is not None}
+    assert kept_bytes() == 0  # and freed when the tune's runner closed

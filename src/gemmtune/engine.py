@@ -160,7 +160,7 @@ def _kernel(ki: KernelInputs, winner: Choice, launch, out_layout: str | None) ->
             out = empty_output(ki.out_size, ki.result_dtype, ki.device, "col")
         return launch(tensors, out, **rt)
 
-    if hasattr(launch, "bound") and out_layout != "col":  # the eager dispatch binds it (dispatch/binding.py)
+    if hasattr(launch, "bound") and out_layout != "col":  # the eager dispatch binds it (core/binding.py)
         setattr(kernel, "bound", lambda *tensors: launch.bound(tensors, **rt))
     return kernel
 

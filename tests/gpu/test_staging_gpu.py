@@ -1,8 +1,10 @@
-"""Kept padded storage on a GPU (gemmtune.templates.staging): a storage per CUDA stream, and none kept
-while a CUDA graph is captured (the graph pads into its own memory, replayed correctly)."""
+"""Kept padded storage on a GPU (gemmtune.templates.staging): a storage per CUDA stream, none kept while a
+CUDA graph is captured (the graph pads into its own memory, replayed correctly), none from a graph's
+private pool, and a padded Triton twin bound to its problem."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from gemmtune.core.inputs import KernelInputs
@@ -68,3 +70,27 @@ def test_a_padded_triton_twin_binds_to_its_problem_and_computes_the_product():
     a2 = torch.randn_like(a)
     got = bound(a2, b)
     torch.testing.assert_close(got.float(), a2.float() @ b.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_kept_storage_never_comes_from_a_cuda_graphs_private_pool():
+    # torch.compile's CUDA graphs route their warm-up runs' allocations on their stream to the graph's pool
+    route = getattr(torch._C, "_cuda_beginAllocateCurrentStreamToPool", None)
+    if route is None:
+        pytest.skip("this torch cannot route a stream's allocations to a pool")
+    staging.forget()
+    pad = staging.staged_padder(True, 64, 1280, lambda t: None, "a")
+    a = torch.randn(64, 1234, device="cuda", dtype=BF16)
+    pool, graph_stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+    graph_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(graph_stream):
+        route(0, pool)
+        try:
+            kept = pad(a)
+        finally:
+            torch._C._cuda_endAllocateToPool(0, pool)
+            torch._C._cuda_releasePool(0, pool)
+    torch.cuda.synchronize()
+    segment = next(s for s in torch.cuda.memory_snapshot()
+                   if s["address"] <= kept.data_ptr() < s["address"] + s["total_size"])
+    assert tuple(segment["segment_pool_id"]) != tuple(pool)
+    torch.testing.assert_close(kept[:, :1234], a)

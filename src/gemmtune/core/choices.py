@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from . import autocast
+from .binding import first_call_binding
 from .errors import InputError
 from .layout import FixedLayout, FlexibleLayout
 
@@ -218,10 +219,16 @@ class Selection:
             if _operand_key(cast) != self._expected_key:
                 raise InputError(self._mismatch(cast, torch.get_autocast_dtype(tensors[-2].device.type)))
             with autocast.disabled(cast):
-                return self.kernel(*cast)
+                return self._run(*cast)
         if _operand_key(tensors) != self._expected_key:
             raise InputError(self._mismatch(tensors, None))
-        return self.kernel(*tensors)
+        return self._run(*tensors)
+
+    @cached_property
+    def _run(self) -> Callable[..., Any]:
+        """`kernel`, bound to the tuned problem on the first call (`core.binding`), as the tuner timed it."""
+        assert self.kernel is not None  # `__call__` checked
+        return first_call_binding(self.kernel)
 
     @cached_property
     def _expected(self) -> tuple[tuple[str, tuple, tuple, Any, torch.device], ...]:

@@ -5,7 +5,6 @@ an in-process dict (one per op) and runs it.  That warm path is kept lean: the k
 of the operands' shapes, strides, dtypes and devices, the addmm scalars and their types, `backends`
 and `out_layout` (no validation, no logging: a miss validates, then tunes); the dict holds `torch.mm` /
 `torch.bmm` themselves for an aten winner, else the Selection's kernel behind an autograd check.
-
 Calls that need a gradient through a generated kernel (numba, Triton, NumPy) run it inside a
 `torch.autograd.Function` (`gemmtune.dispatch.autograd`) whose backward computes the standard GEMM
 gradients with gemmtune again.  Under `torch.compile` the functions trace to the aten op, built by
@@ -25,9 +24,10 @@ import torch
 from .. import engine
 from ..core.errors import InputError, NoCandidatesError
 from ..core import autocast as _ac
+from ..core.binding import bound_on_first_call
+from ..templates import staging
 from . import buckets
 from .autograd import TunedAddmm, TunedMM, gemms_for, redispatch, transform_runner
-from .binding import bound_on_first_call
 from .table import TABLE, Recorded, dispatch_key, is_empty
 
 __all__ = ["mm", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "dispatched", "Recorded"]
@@ -157,8 +157,8 @@ def _traced() -> Any:
 def clear_dispatch_cache() -> None:
     """Forget every dispatched problem and reset the counters (the next call of each problem tunes again).
 
-    Only the in-process dispatch dict is cleared; whatever `gemmtune.tune`
-    keeps elsewhere (a persistent store) is untouched.
+    The in-process dispatch dict is cleared and the padded kernels' kept storage freed (`templates.staging`);
+    whatever `gemmtune.tune` keeps elsewhere (a persistent store) is untouched.
 
     Example:
         >>> import gemmtune
@@ -167,6 +167,7 @@ def clear_dispatch_cache() -> None:
         0
     """
     TABLE.clear()
+    staging.forget()
 
 
 def dispatch_stats() -> dict[str, Any]:

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from ..core.binding import first_call_binding
 from ..core.errors import InputError, NoCandidatesError
 from .table import TABLE
 
@@ -128,7 +129,7 @@ def _build(tensors: tuple, out_dtype: torch.dtype, fast: bool, backends: tuple[s
         if len(tensors) > 4 and not tensors[4].is_contiguous():  # torch's op misreads a strided bias
             return sel.kernel
         return _library(out_dtype, fast)
-    return sel.kernel  # the winner's launcher itself: no wrapper on the warm path
+    return first_call_binding(sel.kernel)  # bound to the problem on its first call, as the tuner timed it
 
 
 def _library(out_dtype: torch.dtype, fast: bool) -> Callable[..., torch.Tensor]:

@@ -29,6 +29,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..core.binding import first_call_binding
+
 __all__ = ["EXTERN_NAME", "EXTERN_UID", "EXTERN_TEMPLATES", "pick_text", "parse_pick", "register", "run_pick",
            "write_into", "kernel_choice", "extern_choice", "STATS"]
 
@@ -69,7 +71,7 @@ def register(pick: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> N
     """Keep the kernel gemmtune compiled for a pick and its problem (`operands`: its TensorMetas)."""
     sig = tuple((torch.Size(m.size), tuple(m.stride), m.dtype, torch.device(m.device)) for m in operands)
     with _LOCK:
-        _KERNELS[(pick, sig)] = kernel
+        _KERNELS[(pick, sig)] = first_call_binding(kernel)  # bound on its first call, as the tuner timed it
     STATS["registered"] += 1
 
 
@@ -104,7 +106,7 @@ def _retune(pick: str, tensors: tuple[torch.Tensor, ...]) -> Callable[..., torch
                     sel.problem.describe(), key, sel.winner.key)
     if sel.kernel is None:
         raise RuntimeError(f"gemmtune extern: {sel.problem.describe()}: the tune gave no kernel to run")
-    return sel.kernel
+    return first_call_binding(sel.kernel)
 
 
 def run_pick(*tensors: torch.Tensor, pick: str, out: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ import torch
 from ..core.choices import Choice, Timing
 from ..core.inputs import KernelInputs
 from ..core.layout import empty_output
+from ..templates import staging
 from ..templates.base import Launcher
 from .correctness import Reference, verdict
 from .second import second_reading, second_timer_for
@@ -104,10 +105,11 @@ class LocalRunner:
 
     def close(self) -> None:
         self._out = self._ref = None
+        staging.forget()  # the padded twins' kept storage (another stream's, for the second timer's readings)
 
     def _fn(self, choice: Choice) -> Callable[[], Any]:
         """One call of `choice` as the eager dispatch makes it: through its launcher's binding to this
-        problem (`launch.bound`, dispatch/binding.py) where it has one and the output is row-major, so the
+        problem (`launch.bound`, core/binding.py) where it has one and the output is row-major, so the
         check reads that path and the host time is the one a warm call pays; else its launcher."""
         launch = self.launchers(choice)
         rt, tensors, out = choice.runtime_dict, self.tensors, self._output()

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs, TensorMeta
 from .base import Launcher, Template, source_hash, streaming
-from .staging import staged_padder
+from .staging import made_outside_pools, staged_padder
 
 PREFIX = "padded_"
 """A padded template's uid is this prefix and its inner template's uid."""
@@ -196,21 +196,24 @@ def padded_problem(ki: KernelInputs, dims: dict[str, int] | None = None, keep_n:
 
 class _ParameterPads:
     """`pad(t)` of a weight, kept while `t` is a parameter (or a view of one) that has not changed;
-    `other(t)` of any other operand (copied into kept storage, `staging`: never kept here)."""
+    `other(t)` of any other operand (copied into kept storage, `staging`: never kept here).  With `keep`
+    False (a call autograd records) nothing is kept or reused: every operand is `pad(t)` anew."""
 
     def __init__(self, pad: Any, other: Any) -> None:
         self.pad, self.other = pad, other
         self._kept: dict[tuple, tuple[Any, int, Any]] = {}
 
-    def __call__(self, t: Any) -> Any:
+    def __call__(self, t: Any, keep: bool = True) -> Any:
         base = t if isinstance(t, torch.nn.Parameter) else t._base
+        if not keep or (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+            return self.pad(t)
         if not isinstance(base, torch.nn.Parameter):
             return self.other(t)  # not a weight (an activation): padded on every call
         key = (id(base), t.data_ptr(), t.shape, t.stride())
         kept = self._kept.get(key)
         if kept is not None and kept[0]() is base and kept[1] == base._version:
             return kept[2]
-        padded = self.pad(t)
+        padded = made_outside_pools(lambda: self.pad(t), t.device)
         self._kept = {k: v for k, v in self._kept.items() if v[0]() is not None}  # forget freed parameters
         self._kept[key] = (weakref.ref(base), base._version, padded)
         return padded
@@ -289,15 +292,17 @@ def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, kee
     pad_a, pad_b = _padders(ki.a, M, K, "a"), _padders(ki.b, K, N, "b")
     n = ki.N
     cut = (lambda pad: lambda t: pad(t)[..., :n]) if keep_n and N != n else (lambda pad: pad)
-    pad_a, weight = pad_a[1], _ParameterPads(cut(pad_b[0]), cut(pad_b[1]))
+    weight = _ParameterPads(cut(pad_b[0]), cut(pad_b[1]))
     others = [i for i in range(len(ki.operands)) if i not in (ia, ib)]
     full, padded = ((ki.M, ki.N), (M, ki.N if keep_n else N))
     into_out = "M" not in dims and (keep_n or "N" not in dims)  # the aligned kernel writes `out` itself
     m = ki.M
 
-    def padded_args(tensors):
+    def padded_args(tensors, keep=None):
+        if keep is None:  # autograd may save any operand of a recorded call: none is kept storage then
+            keep = not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
         args = list(tensors)
-        args[ia], args[ib] = pad_a(tensors[ia]), weight(tensors[ib])
+        args[ia], args[ib] = pad_a[1 if keep else 0](tensors[ia]), weight(tensors[ib], keep)
         for i in others:  # addmm's bias, scaled_mm's scales and bias
             args[i] = _pad_vector_like(tensors[i], (ki.N,) if i == 4 else full, padded[1:] if i == 4 else padded)
         return args
@@ -308,7 +313,7 @@ def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, kee
         block = inner(padded_args(tensors), None, **runtime)[..., :m, :n]
         return block.contiguous() if out is None else out.copy_(block)
 
-    if hasattr(inner, "bound"):  # the eager dispatch binds it (dispatch/binding.py)
+    if hasattr(inner, "bound"):  # the eager dispatch binds it (core/binding.py)
         setattr(launch, "bound",
                 lambda tensors, **runtime: _bound(inner, padded_args, tensors, runtime, into_out, m, n))
     return launch
@@ -319,7 +324,7 @@ def _bound(inner: Any, padded_args: Any, tensors: Sequence[Any], runtime: dict, 
     """The padded launch bound to one problem: `inner`'s binding (`inner.bound`, e.g.
     `templates.triton.base.bound_launcher`) to the padded operands of `tensors`, run per call on that
     call's padded operands, `fn(*operands, out=None)`.  None where `inner` declines."""
-    run = inner.bound(padded_args(tensors), **runtime)
+    run = inner.bound(padded_args(tensors, keep=False), **runtime)
     if run is None:
         return None
     if into_out:

@@ -10,10 +10,14 @@ Kept storage is never shared by calls that could overlap: it is keyed by the thr
 the device's current CUDA stream (calls on one stream run in its order, so the next call's copy waits
 for the kernel that read the last one), by the operand's place in the call (A and B of one call never
 share), and by its shape and dtype besides the padded shape, so the zeros are never overwritten by a
-larger block.  An operand is padded as before (`fallback`)
-where keeping its storage would be unsafe: a tensor subclass (a parameter, whose padded copy the caller
-keeps; fake and functional tensors under tracing), an operand that needs gradients, or a CUDA stream
-being captured into a graph.  At most `MAX_BYTES` are kept, the oldest dropped first.
+larger block.  An operand is padded as before (`fallback`) where keeping its storage would be unsafe: a
+tensor subclass (a parameter, whose padded copy the caller keeps; fake and functional tensors under
+tracing), a tensor under `torch.vmap` or another functorch transform, an operand that needs gradients
+(the padded launcher pads every operand of a call autograd records anew: autograd may save any of
+them), a device other than the CPU or a CUDA GPU, or a CUDA stream being captured into a graph.  Its
+memory comes from the caching allocator's general pool, never a CUDA graph's private one
+(`made_outside_pools`).  At most `MAX_BYTES` are kept, the oldest dropped first; `forget` frees them
+all (each tune's runner does when it closes, and `gemmtune.clear_dispatch_cache`).
 
 Example:
     >>> import torch
@@ -51,6 +55,9 @@ def _stream(device: int) -> int:
     return torch.cuda.current_stream(device).cuda_stream  # pragma: no cover - torch without the raw call
 
 
+_functorch_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
+
+
 def stageable(t: torch.Tensor) -> bool:
     """Whether `t`'s padded storage may be kept (the module docstring lists what may not).
 
@@ -58,20 +65,53 @@ def stageable(t: torch.Tensor) -> bool:
         >>> stageable(torch.ones(2)), stageable(torch.nn.Parameter(torch.ones(2)))
         (True, False)
     """
-    if type(t) is not torch.Tensor or (t.requires_grad and torch.is_grad_enabled()):
+    if type(t) is not torch.Tensor or (t.requires_grad and torch.is_grad_enabled()) or _functorch_wrapped(t):
         return False
-    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+    if t.is_cuda:
+        return not torch.cuda.is_current_stream_capturing()
+    return t.device.type == "cpu"
+
+
+_SIDE: dict[int, Any] = {}  # CUDA device index -> a stream of gemmtune's own there
+
+
+def made_outside_pools(make: Callable[[], torch.Tensor], device: torch.device) -> torch.Tensor:
+    """`make()`, a tensor to keep from call to call, with its memory from the caching allocator's general
+    pool: on a CUDA device `make` runs on a stream of gemmtune's own, whose allocations no CUDA graph
+    routes to its private pool (torch.compile's CUDA graphs route their warm-up runs' allocations there,
+    on their own stream, and may write over memory they do not track).  The current stream waits for it,
+    and when it is freed its memory waits for the current stream's work.
+
+    Example:
+        >>> made_outside_pools(lambda: torch.zeros(2), torch.device("cpu")).tolist()
+        [0.0, 0.0]
+    """
+    if device.type != "cuda":
+        return make()
+    current = torch.cuda.current_stream(device)
+    side = _SIDE.get(device.index) or _SIDE.setdefault(device.index, torch.cuda.Stream(device))
+    side.wait_stream(current)  # what `make` reads was written on the current stream
+    with torch.cuda.stream(side):
+        made = make()
+    current.wait_stream(side)
+    made.record_stream(current)
+    return made
 
 
 def _storage(t: torch.Tensor, rows: int, cols: int, row_major: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """New zeroed storage for `t` padded to (rows, cols) in its orientation, and its top-left view."""
+    """New zeroed storage for `t` padded to (rows, cols) in its orientation (`made_outside_pools`), and
+    its top-left view."""
     lead = tuple(t.shape[:-2])
     byte = t.dtype.itemsize == 1 and t.dtype.is_floating_point  # fp8: zero its bytes (0x00 is +0.0)
-    with torch.inference_mode(False):  # kept across calls inside and outside inference mode
-        dims = lead + ((rows, cols) if row_major else (cols, rows))
-        padded = torch.zeros(dims, dtype=torch.uint8 if byte else t.dtype, device=t.device)
-        padded = padded.view(t.dtype) if byte else padded
-        padded = padded if row_major else padded.mT
+    dims = lead + ((rows, cols) if row_major else (cols, rows))
+
+    def zeros() -> torch.Tensor:
+        with torch.inference_mode(False):  # kept across calls inside and outside inference mode
+            return torch.zeros(dims, dtype=torch.uint8 if byte else t.dtype, device=t.device)
+
+    padded = made_outside_pools(zeros, t.device)
+    padded = padded.view(t.dtype) if byte else padded
+    padded = padded if row_major else padded.mT
     return padded, padded[..., : t.shape[-2], : t.shape[-1]]
 
 
@@ -114,7 +154,7 @@ def staged_padder(row_major: bool, rows: int, cols: int, fallback: Callable[[Any
     def pad(t: Any) -> Any:
         if not stageable(t):
             return fallback(t)
-        device = t.get_device()
+        device = t.get_device()  # -1: the CPU
         key = (threading.get_ident(), device, _stream(device), t.dtype, tuple(t.shape), shape_key)
         entry = _kept(key, t, rows, cols, row_major)
         if entry is None:

@@ -1,0 +1,61 @@
+"""Binding a kernel to the one problem it serves.
+
+A warm dispatch entry, a `Selection`, a compiled graph's call of gemmtune's pick (`inductor.extern`) and
+the fp8 dispatch each serve exactly one problem: every operand's shape, strides and dtype and the
+device are fixed.  A template whose launcher offers `bound(*tensors)` (the Triton templates:
+`templates.triton.base.bound_launcher`; aten's mm, bmm and addmm: the torch op; a padded twin of
+either) can then build its argument list once and change only the pointers per call.
+`bound_on_first_call` and `first_call_binding` do that on the first call, with that call's operands;
+the tuner times each candidate the same way (`measure.runners.LocalRunner`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+Kernel = Callable[..., torch.Tensor]
+
+
+def bound_on_first_call(kernel: Kernel) -> list[Kernel]:
+    """A one-element cell holding `kernel`; where `kernel.bound` exists, the cell first holds a
+    callable that, on the first call, replaces itself by `kernel.bound(*tensors)` (or by `kernel`
+    when the binding declines) and runs it.  Callers call `cell[0](*tensors)`.
+
+    Example:
+        >>> calls = []
+        >>> def kernel(a): return a + 1
+        >>> kernel.bound = lambda a: calls.append(a) or (lambda a: a + 2)
+        >>> cell = bound_on_first_call(kernel)
+        >>> cell[0](1), cell[0](1), calls
+        (3, 3, [1])
+    """
+    binder = getattr(kernel, "bound", None)
+    if binder is None:
+        return [kernel]
+
+    def first(*tensors: torch.Tensor, **kw: torch.Tensor) -> torch.Tensor:
+        if cell[0] is first:
+            cell[0] = binder(*tensors) or kernel
+        return cell[0](*tensors, **kw)
+
+    cell: list[Kernel] = [first]
+    return cell
+
+
+def first_call_binding(kernel: Kernel) -> Kernel:
+    """`kernel` itself where it has nothing to bind, else a callable that runs it bound to the problem of
+    its first call (`bound_on_first_call`), passing `out=` on.
+
+    Example:
+        >>> def kernel(a, out=None): return a + 1
+        >>> kernel.bound = lambda a: (lambda a, out=None: a + 2)
+        >>> run = first_call_binding(kernel)
+        >>> run(1), run(1, out=None), first_call_binding(len) is len
+        (3, 3, True)
+    """
+    cell = bound_on_first_call(kernel)
+    if cell[0] is kernel:
+        return kernel
+    return lambda *tensors, **kw: cell[0](*tensors, **kw)
