@@ -127,9 +127,12 @@ def test_a_triton_twin_is_not_offered_where_only_the_outputs_n_is_misaligned():
 
 
 def test_a_parameter_is_padded_once_and_again_after_it_changes(monkeypatch):
-    calls = []
-    real = torch.constant_pad_nd
+    from gemmtune.templates import padded
+
+    calls, copies = [], []
+    real, real_copy = torch.constant_pad_nd, padded.padded_copy
     monkeypatch.setattr(torch, "constant_pad_nd", lambda t, widths: calls.append(tuple(t.shape)) or real(t, widths))
+    monkeypatch.setattr(padded, "padded_copy", lambda t, *a: copies.append(tuple(t.shape)) or real_copy(t, *a))
     linear = torch.nn.Linear(21, 19, bias=False)
     x = torch.randn(13, 21)
     launch, rt = _launch(AtenTemplate("mm"), "mm", x, linear.weight.t())
@@ -137,15 +140,34 @@ def test_a_parameter_is_padded_once_and_again_after_it_changes(monkeypatch):
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(launch((x, linear.weight.t()), None, **rt), x @ linear.weight.t())
-        # the weight once; the activation is copied into kept storage (tests/test_staging.py), never padded anew
-        assert calls.count((19, 21)) == 1 and calls.count((13, 21)) == 0
+        # the weight copied once; the activation is copied into kept storage (tests/test_staging.py)
+        assert copies == [(21, 19)] and calls == []
         linear.weight.mul_(-2.0)  # an optimizer step: the parameter's version moves
         torch.testing.assert_close(launch((x, linear.weight.t()), None, **rt), x @ linear.weight.t())
-        assert calls.count((19, 21)) == 2
+        assert copies == [(21, 19)] * 2
     plain = torch.randn(19, 21).t()  # not a parameter: copied into kept storage on every call
     for _ in range(2):
         torch.testing.assert_close(launch((x, plain), None, **rt), x @ plain)
-    assert calls.count((19, 21)) == 2
+    assert copies == [(21, 19)] * 2 and calls == []
+
+
+def test_a_frozen_weight_keeps_its_padded_copy_while_autograd_records_the_activations_gradient(monkeypatch):
+    from gemmtune.templates import padded
+
+    copies, real_copy = [], padded.padded_copy
+    monkeypatch.setattr(padded, "padded_copy", lambda t, *a: copies.append(tuple(t.shape)) or real_copy(t, *a))
+    linear = torch.nn.Linear(21, 19, bias=False).requires_grad_(False)  # a frozen base weight (LoRA)
+    launch, rt = _launch(AtenTemplate("mm"), "mm", torch.randn(13, 21), linear.weight.t())
+    for _ in range(2):
+        x = torch.randn(13, 21, requires_grad=True)
+        launch((x, linear.weight.t()), None, **rt).sum().backward()
+        torch.testing.assert_close(x.grad, torch.ones(13, 19) @ linear.weight)
+    assert copies == [(21, 19)]  # copied once, kept: autograd saves it, and nothing writes over it
+    linear.weight.requires_grad_(True)  # a trained weight: its padded copy must carry the call's graph
+    x = torch.randn(13, 21)
+    launch((x, linear.weight.t()), None, **rt).sum().backward()
+    torch.testing.assert_close(linear.weight.grad, (x.t() @ torch.ones(13, 19)).t())
+    assert copies == [(21, 19)]
 
 
 def _gpu_problem(m, k, n):

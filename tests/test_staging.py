@@ -133,20 +133,21 @@ def test_a_padded_batched_or_biased_product_stays_right_call_after_call(op):
 @pytest.mark.parametrize("needs_grad", ["a", "b", "weight"])
 def test_calls_autograd_records_never_share_storage_and_backward_sees_each_calls_operands(needs_grad):
     x1, x2, w = torch.randn(13, 21), torch.randn(13, 21), torch.randn(21, 19)
-    if needs_grad == "weight":
-        w = torch.nn.Linear(21, 19, bias=False).weight.t()
+    linear = torch.nn.Linear(21, 19, bias=False)
     launch = _launcher("mm", x1, w)
-    for _ in range(2):  # a parameter's kept padded copy would carry the first backward's freed graph
+    ones = torch.ones(13, 19)
+    for _ in range(2):  # twice: nothing kept from the first backward serves the second
         a1, a2 = x1.clone().requires_grad_(needs_grad == "a"), x2.clone().requires_grad_(needs_grad == "a")
-        b = w.detach().clone().requires_grad_(needs_grad == "b") if needs_grad != "weight" else w
+        b = linear.weight.t() if needs_grad == "weight" else w.clone().requires_grad_(needs_grad == "b")
+        linear.weight.grad = None
         y1, y2 = launch((a1, b), None), launch((a2, b), None)
         (y1.sum() + 2 * y2.sum()).backward()
-        leaf = {"a": a1, "b": b, "weight": None}[needs_grad]
         if needs_grad == "a":
-            torch.testing.assert_close(a1.grad, torch.ones(13, 19) @ w.t())
-            torch.testing.assert_close(a2.grad, 2 * torch.ones(13, 19) @ w.t())
-        elif leaf is not None:
-            torch.testing.assert_close(leaf.grad, x1.t() @ torch.ones(13, 19) + 2 * x2.t() @ torch.ones(13, 19))
+            torch.testing.assert_close(a1.grad, ones @ b.t())
+            torch.testing.assert_close(a2.grad, 2 * ones @ b.t())
+        else:
+            got = linear.weight.grad.t() if needs_grad == "weight" else b.grad
+            torch.testing.assert_close(got, x1.t() @ ones + 2 * x2.t() @ ones)
     assert kept_bytes() == 0
 
 

@@ -72,25 +72,23 @@ def test_a_padded_triton_twin_binds_to_its_problem_and_computes_the_product():
     torch.testing.assert_close(got.float(), a2.float() @ b.float(), rtol=2e-2, atol=2e-2)
 
 
-def test_kept_storage_never_comes_from_a_cuda_graphs_private_pool():
-    # torch.compile's CUDA graphs route their warm-up runs' allocations on their stream to the graph's pool
-    route = getattr(torch._C, "_cuda_beginAllocateCurrentStreamToPool", None)
-    if route is None:
-        pytest.skip("this torch cannot route a stream's allocations to a pool")
+def test_kept_storage_never_comes_from_a_pool_the_calling_thread_is_routed_to():
+    # torch.compile's CUDA graphs route their warm-up's allocations by thread, as `use_mem_pool` does
+    if not hasattr(torch.cuda, "MemPool") or not hasattr(torch.cuda, "use_mem_pool"):
+        pytest.skip("this torch has no memory pools of its own")
     staging.forget()
     pad = staging.staged_padder(True, 64, 1280, lambda t: None, "a")
     a = torch.randn(64, 1234, device="cuda", dtype=BF16)
-    pool, graph_stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
-    graph_stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(graph_stream):
-        route(0, pool)
-        try:
-            kept = pad(a)
-        finally:
-            torch._C._cuda_endAllocateToPool(0, pool)
-            torch._C._cuda_releasePool(0, pool)
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        kept = pad(a)
+        routed = torch.empty(1 << 20, device="cuda")  # a plain allocation here is the pool's
     torch.cuda.synchronize()
-    segment = next(s for s in torch.cuda.memory_snapshot()
-                   if s["address"] <= kept.data_ptr() < s["address"] + s["total_size"])
-    assert tuple(segment["segment_pool_id"]) != tuple(pool)
+
+    def pool_of(ptr):
+        return next(tuple(s["segment_pool_id"]) for s in torch.cuda.memory_snapshot()
+                    if s["address"] <= ptr < s["address"] + s["total_size"])
+
+    assert pool_of(routed.data_ptr()) == tuple(pool.id) != pool_of(kept.data_ptr())
     torch.testing.assert_close(kept[:, :1234], a)
+    torch.testing.assert_close(kept[:, 1234:], torch.zeros(64, 46, device="cuda", dtype=BF16))

@@ -1,6 +1,7 @@
 """Parallel precompile with a per-choice timeout, and compile-on-demand (`Launchers`).
 
-Choices that share a binary (same template + config) compile once.  A binary
+Choices that share a binary (same template + config) compile once.  A job of gemmtune's library kernels
+only (a store hit's library pick) is built in the caller's thread: there is nothing to compile.  A binary
 that fails to compile, overflows the device's resources or exceeds the timeout
 is dropped and logged; the remaining choices go on.
 """
@@ -124,7 +125,8 @@ def precompile(choices: Sequence[Choice], templates: Mapping[str, Template], ki:
 
 
 class CompileJob(CompileResult):
-    """Binaries compiling in a thread pool, usable one by one as they finish.
+    """Binaries compiling in a thread pool, usable one by one as they finish (a job of library kernels
+    only: built in the caller's thread, `_library`).
 
     A CompileResult that fills in while its binaries compile: `ready(choice)` says whether
     `choice`'s binary is done (built or failed), `wait_any(choices)` blocks until one of theirs
@@ -146,7 +148,7 @@ class CompileJob(CompileResult):
         for c in choices:
             self._unique.setdefault(c.binary_key, c)
         workers = workers or min(32, os.cpu_count() or 1)
-        inline = all(c.is_extern for c in self._unique.values())  # library kernels: nothing to compile, no thread
+        inline = all(_library(c) for c in self._unique.values())  # nothing to compile: no thread, no timeout
         self._pool = None if inline else ThreadPoolExecutor(max_workers=max(1, min(workers, len(self._unique) or 1)),
                                                             thread_name_prefix="gemmtune-compile")
         self._started: dict[tuple, float] = {}  # binary key -> when its compile began
@@ -272,6 +274,11 @@ class CompileJob(CompileResult):
                 self._resolved(key)
         if not self._pending:
             self._close()
+
+
+def _library(choice: Choice) -> bool:
+    """A library kernel of gemmtune's (`family` "extern", no source): its "compile" wraps a library op."""
+    return getattr(choice, "family", None) == "extern" and getattr(choice, "src_hash", "") is None
 
 
 def overlap_for(mode: str, isolation: str, device_type: str) -> bool:

@@ -10,6 +10,7 @@ worker process, which runs it with a LocalRunner of its own; `ReplayRunner`
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
@@ -105,7 +106,7 @@ class LocalRunner:
 
     def close(self) -> None:
         self._out = self._ref = None
-        staging.forget()  # the padded twins' kept storage (another stream's, for the second timer's readings)
+        staging.forget(threading.get_ident())  # the storage this thread's padded twins kept while timed
 
     def _fn(self, choice: Choice) -> Callable[[], Any]:
         """One call of `choice` as the eager dispatch makes it: through its launcher's binding to this

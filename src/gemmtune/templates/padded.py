@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs, TensorMeta
 from .base import Launcher, Template, source_hash, streaming
-from .staging import made_outside_pools, staged_padder
+from .staging import padded_copy, staged_padder
 
 PREFIX = "padded_"
 """A padded template's uid is this prefix and its inner template's uid."""
@@ -195,25 +195,29 @@ def padded_problem(ki: KernelInputs, dims: dict[str, int] | None = None, keep_n:
 
 
 class _ParameterPads:
-    """`pad(t)` of a weight, kept while `t` is a parameter (or a view of one) that has not changed;
-    `other(t)` of any other operand (copied into kept storage, `staging`: never kept here).  With `keep`
-    False (a call autograd records) nothing is kept or reused: every operand is `pad(t)` anew."""
+    """`pads` = (pad anew, pad into kept storage, a padded copy to keep) of the weight operand
+    (`_padders`): a parameter's (or a view of one's) copy is kept while the parameter has not changed;
+    any other operand goes into kept storage (`staging`), or with `keep` False (a call autograd records,
+    which may save it) is padded anew, as is a parameter that needs gradients there (its padded copy
+    must carry the call's graph) and any operand while a CUDA graph is captured."""
 
-    def __init__(self, pad: Any, other: Any) -> None:
-        self.pad, self.other = pad, other
+    def __init__(self, pads: tuple[Any, Any, Any]) -> None:
+        self.pad, self.other, self.copy = pads
         self._kept: dict[tuple, tuple[Any, int, Any]] = {}
 
     def __call__(self, t: Any, keep: bool = True) -> Any:
-        base = t if isinstance(t, torch.nn.Parameter) else t._base
-        if not keep or (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if t.is_cuda and torch.cuda.is_current_stream_capturing():
             return self.pad(t)
+        base = t if isinstance(t, torch.nn.Parameter) else t._base
         if not isinstance(base, torch.nn.Parameter):
-            return self.other(t)  # not a weight (an activation): padded on every call
+            return self.other(t) if keep else self.pad(t)  # not a weight (an activation)
+        if t.requires_grad and torch.is_grad_enabled():
+            return self.pad(t)
         key = (id(base), t.data_ptr(), t.shape, t.stride())
         kept = self._kept.get(key)
         if kept is not None and kept[0]() is base and kept[1] == base._version:
             return kept[2]
-        padded = made_outside_pools(lambda: self.pad(t), t.device)
+        padded = self.copy(t)
         self._kept = {k: v for k, v in self._kept.items() if v[0]() is not None}  # forget freed parameters
         self._kept[key] = (weakref.ref(base), base._version, padded)
         return padded
@@ -271,14 +275,15 @@ class PaddedTemplate(Template):
         return padded_launcher(ki, dims, inner, keep)
 
 
-def _padders(meta: TensorMeta, rows: int, cols: int, slot: str) -> tuple[Any, Any]:
-    """(pad anew, pad into kept storage) of the matrix `meta` to (rows, cols) (`matrix_padder`,
-    `staging.staged_padder` for operand `slot`); both the identity where nothing grows."""
+def _padders(meta: TensorMeta, rows: int, cols: int, slot: str) -> tuple[Any, Any, Any]:
+    """(pad anew, pad into kept storage, copy) of the matrix `meta` to (rows, cols) (`matrix_padder`,
+    `staging.staged_padder` for operand `slot`, a new copy to keep: `staging.padded_copy`); each the
+    identity where nothing grows."""
     row_major = _row_major(meta)
     plain = matrix_padder(meta.size[-2:], row_major, rows, cols, meta.dtype)
     if plain is None:
-        return (lambda t: t), (lambda t: t)
-    return plain, staged_padder(row_major, rows, cols, plain, slot)
+        return (lambda t: t), (lambda t: t), (lambda t: t)
+    return plain, staged_padder(row_major, rows, cols, plain, slot), lambda t: padded_copy(t, rows, cols, row_major)
 
 
 def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, keep_n: bool = False) -> Launcher:
@@ -292,7 +297,7 @@ def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, kee
     pad_a, pad_b = _padders(ki.a, M, K, "a"), _padders(ki.b, K, N, "b")
     n = ki.N
     cut = (lambda pad: lambda t: pad(t)[..., :n]) if keep_n and N != n else (lambda pad: pad)
-    weight = _ParameterPads(cut(pad_b[0]), cut(pad_b[1]))
+    weight = _ParameterPads((cut(pad_b[0]), cut(pad_b[1]), cut(pad_b[2])))
     others = [i for i in range(len(ki.operands)) if i not in (ia, ib)]
     full, padded = ((ki.M, ki.N), (M, ki.N if keep_n else N))
     into_out = "M" not in dims and (keep_n or "N" not in dims)  # the aligned kernel writes `out` itself

@@ -16,8 +16,8 @@ tracing), a tensor under `torch.vmap` or another functorch transform, an operand
 (the padded launcher pads every operand of a call autograd records anew: autograd may save any of
 them), a device other than the CPU or a CUDA GPU, or a CUDA stream being captured into a graph.  Its
 memory comes from the caching allocator's general pool, never a CUDA graph's private one
-(`made_outside_pools`).  At most `MAX_BYTES` are kept, the oldest dropped first; `forget` frees them
-all (each tune's runner does when it closes, and `gemmtune.clear_dispatch_cache`).
+(`zeros_outside_pools`).  At most `MAX_BYTES` are kept, the oldest dropped first; `forget` frees them
+all (`gemmtune.clear_dispatch_cache` does; a tune's runner, when it closes, frees its own thread's).
 
 Example:
     >>> import torch
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import torch
@@ -73,46 +74,69 @@ def stageable(t: torch.Tensor) -> bool:
 
 
 _SIDE: dict[int, Any] = {}  # CUDA device index -> a stream of gemmtune's own there
+_HELPER: list[Any] = []  # the one thread that allocates kept storage on a GPU (made on first use)
 
 
-def made_outside_pools(make: Callable[[], torch.Tensor], device: torch.device) -> torch.Tensor:
-    """`make()`, a tensor to keep from call to call, with its memory from the caching allocator's general
-    pool: on a CUDA device `make` runs on a stream of gemmtune's own, whose allocations no CUDA graph
-    routes to its private pool (torch.compile's CUDA graphs route their warm-up runs' allocations there,
-    on their own stream, and may write over memory they do not track).  The current stream waits for it,
-    and when it is freed its memory waits for the current stream's work.
+def zeros_outside_pools(dims: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zero tensor to keep from call to call, its memory from the caching allocator's general pool.
+    On a CUDA device it is allocated and zeroed by a thread of gemmtune's own, on a stream of its own: a
+    CUDA graph routes the allocations of the thread that warms it up or captures it to its private pool
+    (torch.compile's CUDA graphs, `torch.cuda.use_mem_pool`), and may write over memory there that it
+    does not track.  The current stream waits for the zeros, and when the tensor is freed its memory
+    waits for the current stream's work.
 
     Example:
-        >>> made_outside_pools(lambda: torch.zeros(2), torch.device("cpu")).tolist()
+        >>> zeros_outside_pools((2,), torch.float32, torch.device("cpu")).tolist()
         [0.0, 0.0]
     """
+    def zeros() -> torch.Tensor:
+        with torch.inference_mode(False):  # kept across calls inside and outside inference mode
+            return torch.zeros(dims, dtype=dtype, device=device)
+
     if device.type != "cuda":
-        return make()
+        return zeros()
+
+    def on_helper() -> tuple[torch.Tensor, Any]:
+        side = _SIDE.get(device.index) or _SIDE.setdefault(device.index, torch.cuda.Stream(device))
+        with torch.cuda.stream(side):
+            made, done = zeros(), torch.cuda.Event()
+            done.record(side)
+        return made, done
+
+    with _LOCK:
+        if not _HELPER:
+            _HELPER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="gemmtune-staging"))
+    made, done = _HELPER[0].submit(on_helper).result()
     current = torch.cuda.current_stream(device)
-    side = _SIDE.get(device.index) or _SIDE.setdefault(device.index, torch.cuda.Stream(device))
-    side.wait_stream(current)  # what `make` reads was written on the current stream
-    with torch.cuda.stream(side):
-        made = make()
-    current.wait_stream(side)
+    current.wait_event(done)
     made.record_stream(current)
     return made
 
 
 def _storage(t: torch.Tensor, rows: int, cols: int, row_major: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """New zeroed storage for `t` padded to (rows, cols) in its orientation (`made_outside_pools`), and
+    """New zeroed storage for `t` padded to (rows, cols) in its orientation (`zeros_outside_pools`), and
     its top-left view."""
-    lead = tuple(t.shape[:-2])
     byte = t.dtype.itemsize == 1 and t.dtype.is_floating_point  # fp8: zero its bytes (0x00 is +0.0)
-    dims = lead + ((rows, cols) if row_major else (cols, rows))
-
-    def zeros() -> torch.Tensor:
-        with torch.inference_mode(False):  # kept across calls inside and outside inference mode
-            return torch.zeros(dims, dtype=torch.uint8 if byte else t.dtype, device=t.device)
-
-    padded = made_outside_pools(zeros, t.device)
+    dims = tuple(t.shape[:-2]) + ((rows, cols) if row_major else (cols, rows))
+    padded = zeros_outside_pools(dims, torch.uint8 if byte else t.dtype, t.device)
     padded = padded.view(t.dtype) if byte else padded
     padded = padded if row_major else padded.mT
     return padded, padded[..., : t.shape[-2], : t.shape[-1]]
+
+
+def padded_copy(t: torch.Tensor, rows: int, cols: int, row_major: bool) -> torch.Tensor:
+    """A new zero-padded copy of `t` to (rows, cols) in its orientation, for the caller to keep (a
+    parameter's, `templates.padded`): made as kept storage is (`zeros_outside_pools`), recording no
+    autograd graph.
+
+    Example:
+        >>> padded_copy(torch.ones(1, 2, requires_grad=True), 1, 4, True).tolist()
+        [[1.0, 1.0, 0.0, 0.0]]
+    """
+    padded, view = _storage(t, rows, cols, row_major)
+    with torch.no_grad():
+        view.copy_(t)
+    return padded
 
 
 def _kept(key: tuple, t: torch.Tensor, rows: int, cols: int, row_major: bool) -> Any:
@@ -175,13 +199,14 @@ def kept_bytes() -> int:
     return _KEPT_BYTES[0]
 
 
-def forget() -> None:
-    """Drop every kept storage (tests; a caller that wants its memory back).
+def forget(thread: int | None = None) -> None:
+    """Drop the storage kept for calls of `thread` (a `threading.get_ident()`; None: every thread's).
 
     Example:
         >>> forget(); kept_bytes()
         0
     """
     with _LOCK:
-        _KEPT.clear()
-        _KEPT_BYTES[0] = 0
+        for key in [k for k in _KEPT if thread is None or k[0] == thread]:
+            old = _KEPT.pop(key)[0]
+            _KEPT_BYTES[0] -= old.numel() * old.element_size()
