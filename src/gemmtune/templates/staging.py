@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -75,6 +76,8 @@ def stageable(t: torch.Tensor) -> bool:
 
 _SIDE: dict[int, Any] = {}  # CUDA device index -> a stream of gemmtune's own there
 _HELPER: list[Any] = []  # the one thread that allocates kept storage on a GPU (made on first use)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_HELPER.clear)  # a forked child has none of its parent's threads
 
 
 def zeros_outside_pools(dims: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -98,9 +101,9 @@ def zeros_outside_pools(dims: tuple[int, ...], dtype: torch.dtype, device: torch
 
     def on_helper() -> tuple[torch.Tensor, Any]:
         side = _SIDE.get(device.index) or _SIDE.setdefault(device.index, torch.cuda.Stream(device))
-        with torch.cuda.stream(side):
+        with torch.cuda.device(device), torch.cuda.stream(side):
             made, done = zeros(), torch.cuda.Event()
-            done.record(side)
+            done.record(torch.cuda.current_stream(device))  # the stream the zeros were written on
         return made, done
 
     with _LOCK:
