@@ -21,11 +21,17 @@ from helpers import ScriptedTemplate
 
 
 class UnevenTemplate(ScriptedTemplate):
-    """TILE=8 compiles at once; TILE=16 takes `sleep_s` (or fails, with mode="late_error")."""
+    """TILE=8 compiles at once; TILE=16 takes `sleep_s` (or fails, with mode="late_error"), or with a
+    `gate` (a threading.Event) waits until it is set (`sleep_s` at most)."""
+
+    gate = None
 
     def compile(self, choice, ki, example):
         if choice.config_dict["TILE"] == 16:
-            time.sleep(self.sleep_s)
+            if self.gate is None:
+                time.sleep(self.sleep_s)
+            else:
+                self.gate.wait(self.sleep_s)
             if self.mode == "late_error":
                 raise RuntimeError("out of resource: registers")
         return ScriptedTemplate.compile(self.with_mode("ok"), choice, ki, example)
@@ -40,19 +46,31 @@ def mats():
     return torch.randn(48, 32, generator=g), torch.randn(32, 40, generator=g)
 
 
-def tune(template, **settings):
+def tune(template, listen=None, **settings):
     events = []
+
+    def listener(event, **info):
+        events.append((time.perf_counter(), event, info))
+        if listen is not None:
+            listen(event, info)
+
     sel = gemmtune.tune("mm", *mats(), templates=[AtenTemplate("mm"), template], strategy="exhaustive",
-                        store=Store(":memory:"), listener=lambda event, **info: events.append((time.perf_counter(), event, info)),
+                        store=Store(":memory:"), listener=listener,
                         settings=gemmtune.Settings(isolation="off", store="off", cpu_rep_ms=1.0, **settings))
     return sel, events
 
 
 def test_ready_binaries_are_timed_while_a_slow_one_still_compiles():
-    sel, events = tune(UnevenTemplate("uneven", sleep_s=1.0), overlap_compile="on")
+    import threading
+
+    slow = UnevenTemplate("uneven", sleep_s=60.0)
+    slow.gate = threading.Event()  # the slow binary is built only once a fast one was timed (60 s at most)
+    fast = lambda event, info: event == "benchmark" and info["choice"].config_dict.get("TILE") == 8  # noqa: E731
+    sel, events = tune(slow, listen=lambda event, info: fast(event, info) and slow.gate.set(),
+                       overlap_compile="on")
     all_compiled = next(t for t, e, i in events if e == "compile" and i["done"] == i["total"])
-    fast_timed = [t for t, e, i in events if e == "benchmark" and i["choice"].config_dict.get("TILE") == 8]
-    assert fast_timed and min(fast_timed) < all_compiled - 0.5  # timed long before the slow binary was ready
+    fast_timed = [t for t, e, i in events if fast(e, i)]
+    assert fast_timed and min(fast_timed) < all_compiled  # timed before the slow binary was ready
     assert all(t.status == "ok" for t in sel.timings)  # the slow binary was waited for, then timed
     assert {t.choice.config_dict["TILE"] for t in sel.timings if not t.choice.is_extern} == {8, 16}
 
