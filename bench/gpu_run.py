@@ -68,6 +68,8 @@ JOBS: dict[str, Job] = {
                               (*PYTEST[:-2], "--lf", "--lfnf", "none", "tests/gpu"), 300, dsl=None),
     "tests-core": Job("tests/gpu: kernels, Hopper templates, skinny shapes, compiled programs",
                       gpu_tests("test_gpu", "test_hopper_templates", "test_skinny_gpu", "test_compiled_gpu"), 400),
+    "tests-hard": Job("tests/gpu: hard shapes (padded twins, kept padded storage), dynamic-M buckets",
+                      gpu_tests("test_hard_shapes_gpu", "test_staging_gpu", "test_dynamic_gpu"), 400),
     "tests-api": Job("tests/gpu: the public API, fault isolation, preview templates, autocast, the store",
                      gpu_tests("test_api_gpu", "test_faults_gpu", "test_preview_templates", "test_autocast_gpu",
                                "test_share_kernels_gpu", "test_kernel_configs_gpu"), 500),

@@ -24,6 +24,12 @@ def runner(monkeypatch):
     return module
 
 
+def test_every_gpu_test_file_runs_in_a_job_of_its_own_group(runner):
+    named = {arg for name, job in runner.JOBS.items() if name != "tests-all" for arg in job.argv}
+    files = {f"tests/gpu/{p.name}" for p in (ROOT / "tests" / "gpu").glob("test_*.py")}
+    assert files and files <= named, sorted(files - named)  # tests-all alone is too long for one call
+
+
 def test_every_job_names_files_and_shapes_that_exist(runner):
     def names(suite):
         return {s["name"] for s in json.loads((ROOT / suite).read_text())["shapes"]}
