@@ -15,6 +15,7 @@ import torch
 
 import gemmtune
 import gemmtune.inductor as gi
+from gemmtune.core.binding import bound_to
 from gemmtune.core.errors import InputError
 from gemmtune.core.choices import Choice
 from gemmtune.core.inputs import KernelInputs, TensorMeta
@@ -263,28 +264,24 @@ def test_a_kernel_whose_launcher_binds_is_bound_once_and_writes_into_inductors_b
 
     kernel.bound = bind
     a, b, out = torch.randn(3, 4), torch.randn(4, 5), torch.empty(3, 5)
-    problem = KernelInputs.from_tensors("mm", a, b)
-    def pick(uid, kernel):
-        return types.SimpleNamespace(problem=problem, winner=Choice(uid, "h", family="triton"), kernel=kernel)
-
     text = dynamic.table_text("mm", 1, 1, {4: "triton_mm"}, "A(M, 4) (4, 1) float32; B(4, 5) (5, 1) float32")
-    dynamic.register(text, [TensorMeta.of(a), TensorMeta.of(b)], dynamic._bound(pick("triton_mm", kernel), (a, b)))
+    dynamic.register(text, [TensorMeta.of(a), TensorMeta.of(b)], bound_to(kernel, (a, b)))
     for _ in range(2):
         assert dynamic.run_buckets(a, b, table=text, out=out) is out
     assert torch.allclose(out, a @ b) and calls == ["bind", "bound", "bound"]
     unbound = lambda *t, out=None: torch.mm(*t, out=out)  # noqa: E731
     unbound.bound = lambda *t: None  # a launcher that declines: the kernel as it is
-    assert dynamic._bound(pick("triton_mm", unbound), (a, b)) is unbound
+    assert bound_to(unbound, (a, b)) is unbound
 
 
 def test_a_library_pick_of_an_mm_runs_torch_mm_itself():
     """torch.mm(a, b, out=out) is what aten_mm's launcher runs: the graph's call skips the launcher's frames."""
     a, b = torch.randn(3, 4), torch.randn(4, 5)
     sel = gemmtune.tune("mm", a, b, backends=("extern",), settings=OFF, progress=False)
-    assert sel.winner.template_uid == "aten_mm" and dynamic._bound(sel, (a, b)) is torch.mm
+    assert sel.winner.template_uid == "aten_mm" and bound_to(sel.kernel, (a, b)) is torch.mm
     bias, out = torch.randn(5), torch.empty(3, 5)
     sel = gemmtune.tune("addmm", bias, a, b, alpha=0.5, beta=2.0, backends=("extern",), settings=OFF, progress=False)
-    bound = dynamic._bound(sel, (bias, a, b))  # torch.addmm on the bias expanded as its launcher expands it
+    bound = bound_to(sel.kernel, (bias, a, b))  # torch.addmm on the bias expanded as its launcher expands it
     assert bound is not sel.kernel and bound(bias, a, b, out=out) is out
     torch.testing.assert_close(out, torch.addmm(bias, a, b, alpha=0.5, beta=2.0))
 
@@ -365,15 +362,15 @@ def test_a_buffer_laid_out_after_lowering_gets_a_kernel_bound_to_the_strides_it_
     must never serve it."""
     misread = []
 
-    def bound_like_triton(sel, tensors):
-        fixed, kernel = [t.stride() for t in tensors], sel.kernel
+    def bound_like_triton(kernel, tensors):
+        fixed = [t.stride() for t in tensors]
 
         def bound(*operands, out=None):
             misread.extend(t.stride() for t, s in zip(operands, fixed) if t.stride() != s)
             return kernel(*[torch.as_strided(t, t.shape, s) for t, s in zip(operands, fixed)], out=out)
         return bound
 
-    monkeypatch.setattr(dynamic, "_bound", bound_like_triton)
+    monkeypatch.setattr(dynamic, "bound_to", bound_like_triton)
     gi.install(settings=OFF, m="1:64")
     w = torch.randn(24, 40)
     f = torch.compile(lambda x: (torch.relu(x) * 2) @ w.t())

@@ -11,11 +11,25 @@ the tuner times each candidate the same way (`measure.runners.LocalRunner`).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
 Kernel = Callable[..., torch.Tensor]
+
+
+def bound_to(kernel: Kernel, tensors: Sequence[torch.Tensor]) -> Kernel:
+    """`kernel` bound to the problem of `tensors` (`kernel.bound(*tensors)`), or `kernel` itself where it
+    has nothing to bind or its binding declines.
+
+    Example:
+        >>> def kernel(a): return a + 1
+        >>> kernel.bound = lambda a: None if a < 0 else (lambda a: a + 2)
+        >>> bound_to(kernel, (1,))(1), bound_to(kernel, (-1,)) is kernel, bound_to(len, ("ab",)) is len
+        (3, True, True)
+    """
+    binder = getattr(kernel, "bound", None)
+    return (binder(*tensors) if binder is not None else None) or kernel
 
 
 def bound_on_first_call(kernel: Kernel) -> list[Kernel]:
@@ -31,13 +45,12 @@ def bound_on_first_call(kernel: Kernel) -> list[Kernel]:
         >>> cell[0](1), cell[0](1), calls
         (3, 3, [1])
     """
-    binder = getattr(kernel, "bound", None)
-    if binder is None:
+    if getattr(kernel, "bound", None) is None:
         return [kernel]
 
     def first(*tensors: torch.Tensor, **kw: torch.Tensor) -> torch.Tensor:
         if cell[0] is first:
-            cell[0] = binder(*tensors) or kernel
+            cell[0] = bound_to(kernel, tensors)
         return cell[0](*tensors, **kw)
 
     cell: list[Kernel] = [first]

@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..core.binding import bound_to
 from ..core.choices import keep_only
 from ..core.inputs import KernelInputs, TensorMeta, device_str, stand_in
 from ..core.m_range import MAX_M, bucket_of, buckets_for, parse_m
@@ -210,14 +211,6 @@ def _key(text: str, operands: Any) -> tuple:
     return key if len(operands) == 2 else (*key, tuple(operands[0].size), tuple(operands[0].stride), operands[0].dtype)
 
 
-def _bound(sel: Any, tensors: Any) -> Callable[..., torch.Tensor]:
-    """The kernel of `sel` bound to the problem of `tensors` where its launcher can be (a Triton template's
-    on a GPU: the argument list built once, only the pointers change per call; aten's mm and addmm: torch's
-    op), else `sel.kernel`."""
-    binder = getattr(sel.kernel, "bound", None)
-    return (binder(*tensors) if binder is not None else None) or sel.kernel
-
-
 def register(text: str, operands: Any, kernel: Callable[..., torch.Tensor]) -> None:
     """Keep the kernel a bucket's tune compiled (`operands`: its problem's TensorMetas)."""
     with _LOCK:
@@ -263,7 +256,7 @@ def _build(text: str, tensors: tuple[torch.Tensor, ...], settings: Any, pool: An
     if sel.kernel is None:
         raise RuntimeError(f"gemmtune bucketed GEMM: {sel.problem.describe()}: no kernel to run")
     STATS["builds"] += 1
-    return _bound(sel, tensors), sel.winner.key == picks[bucket]
+    return bound_to(sel.kernel, tensors), sel.winner.key == picks[bucket]
 
 
 def run_buckets(*tensors: torch.Tensor, table: str, out: torch.Tensor) -> torch.Tensor:
@@ -351,7 +344,7 @@ def tune_table(kernel_inputs: Any, op_name: str, symbol: Any, wanted: Any, setti
             sel = tune(op_name, *tensors, settings=settings, templates=pool, store_tag="inductor",
                        alpha=ki.alpha, beta=ki.beta, progress=False)
             if sel.kernel is not None:
-                kernels.append((ki.operands, _bound(sel, tensors)))
+                kernels.append((ki.operands, bound_to(sel.kernel, tensors)))
         from_store.append(bool(sel.cache_hit))
         return sel.winner.key
 
