@@ -12,7 +12,7 @@ import gemmtune.templates.triton.base as triton_base
 import gemmtune.templates.triton.tma as tma
 from gemmtune.core.inputs import KernelInputs, TensorMeta
 from gemmtune.templates.triton.tma import (TritonTMAPersistentTemplate, b_trans, config_space, fit_configs,
-                                           tma_compatible, tma_store)
+                                           row_groups, tma_compatible, tma_store)
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available()
 needs_interp = pytest.mark.skipif(not INTERP, reason="numerics run through Triton's interpreter on CPU")
@@ -62,6 +62,9 @@ def test_a_store_through_pointers_budgets_a_whole_tile_for_its_epilogue():
     cfg = dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8, EPILOGUE_SUBTILE=1)
     assert fit_configs([cfg], 8192, 50257, 768, 2, 232448) and not fit_configs([cfg], 8192, 50257, 768, 2, 232448,
                                                                               tma_out=False)
+    both = [dict(cfg, BLOCK_N=256, BLOCK_M=128, num_stages=3, EPILOGUE_SUBTILE=s) for s in (0, 1)]
+    assert len(fit_configs(both, 8192, 50257, 768, 2, 232448)) == 2
+    assert [c["EPILOGUE_SUBTILE"] for c in fit_configs(both, 8192, 50257, 768, 2, 232448, tma_out=False)] == [0]
 
 
 def test_tma_compatible_layouts():
@@ -159,6 +162,41 @@ def test_an_output_whose_rows_tma_cannot_store_is_written_through_pointers(op, d
     ki = ki_of(op, *tensors)
     assert not tma_store(ki)
     run_all(op, tensors, alpha=0.5 if op == "addmm" else 1.0, beta=-2.0 if op == "addmm" else 1.0)
+
+
+def test_row_groups_take_two_byte_outputs_of_a_transposed_weight_with_m_a_multiple_of_8():
+    a16, w21 = torch.ones(16, 64, dtype=F16), torch.ones(21, 64, dtype=F16)
+    assert row_groups(ki_of("mm", a16, w21.t()))
+    assert not row_groups(ki_of("mm", a16, torch.ones(24, 64, dtype=F16).t()))  # rows aligned: one descriptor
+    assert not row_groups(ki_of("mm", a16[:12], w21.t()))  # M % 8
+    assert not row_groups(ki_of("mm", a16.float(), w21.float().t()))  # 4-byte output
+    assert not row_groups(ki_of("mm", a16, torch.ones(64, 21, dtype=F16)))  # B row-major: TMA cannot load it
+
+
+@needs_interp
+@pytest.mark.parametrize("op", ["mm", "addmm"])
+@pytest.mark.parametrize("shape", [(136, 72, 21), (64, 40, 97), (8, 32, 9), (520, 48, 70)])
+def test_rows_tma_cannot_store_go_out_by_row_groups_and_every_element_is_written_once(op, shape, dtype=F16):
+    # fp16: the interpreter's dot reads bf16 tiles from descriptors as integers (tests/gpu runs bf16)
+    # N mod 8 = 5, 1, 1, 6: each row group starts at another column; 520 / 8 = 65 rows a group: a part tile
+    tensors = operands(op, *shape, dtype, "col")
+    ki = ki_of(op, *tensors, alpha=0.5 if op == "addmm" else 1.0, beta=-2.0 if op == "addmm" else 1.0)
+    assert row_groups(ki)
+    run_all(op, tensors, alpha=ki.alpha, beta=ki.beta)
+    t = TritonTMAPersistentTemplate(space=SMALL[:1], num_sms=2)
+    launch = t.compile(t.configs(ki)[0], ki, tensors)
+    M, N = ki.out_size
+    storage = torch.full((M * N + 64,), 7.0, dtype=dtype)  # a sentinel past the output's last row
+    launch(tensors, storage[:M * N].view(M, N))
+    assert torch.equal(storage[M * N:], torch.full((64,), 7.0, dtype=dtype))
+
+
+@needs_interp
+def test_row_groups_with_a_2d_bias_and_every_program_count():
+    bias, a, b = operands("addmm", 48, 32, 37, F16, "col")
+    run_all("addmm", (torch.randn(48, 37, dtype=F16), a, b), alpha=2.0, beta=0.5)
+    for sms in (1, 7, 40):
+        run_all("mm", (a, b), template=TritonTMAPersistentTemplate(space=SMALL[:1], num_sms=sms))
 
 
 @needs_interp

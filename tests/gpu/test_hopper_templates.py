@@ -86,6 +86,24 @@ def test_tma_writes_an_output_whose_rows_tma_cannot_store_through_pointers(op, s
 
 
 @needs_hopper
+@pytest.mark.parametrize("op", ["mm", "addmm"])
+@pytest.mark.parametrize("shape", [(1024, 768, 30522), (336, 1280, 51865), (8, 4096, 32001), (4096, 768, 50257)])
+def test_tma_stores_rows_tma_cannot_by_row_groups_and_writes_nothing_past_the_output(op, shape):
+    from gemmtune.templates.triton.tma import row_groups
+
+    tensors = operands(op, *shape, torch.bfloat16, "col")  # M a multiple of 8: the row-group kernel
+    t = TritonTMAPersistentTemplate(space=TMA_SPACE)
+    ki = check_all(t, op, tensors, alpha=0.5 if op == "addmm" else 1.0)
+    assert row_groups(ki)
+    M, N = ki.out_size
+    for choice in t.configs(ki)[::4]:
+        storage = torch.full((M * N + 64,), 7.0, dtype=torch.bfloat16, device="cuda")  # a sentinel past the end
+        t.compile(choice, ki, tensors)(tensors, storage[:M * N].view(M, N), **choice.runtime_dict)
+        torch.cuda.synchronize()
+        assert torch.equal(storage[M * N:], torch.full_like(storage[M * N:], 7.0)), choice.key
+
+
+@needs_hopper
 def test_tma_refuses_what_tma_cannot_describe():
     t = TritonTMAPersistentTemplate()
     odd_k = operands("mm", 64, 1001, 64, torch.bfloat16, "row")

@@ -87,7 +87,8 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
     conversion scratch the compiler adds: BM*BN bytes, measured on an H200) exceed shared memory.
     `elt_bytes` is the operands' element size, `out_bytes` the output's (default: the same); a space
     without EPILOGUE_SUBTILE stages the whole output tile, and so does a store through pointers
-    (`tma_out` False: the layout conversion before it takes a whole tile, measured on an H100).
+    (`tma_out` False: the layout conversion before it takes a whole tile, measured on an H100), which
+    has no subtiles (EPILOGUE_SUBTILE 0, so the two settings make one config).
 
     Example:
         >>> cfg = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=4, num_warps=8, EPILOGUE_SUBTILE=1)
@@ -99,8 +100,8 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
     for cfg in space:
         c = dict(cfg, BLOCK_M=min(cfg["BLOCK_M"], cap_m), BLOCK_N=min(cfg["BLOCK_N"], cap_n),
                  BLOCK_K=min(cfg["BLOCK_K"], cap_k))
-        if "EPILOGUE_SUBTILE" in c and c["BLOCK_N"] < 64:
-            c["EPILOGUE_SUBTILE"] = 0
+        if "EPILOGUE_SUBTILE" in c and (c["BLOCK_N"] < 64 or not tma_out):
+            c["EPILOGUE_SUBTILE"] = 0  # a store through pointers has no subtiles: one binary, not two
         if c["num_warps"] == 8 and c["BLOCK_M"] < 128:
             c["num_warps"] = 4
         bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
@@ -140,6 +141,20 @@ def tma_store(ki: KernelInputs) -> bool:
         (False, True)
     """
     return (ki.N * ki.result_dtype.itemsize) % 16 == 0
+
+
+def row_groups(ki: KernelInputs) -> bool:
+    """Whether the kernel stores an output whose rows TMA cannot (`tma_store`) through descriptors of its
+    row groups (`tma_kernel.tma_row_groups_kernel`): 2-byte elements, B = W.t(), M a multiple of 8.
+
+    Example:
+        >>> import torch
+        >>> a, odd = torch.ones(16, 64, dtype=torch.float16), torch.ones(21, 64, dtype=torch.float16)
+        >>> row_groups(KernelInputs.from_tensors("mm", a, odd.t())), row_groups(KernelInputs.from_tensors("mm", a[:4], odd.t()))
+        (True, False)
+    """
+    return (not tma_store(ki) and ki.result_dtype.itemsize == 2 and ki.M % 8 == 0 and ki.M >= 8
+            and b_trans(ki) is True)
 
 
 def b_trans(ki: KernelInputs) -> bool | None:
@@ -245,15 +260,13 @@ class TritonTMAPersistentTemplate(TritonTemplate):
         if streaming(ki.M, ki.N, ki.K):
             return []  # no K loop to overlap (`templates.base.streaming`)
         return fit_configs(self.space, ki.M, ki.N, ki.K, ki.dtype.itemsize, smem_limit(ki.device),
-                           has_bias=epilogue_flags(ki)["HAS_BIAS"], tma_out=tma_store(ki))
+                           has_bias=epilogue_flags(ki)["HAS_BIAS"], tma_out=tma_store(ki) or row_groups(ki))
 
     def sms(self, ki: KernelInputs) -> int:
         """Programs of a full persistent grid: the device's SMs (constexpr NUM_SMS: one binary per device)."""
         return self.num_sms or (_INTERPRETER_SMS if ki.device_type == "cpu" else sm_count(ki.device))
 
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
-        from .tma_kernel import tma_persistent_kernel
-
         cfg = choice.config_dict
         M, N, K = ki.M, ki.N, ki.K
         trans = b_trans(ki)
@@ -261,13 +274,10 @@ class TritonTMAPersistentTemplate(TritonTemplate):
             raise ValueError(f"triton_tma_persistent: {ki.describe()} has strides TMA cannot describe")
         stride_am = row_stride(ki.a.stride, ki.a.size, "row", ki.dtype.itemsize)
         stride_b = row_stride(ki.b.stride, ki.b.size, "col" if trans else "row", ki.dtype.itemsize)
-        sms = self.sms(ki)
-        grid = (max(1, min(sms, cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"]))), 1, 1)
-        run = KernelLaunch(tma_persistent_kernel, grid, dict(
-            {k: cfg[k] for k in TILE_KEYS}, B_TRANS=trans, EPILOGUE_SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]),
-            NUM_SMS=sms, **epilogue_flags(ki), INPUT_PRECISION=input_precision(ki.dtype), TMA_STORE=tma_store(ki)))
+        run = self._kernel(ki, cfg, trans)
         interp = interpreting()
-        stored = run.meta["TMA_STORE"]
+        grouped = row_groups(ki)
+        stored = grouped or tma_store(ki)
 
         def args(tensors, out, swizzle):
             bias, a, b = split_operands(ki, tensors)
@@ -277,6 +287,23 @@ class TritonTMAPersistentTemplate(TritonTemplate):
             if not interp:
                 ensure_allocator()  # the launch (JIT or direct) takes the descriptors' scratch from it
             bias, sbias = bias_args(bias, out, M, N)
+            if grouped:
+                return (a, b, out, bias, M, N, K, stride_am, stride_b, *sbias, ki.alpha, ki.beta, swizzle)
             return (a, b, out, bias, M, N, K, stride_am, stride_b, N, *sbias, ki.alpha, ki.beta, swizzle)
 
         return swizzled_launcher(ki, example, run, args, before=None if interp else ensure_allocator)
+
+    def _kernel(self, ki: KernelInputs, cfg: Mapping[str, Any], trans: bool) -> KernelLaunch:
+        """The persistent kernel for this problem: by row groups where the output's rows are not 16-byte
+        aligned and `row_groups` holds, else the plain one (its output through TMA or pointers)."""
+        from .tma_kernel import tma_persistent_kernel, tma_row_groups_kernel
+
+        sms, tile = self.sms(ki), {k: cfg[k] for k in TILE_KEYS}
+        flags = dict(EPILOGUE_SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]), NUM_SMS=sms, **epilogue_flags(ki),
+                     INPUT_PRECISION=input_precision(ki.dtype))
+        if row_groups(ki):
+            tiles = 8 * cdiv(ki.M // 8, cfg["BLOCK_M"]) * (cdiv(ki.N, cfg["BLOCK_N"]) + 1)
+            return KernelLaunch(tma_row_groups_kernel, (max(1, min(sms, tiles)), 1, 1), dict(tile, **flags))
+        tiles = cdiv(ki.M, cfg["BLOCK_M"]) * cdiv(ki.N, cfg["BLOCK_N"])
+        return KernelLaunch(tma_persistent_kernel, (max(1, min(sms, tiles)), 1, 1),
+                            dict(tile, B_TRANS=trans, TMA_STORE=tma_store(ki), **flags))

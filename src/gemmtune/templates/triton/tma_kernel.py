@@ -10,6 +10,16 @@ B_TRANS the rows of a `[N, K]` weight (B = W.t(), as in `nn.Linear`).  The outpu
 stored through a descriptor too where its rows are 16-byte aligned (TMA_STORE), else with masked
 pointer stores, so a vocabulary head whose N is not a multiple of 8 still loads through TMA.
 
+`tma_row_groups_kernel` stores such an output (2 bytes an element, B = W.t(), M a multiple of 8) through
+TMA as well.  Read 8 rows at a time as one long row, the output is a [M/8, 8N] matrix whose row stride
+is 16-byte aligned; row 8i + j of the output is its columns [jN, jN + N) of long row i.  The kernel
+multiplies each row group j (rows j, j + 8, ...: a 3-D descriptor of A) by W's rows from s_j on, s_j
+being the first column at which row j's address is 16-byte aligned (W's row coordinate is free), so
+each tile of group j starts at an aligned column of the long rows and goes out through a descriptor.  A
+group's tiles that cross the row's end, and the one before its first tile (columns [s_j - BLOCK_N,
+s_j)), are stored through masked pointers; TMA writes whole 16-byte chunks, so no descriptor store
+ever reaches past a row's end into the next.
+
 Every descriptor needs a 16-byte-aligned base and 16-byte-aligned row strides (the template
 checks this); creating descriptors on the device needs a scratch allocator
 (`triton.set_allocator`, set by the template before each launch).
@@ -114,3 +124,55 @@ def tma_persistent_kernel(
         else:
             store_tile(acc, C, BIAS, rm, rn, 0, M, N, 0, stride_cm, 1, stride_biasm, stride_biasn,
                        alpha, beta, HAS_BIAS, SCALED)
+
+
+@triton.jit
+def _group_tile(tile, grid_mi, grid_n, N, GROUP_M, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(j, i0, c0) of a row-group tile: row group j, first long row i0, first output column c0 (s_j plus
+    whole tiles; the lead tile's c0 = s_j - BLOCK_N is negative)."""
+    pid_m, pid_n = swizzled_tile(tile, 8 * grid_mi, grid_n + 1, GROUP_M)
+    j = pid_m // grid_mi
+    return j, (pid_m % grid_mi) * BLOCK_M, (pid_n - 1) * BLOCK_N + (8 - (j * N) % 8) % 8
+
+
+@triton.jit(do_not_specialize=["GROUP_M"])
+def tma_row_groups_kernel(
+    A, B, C, BIAS,
+    M, N, K,
+    stride_am, stride_b_row,
+    stride_biasm, stride_biasn,
+    alpha, beta,
+    GROUP_M,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+):
+    rows = M // 8
+    a_desc = tl.make_tensor_descriptor(A, shape=[8, rows, K], strides=[stride_am, 8 * stride_am, 1],
+                                       block_shape=[1, BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(B, shape=[N, K], strides=[stride_b_row, 1], block_shape=[BLOCK_N, BLOCK_K])
+    long_rows = _out_descriptor(C, rows, 8 * N, 8 * N, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+    grid_mi = tl.cdiv(rows, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    num_tiles = 8 * grid_mi * (grid_n + 1)
+    tile_c = tl.program_id(0) - NUM_SMS
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=True):
+        j, i0, c0 = _group_tile(tile, grid_mi, grid_n, N, GROUP_M, BLOCK_M, BLOCK_N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kk in range(k_steps):
+            a = tl.reshape(a_desc.load([j, i0, kk * BLOCK_K]), (BLOCK_M, BLOCK_K))
+            b = b_desc.load([c0, kk * BLOCK_K])
+            acc = tl.dot(a, b.T, acc, input_precision=INPUT_PRECISION)
+        tile_c += NUM_SMS
+        j, i0, c0 = _group_tile(tile_c, grid_mi, grid_n, N, GROUP_M, BLOCK_M, BLOCK_N)
+        rm = j + 8 * (i0 + tl.arange(0, BLOCK_M))
+        rn = c0 + tl.arange(0, BLOCK_N)
+        if c0 >= 0 and c0 + BLOCK_N <= N:
+            acc = alpha_bias(acc, BIAS, rm, rn, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, SCALED)
+            _store(long_rows, acc, i0, j * N + c0, C.dtype.element_ty, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+        else:  # the lead tile and the one crossing the row's end: masked, never past the row
+            cols = tl.where(rn >= 0, rn, N)
+            acc = alpha_bias(acc, BIAS, rm, cols, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, SCALED)
+            mask = (rm[:, None] < M) & (cols[None, :] < N)
+            tl.store(C + rm[:, None] * N + cols[None, :], acc.to(C.dtype.element_ty), mask=mask)
