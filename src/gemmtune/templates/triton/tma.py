@@ -4,8 +4,10 @@ For Hopper-class GPUs (compute capability >= 9) and fp16/bf16 (fp32 with `allow_
 `mm` and `addmm` with a row-major A and a row-major B or a transposed contiguous weight
 (`B = W.t()`).  TMA needs 16-byte-aligned row strides of A and B (checked by `tma_compatible`) and
 16-byte-aligned base pointers (checked at compile and launch).  The output goes through a descriptor
-too where its rows are 16-byte aligned (`tma_store`), else through masked pointer stores: a
-vocabulary head with an odd N, or a padded twin that keeps N, loads through TMA all the same.
+too where its rows are 16-byte aligned (`tma_store`); a wide vocabulary head whose rows are not goes
+out by row groups (`row_groups`: 8 rows read as one long, aligned row), and any other output through
+masked pointer stores, so a head with an odd N, or a padded twin that keeps N, loads through TMA all
+the same.
 
 Compile-time config: BLOCK_M/N/K, num_stages, num_warps, EPILOGUE_SUBTILE (0/1).  Runtime:
 `swizzle` (GROUP_M), M, N, K, strides.  The grid is `min(SMs, tiles)` programs.
@@ -40,6 +42,7 @@ from .base import (ACC_REGS_MAX, DEFAULT_SMEM, TILE_KEYS, KernelLaunch, TritonTe
                    swizzled_launcher, triton_available)
 
 _INTERPRETER_SMS = 4
+ROW_GROUPS_MIN_N = 4096  # below it, the row-group kernel's edge tiles are a large share of its work
 _SMEM_RESERVE = 1024  # bytes the compiler keeps for barriers and scalars
 
 
@@ -145,15 +148,16 @@ def tma_store(ki: KernelInputs) -> bool:
 
 def row_groups(ki: KernelInputs) -> bool:
     """Whether the kernel stores an output whose rows TMA cannot (`tma_store`) through descriptors of its
-    row groups (`tma_kernel.tma_row_groups_kernel`): 2-byte elements, B = W.t(), M a multiple of 8.
+    row groups (`tma_kernel.tma_row_groups_kernel`): 2-byte elements, B = W.t() and N of at least
+    `ROW_GROUPS_MIN_N` (a vocabulary head), where the few tiles it stores through pointers cost little.
 
     Example:
         >>> import torch
-        >>> a, odd = torch.ones(16, 64, dtype=torch.float16), torch.ones(21, 64, dtype=torch.float16)
-        >>> row_groups(KernelInputs.from_tensors("mm", a, odd.t())), row_groups(KernelInputs.from_tensors("mm", a[:4], odd.t()))
+        >>> a, w = torch.ones(5, 64, dtype=torch.float16), torch.ones(32001, 64, dtype=torch.float16)
+        >>> row_groups(KernelInputs.from_tensors("mm", a, w.t())), row_groups(KernelInputs.from_tensors("mm", a, w[:999].t()))
         (True, False)
     """
-    return (not tma_store(ki) and ki.result_dtype.itemsize == 2 and ki.M % 8 == 0 and ki.M >= 8
+    return (not tma_store(ki) and ki.result_dtype.itemsize == 2 and ki.N >= ROW_GROUPS_MIN_N
             and b_trans(ki) is True)
 
 
@@ -291,7 +295,8 @@ class TritonTMAPersistentTemplate(TritonTemplate):
                 return (a, b, out, bias, M, N, K, stride_am, stride_b, *sbias, ki.alpha, ki.beta, swizzle)
             return (a, b, out, bias, M, N, K, stride_am, stride_b, N, *sbias, ki.alpha, ki.beta, swizzle)
 
-        return swizzled_launcher(ki, example, run, args, before=None if interp else ensure_allocator)
+        return swizzled_launcher(ki, example, run, args, before=None if interp else ensure_allocator,
+                                 fits=(lambda out: out.data_ptr() % 16 == 0) if stored else None)
 
     def _kernel(self, ki: KernelInputs, cfg: Mapping[str, Any], trans: bool) -> KernelLaunch:
         """The persistent kernel for this problem: by row groups where the output's rows are not 16-byte
@@ -302,7 +307,9 @@ class TritonTMAPersistentTemplate(TritonTemplate):
         flags = dict(EPILOGUE_SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]), NUM_SMS=sms, **epilogue_flags(ki),
                      INPUT_PRECISION=input_precision(ki.dtype))
         if row_groups(ki):
-            tiles = 8 * cdiv(ki.M // 8, cfg["BLOCK_M"]) * (cdiv(ki.N, cfg["BLOCK_N"]) + 1)
+            groups, bn = 8 * cdiv(ki.M // 8, cfg["BLOCK_M"]), cfg["BLOCK_N"]
+            edges = 3 * groups + (cdiv(ki.N, bn) if ki.M % 8 else 0)  # the second loop's tiles
+            tiles = max(groups * ((ki.N - 7) // bn), edges)
             return KernelLaunch(tma_row_groups_kernel, (max(1, min(sms, tiles)), 1, 1), dict(tile, **flags))
         tiles = cdiv(ki.M, cfg["BLOCK_M"]) * cdiv(ki.N, cfg["BLOCK_N"])
         return KernelLaunch(tma_persistent_kernel, (max(1, min(sms, tiles)), 1, 1),

@@ -10,15 +10,14 @@ B_TRANS the rows of a `[N, K]` weight (B = W.t(), as in `nn.Linear`).  The outpu
 stored through a descriptor too where its rows are 16-byte aligned (TMA_STORE), else with masked
 pointer stores, so a vocabulary head whose N is not a multiple of 8 still loads through TMA.
 
-`tma_row_groups_kernel` stores such an output (2 bytes an element, B = W.t(), M a multiple of 8) through
-TMA as well.  Read 8 rows at a time as one long row, the output is a [M/8, 8N] matrix whose row stride
-is 16-byte aligned; row 8i + j of the output is its columns [jN, jN + N) of long row i.  The kernel
-multiplies each row group j (rows j, j + 8, ...: a 3-D descriptor of A) by W's rows from s_j on, s_j
-being the first column at which row j's address is 16-byte aligned (W's row coordinate is free), so
-each tile of group j starts at an aligned column of the long rows and goes out through a descriptor.  A
-group's tiles that cross the row's end, and the one before its first tile (columns [s_j - BLOCK_N,
-s_j)), are stored through masked pointers; TMA writes whole 16-byte chunks, so no descriptor store
-ever reaches past a row's end into the next.
+`tma_row_groups_kernel` stores such an output (2 bytes an element, B = W.t()) through TMA as well.
+Read 8 rows at a time as one long row, the output is a [M // 8, 8N] matrix whose row stride is 16-byte
+aligned; row 8i + j of the output is its columns [jN, jN + N) of long row i.  The kernel multiplies
+each row group j (rows j, j + 8, ...: a 3-D descriptor of A) by W's rows from s_j on, s_j being the
+first column at which row j's address is 16-byte aligned (W's row coordinate is free), so each whole
+tile of group j starts at an aligned column of the long rows, ends inside the row, and goes out
+through a descriptor.  Per group and block of long rows, the tile before s_j and the one or two after
+the whole tiles are stored through masked pointers, and so are the last M % 8 rows (row-major tiles).
 
 Every descriptor needs a 16-byte-aligned base and 16-byte-aligned row strides (the template
 checks this); creating descriptors on the device needs a scratch allocator
@@ -127,12 +126,35 @@ def tma_persistent_kernel(
 
 
 @triton.jit
-def _group_tile(tile, grid_mi, grid_n, N, GROUP_M, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """(j, i0, c0) of a row-group tile: row group j, first long row i0, first output column c0 (s_j plus
-    whole tiles; the lead tile's c0 = s_j - BLOCK_N is negative)."""
-    pid_m, pid_n = swizzled_tile(tile, 8 * grid_mi, grid_n + 1, GROUP_M)
+def _group_tile(tile, grid_mi, inner, N, GROUP_M, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(j, i0, c0) of the tile-th whole tile: row group j, first long row i0, first output column c0
+    (s_j plus whole tiles); each group has `inner` of them, every one inside every row."""
+    pid_m, pid_n = swizzled_tile(tile, 8 * grid_mi, inner, GROUP_M)
     j = pid_m // grid_mi
-    return j, (pid_m % grid_mi) * BLOCK_M, (pid_n - 1) * BLOCK_N + (8 - (j * N) % 8) % 8
+    return j, (pid_m % grid_mi) * BLOCK_M, pid_n * BLOCK_N + (8 - (j * N) % 8) % 8
+
+
+@triton.jit
+def _group_dot(a_desc, b_desc, j, i0, c0, k_steps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """The fp32 tile of long rows i0, i0 + 1, ... of row group j (A's rows j + 8i) by W's rows from c0."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in range(k_steps):
+        a = tl.reshape(a_desc.load([i0, j, kk * BLOCK_K]), (BLOCK_M, BLOCK_K))
+        b = b_desc.load([c0, kk * BLOCK_K])
+        acc = tl.dot(a, b.T, acc, input_precision=INPUT_PRECISION)
+    return acc
+
+
+@triton.jit
+def _masked_store(C, acc, rm, rn, M, N, BIAS, stride_biasm, stride_biasn, alpha, beta,
+                  HAS_BIAS: tl.constexpr, SCALED: tl.constexpr):
+    """The epilogue, then a store of rows `rm`, columns `rn` through pointers (none before column 0 or
+    from row M or column N on)."""
+    cols = tl.where(rn >= 0, rn, N)
+    acc = alpha_bias(acc, BIAS, rm, cols, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, SCALED)
+    tl.store(C + rm[:, None] * N + cols[None, :], acc.to(C.dtype.element_ty),
+             mask=(rm[:, None] < M) & (cols[None, :] < N))
 
 
 @triton.jit(do_not_specialize=["GROUP_M"])
@@ -147,32 +169,51 @@ def tma_row_groups_kernel(
     EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr,
     HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
-    rows = M // 8
-    a_desc = tl.make_tensor_descriptor(A, shape=[8, rows, K], strides=[stride_am, 8 * stride_am, 1],
-                                       block_shape=[1, BLOCK_M, BLOCK_K])
+    rows = M // 8  # long rows; the last M % 8 rows are the tail
+    a_desc = tl.make_tensor_descriptor(A, shape=[tl.maximum(rows, 1), 8, K], strides=[8 * stride_am, stride_am, 1],
+                                       block_shape=[BLOCK_M, 1, BLOCK_K])
     b_desc = tl.make_tensor_descriptor(B, shape=[N, K], strides=[stride_b_row, 1], block_shape=[BLOCK_N, BLOCK_K])
-    long_rows = _out_descriptor(C, rows, 8 * N, 8 * N, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+    long_rows = _out_descriptor(C, tl.maximum(rows, 1), 8 * N, 8 * N, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
     grid_mi = tl.cdiv(rows, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
+    inner = (N - 7) // BLOCK_N  # whole tiles inside every row, whatever its s_j (< 8)
     k_steps = tl.cdiv(K, BLOCK_K)
-    num_tiles = 8 * grid_mi * (grid_n + 1)
+    # The whole tiles: flattened and pipelined like the plain kernel, each stored through the long rows.
     tile_c = tl.program_id(0) - NUM_SMS
-    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=True):
-        j, i0, c0 = _group_tile(tile, grid_mi, grid_n, N, GROUP_M, BLOCK_M, BLOCK_N)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kk in range(k_steps):
-            a = tl.reshape(a_desc.load([j, i0, kk * BLOCK_K]), (BLOCK_M, BLOCK_K))
-            b = b_desc.load([c0, kk * BLOCK_K])
-            acc = tl.dot(a, b.T, acc, input_precision=INPUT_PRECISION)
+    for tile in tl.range(tl.program_id(0), 8 * grid_mi * inner, NUM_SMS, flatten=True):
+        j, i0, c0 = _group_tile(tile, grid_mi, inner, N, GROUP_M, BLOCK_M, BLOCK_N)
+        acc = _group_dot(a_desc, b_desc, j, i0, c0, k_steps, BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION)
         tile_c += NUM_SMS
-        j, i0, c0 = _group_tile(tile_c, grid_mi, grid_n, N, GROUP_M, BLOCK_M, BLOCK_N)
+        j, i0, c0 = _group_tile(tile_c, grid_mi, inner, N, GROUP_M, BLOCK_M, BLOCK_N)
         rm = j + 8 * (i0 + tl.arange(0, BLOCK_M))
         rn = c0 + tl.arange(0, BLOCK_N)
-        if c0 >= 0 and c0 + BLOCK_N <= N:
-            acc = alpha_bias(acc, BIAS, rm, rn, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, SCALED)
-            _store(long_rows, acc, i0, j * N + c0, C.dtype.element_ty, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
-        else:  # the lead tile and the one crossing the row's end: masked, never past the row
-            cols = tl.where(rn >= 0, rn, N)
-            acc = alpha_bias(acc, BIAS, rm, cols, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, SCALED)
-            mask = (rm[:, None] < M) & (cols[None, :] < N)
-            tl.store(C + rm[:, None] * N + cols[None, :], acc.to(C.dtype.element_ty), mask=mask)
+        acc = alpha_bias(acc, BIAS, rm, rn, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, SCALED)
+        _store(long_rows, acc, i0, j * N + c0, C.dtype.element_ty, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+    # Through masked pointers, never past a row's start or end: per group and block of long rows, the
+    # tile before s_j and the one or two after the whole tiles; then the tail rows, a row-major tile a
+    # BLOCK_N of columns.  Each program starts where the whole tiles left it.
+    edges = 8 * grid_mi * 3
+    tail = tl.cdiv(N, BLOCK_N) if M % 8 else 0
+    programs = tl.num_programs(0)
+    first = (tl.program_id(0) + programs - (8 * grid_mi * inner) % programs) % programs
+    for tile in range(first, edges + tail, programs):
+        if tile < edges:
+            which = tile % 3
+            j = (tile // 3) // grid_mi
+            i0 = ((tile // 3) % grid_mi) * BLOCK_M
+            c0 = (tl.where(which == 0, -1, inner + which - 1)) * BLOCK_N + (8 - (j * N) % 8) % 8
+            if c0 < N:  # the second tile after the whole ones is often past the row
+                acc = _group_dot(a_desc, b_desc, j, i0, c0, k_steps, BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION)
+                _masked_store(C, acc, j + 8 * (i0 + tl.arange(0, BLOCK_M)), c0 + tl.arange(0, BLOCK_N), 8 * rows,
+                              N, BIAS, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, SCALED)  # not the tail
+        else:
+            c0 = (tile - edges) * BLOCK_N
+            rm = rows * 8 + tl.arange(0, BLOCK_M)
+            rk = tl.arange(0, BLOCK_K)
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for kk in range(k_steps):
+                a = tl.load(A + rm[:, None] * stride_am + (kk * BLOCK_K + rk)[None, :],
+                            mask=(rm[:, None] < M) & (kk * BLOCK_K + rk < K)[None, :], other=0.0)
+                b = b_desc.load([c0, kk * BLOCK_K])
+                acc = tl.dot(a, b.T, acc, input_precision=INPUT_PRECISION)
+            _masked_store(C, acc, rm, c0 + tl.arange(0, BLOCK_N), M, N, BIAS, stride_biasm, stride_biasn,
+                          alpha, beta, HAS_BIAS, SCALED)
