@@ -79,30 +79,10 @@ def test_tma_fp32_when_allowed(tf32, b_layout, monkeypatch):
 
 @needs_hopper
 @pytest.mark.parametrize("op", ["mm", "addmm"])
-@pytest.mark.parametrize("shape", [(1000, 768, 3001), (333, 1280, 2047), (8, 4096, 1001)])
-def test_tma_writes_an_output_whose_rows_tma_cannot_store_through_pointers(op, shape):  # N < ROW_GROUPS_MIN_N
+@pytest.mark.parametrize("shape", [(1000, 768, 30522), (333, 1280, 51865), (8, 4096, 32001)])
+def test_tma_writes_an_output_whose_rows_tma_cannot_store_through_pointers(op, shape):
     tensors = operands(op, *shape, torch.bfloat16, "col")  # a vocabulary head: B = weight.t(), N odd
     check_all(TritonTMAPersistentTemplate(space=TMA_SPACE), op, tensors, alpha=0.5 if op == "addmm" else 1.0)
-
-
-@needs_hopper
-@pytest.mark.parametrize("op", ["mm", "addmm"])
-@pytest.mark.parametrize("shape", [(1024, 768, 30522), (333, 1280, 51865), (8, 4096, 32001), (5, 4096, 32001),
-                                   (4096, 768, 50257)])
-def test_tma_stores_rows_tma_cannot_by_row_groups_and_writes_nothing_past_the_output(op, shape):
-    from gemmtune.templates.triton.tma import row_groups
-
-    tensors = operands(op, *shape, torch.bfloat16, "col")  # vocabulary heads: 333 and 5 have tail rows
-    t = TritonTMAPersistentTemplate(space=TMA_SPACE)
-    ki = check_all(t, op, tensors, alpha=0.5 if op == "addmm" else 1.0)
-    assert row_groups(ki)
-    M, N = ki.out_size
-    for choice in t.configs(ki)[::4]:
-        storage = torch.full((M * N + 128,), 7.0, dtype=torch.bfloat16, device="cuda")  # sentinels around it
-        t.compile(choice, ki, tensors)(tensors, storage[64:64 + M * N].view(M, N), **choice.runtime_dict)
-        torch.cuda.synchronize()
-        assert torch.equal(storage[:64], torch.full_like(storage[:64], 7.0)), choice.key
-        assert torch.equal(storage[64 + M * N:], torch.full_like(storage[:64], 7.0)), choice.key
 
 
 @needs_hopper

@@ -4,10 +4,8 @@ For Hopper-class GPUs (compute capability >= 9) and fp16/bf16 (fp32 with `allow_
 `mm` and `addmm` with a row-major A and a row-major B or a transposed contiguous weight
 (`B = W.t()`).  TMA needs 16-byte-aligned row strides of A and B (checked by `tma_compatible`) and
 16-byte-aligned base pointers (checked at compile and launch).  The output goes through a descriptor
-too where its rows are 16-byte aligned (`tma_store`); a wide vocabulary head whose rows are not goes
-out by row groups (`row_groups`: 8 rows read as one long, aligned row), and any other output through
-masked pointer stores, so a head with an odd N, or a padded twin that keeps N, loads through TMA all
-the same.
+too where its rows are 16-byte aligned (`tma_store`), else through masked pointer stores: a
+vocabulary head with an odd N, or a padded twin that keeps N, loads through TMA all the same.
 
 Compile-time config: BLOCK_M/N/K, num_stages, num_warps, EPILOGUE_SUBTILE (0/1).  Runtime:
 `swizzle` (GROUP_M), M, N, K, strides.  The grid is `min(SMs, tiles)` programs.
@@ -42,7 +40,6 @@ from .base import (ACC_REGS_MAX, DEFAULT_SMEM, TILE_KEYS, KernelLaunch, TritonTe
                    swizzled_launcher, triton_available)
 
 _INTERPRETER_SMS = 4
-ROW_GROUPS_MIN_N = 4096  # below it, the row-group kernel's edge tiles are a large share of its work
 _SMEM_RESERVE = 1024  # bytes the compiler keeps for barriers and scalars
 
 
@@ -144,21 +141,6 @@ def tma_store(ki: KernelInputs) -> bool:
         (False, True)
     """
     return (ki.N * ki.result_dtype.itemsize) % 16 == 0
-
-
-def row_groups(ki: KernelInputs) -> bool:
-    """Whether the kernel stores an output whose rows TMA cannot (`tma_store`) through descriptors of its
-    row groups (`tma_kernel.tma_row_groups_kernel`): 2-byte elements, B = W.t() and N of at least
-    `ROW_GROUPS_MIN_N` (a vocabulary head), where the few tiles it stores through pointers cost little.
-
-    Example:
-        >>> import torch
-        >>> a, w = torch.ones(5, 64, dtype=torch.float16), torch.ones(32001, 64, dtype=torch.float16)
-        >>> row_groups(KernelInputs.from_tensors("mm", a, w.t())), row_groups(KernelInputs.from_tensors("mm", a, w[:999].t()))
-        (True, False)
-    """
-    return (not tma_store(ki) and ki.result_dtype.itemsize == 2 and ki.N >= ROW_GROUPS_MIN_N
-            and b_trans(ki) is True)
 
 
 def b_trans(ki: KernelInputs) -> bool | None:
@@ -264,13 +246,15 @@ class TritonTMAPersistentTemplate(TritonTemplate):
         if streaming(ki.M, ki.N, ki.K):
             return []  # no K loop to overlap (`templates.base.streaming`)
         return fit_configs(self.space, ki.M, ki.N, ki.K, ki.dtype.itemsize, smem_limit(ki.device),
-                           has_bias=epilogue_flags(ki)["HAS_BIAS"], tma_out=tma_store(ki) or row_groups(ki))
+                           has_bias=epilogue_flags(ki)["HAS_BIAS"], tma_out=tma_store(ki))
 
     def sms(self, ki: KernelInputs) -> int:
         """Programs of a full persistent grid: the device's SMs (constexpr NUM_SMS: one binary per device)."""
         return self.num_sms or (_INTERPRETER_SMS if ki.device_type == "cpu" else sm_count(ki.device))
 
     def compile(self, choice: Choice, ki: KernelInputs, example: Sequence[torch.Tensor]) -> Launcher:
+        from .tma_kernel import tma_persistent_kernel
+
         cfg = choice.config_dict
         M, N, K = ki.M, ki.N, ki.K
         trans = b_trans(ki)
@@ -278,10 +262,13 @@ class TritonTMAPersistentTemplate(TritonTemplate):
             raise ValueError(f"triton_tma_persistent: {ki.describe()} has strides TMA cannot describe")
         stride_am = row_stride(ki.a.stride, ki.a.size, "row", ki.dtype.itemsize)
         stride_b = row_stride(ki.b.stride, ki.b.size, "col" if trans else "row", ki.dtype.itemsize)
-        run = self._kernel(ki, cfg, trans)
+        sms = self.sms(ki)
+        grid = (max(1, min(sms, cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"]))), 1, 1)
+        run = KernelLaunch(tma_persistent_kernel, grid, dict(
+            {k: cfg[k] for k in TILE_KEYS}, B_TRANS=trans, EPILOGUE_SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]),
+            NUM_SMS=sms, **epilogue_flags(ki), INPUT_PRECISION=input_precision(ki.dtype), TMA_STORE=tma_store(ki)))
         interp = interpreting()
-        grouped = row_groups(ki)
-        stored = grouped or tma_store(ki)
+        stored = run.meta["TMA_STORE"]
 
         def args(tensors, out, swizzle):
             bias, a, b = split_operands(ki, tensors)
@@ -291,26 +278,7 @@ class TritonTMAPersistentTemplate(TritonTemplate):
             if not interp:
                 ensure_allocator()  # the launch (JIT or direct) takes the descriptors' scratch from it
             bias, sbias = bias_args(bias, out, M, N)
-            if grouped:
-                return (a, b, out, bias, M, N, K, stride_am, stride_b, *sbias, ki.alpha, ki.beta, swizzle)
             return (a, b, out, bias, M, N, K, stride_am, stride_b, N, *sbias, ki.alpha, ki.beta, swizzle)
 
         return swizzled_launcher(ki, example, run, args, before=None if interp else ensure_allocator,
                                  fits=(lambda out: out.data_ptr() % 16 == 0) if stored else None)
-
-    def _kernel(self, ki: KernelInputs, cfg: Mapping[str, Any], trans: bool) -> KernelLaunch:
-        """The persistent kernel for this problem: by row groups where the output's rows are not 16-byte
-        aligned and `row_groups` holds, else the plain one (its output through TMA or pointers)."""
-        from .tma_kernel import tma_persistent_kernel, tma_row_groups_kernel
-
-        sms, tile = self.sms(ki), {k: cfg[k] for k in TILE_KEYS}
-        flags = dict(EPILOGUE_SUBTILE=bool(cfg["EPILOGUE_SUBTILE"]), NUM_SMS=sms, **epilogue_flags(ki),
-                     INPUT_PRECISION=input_precision(ki.dtype))
-        if row_groups(ki):
-            groups, bn = 8 * cdiv(ki.M // 8, cfg["BLOCK_M"]), cfg["BLOCK_N"]
-            edges = 3 * groups + (cdiv(ki.N, bn) if ki.M % 8 else 0)  # the second loop's tiles
-            tiles = max(groups * ((ki.N - 7) // bn), edges)
-            return KernelLaunch(tma_row_groups_kernel, (max(1, min(sms, tiles)), 1, 1), dict(tile, **flags))
-        tiles = cdiv(ki.M, cfg["BLOCK_M"]) * cdiv(ki.N, cfg["BLOCK_N"])
-        return KernelLaunch(tma_persistent_kernel, (max(1, min(sms, tiles)), 1, 1),
-                            dict(tile, B_TRANS=trans, TMA_STORE=tma_store(ki), **flags))
