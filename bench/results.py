@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS, PAGE, README = ROOT / "bench" / "results", ROOT / "docs" / "RESULTS.md", ROOT / "README.md"
 TEMPLATE, BEGIN, END = ROOT / "bench" / "results_page.md", "<!-- results -->", "<!-- /results -->"
 BF16 = ("compare_default_full_runF_2026-11-30.json",)
-HARD, MISALIGNED = ("compare_hard_h100_2026-12-06.json",), ("compare_misaligned_h100_2026-12-06.json",)
+HARD, MISALIGNED = ("compare_hard_h100_2026-12-06.json",), tuple(f"compare_misaligned_h100_{d}.json" for d in ("2026-12-06", "2026-12-07"))
 STAGE0 = tuple(f"compare_hard_p1_stage0_{n}_h200_2026-12-06.json" for n in (14, 20))
 FP8_18 = ("compare_fp8_18_run3_merged_h100_2026-12-05.json",)
 FP8_64 = ("compare_fp8_h200_2026-12-02.json", "compare_fp8_library_h200_2026-12-02.json",
@@ -38,7 +38,8 @@ EAGER = (tuple(f"steady_eager_release{s}_h100_2026-12-05.json" for s in ("", "_r
 CPU = ("cpu_suite_2core_2026-12-06.json", "cpu_busy_2core_2026-12-06.json")
 REDIS = ("redis_store_cpu_2026-12-01.json",)
 CHECKS = ("first_use_check_cpu_2026-12-06.json", "first_use_check_h100_2026-12-06.json")
-SERVING = ("serving_h100_2026-12-06.json", "serving_steady_h100_2026-12-07.json", "serving_warmup_h100_2026-12-07.json")
+SERVING = ("serving_h100_2026-12-06.json", "serving_steady_h100_2026-12-07.json", "serving_warmup_h100_2026-12-07.json",
+           "serving_warmup_run2_h100_2026-12-07.json")
 # What a file does not say of its own run (or says only in parts).
 RECORD: dict[str, dict[str, str]] = {
     BF16[0]: {"command": "python bench/compare.py --exhaustive square-2048,square-8192,llama3-8b-down-m16,"
@@ -50,6 +51,7 @@ RECORD: dict[str, dict[str, str]] = {
     REDIS[0]: {"device": "the 2-core CPU machine"}, SERVING[0]: {"command": "python bench/serving.py (meta.calls)"},
     SERVING[2]: {"command": "python bench/serving.py --first eager_range,eager_range_store,eager_range_again "
                             "--steady ''"},
+    SERVING[3]: {"command": "python bench/serving.py --first eager_range,eager_range_store --steady ''"},
     CHECKS[0]: {"device": "the 2-core CPU machine",
                 "command": "python bench/redis_store.py --first-use --device cpu --sizes 64,256,512,1024 --reps 7"},
     CHECKS[1]: {"command": "python bench/redis_store.py --first-use --device cuda --backends triton --sizes 256,1024,4096"}}
@@ -126,7 +128,8 @@ def gpu_tables(results: Path) -> dict[str, str]:
                num(r["gemmtune_cold_s"], ".2f", " s")] for r in suite(results, BF16)["rows"]]
     return {"bf16": suites(results, (("24 shapes of `bench/shapes.json`", BF16),
                                      ("50 of the 57 shapes of `bench/shapes_hard.json`", HARD),
-                                     ("4 of its misaligned shapes, again", MISALIGNED),
+                                     ("4 of its misaligned shapes, again", MISALIGNED[:1]),
+                                     ("the same 4, padded operands copied into kept storage", MISALIGNED[1:]),
                                      ("its first 29 shapes, 14 binaries kept to compile (the default)", STAGE0[:1]),
                                      ("the same 29, 20 kept (the default before)", STAGE0[1:])), "cuBLAS"),
             "bf16_shapes": md(["shape", "MxKxN", "pick's kernel", "x cuBLAS", "Inductor x cuBLAS", "tuning, cold"],
@@ -183,7 +186,7 @@ def eager_table(results: Path) -> dict[str, str]:
 def serving_tables(results: Path) -> dict[str, str]:
     """Every batch size: each first-call process, and per M the speeds of one steady-state run's variants."""
     d, src = load(results, SERVING[0]), source(results, SERVING[:1])
-    runs = ((d, src), (load(results, SERVING[2]), source(results, SERVING[2:])))  # then the warm-up runs
+    runs = ((d, src), *((load(results, n), source(results, (n,))) for n in SERVING[2:]))  # then the warm-up runs
     first = [[f"`{r['variant']}`", num(r["setup_s"], ".1f", " s"), num(r["total_s"], ".1f", " s"),
               str(r["benchmarked"]), str(r["tunes_after_setup"]), *s] for f, s in runs for r in f["first"]]
     ms = {(r["M"], r["variant"], k): r for k in ("steady", "steady_a", "steady_c") for r in d[k]}
