@@ -3,7 +3,8 @@
 For Hopper-class GPUs (compute capability >= 9) and fp16/bf16 (fp32 with `allow_fp32=True`):
 `mm` and `addmm` with a row-major A and a row-major B or a transposed contiguous weight
 (`B = W.t()`).  TMA needs 16-byte-aligned row strides of A and B (checked by `tma_compatible`) and
-16-byte-aligned base pointers (checked at compile and launch).  The output goes through a descriptor
+16-byte-aligned operand bases (checked at compile and launch; an output off a 16-byte boundary is
+computed into a new one and copied).  The output goes through a descriptor
 too where its rows are 16-byte aligned (`tma_store`), else through masked pointer stores: a
 vocabulary head with an odd N, or a padded twin that keeps N, loads through TMA all the same.
 
@@ -87,8 +88,7 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
     conversion scratch the compiler adds: BM*BN bytes, measured on an H200) exceed shared memory.
     `elt_bytes` is the operands' element size, `out_bytes` the output's (default: the same); a space
     without EPILOGUE_SUBTILE stages the whole output tile, and so does a store through pointers
-    (`tma_out` False: the layout conversion before it takes a whole tile, measured on an H100), which
-    has no subtiles (EPILOGUE_SUBTILE 0, so the two settings make one config).
+    (`tma_out` False: the layout conversion before it takes a whole tile, measured on an H100).
 
     Example:
         >>> cfg = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=4, num_warps=8, EPILOGUE_SUBTILE=1)
@@ -100,8 +100,8 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
     for cfg in space:
         c = dict(cfg, BLOCK_M=min(cfg["BLOCK_M"], cap_m), BLOCK_N=min(cfg["BLOCK_N"], cap_n),
                  BLOCK_K=min(cfg["BLOCK_K"], cap_k))
-        if "EPILOGUE_SUBTILE" in c and (c["BLOCK_N"] < 64 or not tma_out):
-            c["EPILOGUE_SUBTILE"] = 0  # a store through pointers has no subtiles: one binary, not two
+        if "EPILOGUE_SUBTILE" in c and c["BLOCK_N"] < 64:
+            c["EPILOGUE_SUBTILE"] = 0
         if c["num_warps"] == 8 and c["BLOCK_M"] < 128:
             c["num_warps"] = 4
         bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
