@@ -116,6 +116,28 @@ def test_the_kept_bytes_stay_bounded_and_a_larger_matrix_is_padded_anew(monkeypa
     assert big(torch.ones(40, 5)).data_ptr() != big(torch.ones(40, 5)).data_ptr()
 
 
+def test_the_least_recently_used_storage_is_dropped_first(monkeypatch):
+    monkeypatch.setattr(staging, "MAX_BYTES", 3 * 4 * 8 * 4)  # room for three 4x8 float32 storages
+    pads = [staged_padder(True, 4, 8, _anew, slot) for slot in "abcd"]
+    held = [pad(torch.ones(4, 5)) for pad in pads[:3]]  # held here, a dropped storage's memory is not reused
+    first = [t.data_ptr() for t in held]
+    assert pads[0](torch.ones(4, 5)).data_ptr() == first[0]  # "a" used again: "b" is now the oldest
+    pads[3](torch.ones(4, 5))  # a fourth: one must go
+    assert pads[0](torch.ones(4, 5)).data_ptr() == first[0] and pads[2](torch.ones(4, 5)).data_ptr() == first[2]
+    assert pads[1](torch.ones(4, 5)).data_ptr() != first[1]  # "b" was dropped
+    assert kept_bytes() == 3 * 4 * 8 * 4
+
+
+def test_a_forked_child_starts_with_a_free_lock_and_no_helper_thread(monkeypatch):
+    held = staging._LOCK
+    monkeypatch.setattr(staging, "_LOCK", held)
+    with held:  # a fork taken while another thread holds the lock
+        staging._after_fork()
+        assert staging._LOCK is not held and staging._LOCK.acquire(timeout=1)
+        staging._LOCK.release()
+    assert staging._HELPER == [] and staging._SIDE == {}
+
+
 @pytest.mark.parametrize("op", ["bmm", "addmm"])
 def test_a_padded_batched_or_biased_product_stays_right_call_after_call(op):
     if op == "bmm":

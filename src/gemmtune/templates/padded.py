@@ -206,12 +206,10 @@ class _ParameterPads:
         self._kept: dict[tuple, tuple[Any, int, Any]] = {}
 
     def __call__(self, t: Any, keep: bool = True) -> Any:
-        if t.is_cuda and torch.cuda.is_current_stream_capturing():
-            return self.pad(t)
         base = t if isinstance(t, torch.nn.Parameter) else t._base
-        if not isinstance(base, torch.nn.Parameter):
-            return self.other(t) if keep else self.pad(t)  # not a weight (an activation)
-        if t.requires_grad and torch.is_grad_enabled():
+        if not isinstance(base, torch.nn.Parameter):  # not a weight (an activation); `other` checks capture
+            return self.other(t) if keep else self.pad(t)
+        if t.requires_grad and torch.is_grad_enabled() or t.is_cuda and torch.cuda.is_current_stream_capturing():
             return self.pad(t)
         key = (id(base), t.data_ptr(), t.shape, t.stride())
         kept = self._kept.get(key)

@@ -16,8 +16,9 @@ tracing), a tensor under `torch.vmap` or another functorch transform, an operand
 (the padded launcher pads every operand of a call autograd records anew: autograd may save any of
 them), a device other than the CPU or a CUDA GPU, or a CUDA stream being captured into a graph.  Its
 memory comes from the caching allocator's general pool, never a CUDA graph's private one
-(`zeros_outside_pools`).  At most `MAX_BYTES` are kept, the oldest dropped first; `forget` frees them
-all (`gemmtune.clear_dispatch_cache` does; a tune's runner, when it closes, frees its own thread's).
+(`zeros_outside_pools`).  At most `MAX_BYTES` are kept, the least recently used dropped first;
+`forget` frees them all (`gemmtune.clear_dispatch_cache` does; a tune's runner, when it closes, frees
+its own thread's).
 
 Example:
     >>> import torch
@@ -48,8 +49,14 @@ _KEPT_BYTES = [0]
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Inductor's generated code calls
 
 
-def _stream(device: int) -> int:
-    """The current CUDA stream of `device` (an index; -1, the CPU: 0)."""
+def current_stream_handle(device: int) -> int:
+    """The handle of `device`'s current CUDA stream (an index; -1, the CPU: 0), without a Stream object;
+    kept storage and per-stream scratch buffers (`triton.skinny`) are keyed by it.
+
+    Example:
+        >>> current_stream_handle(-1)
+        0
+    """
     if device < 0:
         return 0
     if _raw_stream is not None:
@@ -76,8 +83,18 @@ def stageable(t: torch.Tensor) -> bool:
 
 _SIDE: dict[int, Any] = {}  # CUDA device index -> a stream of gemmtune's own there
 _HELPER: list[Any] = []  # the one thread that allocates kept storage on a GPU (made on first use)
+
+
+def _after_fork() -> None:
+    """A forked child has none of its parent's threads: no helper, a free lock, streams of its own."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    _HELPER.clear()
+    _SIDE.clear()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_HELPER.clear)  # a forked child has none of its parent's threads
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def zeros_outside_pools(dims: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -143,10 +160,14 @@ def padded_copy(t: torch.Tensor, rows: int, cols: int, row_major: bool) -> torch
 
 
 def _kept(key: tuple, t: torch.Tensor, rows: int, cols: int, row_major: bool) -> Any:
-    """The storage kept under `key`, made (and older storage dropped past `MAX_BYTES`) on a miss;
+    """The storage kept under `key`, made on a miss (the least recently used dropped past `MAX_BYTES`);
     None where `t`'s padded storage alone exceeds `MAX_BYTES`."""
     entry = _KEPT.get(key)
     if entry is not None:
+        try:
+            _KEPT.move_to_end(key)  # the least recently used goes first
+        except KeyError:  # another thread dropped it just now: this call still holds it
+            pass
         return entry
     size = t.dtype.itemsize * rows * cols
     for n in t.shape[:-2]:
@@ -182,7 +203,7 @@ def staged_padder(row_major: bool, rows: int, cols: int, fallback: Callable[[Any
         if not stageable(t):
             return fallback(t)
         device = t.get_device()  # -1: the CPU
-        key = (threading.get_ident(), device, _stream(device), t.dtype, tuple(t.shape), shape_key)
+        key = (threading.get_ident(), device, current_stream_handle(device), t.dtype, tuple(t.shape), shape_key)
         entry = _kept(key, t, rows, cols, row_major)
         if entry is None:
             return fallback(t)

@@ -36,6 +36,7 @@ import torch
 from ...core.choices import Choice
 from ...core.inputs import KernelInputs
 from ..base import Launcher
+from ..staging import current_stream_handle
 from .base import (ACC_REGS_MAX, DEFAULT_SMEM, TILE_KEYS, KernelLaunch, TritonTemplate, acc_regs, cdiv, check_size,
                    epilogue_flags, fit_tiles, gemm_args, input_precision, pipeline_smem, smem_limit, swizzled_launcher)
 
@@ -88,16 +89,6 @@ def fit_configs(space: Sequence[Mapping[str, int]], M: int, N: int, K: int, elt_
     return [c for c in fit_tiles(space, M, N, K, elt_bytes, smem_limit) if fits(c)]
 
 
-def _raw_stream(index: int) -> int:
-    """The current CUDA stream's handle on device `index` (Triton's driver call: no Stream object)."""
-    try:
-        from triton.runtime import driver
-
-        return driver.active.get_current_stream(index)
-    except Exception:  # noqa: BLE001 - another Triton version
-        return torch.cuda.current_stream(index).cuda_stream
-
-
 class _Buffers:
     """Workspace and arrival counters of one binary, kept per CUDA stream."""
 
@@ -115,7 +106,7 @@ class _Buffers:
         elif torch.cuda.is_current_stream_capturing():
             return self._new(device)  # the graph owns them; counters reset inside every replay
         else:
-            key = (device.index, _raw_stream(device.index))
+            key = (device.index, current_stream_handle(device.index))
         bufs = self._by_stream.get(key)
         if bufs is None:
             bufs = self._by_stream[key] = self._new(device)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -281,4 +281,9 @@ class TritonTMAPersistentTemplate(TritonTemplate):
             return (a, b, out, bias, M, N, K, stride_am, stride_b, N, *sbias, ki.alpha, ki.beta, swizzle)
 
         return swizzled_launcher(ki, example, run, args, before=None if interp else ensure_allocator,
-                                 fits=(lambda out: out.data_ptr() % 16 == 0) if stored else None)
+                                 fits=self.out_fits(ki))
+
+    def out_fits(self, ki: KernelInputs) -> Callable[[torch.Tensor], bool] | None:
+        """A descriptor stores only an output on a 16-byte boundary (`tma_store`); another is computed into
+        a new output and copied over (`swizzled_launcher`).  Pointer stores take any output."""
+        return (lambda out: out.data_ptr() % 16 == 0) if tma_store(ki) else None
