@@ -39,7 +39,8 @@ CPU = ("cpu_suite_2core_2026-12-06.json", "cpu_busy_2core_2026-12-06.json")
 REDIS = ("redis_store_cpu_2026-12-01.json",)
 CHECKS = ("first_use_check_cpu_2026-12-06.json", "first_use_check_h100_2026-12-06.json")
 SERVING = ("serving_h100_2026-12-06.json", "serving_steady_h100_2026-12-07.json", "serving_warmup_h100_2026-12-07.json",
-           "serving_warmup_run2_h100_2026-12-07.json")
+           "serving_warmup_run2_h100_2026-12-07.json", "serving_warmup_shared_h100_2026-12-07.json",
+           "serving_compile_shared_h100_2026-12-07.json")
 # What a file does not say of its own run (or says only in parts).
 RECORD: dict[str, dict[str, str]] = {
     BF16[0]: {"command": "python bench/compare.py --exhaustive square-2048,square-8192,llama3-8b-down-m16,"

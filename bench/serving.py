@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["bench/serving.py", *(sys.argv[1:] if argv is None else argv)])
     out: dict[str, Any] = {"meta": {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
                                     "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-                                    "command": command, "M": a.m}, "first": [], "steady": []}
+                                    "command": command, "M": a.m, "env": {"GEMMTUNE_SHARE_KERNELS": os.environ.get(
+                                        "GEMMTUNE_SHARE_KERNELS", "")}}, "first": [], "steady": []}
     common = ["--model", a.model, "--m", ",".join(map(str, a.m)), "--root", str(root), "--seed", str(a.seed),
               "--rounds", str(a.rounds), "--iters", str(a.iters), "--steady", ",".join(a.steady), "--static", a.static]
     for variant in a.first:
