@@ -4,7 +4,8 @@ process on one GPU; tuning time beside each.
 For every shape of `--suite` (bf16 `bench/shapes.json`, fp8 `bench/shapes_fp8.json`): the library call as is;
 `torch.compile` of the op in mode max-autotune-no-cudagraphs on fresh caches; gemmtune's `tune`, store off, cold (a
 fresh Triton cache) and warm; on misaligned shapes (`--compiled`), a default-mode compile under
-`gemmtune.inductor.installed`; with `--exhaustive`, the exhaustive search (the default's regret).  The picks are
+`gemmtune.inductor.installed`; where N's rows are not whole 16 bytes, the pick for `out_layout="padded"` (columns
+`padded_view_*`: the view of padded rows Inductor returns); with `--exhaustive`, the exhaustive search.  The picks are
 timed interleaved (CUDA events, L2 flushed), then each once more by the second timer (`gemmtune.measure.second`:
 Triton's do_bench), columns `*_second_ms`.  Writes JSON after every shape.
 
@@ -127,6 +128,7 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
 
     import gemmtune
     from gemmtune.measure.second import second_reading, second_timer_for
+    from gemmtune.core.layout import padded_row
     from gemmtune.templates.padded import padding_dims
     shape_t0, tensors, row = time.perf_counter(), spec.tensors("cuda"), spec_fields(spec)
     t0 = time.perf_counter()
@@ -143,7 +145,10 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
     if inductor:
         by_inductor, row["inductor_tune_s"], row["inductor_pick"] = run_compiled(spec, tensors)
         fns["inductor"] = lambda: by_inductor(*tensors)
-    row["misaligned"] = bool(padding_dims(cold.problem))
+    row["misaligned"], ki = bool(padding_dims(cold.problem)), cold.problem
+    if ki.op != "scaled_mm" and padded_row(ki.N, ki.result_dtype.itemsize) != ki.N:  # also Inductor's padded view
+        view = gemmtune.tune(spec.op, *tensors, settings=settings, out_layout="padded")
+        row["padded_view_winner"], fns["padded_view"] = view.winner.key, lambda: view(*tensors)
     if inductor and (compiled == "all" or (compiled == "misaligned" and row["misaligned"])):
         path, row["compiled_compile_s"], _ = run_compiled(spec, tensors, settings)
         fns["compiled"] = lambda: path(*tensors)

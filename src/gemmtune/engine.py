@@ -22,7 +22,7 @@ from .core import autocast
 from .core.choices import Choice, Selection, Timing
 from .core.errors import InputError, LayoutError, NoCandidatesError
 from .core.inputs import KernelInputs, place_operands
-from .core.layout import FixedLayout, empty_output
+from .core.layout import OUT_LAYOUTS, FixedLayout, empty_output, padded_row
 from .core.settings import Settings
 from .measure import deferred
 from .measure.bench import Listener
@@ -42,7 +42,6 @@ from .templates import heuristics, skipped_note
 from .templates.base import Template
 
 log = logging.getLogger("gemmtune")
-OUT_LAYOUTS = (None, "row", "col")
 __all__ = ["tune", "shared_store", "device_name"]
 
 
@@ -61,8 +60,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     `device` moves them first; `backends` is a tuple of family names from
     `gemmtune.FAMILIES` (`("extern",)`: library kernels only); `strategy` names one
     of `gemmtune.search.STRATEGIES` (default `settings.strategy`, "model_pruned": a cost
-    model prunes binaries before prescreening; on CPU it is "prescreen"); `out_layout` is None/"row" or
-    "col" (strides (1, M); only while the selection is flexible).  Timings and
+    model prunes binaries before prescreening; on CPU it is "prescreen"); `out_layout` is None/"row", "col" (strides
+    (1, M); only while the selection is flexible) or "padded" (`core.layout`).  Timings and
     the pick are kept in the persistent store (`settings.store`), so a second
     tune of the same problem is a cache hit.  `store_tag` keeps a pick made for another purpose
     apart in the store (e.g. "traced": chosen among the templates a `torch.compile` trace can emit).
@@ -121,7 +120,7 @@ def _problem(op: str, tensors: Sequence[Any], device: str | torch.device | None,
              out_layout: str | None, out_dtype: Any, fast: Any) -> tuple[KernelInputs, tuple]:
     """The validated problem and its operands (moved to `device`, detached)."""
     if out_layout not in OUT_LAYOUTS:
-        raise InputError(f"out_layout: expected None, 'row' or 'col', got {out_layout!r}")
+        raise InputError(f"out_layout: expected None, 'row', 'col' or 'padded', got {out_layout!r}")
     placed = place_operands(tensors, device)
     ki = KernelInputs.from_tensors(op, *placed, alpha=alpha, beta=beta, out_dtype=out_dtype, fast_accum=fast)
     empty = [f"{k}={v}" for k, v in {"M": ki.M, "N": ki.N, "K": ki.K, "batch": ki.batch}.items() if v == 0]
@@ -156,11 +155,12 @@ def _kernel(ki: KernelInputs, winner: Choice, launch, out_layout: str | None) ->
     rt = winner.runtime_dict
 
     def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        if out is None and out_layout == "col":
-            out = empty_output(ki.out_size, ki.result_dtype, ki.device, "col")
+        if out is None and out_layout in ("col", "padded"):
+            out = empty_output(ki.out_size, ki.result_dtype, ki.device, out_layout)
         return launch(tensors, out, **rt)
 
-    if hasattr(launch, "bound") and out_layout != "col":  # the eager dispatch binds it (core/binding.py)
+    rows = out_layout in (None, "row") or out_layout == "padded" and padded_row(ki.N, ki.result_dtype.itemsize) == ki.N
+    if hasattr(launch, "bound") and rows:  # the eager dispatch binds it (core/binding.py)
         setattr(kernel, "bound", lambda *tensors: launch.bound(tensors, **rt))
     return kernel
 

@@ -76,3 +76,16 @@ def test_the_second_timer_reads_a_kernel_and_the_library():
     runner = local_runner(ki, (a, b), lambda c: launch, gemmtune.Settings(), None)
     timer, (one, two) = runner.second_opinion([Choice("aten_mm", None), Choice("aten_mm", None)])
     assert timer == "do_bench" and 0 < one < 10 and 0.5 < one / two < 2
+
+
+@pytest.mark.parametrize("op", ["mm", "addmm"])
+def test_a_head_with_an_odd_n_writes_a_view_of_padded_rows_through_the_library(op):
+    # out_layout="padded": the library's kernel writes rows of 16-byte-aligned stride; nothing else competes.
+    tensors = operands(op, 1000, 768, 30522 + 1, torch.bfloat16, "col")
+    ki = KernelInputs.from_tensors(op, *tensors)
+    fn = gemmtune.mm if op == "mm" else gemmtune.addmm
+    out = fn(*tensors, out_layout="padded")
+    assert out.shape == ki.out_size and out.stride() == (30528, 1)
+    assert check(ki, out, reference(ki, tensors)) is None
+    sel = gemmtune.tune(op, *tensors, out_layout="padded", settings=gemmtune.Settings(store="off"), progress=False)
+    assert all(t.choice.is_extern for t in sel.timings)

@@ -1,5 +1,9 @@
 """Output layouts and the rule that fixes them.
 
+An output layout (`out_layout`) is None or "row" (row-major), "col" (each matrix column-major: strides
+(1, M)) or "padded" (row-major rows padded to whole 16 bytes where N is not, `padded_row`: the view of a
+padded output that Inductor's padding returns, whose aligned rows the library's kernels write directly).
+
 A selection made only of library (extern) kernels keeps a FlexibleLayout: the
 caller may still pick the output strides.  As soon as a generated template is a
 candidate, code is generated for one concrete stride order, so every choice
@@ -29,13 +33,44 @@ def contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def output_strides(size: tuple[int, ...], out_layout: str | None) -> tuple[int, ...]:
-    """Row-major strides, or for "col" the last two dims swapped ([M, N] with strides (1, M)).
+OUT_LAYOUTS = (None, "row", "col", "padded")
+ALIGN_BYTES = 16  # the row alignment vector loads, TMA and the library's fastest kernels need
+STRIDE_BYTES = 128  # the row stride a padded row gets where that adds at most 1/16 (Inductor's padded buffers)
+
+
+def padded_row(n: int, itemsize: int) -> int:
+    """`n` elements of `itemsize` bytes rounded up to `STRIDE_BYTES` where that adds at most n/16, else to
+    `ALIGN_BYTES`; `n` itself where it is a whole number of `ALIGN_BYTES` already (symbolic sizes too).
+
+    Example:
+        >>> padded_row(50257, 2), padded_row(70, 2), padded_row(19, 4), padded_row(4096, 2)
+        (50304, 72, 20, 4096)
+    """
+    align = max(1, ALIGN_BYTES // itemsize)
+    if isinstance(n, int) and n % align == 0:
+        return n
+    for step in (max(1, STRIDE_BYTES // itemsize), align):
+        up = -(-n // step) * step
+        if up - n <= n // 16 or step == align:
+            return up
+    return n
+
+
+def output_strides(size: tuple[int, ...], out_layout: str | None, itemsize: int = 0) -> tuple[int, ...]:
+    """Row-major strides; for "col" the last two dims swapped ([M, N] with strides (1, M)); for
+    "padded" rows of `padded_row(N, itemsize)` elements.
 
     Example:
         >>> output_strides((4, 8), None), output_strides((4, 8), "col"), output_strides((2, 4, 8), "col")
         ((8, 1), (1, 4), (32, 1, 4))
+        >>> output_strides((4, 7), "padded", 2), output_strides((2, 4, 7), "padded", 2)
+        ((8, 1), (32, 8, 1))
     """
+    if out_layout == "padded":
+        if itemsize <= 0:
+            raise ValueError("output_strides: a padded layout needs the element size")
+        row = padded_row(size[-1], itemsize)
+        return contiguous_strides((*size[:-1], row))
     if out_layout != "col":
         return contiguous_strides(size)
     m1, n1 = torch.sym_max(size[-2], 1), torch.sym_max(size[-1], 1)
@@ -50,8 +85,24 @@ def empty_output(size: tuple[int, ...], dtype: torch.dtype, device: str | torch.
     Example:
         >>> empty_output((4, 8), torch.float32, "cpu", "col").stride()
         (1, 4)
+        >>> empty_output((4, 7), torch.bfloat16, "cpu", "padded").stride()
+        (8, 1)
     """
-    return torch.empty_strided(size, output_strides(size, out_layout), dtype=dtype, device=device)
+    return torch.empty_strided(size, output_strides(size, out_layout, dtype.itemsize), dtype=dtype, device=device)
+
+
+def in_layout(t: torch.Tensor, out_layout: str | None) -> torch.Tensor:
+    """`t` itself where it has `out_layout`'s strides, else a differentiable copy that has them.
+
+    Example:
+        >>> t = torch.ones(3, 5, dtype=torch.float16)
+        >>> in_layout(t, None) is t, in_layout(t, "col").stride(), in_layout(t, "padded").stride()
+        (True, (1, 3), (8, 1))
+    """
+    want = output_strides(tuple(t.shape), out_layout, t.dtype.itemsize)
+    if t.stride() == want:
+        return t
+    return t.new_empty_strided(tuple(t.shape), want).copy_(t)
 
 
 @dataclass(frozen=True)

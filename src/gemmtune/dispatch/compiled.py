@@ -40,8 +40,9 @@ from . import library  # noqa: F401  registers torch.ops.gemmtune.mm / addmm / b
 from ..core.settings import Settings, check_backends
 from ..core.validate import validate_operands
 from ..core.inputs import KernelInputs, stand_in
+from ..core.layout import in_layout
 from ..templates import active_templates, default_templates, inductor_pool
-from . import autocast, eager, route
+from . import autocast, route
 from .autograd import addmm_grads, addmm_setup, mm_grads, mm_setup
 from .table import TABLE, dispatch_key, is_empty
 
@@ -113,8 +114,8 @@ def _emit(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional
         return _opaque(op, tensors, alpha, beta, backends, out_layout)
     sel, template = decided
     out = template.trace(sel.winner, sel.problem)(tensors, None, **sel.winner.runtime_dict)
-    # A traced graph keeps no out= strides: the column-major result is a copy of the row-major one.
-    return eager.to_col(out) if out_layout == "col" else out
+    # A traced graph keeps no out= strides: a column-major or padded result is a copy of the row-major one.
+    return in_layout(out, out_layout)
 
 
 def _opaque(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional[str],

@@ -25,14 +25,13 @@ from .. import engine
 from ..core.errors import InputError, NoCandidatesError
 from ..core import autocast as _ac
 from ..core.binding import bound_on_first_call
+from ..core.layout import OUT_LAYOUTS, in_layout
 from ..templates import staging
 from . import buckets
 from .autograd import TunedAddmm, TunedMM, gemms_for, redispatch, transform_runner
 from .table import TABLE, Recorded, dispatch_key, is_empty
 
 __all__ = ["mm", "addmm", "bmm", "clear_dispatch_cache", "dispatch_stats", "dispatched", "Recorded"]
-
-OUT_LAYOUTS = (None, "row", "col")
 
 # Bound once (the table never replaces these objects): the warm path reads module globals only.
 _MM, _ADDMM, _BMM = (TABLE.runners[op] for op in ("mm", "addmm", "bmm"))
@@ -56,9 +55,11 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | None
     The first call for a problem (shapes, strides, dtypes, device, `backends`,
     `out_layout`) tunes it; later calls dispatch straight to the winner.
     `backends` is a tuple of family names (`gemmtune.FAMILIES`; pass a tuple,
-    not a list, to stay on the fast path); `out_layout` is None, `"row"` or
-    `"col"` (`"col"`: strides (1, M); only a selection of library kernels can
-    honour it, otherwise `gemmtune.LayoutError`).  Supports autograd and
+    not a list, to stay on the fast path); `out_layout` is None, `"row"`,
+    `"col"` (strides (1, M); only a selection of library kernels can honour
+    it, otherwise `gemmtune.LayoutError`) or `"padded"` (where N's rows are
+    not whole 16 bytes, a view of rows padded to them, as Inductor returns;
+    the library's kernels compete).  Supports autograd and
     `torch.compile(fullgraph=True)` (through the `gemmtune::mm` custom op).
 
     Example:
@@ -269,7 +270,7 @@ def _validated(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
     check_backends_arg(backends)
     canon_backends = check_backends(backends)
     if out_layout not in OUT_LAYOUTS:
-        raise InputError(f"{op}: out_layout must be None, 'row' or 'col', got {out_layout!r}")
+        raise InputError(f"{op}: out_layout must be None, 'row', 'col' or 'padded', got {out_layout!r}")
     return tensors, canon_backends
 
 
@@ -293,7 +294,7 @@ def selection_runner(op: str, sel: Any, alpha: float, beta: float, backends: tup
     """The callable the dispatch dict holds for a problem `sel` tuned (what `gemmtune.mm` and its
     siblings run on a warm call; `bench/cpu.py` times it)."""
     uid = sel.winner.template_uid
-    if out_layout != "col":
+    if out_layout in (None, "row"):
         # The aten winners' launchers are exactly torch.mm(a, b) / torch.bmm(a, b): call those
         # directly (no Python frames in between; autograd is torch's own).
         if op == "mm" and uid == "aten_mm":
@@ -348,9 +349,9 @@ def library_runner(op: str, alpha: float, beta: float, out_layout: str | None) -
     else:
         def fn(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
-    if out_layout != "col":
+    if out_layout in (None, "row"):
         return fn
-    return lambda *t: to_col(fn(*t))
+    return lambda *t: in_layout(fn(*t), out_layout)
 
 
 # -- helpers shared with gemmtune.dispatch.library ---------------------------------------------------------------
@@ -360,11 +361,6 @@ def _backends_arg(backends: Sequence[str] | str | None) -> str | None:
     if backends is None or isinstance(backends, str):
         return backends
     return ",".join(backends)
-
-
-def to_col(t: torch.Tensor) -> torch.Tensor:
-    """A differentiable copy of `t` whose last two dims are column-major (strides (.., 1, M))."""
-    return t.mT.contiguous().mT
 
 
 # -- recording (model warm-up) ---------------------------------------------------------------------

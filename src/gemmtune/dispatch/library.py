@@ -44,7 +44,7 @@ __all__ = ["mm", "addmm", "bmm"]
 
 def _fresh(out: torch.Tensor, inputs: Sequence[torch.Tensor], out_layout: Optional[str]) -> torch.Tensor:
     """`out` with exactly the strides the fake promised and no storage shared with an input."""
-    want = output_strides(tuple(out.shape), out_layout)
+    want = output_strides(tuple(out.shape), out_layout, out.dtype.itemsize)
     if out.stride() == want and not any(out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
                                         and out.numel() > 0 for t in inputs):
         return out
@@ -54,7 +54,7 @@ def _fresh(out: torch.Tensor, inputs: Sequence[torch.Tensor], out_layout: Option
 
 
 def _fake(like: torch.Tensor, size: tuple, out_layout: Optional[str]) -> torch.Tensor:
-    return like.new_empty_strided(size, output_strides(size, out_layout))
+    return like.new_empty_strided(size, output_strides(size, out_layout, like.dtype.itemsize))
 
 
 def _runtime_op(op: str, backends: Optional[str]):

@@ -13,7 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..core.errors import LayoutError
 from ..core.inputs import KernelInputs
+from ..core.layout import padded_row
 from ..core.settings import CPU_CANNOT_WIN, DEFAULTS, Settings, isolation_for
 from ..measure.budget import Budget
 from ..measure.compile import overlap_for
@@ -181,11 +183,17 @@ def strategy_options(settings: Settings, ki: KernelInputs, templates: Sequence[T
 def plan_for(settings: Settings, problem: KernelInputs, templates: Sequence[Template] | None = None, *,
              started: float = 0.0, out_layout: str | None = None, store_tag: str | None = None) -> Plan:
     """The Plan of tuning `problem` under `settings`: `templates` (None: the registry's) filtered to
-    those of `settings.backends` that run it; `started` (a `time.perf_counter()` value) starts the budget."""
+    those of `settings.backends` that run it (the library's alone where `out_layout` "padded" pads N's
+    rows); `started` (a `time.perf_counter()` value) starts the budget."""
     settings = fit_budget(settings)
     device = problem.device_type
     active = active_templates(problem, settings.backends, templates, settings.hopper_templates,
                               settings.config_space, settings.preview_templates)
+    if out_layout == "padded" and padded_row(problem.N, problem.result_dtype.itemsize) != problem.N:
+        active = [t for t in active if t.is_extern]  # rows of a padded stride: the library's kernels write them
+        if not active:
+            raise LayoutError(f"{problem.describe()}: out_layout='padded' pads N's rows, which only library "
+                              f"kernels write; backends={settings.backends} offers none")
     name, options = strategy_options(settings, problem, active)
     rep_ms = settings.gpu_rep_ms if device == "cuda" else settings.cpu_rep_ms
     budget = Budget(runs=settings.budget_runs, seconds=settings.budget_s, started=started,

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 
 from ..core.choices import Choice
 from ..core.inputs import KernelInputs, TensorMeta
+from ..core.layout import ALIGN_BYTES, padded_row
 from .base import Launcher, Template, source_hash, streaming
 from .staging import padded_copy, staged_padder
 
@@ -52,12 +53,11 @@ PREFIX = "padded_"
 """A padded template's uid is this prefix and its inner template's uid."""
 
 OPS = ("mm", "addmm", "bmm", "scaled_mm")
-ALIGN_BYTES = 16
 _SOURCE = Path(__file__)
 
 
 def align_of(dtype: torch.dtype) -> int:
-    """Elements in `ALIGN_BYTES`: 8 for bf16/fp16, 4 for fp32, 16 for fp8.
+    """Elements in `ALIGN_BYTES` (16): 8 for bf16/fp16, 4 for fp32, 16 for fp8.
 
     Example:
         >>> align_of(torch.bfloat16), align_of(torch.float32), align_of(torch.float8_e4m3fn)
@@ -70,23 +70,15 @@ def _row_major(meta: TensorMeta) -> bool:
     return meta.stride[-1] == 1 or meta.stride[-2] != 1
 
 
-STRIDE_BYTES = 128
-"""A padded dimension is rounded up to this many bytes where that adds at most 1/16 to it (the library's and
-TMA's best case, the stride Inductor's padding gives a buffer), else to `ALIGN_BYTES`."""
-
-
 def padded_size(n: int, dtype: torch.dtype) -> int:
-    """`n` rounded up to `STRIDE_BYTES` where that adds at most n/16, else to `ALIGN_BYTES`.
+    """A misaligned `n` rounded up to `STRIDE_BYTES` (128) where that adds at most n/16, else to
+    `ALIGN_BYTES` (`core.layout.padded_row`: the stride Inductor's padding gives a buffer).
 
     Example:
         >>> padded_size(1234, torch.bfloat16), padded_size(70, torch.bfloat16), padded_size(19, torch.float32)
         (1280, 72, 20)
     """
-    for step in (max(1, STRIDE_BYTES // dtype.itemsize), align_of(dtype)):
-        up = -(-n // step) * step
-        if up - n <= n // 16 or step == align_of(dtype):
-            return up
-    return n
+    return padded_row(n, dtype.itemsize)
 
 
 def padding_dims(ki: KernelInputs) -> dict[str, int]:
