@@ -91,3 +91,26 @@ def test_a_compiled_call_returns_the_padded_view():
     y = f(x, w)
     assert y.stride() == (20, 1)
     torch.testing.assert_close(y, x @ w.t())
+
+
+def test_a_library_kernels_padded_twin_competes_and_writes_padded_rows():
+    from gemmtune.core.inputs import KernelInputs
+    from gemmtune.core.layout import empty_output
+    from gemmtune.templates.cpu_numba import NumbaMMTemplate
+    from gemmtune.templates.extern import AtenTemplate
+    from gemmtune.templates.padded import PaddedTemplate
+
+    twin = PaddedTemplate(AtenTemplate("mm"))
+    assert twin.writes_padded_rows and not PaddedTemplate(NumbaMMTemplate()).writes_padded_rows
+    a, b = torch.randn(9, 18), torch.randn(18, 19)  # K and N both padded by the twin
+    ki = KernelInputs.from_tensors("mm", a, b)
+    out = empty_output(ki.out_size, ki.dtype, "cpu", "padded")
+    twin.compile(twin.configs(ki)[0], ki, (a, b))((a, b), out)
+    assert out.stride() == (20, 1)
+    torch.testing.assert_close(out, a @ b)
+    sel = gemmtune.tune("mm", a, b, out_layout="padded", templates=[AtenTemplate("mm"), twin, NumbaMMTemplate()],
+                        backends=("extern", "numba"),  # named: the twin runs on CPU too
+                        settings=gemmtune.Settings(store="off"), progress=False)
+    assert {t.choice.template_uid for t in sel.timings} == {"aten_mm", "padded_aten_mm"}
+    assert sel(a, b).stride() == (20, 1)
+    torch.testing.assert_close(sel(a, b), a @ b)

@@ -2,7 +2,7 @@
 
 An output layout (`out_layout`) is None or "row" (row-major), "col" (each matrix column-major: strides
 (1, M)) or "padded" (row-major rows padded to whole 16 bytes where N is not, `padded_row`: the view of a
-padded output that Inductor's padding returns, whose aligned rows the library's kernels write directly).
+padded output that Inductor's padding returns; the library's kernels write its aligned rows directly).
 
 A selection made only of library (extern) kernels keeps a FlexibleLayout: the
 caller may still pick the output strides.  As soon as a generated template is a

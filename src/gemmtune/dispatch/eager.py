@@ -59,7 +59,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | None
     `"col"` (strides (1, M); only a selection of library kernels can honour
     it, otherwise `gemmtune.LayoutError`) or `"padded"` (where N's rows are
     not whole 16 bytes, a view of rows padded to them, as Inductor returns;
-    the library's kernels compete).  Supports autograd and
+    the library's kernels and their padded twins compete).  Supports autograd and
     `torch.compile(fullgraph=True)` (through the `gemmtune::mm` custom op).
 
     Example:

@@ -190,9 +190,9 @@ def plan_for(settings: Settings, problem: KernelInputs, templates: Sequence[Temp
     active = active_templates(problem, settings.backends, templates, settings.hopper_templates,
                               settings.config_space, settings.preview_templates)
     if out_layout == "padded" and padded_row(problem.N, problem.result_dtype.itemsize) != problem.N:
-        active = [t for t in active if t.is_extern]  # rows of a padded stride: the library's kernels write them
+        active = [t for t in active if t.writes_padded_rows]  # rows of a padded stride: the library's kernels
         if not active:
-            raise LayoutError(f"{problem.describe()}: out_layout='padded' pads N's rows, which only library "
+            raise LayoutError(f"{problem.describe()}: out_layout='padded' pads N's rows, which only the library's "
                               f"kernels write; backends={settings.backends} offers none")
     name, options = strategy_options(settings, problem, active)
     rep_ms = settings.gpu_rep_ms if device == "cuda" else settings.cpu_rep_ms

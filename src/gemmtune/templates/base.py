@@ -118,6 +118,12 @@ class Template(ABC):
     def is_extern(self) -> bool:
         return self.src_hash is None
 
+    @property
+    def writes_padded_rows(self) -> bool:
+        """Whether its launcher writes an `out` whose rows are padded (`out_layout="padded"`): torch's own op
+        (`out=`) does; a generated kernel is built for rows of N elements."""
+        return self.is_extern
+
     def unavailable(self) -> str | None:
         """Why this template cannot run on this machine at all (None: it can).  An optional template
         (`registry.OPTIONAL_TEMPLATES`) joins the pool only where this is None."""

@@ -238,6 +238,11 @@ class PaddedTemplate(Template):
         self.default_runtime = inner.default_runtime
         self.opt_in, self.default_min_dim = inner.opt_in, inner.default_min_dim
 
+    @property
+    def writes_padded_rows(self) -> bool:
+        """Where its inner template does: it copies its block into `out`, or runs the inner kernel into it."""
+        return self.inner.writes_padded_rows
+
     def _keep_n(self, ki: KernelInputs, dims: dict[str, int]) -> bool:
         return self.keep_n and "M" not in dims
 
