@@ -94,6 +94,7 @@ def test_a_compiled_call_returns_the_padded_view():
 
 
 def test_a_library_kernels_padded_twin_competes_and_writes_padded_rows():
+    from gemmtune.core.binding import layout_kernel
     from gemmtune.core.inputs import KernelInputs
     from gemmtune.core.layout import empty_output
     from gemmtune.templates.cpu_numba import NumbaMMTemplate
@@ -105,9 +106,13 @@ def test_a_library_kernels_padded_twin_competes_and_writes_padded_rows():
     a, b = torch.randn(9, 18), torch.randn(18, 19)  # K and N both padded by the twin
     ki = KernelInputs.from_tensors("mm", a, b)
     out = empty_output(ki.out_size, ki.dtype, "cpu", "padded")
-    twin.compile(twin.configs(ki)[0], ki, (a, b))((a, b), out)
+    launch = twin.compile(twin.configs(ki)[0], ki, (a, b))
+    launch((a, b), out)  # a given output: the block is copied into it
     assert out.stride() == (20, 1)
     torch.testing.assert_close(out, a @ b)
+    own = layout_kernel(ki, {}, launch, "padded")(a, b)  # none given: the twin's own padded output, not a copy
+    assert own.stride() == (20, 1) and own.untyped_storage().nbytes() == 9 * 20 * 4 > out.untyped_storage().nbytes()
+    torch.testing.assert_close(own, a @ b)
     sel = gemmtune.tune("mm", a, b, out_layout="padded", templates=[AtenTemplate("mm"), twin, NumbaMMTemplate()],
                         backends=("extern", "numba"),  # named: the twin runs on CPU too
                         settings=gemmtune.Settings(store="off"), progress=False)

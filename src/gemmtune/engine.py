@@ -22,7 +22,8 @@ from .core import autocast
 from .core.choices import Choice, Selection, Timing
 from .core.errors import InputError, LayoutError, NoCandidatesError
 from .core.inputs import KernelInputs, place_operands
-from .core.layout import OUT_LAYOUTS, FixedLayout, empty_output, padded_row
+from .core.binding import layout_kernel
+from .core.layout import OUT_LAYOUTS, FixedLayout
 from .core.settings import Settings
 from .measure import deferred
 from .measure.bench import Listener
@@ -151,20 +152,6 @@ def _check_out_layout(ki: KernelInputs, choices: Sequence[Choice], out_layout: s
     return layout
 
 
-def _kernel(ki: KernelInputs, winner: Choice, launch, out_layout: str | None) -> Callable[..., torch.Tensor]:
-    rt = winner.runtime_dict
-
-    def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        if out is None and out_layout in ("col", "padded"):
-            out = empty_output(ki.out_size, ki.result_dtype, ki.device, out_layout)
-        return launch(tensors, out, **rt)
-
-    rows = out_layout in (None, "row") or out_layout == "padded" and padded_row(ki.N, ki.result_dtype.itemsize) == ki.N
-    if hasattr(launch, "bound") and rows:  # the eager dispatch binds it (core/binding.py)
-        setattr(kernel, "bound", lambda *tensors: launch.bound(tensors, **rt))
-    return kernel
-
-
 def device_name(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
@@ -235,7 +222,7 @@ class _Context:
 
     def fault(self, choice: Choice) -> str | None:
         """Why `choice` (read from the store) computes something else on the tune's operands, else None."""
-        run = _kernel(self.ki, choice, self.ensure_compiled(choice), self.out_layout)
+        run = layout_kernel(self.ki, choice.runtime_dict, self.ensure_compiled(choice), self.out_layout)
         return wrong_output(self.ki, lambda: run(*self.tensors), self.tensors)
 
     def selection(self, winner: Choice, timings: tuple[Timing, ...], layout: Any, started: float,
@@ -246,5 +233,5 @@ class _Context:
             kernels.publish(self.store, self.launchers.compiled.binaries.get(winner.binary_key, ()))
         return Selection(problem=self.ki, winner=winner, timings=timings, layout=layout,
                          tuning_s=time.perf_counter() - started, device_name=device_name(self.ki.device),
-                         kernel=_kernel(self.ki, winner, launch, self.out_layout), out_layout=self.out_layout or "row",
+                         kernel=layout_kernel(self.ki, winner.runtime_dict, launch, self.out_layout), out_layout=self.out_layout or "row",
                          **facts)

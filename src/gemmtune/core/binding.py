@@ -11,9 +11,11 @@ the tuner times each candidate the same way (`measure.runners.LocalRunner`).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
+
+from .layout import empty_output, padded_row
 
 Kernel = Callable[..., torch.Tensor]
 
@@ -72,3 +74,31 @@ def first_call_binding(kernel: Kernel) -> Kernel:
     if cell[0] is kernel:
         return kernel
     return lambda *tensors, **kw: cell[0](*tensors, **kw)
+
+
+def layout_kernel(ki: Any, runtime: dict, launch: Kernel, out_layout: str | None) -> Kernel:
+    """A pick's kernel `kernel(*tensors, out=None)`: `launch` with the pick's runtime params, its output in
+    `out_layout` (`core.layout`; for "padded", a padded twin's own output where its rows are those:
+    `launch.padded_rows`), and `kernel.bound` (`bound_to`) where that output is row-major.
+
+    Example:
+        >>> from gemmtune.core.inputs import KernelInputs
+        >>> a, b = torch.ones(2, 3), torch.ones(3, 5)
+        >>> kernel = layout_kernel(KernelInputs.from_tensors("mm", a, b), {}, lambda t, out=None: torch.mm(*t, out=out),
+        ...                        "padded")
+        >>> kernel(a, b).stride(), kernel(a, b).tolist()[1]
+        ((8, 1), [3.0, 3.0, 3.0, 3.0, 3.0])
+    """
+    view = getattr(launch, "padded_rows", None) if out_layout == "padded" else None
+
+    def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        if out is None and view is not None:
+            return view(tensors, **runtime)
+        if out is None and out_layout in ("col", "padded"):
+            out = empty_output(ki.out_size, ki.result_dtype, ki.device, out_layout)
+        return launch(tensors, out, **runtime)
+
+    rows = out_layout in (None, "row") or out_layout == "padded" and padded_row(ki.N, ki.result_dtype.itemsize) == ki.N
+    if hasattr(launch, "bound") and rows:  # the eager dispatch binds it
+        setattr(kernel, "bound", lambda *tensors: launch.bound(tensors, **runtime))
+    return kernel

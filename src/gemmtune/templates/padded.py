@@ -286,7 +286,9 @@ def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, kee
     result's top-left `ki.out_size` block written to `out` (a new row-major output where None).  The
     padding of each matrix is worked out here once (`matrix_padder`); the weight's is kept while it is
     an unchanged parameter, and any other matrix is copied into zero-padded storage kept for the next
-    call (`staging`).  `keep_n`: N kept (`pad_operands`), `inner` writes the output itself."""
+    call (`staging`).  `keep_n`: N kept (`pad_operands`), `inner` writes the output itself.  Where N alone
+    of the output is padded, `launch.padded_rows(tensors)` returns the padded output's block itself: a view
+    of rows padded as `out_layout="padded"` pads them (`core.binding.layout_kernel`), with nothing copied."""
     M, K, N = dims.get("M", ki.M), dims.get("K", ki.K), _b_columns(ki, dims, keep_n)
     ia, ib = (1, 2) if ki.op == "addmm" else (0, 1)
     pad_a, pad_b = _padders(ki.a, M, K, "a"), _padders(ki.b, K, N, "b")
@@ -316,6 +318,9 @@ def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, kee
     if hasattr(inner, "bound"):  # the eager dispatch binds it (core/binding.py)
         setattr(launch, "bound",
                 lambda tensors, **runtime: _bound(inner, padded_args, tensors, runtime, into_out, m, n))
+    if "M" not in dims and "N" in dims and not keep_n:  # its output's block: rows of `out_layout="padded"`
+        setattr(launch, "padded_rows",
+                lambda tensors, **runtime: inner(padded_args(tensors), None, **runtime)[..., :m, :n])
     return launch
 
 
