@@ -147,8 +147,9 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
         fns["inductor"] = lambda: by_inductor(*tensors)
     row["misaligned"], ki = bool(padding_dims(cold.problem)), cold.problem
     if ki.op != "scaled_mm" and padded_row(ki.N, ki.result_dtype.itemsize) != ki.N:  # also Inductor's padded view
-        view = gemmtune.tune(spec.op, *tensors, settings=settings, out_layout="padded")
-        row["padded_view_winner"], fns["padded_view"] = view.winner.key, lambda: view(*tensors)
+        t0, view = time.perf_counter(), gemmtune.tune(spec.op, *tensors, settings=settings, out_layout="padded")
+        row.update(padded_view_winner=view.winner.key, padded_view_tune_s=time.perf_counter() - t0)
+        fns["padded_view"] = lambda: view(*tensors)
     if inductor and (compiled == "all" or (compiled == "misaligned" and row["misaligned"])):
         path, row["compiled_compile_s"], _ = run_compiled(spec, tensors, settings)
         fns["compiled"] = lambda: path(*tensors)

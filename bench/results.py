@@ -53,6 +53,9 @@ RECORD: dict[str, dict[str, str]] = {
     SERVING[2]: {"command": "python bench/serving.py --first eager_range,eager_range_store,eager_range_again "
                             "--steady ''"},
     SERVING[3]: {"command": "python bench/serving.py --first eager_range,eager_range_store --steady ''"},
+    **{SERVING[i]: {"command": f"GEMMTUNE_SHARE_KERNELS=1 GEMMTUNE_STORE_KEY=$KEY python bench/serving.py --first {first} "
+                               "--steady ''"} for i, first in ((4, "eager_range,eager_range_store"),
+                                                               (5, "default,gemmtune,gemmtune_store"))},
     CHECKS[0]: {"device": "the 2-core CPU machine",
                 "command": "python bench/redis_store.py --first-use --device cpu --sizes 64,256,512,1024 --reps 7"},
     CHECKS[1]: {"command": "python bench/redis_store.py --first-use --device cuda --backends triton --sizes 256,1024,4096"}}

@@ -85,12 +85,40 @@ def test_an_empty_problem_and_a_gradient_keep_the_layout():
     assert torch.autograd.gradcheck(lambda x, y: mm(x, y, out_layout="padded"), (a, b))
 
 
-def test_a_compiled_call_returns_the_padded_view():
-    f = torch.compile(lambda x, w: gemmtune.mm(x, w.t(), out_layout="padded"), backend="aot_eager", fullgraph=True)
+def test_a_compiled_call_runs_the_padded_pick_itself_and_returns_its_view():
+    from torch._dynamo.backends.common import aot_autograd
+    seen: list[str] = []
+
+    def spy(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    f = torch.compile(lambda x, w: gemmtune.mm(x, w.t(), out_layout="padded"), backend=aot_autograd(fw_compiler=spy),
+                      fullgraph=True)
     x, w = torch.randn(12, 16), torch.randn(19, 16)
     y = f(x, w)
     assert y.stride() == (20, 1)
     torch.testing.assert_close(y, x @ w.t())
+    assert "gemmtune.mm.default" in seen and "aten.mm.default" not in seen  # not a traced row-major op and a copy
+
+
+def test_a_dynamic_compile_keeps_its_promised_strides_at_every_n():
+    # Inductor checks each output's strides against the fake's: an N of whole 16 bytes is row-major, else padded.
+    f = torch.compile(lambda x, w: (gemmtune.mm(x, w, out_layout="padded") * 2).sum(0), dynamic=True)
+    x = torch.randn(3, 8)
+    for n in (1000, 1004, 1001, 999):
+        w = torch.randn(8, n)
+        torch.testing.assert_close(f(x, w), (x @ w * 2).sum(0))
+
+
+def test_an_aligned_padded_layout_shares_the_row_major_pick_and_a_2d_bias_is_added():
+    settings = gemmtune.Settings(store="memory")
+    a, b = torch.randn(16, 8), torch.randn(8, 20)
+    gemmtune.tune("mm", a, b, out_layout="padded", backends=("extern",), settings=settings, progress=False)
+    assert gemmtune.tune("mm", a, b, backends=("extern",), settings=settings, progress=False).cache_hit
+    bias = torch.randn(16, 19)
+    z = addmm(bias, a, torch.randn(8, 19), out_layout="padded")
+    assert z.stride() == (20, 1)
 
 
 def test_a_library_kernels_padded_twin_competes_and_writes_padded_rows():

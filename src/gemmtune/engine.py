@@ -23,7 +23,7 @@ from .core.choices import Choice, Selection, Timing
 from .core.errors import InputError, LayoutError, NoCandidatesError
 from .core.inputs import KernelInputs, place_operands
 from .core.binding import layout_kernel
-from .core.layout import OUT_LAYOUTS, FixedLayout
+from .core.layout import OUT_LAYOUTS, FixedLayout, effective_layout
 from .core.settings import Settings
 from .measure import deferred
 from .measure.bench import Listener
@@ -83,7 +83,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     started = time.perf_counter()
     asked = {k: v for k, v in (("backends", backends), ("strategy", strategy)) if v is not None}
     settings = (settings or Settings.from_env()).with_(**asked)
-    ki, tensors = _problem(op, tensors, device, alpha, beta, out_layout, out_dtype, use_fast_accum)
+    ki, tensors, out_layout = _problem(op, tensors, device, alpha, beta, out_layout, out_dtype, use_fast_accum)
     plan = plan_for(settings, ki, templates, started=started, out_layout=out_layout, store_tag=store_tag)
     store = store if store is not None else shared_store(plan.store, plan.trust)
     kernels.sharing(store if plan.share_kernels else None)  # before any template asks Triton anything
@@ -118,8 +118,9 @@ def _tune_here(ctx: "_Context", choices: list[Choice], layout: Any, started: flo
 
 
 def _problem(op: str, tensors: Sequence[Any], device: str | torch.device | None, alpha: float, beta: float,
-             out_layout: str | None, out_dtype: Any, fast: Any) -> tuple[KernelInputs, tuple]:
-    """The validated problem and its operands (moved to `device`, detached)."""
+             out_layout: str | None, out_dtype: Any, fast: Any) -> tuple[KernelInputs, tuple, str | None]:
+    """The validated problem, its operands (moved to `device`, detached) and its output layout
+    (`core.layout.effective_layout`: "padded" rows that are whole already are row-major)."""
     if out_layout not in OUT_LAYOUTS:
         raise InputError(f"out_layout: expected None, 'row', 'col' or 'padded', got {out_layout!r}")
     placed = place_operands(tensors, device)
@@ -127,7 +128,7 @@ def _problem(op: str, tensors: Sequence[Any], device: str | torch.device | None,
     empty = [f"{k}={v}" for k, v in {"M": ki.M, "N": ki.N, "K": ki.K, "batch": ki.batch}.items() if v == 0]
     if empty:
         raise InputError(f"{ki.describe()}: nothing to tune, {', '.join(empty)} (the product is empty or all bias)")
-    return ki, placed
+    return ki, placed, effective_layout(out_layout, ki.N, ki.result_dtype.itemsize)
 
 
 def _choices(ki: KernelInputs, plan: Plan, op: str, finalize: Sequence[heuristics.FinalizeHook]) -> list[Choice]:

@@ -1,8 +1,9 @@
 """Output layouts and the rule that fixes them.
 
 An output layout (`out_layout`) is None or "row" (row-major), "col" (each matrix column-major: strides
-(1, M)) or "padded" (row-major rows padded to whole 16 bytes where N is not, `padded_row`: the view of a
-padded output that Inductor's padding returns; the library's kernels write its aligned rows directly).
+(1, M)) or "padded" (row-major rows padded to whole 16 bytes where N's are not, `padded_row`: the kind
+of view of a padded output that Inductor's padding returns, though its strides can differ; the library's
+kernels write its aligned rows directly).
 
 A selection made only of library (extern) kernels keeps a FlexibleLayout: the
 caller may still pick the output strides.  As soon as a generated template is a
@@ -35,25 +36,37 @@ def contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
 
 OUT_LAYOUTS = (None, "row", "col", "padded")
 ALIGN_BYTES = 16  # the row alignment vector loads, TMA and the library's fastest kernels need
-STRIDE_BYTES = 128  # the row stride a padded row gets where that adds at most 1/16 (Inductor's padded buffers)
+STRIDE_BYTES = 128  # the row stride a padded row gets where that adds at most 1/16
 
 
 def padded_row(n: int, itemsize: int) -> int:
     """`n` elements of `itemsize` bytes rounded up to `STRIDE_BYTES` where that adds at most n/16, else to
-    `ALIGN_BYTES`; `n` itself where it is a whole number of `ALIGN_BYTES` already (symbolic sizes too).
+    `ALIGN_BYTES`; `n` itself where it is a whole number of `ALIGN_BYTES` already.  A symbolic `n` (a
+    dynamic compile) is specialised to its value: a graph's strides then hold at every size it runs.
 
     Example:
-        >>> padded_row(50257, 2), padded_row(70, 2), padded_row(19, 4), padded_row(4096, 2)
-        (50304, 72, 20, 4096)
+        >>> padded_row(50257, 2), padded_row(70, 2), padded_row(19, 4), padded_row(4096, 2), padded_row(1000, 4)
+        (50304, 72, 20, 4096, 1000)
     """
-    align = max(1, ALIGN_BYTES // itemsize)
-    if isinstance(n, int) and n % align == 0:
+    n, align = int(n), max(1, ALIGN_BYTES // itemsize)
+    if n % align == 0:
         return n
     for step in (max(1, STRIDE_BYTES // itemsize), align):
         up = -(-n // step) * step
         if up - n <= n // 16 or step == align:
             return up
     return n
+
+
+def effective_layout(out_layout: str | None, n: int, itemsize: int) -> str | None:
+    """`out_layout` as it lays out rows of `n` elements of `itemsize` bytes: "padded" is None (row-major)
+    where those rows are whole 16 bytes already, so it shares the row-major picks.
+
+    Example:
+        >>> effective_layout("padded", 19, 4), effective_layout("padded", 20, 4), effective_layout("col", 20, 4)
+        ('padded', None, 'col')
+    """
+    return None if out_layout == "padded" and padded_row(n, itemsize) == n else out_layout
 
 
 def output_strides(size: tuple[int, ...], out_layout: str | None, itemsize: int = 0) -> tuple[int, ...]:

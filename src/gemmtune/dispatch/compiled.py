@@ -15,7 +15,8 @@ tuning; its pick is stored under its own key (`|traced`), apart from the eager p
 
 Dynamic shapes (symbolic sizes at trace time) cannot be tuned then: such a call is emitted as the
 opaque `gemmtune::mm` custom op (`gemmtune.dispatch.library`), which tunes on the first real call
-of each concrete shape and dispatches through the eager dict on every call after it.
+of each concrete shape and dispatches through the eager dict on every call after it; so is a call
+whose `out_layout="padded"` pads N's rows (its pick writes padded rows, which a traced op cannot).
 
 Gradients are GEMMs of the same kind and are traced the same way.
 
@@ -40,7 +41,7 @@ from . import library  # noqa: F401  registers torch.ops.gemmtune.mm / addmm / b
 from ..core.settings import Settings, check_backends
 from ..core.validate import validate_operands
 from ..core.inputs import KernelInputs, stand_in
-from ..core.layout import in_layout
+from ..core.layout import effective_layout, in_layout
 from ..templates import active_templates, default_templates, inductor_pool
 from . import autocast, route
 from .autograd import addmm_grads, addmm_setup, mm_grads, mm_setup
@@ -105,7 +106,8 @@ def prepare_traced(op: str, tensors: tuple, alpha: float, beta: float, backends:
 
 def _emit(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional[str],
           out_layout: Optional[str]) -> torch.Tensor:
-    if not is_static(tensors):
+    padded = effective_layout(out_layout, tensors[-1].shape[-1], tensors[-1].dtype.itemsize) == "padded"
+    if not is_static(tensors) or padded:  # a traced pick writes row-major rows: the padded pick runs as itself
         return _opaque(op, tensors, alpha, beta, backends, out_layout)
     if route.to_inductor(tensors, backends, out_layout):  # Inductor builds gemmtune's pick of the aten op
         return torch.addmm(*tensors, beta=beta, alpha=alpha) if op == "addmm" else getattr(torch, op)(*tensors)
@@ -114,7 +116,7 @@ def _emit(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional
         return _opaque(op, tensors, alpha, beta, backends, out_layout)
     sel, template = decided
     out = template.trace(sel.winner, sel.problem)(tensors, None, **sel.winner.runtime_dict)
-    # A traced graph keeps no out= strides: a column-major or padded result is a copy of the row-major one.
+    # A traced graph keeps no out= strides: the column-major result is a copy of the row-major one.
     return in_layout(out, out_layout)
 
 

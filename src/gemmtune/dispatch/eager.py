@@ -25,7 +25,7 @@ from .. import engine
 from ..core.errors import InputError, NoCandidatesError
 from ..core import autocast as _ac
 from ..core.binding import bound_on_first_call
-from ..core.layout import OUT_LAYOUTS, in_layout
+from ..core.layout import OUT_LAYOUTS, effective_layout, in_layout
 from ..templates import staging
 from . import buckets
 from .autograd import TunedAddmm, TunedMM, gemms_for, redispatch, transform_runner
@@ -58,7 +58,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | None
     not a list, to stay on the fast path); `out_layout` is None, `"row"`,
     `"col"` (strides (1, M); only a selection of library kernels can honour
     it, otherwise `gemmtune.LayoutError`) or `"padded"` (where N's rows are
-    not whole 16 bytes, a view of rows padded to them, as Inductor returns;
+    not whole 16 bytes, a view of rows padded to them, the kind Inductor returns;
     the library's kernels and their padded twins compete).  Supports autograd and
     `torch.compile(fullgraph=True)` (through the `gemmtune::mm` custom op).
 
@@ -88,7 +88,7 @@ def bmm(a: torch.Tensor, b: torch.Tensor, *, backends: Sequence[str] | str | Non
     """Batched `a @ b` for 3-D `a` [B, M, K] and `b` [B, K, N], run by the tuned winner.
 
     Same dispatch, autograd and compile behaviour as `gemmtune.mm`;
-    `out_layout="col"` gives each [M, N] matrix strides (1, M).
+    `out_layout="col"` gives each [M, N] matrix strides (1, M), "padded" padded rows (as `mm`).
 
     Example:
         >>> import torch, gemmtune
@@ -245,23 +245,24 @@ def _miss(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
         if fn is not None:  # another thread tuned it while we waited
             next(_HITS)
             return fn
-        tensors, canon_backends = _validated(op, tensors, alpha, beta, backends, out_layout)
+        tensors, canon_backends, laid = _validated(op, tensors, alpha, beta, backends, out_layout)
         alpha_f, beta_f = float(alpha), float(beta)
         canon = dispatch_key(op, tensors, alpha_f, beta_f, canon_backends, out_layout)
         if TABLE.recorder is not None:
-            TABLE.record(canon, op, tensors, alpha_f, beta_f, canon_backends, out_layout)
-            return library_runner(op, alpha_f, beta_f, out_layout)
+            TABLE.record(canon, op, tensors, alpha_f, beta_f, canon_backends, laid)
+            return library_runner(op, alpha_f, beta_f, laid)
         fn = TABLE.runner(op, canon)
         if fn is None:
-            fn = _build(op, tensors, alpha_f, beta_f, canon_backends, out_layout, canon)
+            fn = _build(op, tensors, alpha_f, beta_f, canon_backends, laid, canon)
         TABLE.put(op, fn, canon, key)
         TABLE.count_miss()
         return fn
 
 
 def _validated(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
-               out_layout: Any) -> tuple[tuple, tuple[str, ...] | None]:
-    """The operands (negation views resolved) and canonical backends of a valid call; else InputError."""
+               out_layout: Any) -> tuple[tuple, tuple[str, ...] | None, str | None]:
+    """The operands (negation views resolved), canonical backends and output layout (`effective_layout`)
+    of a valid call; else InputError."""
     from ..core.settings import check_backends
     from ..core.validate import check_backends_arg, validate_operands
 
@@ -271,7 +272,7 @@ def _validated(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
     canon_backends = check_backends(backends)
     if out_layout not in OUT_LAYOUTS:
         raise InputError(f"{op}: out_layout must be None, 'row', 'col' or 'padded', got {out_layout!r}")
-    return tensors, canon_backends
+    return tensors, canon_backends, effective_layout(out_layout, tensors[-1].shape[-1], tensors[-1].dtype.itemsize)
 
 
 def _build(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,

@@ -15,8 +15,9 @@ Signatures (string arguments because custom ops take `str?`, not tuples):
 
 `backends` is a comma-separated family list (`"extern,numba"`).  The output is
 a fresh tensor (never an input's alias), row-major, or with column-major
-matrices (strides (1, M)) for `out_layout="col"`; the fake implementations
-promise exactly those strides and the real ones keep the promise.
+matrices (strides (1, M)) for `out_layout="col"`, or with padded rows for
+`out_layout="padded"` (`core.layout`); the fake implementations promise
+exactly those strides and the real ones keep the promise.
 
 Backward (`register_autograd`) is the standard GEMM gradient, computed with
 these same ops, so gradients are tuned too and are differentiable again:
