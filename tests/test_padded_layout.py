@@ -7,6 +7,7 @@ import torch
 import gemmtune
 from gemmtune.core.errors import InputError, LayoutError
 from gemmtune.core.layout import output_strides, padded_row
+from gemmtune.dispatch import eager as api
 from gemmtune.dispatch.eager import addmm, bmm, dispatch_stats, mm  # conftest clears the dispatch dict
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")
@@ -125,6 +126,7 @@ def test_a_library_kernels_padded_twin_competes_and_writes_padded_rows():
     from gemmtune.core.binding import layout_kernel
     from gemmtune.core.inputs import KernelInputs
     from gemmtune.core.layout import empty_output
+    from gemmtune.measure.runners import local_runner
     from gemmtune.templates.cpu_numba import NumbaMMTemplate
     from gemmtune.templates.extern import AtenTemplate
     from gemmtune.templates.padded import PaddedTemplate
@@ -140,10 +142,34 @@ def test_a_library_kernels_padded_twin_competes_and_writes_padded_rows():
     torch.testing.assert_close(out, a @ b)
     own = layout_kernel(ki, {}, launch, "padded")(a, b)  # none given: the twin's own padded output, not a copy
     assert own.stride() == (20, 1) and own.untyped_storage().nbytes() == 9 * 20 * 4 > out.untyped_storage().nbytes()
+    assert own._base is None  # not a view: an autograd function's output may be changed in place
     torch.testing.assert_close(own, a @ b)
+    runner = local_runner(ki, (a, b), lambda c: launch, gemmtune.Settings(), "padded")
+    choice = twin.configs(ki)[0]
+    assert runner.check(choice) is None and runner._fn(choice)().untyped_storage().nbytes() == 9 * 20 * 4  # timed so
     sel = gemmtune.tune("mm", a, b, out_layout="padded", templates=[AtenTemplate("mm"), twin, NumbaMMTemplate()],
                         backends=("extern", "numba"),  # named: the twin runs on CPU too
                         settings=gemmtune.Settings(store="off"), progress=False)
     assert {t.choice.template_uid for t in sel.timings} == {"aten_mm", "padded_aten_mm"}
     assert sel(a, b).stride() == (20, 1)
     torch.testing.assert_close(sel(a, b), a @ b)
+
+
+@pytest.mark.parametrize("n, for_compile", [(20, False), (19, False), (19, True)])
+def test_a_warm_up_readies_the_padded_calls_it_records(n, for_compile):
+    from torch import nn
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(8, n))
+
+        def forward(self, x):
+            return gemmtune.mm(x, self.w, out_layout="padded")
+
+    head, x = Head(), torch.randn(4, 8)
+    with torch.no_grad():
+        gemmtune.warmup(head, x, progress=False, for_compile=for_compile, in_model=False)
+        assert api.dispatched("mm", (x, head.w), out_layout="padded") is not None  # the call's own key
+        tunes = dispatch_stats()["tunes"]
+        assert head(x).stride() == (padded_row(n, 4), 1) and dispatch_stats()["tunes"] == tunes

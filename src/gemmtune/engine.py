@@ -14,7 +14,7 @@ import logging
 import platform
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -234,5 +234,6 @@ class _Context:
             kernels.publish(self.store, self.launchers.compiled.binaries.get(winner.binary_key, ()))
         return Selection(problem=self.ki, winner=winner, timings=timings, layout=layout,
                          tuning_s=time.perf_counter() - started, device_name=device_name(self.ki.device),
-                         kernel=layout_kernel(self.ki, winner.runtime_dict, launch, self.out_layout), out_layout=self.out_layout or "row",
+                         kernel=layout_kernel(self.ki, winner.runtime_dict, launch, self.out_layout),
+                         out_layout=self.out_layout or "row",
                          **facts)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .layout import empty_output, padded_row
+from .layout import empty_output
 
 Kernel = Callable[..., torch.Tensor]
 
@@ -79,7 +79,8 @@ def first_call_binding(kernel: Kernel) -> Kernel:
 def layout_kernel(ki: Any, runtime: dict, launch: Kernel, out_layout: str | None) -> Kernel:
     """A pick's kernel `kernel(*tensors, out=None)`: `launch` with the pick's runtime params, its output in
     `out_layout` (`core.layout`; for "padded", a padded twin's own output where its rows are those:
-    `launch.padded_rows`), and `kernel.bound` (`bound_to`) where that output is row-major.
+    `launch.padded_rows`), and `kernel.bound` (`bound_to`) where that output is row-major (`out_layout` as
+    `core.layout.effective_layout` gives it: "padded" only where N's rows are padded).
 
     Example:
         >>> from gemmtune.core.inputs import KernelInputs
@@ -98,7 +99,6 @@ def layout_kernel(ki: Any, runtime: dict, launch: Kernel, out_layout: str | None
             out = empty_output(ki.out_size, ki.result_dtype, ki.device, out_layout)
         return launch(tensors, out, **runtime)
 
-    rows = out_layout in (None, "row") or out_layout == "padded" and padded_row(ki.N, ki.result_dtype.itemsize) == ki.N
-    if hasattr(launch, "bound") and rows:  # the eager dispatch binds it
+    if hasattr(launch, "bound") and out_layout in (None, "row"):  # the eager dispatch binds it
         setattr(kernel, "bound", lambda *tensors: launch.bound(tensors, **runtime))
     return kernel

@@ -249,7 +249,7 @@ def _miss(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
         alpha_f, beta_f = float(alpha), float(beta)
         canon = dispatch_key(op, tensors, alpha_f, beta_f, canon_backends, out_layout)
         if TABLE.recorder is not None:
-            TABLE.record(canon, op, tensors, alpha_f, beta_f, canon_backends, laid)
+            TABLE.record(canon, op, tensors, alpha_f, beta_f, canon_backends, out_layout)
             return library_runner(op, alpha_f, beta_f, laid)
         fn = TABLE.runner(op, canon)
         if fn is None:

@@ -318,10 +318,17 @@ def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, kee
     if hasattr(inner, "bound"):  # the eager dispatch binds it (core/binding.py)
         setattr(launch, "bound",
                 lambda tensors, **runtime: _bound(inner, padded_args, tensors, runtime, into_out, m, n))
-    if "M" not in dims and "N" in dims and not keep_n:  # its output's block: rows of `out_layout="padded"`
+    if "M" not in dims and dims.get("N") == padded_row(n, ki.result_dtype.itemsize) and not keep_n:
         setattr(launch, "padded_rows",
-                lambda tensors, **runtime: inner(padded_args(tensors), None, **runtime)[..., :m, :n])
+                lambda tensors, **runtime: _rows(inner(padded_args(tensors), None, **runtime), m, n))
     return launch
+
+
+def _rows(full: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """`full`'s top-left [m, n] block as a tensor of its own (not a view: an autograd function's output
+    may then be changed in place), sharing `full`'s storage: rows of `out_layout="padded"`."""
+    block = full[..., :m, :n]
+    return full.new_empty(0).set_(full.untyped_storage(), block.storage_offset(), block.shape, block.stride())
 
 
 def _bound(inner: Any, padded_args: Any, tensors: Sequence[Any], runtime: dict, into_out: bool, m: int,
