@@ -90,11 +90,11 @@ def layout_kernel(ki: Any, runtime: dict, launch: Kernel, out_layout: str | None
         >>> kernel(a, b).stride(), kernel(a, b).tolist()[1]
         ((8, 1), [3.0, 3.0, 3.0, 3.0, 3.0])
     """
-    view = getattr(launch, "padded_rows", None) if out_layout == "padded" else None
+    rows = getattr(launch, "padded_rows", None) if out_layout == "padded" else None
 
     def kernel(*tensors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        if out is None and view is not None:
-            return view(tensors, **runtime)
+        if out is None and rows is not None:
+            return rows(tensors, **runtime)
         if out is None and out_layout in ("col", "padded"):
             out = empty_output(ki.out_size, ki.result_dtype, ki.device, out_layout)
         return launch(tensors, out, **runtime)

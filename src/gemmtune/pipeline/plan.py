@@ -15,7 +15,6 @@ from typing import Any, Mapping, Sequence
 
 from ..core.errors import LayoutError
 from ..core.inputs import KernelInputs
-from ..core.layout import padded_row
 from ..core.settings import CPU_CANNOT_WIN, DEFAULTS, Settings, isolation_for
 from ..measure.budget import Budget
 from ..measure.compile import overlap_for
@@ -189,7 +188,7 @@ def plan_for(settings: Settings, problem: KernelInputs, templates: Sequence[Temp
     device = problem.device_type
     active = active_templates(problem, settings.backends, templates, settings.hopper_templates,
                               settings.config_space, settings.preview_templates)
-    if out_layout == "padded" and padded_row(problem.N, problem.result_dtype.itemsize) != problem.N:
+    if out_layout == "padded":  # as `core.layout.effective_layout` gives it: N's rows need the padding
         active = [t for t in active if t.writes_padded_rows]  # rows of a padded stride: the library's kernels
         if not active:
             raise LayoutError(f"{problem.describe()}: out_layout='padded' pads N's rows, which only the library's "

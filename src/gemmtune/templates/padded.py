@@ -70,19 +70,8 @@ def _row_major(meta: TensorMeta) -> bool:
     return meta.stride[-1] == 1 or meta.stride[-2] != 1
 
 
-def padded_size(n: int, dtype: torch.dtype) -> int:
-    """A misaligned `n` rounded up to `STRIDE_BYTES` (128) where that adds at most n/16, else to
-    `ALIGN_BYTES` (`core.layout.padded_row`: the stride Inductor's padding gives a buffer).
-
-    Example:
-        >>> padded_size(1234, torch.bfloat16), padded_size(70, torch.bfloat16), padded_size(19, torch.float32)
-        (1280, 72, 20)
-    """
-    return padded_row(n, dtype.itemsize)
-
-
 def padding_dims(ki: KernelInputs) -> dict[str, int]:
-    """The dimensions of `ki` to pad, with their padded sizes (`padded_size`; {} where nothing is
+    """The dimensions of `ki` to pad, with their padded sizes (`core.layout.padded_row`; {} where nothing is
     misaligned or the op has no padded form).
 
     Example:
@@ -98,7 +87,7 @@ def padding_dims(ki: KernelInputs) -> dict[str, int]:
     a_row, b_row = _row_major(ki.a), _row_major(ki.b)
     leading = {"M": not a_row, "N": True, "K": a_row or not b_row}
     sizes = {"M": ki.M, "N": ki.N, "K": ki.K}
-    return {d: padded_size(n, ki.dtype) for d, n in sizes.items() if leading[d] and n % step}
+    return {d: padded_row(n, ki.dtype.itemsize) for d, n in sizes.items() if leading[d] and n % step}
 
 
 def matrix_padder(size: Sequence[int], row_major: bool, rows: int, cols: int, dtype: torch.dtype) -> Any:
@@ -287,8 +276,9 @@ def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, kee
     padding of each matrix is worked out here once (`matrix_padder`); the weight's is kept while it is
     an unchanged parameter, and any other matrix is copied into zero-padded storage kept for the next
     call (`staging`).  `keep_n`: N kept (`pad_operands`), `inner` writes the output itself.  Where N alone
-    of the output is padded, `launch.padded_rows(tensors)` returns the padded output's block itself: a view
-    of rows padded as `out_layout="padded"` pads them (`core.binding.layout_kernel`), with nothing copied."""
+    of the output is padded, `launch.padded_rows(tensors)` returns the padded output's block, a tensor of its
+    own on that storage whose rows are those of `out_layout="padded"` (`core.binding.layout_kernel`): nothing
+    is copied."""
     M, K, N = dims.get("M", ki.M), dims.get("K", ki.K), _b_columns(ki, dims, keep_n)
     ia, ib = (1, 2) if ki.op == "addmm" else (0, 1)
     pad_a, pad_b = _padders(ki.a, M, K, "a"), _padders(ki.b, K, N, "b")
