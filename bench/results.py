@@ -25,8 +25,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS, PAGE, README = ROOT / "bench" / "results", ROOT / "docs" / "RESULTS.md", ROOT / "README.md"
 TEMPLATE, BEGIN, END = ROOT / "bench" / "results_page.md", "<!-- results -->", "<!-- /results -->"
-BF16 = ("compare_default_full_runF_2026-11-30.json",)
-HARD, MISALIGNED = ("compare_hard_h100_2026-12-06.json",), tuple(f"compare_misaligned_h100_{d}.json" for d in ("2026-12-06", "2026-12-07"))
+BF16, HARD = ("compare_default_full_runF_2026-11-30.json",), ("compare_hard_h100_2026-12-06.json",)
+MISALIGNED = tuple(f"compare_misaligned{v}_h100_2026-12-{d}.json" for v, d in (("", "06"), ("", "07"), ("_view", "07")))
 STAGE0 = tuple(f"compare_hard_p1_stage0_{n}_h200_2026-12-06.json" for n in (14, 20))
 FP8_18 = ("compare_fp8_18_run3_merged_h100_2026-12-05.json",)
 FP8_64 = ("compare_fp8_h200_2026-12-02.json", "compare_fp8_library_h200_2026-12-02.json",
@@ -133,7 +133,8 @@ def gpu_tables(results: Path) -> dict[str, str]:
     return {"bf16": suites(results, (("24 shapes of `bench/shapes.json`", BF16),
                                      ("50 of the 57 shapes of `bench/shapes_hard.json`", HARD),
                                      ("4 of its misaligned shapes, again", MISALIGNED[:1]),
-                                     ("the same 4, padded operands copied into kept storage", MISALIGNED[1:]),
+                                     ("the same 4, padded operands copied into kept storage", MISALIGNED[1:2]),
+                                     ("the same 4 again, the padded output layout timed beside", MISALIGNED[2:]),
                                      ("its first 29 shapes, 14 binaries kept to compile (the default)", STAGE0[:1]),
                                      ("the same 29, 20 kept (the default before)", STAGE0[1:])), "cuBLAS"),
             "bf16_shapes": md(["shape", "MxKxN", "pick's kernel", "x cuBLAS", "Inductor x cuBLAS", "tuning, cold"],

@@ -39,3 +39,19 @@ def test_patched_linear_fast_path_on_gpu(backends, bias):
     plain(x2).float().square().sum().backward()
     _close(x1.grad, x2.grad)
     _close(patched.weight.grad, plain.weight.grad)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_patched_head_of_an_odd_vocabulary_returns_padded_rows_from_its_padded_weight(bias):
+    # patch(out_layout="padded"): the head's pick writes rows of a 128-byte stride (30523 -> 30528), every call.
+    torch.manual_seed(0)
+    head = nn.Linear(768, 30523, bias=bias, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(2, 300, 768, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref = head(x)
+        gemmtune.patch(head, out_layout="padded")
+        for _ in range(3):  # the tune, then the fast path
+            out = head(x)
+            assert out.shape == ref.shape and out.stride() == (300 * 30528, 30528, 1)
+            _close(out, ref)
+    gemmtune.unpatch(head)

@@ -22,26 +22,26 @@ from __future__ import annotations
 import sys
 import types
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core.errors import InputError
+from ..core.layout import effective_layout
 from . import autocast as _ac
 from . import eager as api
 from . import fp8
+from .patch_report import RELEASED, ROUTE, PatchReport, patch_report
 from .table import TABLE
 
 __all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library", "runs_library",
            "release", "repatch_released"]
 
-_FLAG = "_gemmtune_backends"  # instance attribute on a patched layer: its backends (None allowed)
-_RELEASED = "_gemmtune_released"  # on a layer given back to torch's op (`release`): (its backends,)
 
 # Per patched problem, once decided: what the layer runs.  Key (`_signature`): the input's, weight's
-# and bias's shapes, strides and dtypes (None: no bias), the input's device and the layer's backends.
+# and bias's shapes, strides and dtypes (None: no bias), the input's device and the layer's route.
 # A library winner runs `F.linear` itself (what an unpatched layer runs), any other its callable on the 2-D view.
 _LINEAR: dict[tuple, Callable[..., torch.Tensor]] = {}
 # A generated winner's entry: key -> (Selection, its callable), so that `set_library` can send a problem to
@@ -81,10 +81,10 @@ def _new_decided() -> _Decided:
     return decided
 
 
-def _signature(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backends: object) -> tuple:
-    """The fast path's key (see `_LINEAR`)."""
+def _signature(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, route: object) -> tuple:
+    """The fast path's key (see `_LINEAR`); `route`: the layer's (backends, out_layout)."""
     return (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype,
-            None if bias is None else (bias.shape, bias.stride(), bias.dtype), backends)
+            None if bias is None else (bias.shape, bias.stride(), bias.dtype), route)
 
 
 def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -101,7 +101,7 @@ def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
             if x.numel() in d[_DECIDED_ATTR]:
                 fn = _linear
             elif TABLE.recorder is None and not _autocast_on():  # recording: gemmtune.mm records
-                key = _signature(x, w, bias, d[_FLAG])
+                key = _signature(x, w, bias, d[ROUTE])
                 fn = _LINEAR[key]
                 if fn is _linear:  # decided by another layer of the same shapes: this one's from now on
                     _hold(key, d[_DECIDED_ATTR])
@@ -126,24 +126,28 @@ def _linear_slow(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The first call of a problem (tunes it through gemmtune.mm / addmm), then remembers the fast path."""
     w: torch.Tensor = layer.weight  # type: ignore[assignment]
     bias: torch.Tensor | None = layer.bias  # type: ignore[assignment]
-    backends = getattr(layer, _FLAG)
+    route = getattr(layer, ROUTE)
+    backends, layout = route
     x2 = x.unsqueeze(0) if x.dim() == 1 else x.reshape(-1, x.shape[-1])
     tensors = (x2, w.t()) if bias is None else (bias, x2, w.t())
-    y = api.mm(*tensors, backends=backends) if bias is None else api.addmm(*tensors, backends=backends)
+    y = (api.mm(*tensors, backends=backends, out_layout=layout) if bias is None
+         else api.addmm(*tensors, backends=backends, out_layout=layout))
     out = y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
     if not (_is_compiling() or _autocast_on()):
-        found = api.dispatched("mm" if bias is None else "addmm", tensors, backends=backends)
-        _remember(x, w, bias, backends, found, layer.__dict__.get(_DECIDED_ATTR))
+        found = api.dispatched("mm" if bias is None else "addmm", tensors, backends=backends, out_layout=layout)
+        _remember(x, w, bias, route, found, layer.__dict__.get(_DECIDED_ATTR))
     return out
 
 
-def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, backends: object,
+def _remember(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, route: tuple,
               found: tuple[Any, Callable[..., torch.Tensor]] | None, decided: _Decided | None) -> None:
+    """The fast path of the problem `found` decided (`_LINEAR`): `F.linear` where torch's op won and the
+    layer's rows are row-major (`core.layout.effective_layout`), else the pick's callable."""
     if found is None or not isinstance(x, torch.Tensor) or x.dim() == 0:
         return
     sel, run = found
-    key = _signature(x, w, bias, backends)
-    if sel.winner.template_uid in _LIBRARY_UIDS:
+    key = _signature(x, w, bias, route)
+    if sel.winner.template_uid in _LIBRARY_UIDS and effective_layout(route[1], w.shape[0], w.dtype.itemsize) is None:
         _LINEAR[key] = _linear
         if decided is not None:
             _hold(key, decided)
@@ -217,12 +221,15 @@ def _patchable(m: nn.Module) -> bool:
 
 
 def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, report: bool = False,
-          scaled_mm: bool = False) -> nn.Module:
+          scaled_mm: bool = False, out_layout: str | None = None) -> nn.Module:
     """Route every `nn.Linear` in `module` through gemmtune (in place); returns `module`.
 
     `backends` is passed to `gemmtune.mm` / `gemmtune.addmm` (a tuple of family
     names; None: the device's defaults, which leave out NumPy's BLAS: it runs on a thread pool of
-    its own, family "numpy", opt-in).  Patching again updates `backends`.
+    its own, family "numpy", opt-in).  `out_layout="padded"`: a layer whose output rows are not whole
+    16 bytes (an LM head of an odd vocabulary) may return a view of padded rows (`gemmtune.mm`'s
+    `out_layout`), which the library writes faster; every other layer is unchanged.  Patching again
+    updates both.
     The `nn.Linear` layers inside an `nn.MultiheadAttention` are left alone: it
     calls `F.linear` on their weights, so they would never reach gemmtune.
     `report=True` prints `patch_report(module)` (what is routed, what is not
@@ -243,11 +250,14 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
     """
     if backends is not None and not isinstance(backends, str):
         backends = tuple(backends)  # hashable: the dispatch key's fast path
+    if out_layout not in (None, "padded"):
+        raise InputError(f"patch: out_layout must be None or 'padded' (an nn.Linear's output is row-major), "
+                         f"got {out_layout!r}")
     inside_mha = {id(c) for m in module.modules() if isinstance(m, nn.MultiheadAttention) for c in m.modules()}
     for m in module.modules():
         if _patchable(m) and id(m) not in inside_mha:  # MHA calls F.linear on its weights: never routed
-            vars(m).pop(_RELEASED, None)
-            object.__setattr__(m, _FLAG, backends)
+            vars(m).pop(RELEASED, None)
+            object.__setattr__(m, ROUTE, (backends, out_layout))
             object.__setattr__(m, _DECIDED_ATTR, _new_decided())
             object.__setattr__(m, "forward", types.MethodType(_linear_forward, m))
             object.__setattr__(m, "_apply", types.MethodType(_apply_clearing, m))
@@ -270,10 +280,10 @@ def unpatch(module: nn.Module) -> nn.Module:
     """
     fp8.unroute(module)
     for m in module.modules():
-        if _FLAG in vars(m):
-            for attr in (_FLAG, _DECIDED_ATTR, "forward", "_apply"):
+        if ROUTE in vars(m):
+            for attr in (ROUTE, _DECIDED_ATTR, "forward", "_apply"):
                 vars(m).pop(attr, None)
-        elif vars(m).pop(_RELEASED, None):  # released by a warm-up: its lean forward goes too
+        elif vars(m).pop(RELEASED, None):  # released by a warm-up: its lean forward goes too
             vars(m).pop("forward", None)
     return module
 
@@ -286,9 +296,9 @@ def runs_library(layer: nn.Module, x: Any) -> bool:
         >>> runs_library(gemmtune.patch(torch.nn.Linear(4, 2)), torch.randn(3, 4))  # not yet called
         False
     """
-    if _FLAG not in vars(layer) or not isinstance(x, torch.Tensor):
+    if ROUTE not in vars(layer) or not isinstance(x, torch.Tensor):
         return False
-    key = _signature(x, layer.weight, layer.bias, vars(layer)[_FLAG])  # type: ignore[arg-type]
+    key = _signature(x, layer.weight, layer.bias, vars(layer)[ROUTE])  # type: ignore[arg-type]
     return _LINEAR.get(key) is _linear
 
 
@@ -302,26 +312,27 @@ def release(layer: nn.Module, forward: Callable[..., torch.Tensor]) -> nn.Module
         >>> patch_report(lin).not_routed[""].startswith("released")
         True
     """
-    backends = vars(layer).get(_FLAG)
+    route = vars(layer).get(ROUTE, (None, None))
     unpatch(layer)
     object.__setattr__(layer, "forward", types.MethodType(forward, layer))
-    object.__setattr__(layer, _RELEASED, (backends,))  # what `repatch_released` patches it with again
+    object.__setattr__(layer, RELEASED, route)  # what `repatch_released` patches it with again
     return layer
 
 
 def repatch_released(module: nn.Module) -> list[str]:
-    """Patch again, each with its former backends, the layers of `module` that `release` gave back; their names.
+    """Patch again, each with its former backends and out_layout, the layers of `module` that `release` gave back; their names.
 
     Example:
         >>> import torch
         >>> lin = release(patch(torch.nn.Linear(4, 2), backends=("extern",)), torch.nn.Linear.forward)
-        >>> repatch_released(lin), vars(lin)[_FLAG]
-        ([''], ('extern',))
+        >>> repatch_released(lin), vars(lin)[ROUTE]
+        ([''], (('extern',), None))
     """
-    names = [name for name, m in module.named_modules() if _RELEASED in vars(m)]
+    names = [name for name, m in module.named_modules() if RELEASED in vars(m)]
     for name in names:
         layer = module.get_submodule(name)
-        patch(layer, backends=vars(layer)[_RELEASED][0])
+        backends, layout = vars(layer)[RELEASED]
+        patch(layer, backends=backends, out_layout=layout)
     return names
 
 
@@ -335,65 +346,4 @@ def patched_modules(module: nn.Module) -> list[str]:
         >>> patched_modules(mlp)
         ['0']
     """
-    return [name for name, m in module.named_modules() if _FLAG in vars(m)]
-
-
-@dataclass
-class PatchReport:
-    """What `patch` routes through gemmtune in a module, and what it cannot, with the reason.
-
-    `routed`: names of patched `nn.Linear` layers; `not_routed`: layer name -> why not (MHA's
-    projections, subclasses with their own forward, lazy layers); `fast_paths`: module name -> a
-    torch fast path that, when taken, skips the patched layers (no gemmtune call at all).
-    """
-
-    routed: list[str] = field(default_factory=list)
-    not_routed: dict[str, str] = field(default_factory=dict)
-    fast_paths: dict[str, str] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        lines = [f"gemmtune.patch: {len(self.routed)} layers routed through gemmtune"
-                 + (f": {', '.join(self.routed)}" if self.routed else "")]
-        lines += [f"  not routed: {name or '<root>'}: {why}" for name, why in self.not_routed.items()]
-        lines += [f"  fast path: {name or '<root>'}: {why}" for name, why in self.fast_paths.items()]
-        return "\n".join(lines)
-
-
-_MHA_WHY = "inside nn.MultiheadAttention, which calls F.linear on its weights (never reaches gemmtune)"
-_FAST_WHY = ("torch's fused fast path (eval mode, no grad or inference_mode, batch_first, ...; "
-             "see torch's why_not_sparsity_fast_path) runs the whole layer in one op: no gemmtune call then")
-
-
-def patch_report(module: nn.Module) -> PatchReport:
-    """What `patch(module)` routes through gemmtune, and what it does not and why.
-
-    Example:
-        >>> import torch, gemmtune
-        >>> layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
-        >>> rep = patch_report(gemmtune.patch(layer))
-        >>> rep.routed, sorted(rep.not_routed)
-        (['linear1', 'linear2'], ['self_attn.out_proj'])
-        >>> _ = gemmtune.unpatch(layer)
-    """
-    rep = PatchReport()
-    inside_mha = {id(c) for m in module.modules() if isinstance(m, nn.MultiheadAttention) for c in m.modules()}
-    for name, m in module.named_modules():
-        if isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
-            rep.fast_paths[name] = _FAST_WHY
-        if isinstance(m, nn.MultiheadAttention):
-            rep.fast_paths.setdefault(name, "computes its projections with F.linear / a fused kernel")
-        if not isinstance(m, nn.Linear):
-            continue
-        if _FLAG in vars(m):
-            rep.routed.append(name)
-        elif vars(m).get(_RELEASED):
-            rep.not_routed[name] = "released by gemmtune.warmup: every problem it met runs torch's op"
-        elif id(m) in inside_mha:
-            rep.not_routed[name] = _MHA_WHY
-        elif type(m).forward is not nn.Linear.forward:
-            rep.not_routed[name] = f"{type(m).__name__} has its own forward"
-        elif isinstance(m.weight, nn.parameter.UninitializedParameter):
-            rep.not_routed[name] = "lazy layer not yet materialised"
-        else:
-            rep.not_routed[name] = "not patched (call gemmtune.patch on it)"
-    return rep
+    return [name for name, m in module.named_modules() if ROUTE in vars(m)]
