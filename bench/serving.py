@@ -5,7 +5,7 @@ M is batch x tokens: decode at M in {1, 2, 4, ..., 256} (M sequences of one toke
 `max_autotune` (`torch.compile(dynamic=True)`, default mode and max-autotune-no-cudagraphs); `gemmtune`
 (`gemmtune.inductor.install(m=LO:HI)`, then the default dynamic compile); `eager_range` (`gemmtune.warmup(model,
 x, m=LO:HI)`, then eager); `static` (max-autotune-no-cudagraphs compiled for each M of `--static`, timed in a
-process of its own beside `max_autotune` and `gemmtune`).  First calls: each `--first` variant in a fresh process
+process of its own beside `gemmtune`).  First calls: each `--first` variant in a fresh process
 on new caches (`*_store`: gemmtune's store as its variant left it, new Triton and Inductor caches; `*_again`:
 every cache as left): its set-up, then a first call at each M (seconds to the end of each), what Inductor
 benchmarked, what gemmtune tuned, and gemmtune's tunes after the set-up.  Steady state: one process sets each
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         kind, arg = a.child
         rec = first_child(a.model, a.m, arg, a.seed) if kind == "first" else steady_child(
             a.model, [int(x) for x in a.static.split(",")] if arg == "static" else a.m, a.steady if arg == "all"
-            else ["max_autotune", "gemmtune", "static"], Path(a.root), a.rounds, a.iters, a.seed)
+            else ["gemmtune", "static"], Path(a.root), a.rounds, a.iters, a.seed)
         print(json.dumps(rec, default=str))
         return 0
     root = Path(a.root or tempfile.mkdtemp(prefix="gemmtune-serving-"))
