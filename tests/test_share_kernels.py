@@ -430,3 +430,22 @@ def test_a_stored_kernel_over_the_bounds_is_a_cache_miss_and_never_written(tmp_p
         assert kernels.StoreCacheManager("KEY").get_group("k.json") is None
     assert "over the bounds" in caplog.text
     assert not [p for p in (tmp_path / "cache").rglob("k.*")]
+
+
+@pytest.mark.parametrize("share", [True, False], ids=["share_kernels", "not"])
+def test_a_tune_of_no_store_keeps_the_process_sharing_and_keeps_nothing(tmp_path, share):
+    # The M-bucket builds tune with store="off": the store this process shares stays the one Triton's misses
+    # are served from, and the build's kernel goes to no throwaway store.
+    location = str(tmp_path / "store.sqlite")
+    shared = open_store(location, TRUST)
+    assert kernels.share(shared)
+    try:
+        template = _Reporting(tmp_path / "cache")
+        sel = gemmtune.tune("mm", torch.randn(16, 8), torch.randn(8, 4), templates=[template], strategy="exhaustive",
+                            settings=Settings(share_kernels=share, store="off", store_key=KEY))
+        assert kernels._STATE["store"] is shared
+        with kernels.scope():
+            assert knobs.cache.manager_class is kernels.StoreCacheManager
+        assert not shared.has_kernel_files(f"KEY{sel.winner.config_dict['TILE']}")
+    finally:
+        kernels.stop_sharing()

@@ -86,7 +86,8 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     ki, tensors, out_layout = _problem(op, tensors, device, alpha, beta, out_layout, out_dtype, use_fast_accum)
     plan = plan_for(settings, ki, templates, started=started, out_layout=out_layout, store_tag=store_tag)
     store = store if store is not None else shared_store(plan.store, plan.trust)
-    kernels.sharing(store if plan.share_kernels else None)  # before any template asks Triton anything
+    if plan.store != "off":  # before any template asks Triton anything; a tune of no store (the M-bucket
+        kernels.sharing(store if plan.share_kernels else None)  # builds) keeps the process's sharing as it is
     choices = _choices(ki, plan, op, finalize)
     layout = _check_out_layout(ki, choices, out_layout)
     with stage_lines(progress, listener) as listen:
@@ -230,7 +231,7 @@ class _Context:
                   later: Any = None, **facts: Any) -> Selection:
         """The one place a Selection is assembled (a search's outcome, or a store hit; `later`: its deferred build)."""
         launch = later or self.ensure_compiled(winner)
-        if self.plan.share_kernels and not later:
+        if self.plan.share_kernels and not later and self.plan.store != "off":  # "off": nowhere to keep them
             kernels.publish(self.store, self.launchers.compiled.binaries.get(winner.binary_key, ()))
         return Selection(problem=self.ki, winner=winner, timings=timings, layout=layout,
                          tuning_s=time.perf_counter() - started, device_name=device_name(self.ki.device),
