@@ -2,11 +2,13 @@
 one first call in a fresh process, and the steady state of every variant in shuffled, interleaved rounds.
 
 Models (random weights): `stack`, 4 Llama-3-8B-shaped decoder layers (bf16 on CUDA); `llama`, a 2-layer
-`transformers` LlamaModel of Llama-3-8B dimensions; `tiny`, two 256-wide layers (fp32 without a GPU).
+`transformers` LlamaModel of Llama-3-8B dimensions; `gpt2`, `transformers` GPT-2 small with its LM head (vocabulary
+50257: rows not whole 16 bytes), M tokens in 8 sequences; `tiny`, two 256-wide layers (fp32 without a GPU).
 Variants: `eager`; `default` (`torch.compile`); `max_autotune` (mode max-autotune-no-cudagraphs);
 `gemmtune` (`gemmtune.inductor.install()`, then `torch.compile`; `gemmtune_pipeline`: `pipeline=True`);
 `gemmtune_warmup` (`gemmtune.warmup(for_compile=True)`, then `torch.compile`); `eager_warmup`
-(`gemmtune.warmup`, then eager; `eager_warmup_patched`: `release=False`; `*_shared`: kernels in the store).
+(`gemmtune.warmup`, then eager; `eager_warmup_patched`: `release=False`; `eager_warmup_padded`: `out_layout="padded"`;
+`*_shared`: kernels in the store).
 `*_store`, `*_again`: from the caches their group left (FIRST); `eager_copy`, `eager_late`: plain eager (A/A).
 """
 
@@ -44,7 +46,7 @@ SHARED = ("es",)  # groups whose store keeps the picks' compiled kernels (GEMMTU
 FIRST_DEFAULT = tuple(v for v in FIRST if v != "gemmtune_pipeline")
 STEADY = ("eager", "eager_warmup", "default", "max_autotune", "gemmtune", "gemmtune_warmup")
 CONTROLS = ("eager", "eager_copy", "eager_late")
-STEADY_GROUP = {"eager_warmup_patched": "ew"}  # steady-only variants timed from another variant's caches
+STEADY_GROUP = {"eager_warmup_patched": "ew", "eager_warmup_padded": "ep"}  # steady-only variants: their cache group
 TRAIN = ("default", "max_autotune", "gemmtune")
 
 
@@ -93,6 +95,11 @@ def build(name: str, m: int) -> tuple[nn.Module, tuple]:
                 if p.dim() == 2:
                     p.normal_(0.0, 0.02)
         return model.eval(), (x,)
+    if name == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        with torch.device("cuda"):
+            model = GPT2LMHeadModel(GPT2Config()).to(torch.bfloat16).eval()
+        return model, (torch.randint(0, 50257, (8, m // 8), device="cuda"),)
     from transformers import LlamaConfig, LlamaModel
     cfg = LlamaConfig(hidden_size=HIDDEN, intermediate_size=FFN, num_attention_heads=HEADS,
                       num_key_value_heads=KV_HEADS, num_hidden_layers=2, vocab_size=32000,
@@ -103,7 +110,8 @@ def build(name: str, m: int) -> tuple[nn.Module, tuple]:
 
 
 def output_of(model: Any, inputs: tuple) -> torch.Tensor:
-    return getattr(out := model(*inputs), "last_hidden_state", out)  # a transformers model's output, or the tensor
+    out = model(*inputs)  # a transformers model's output (its hidden state, or an LM's logits), or the tensor
+    return next((getattr(out, k) for k in ("last_hidden_state", "logits") if hasattr(out, k)), out)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -140,7 +148,8 @@ def compiled_variant(variant: str, model: Any, inputs: tuple, gemmtune: Any) -> 
     if variant in CONTROLS:
         return (lambda: output_of(model, inputs)), facts
     if variant.startswith("eager_warmup"):
-        report = gemmtune.warmup(model, *inputs, progress=False, release=variant != "eager_warmup_patched")
+        report = gemmtune.warmup(model, *inputs, progress=False, release=variant != "eager_warmup_patched",
+                                 out_layout="padded" if variant == "eager_warmup_padded" else None)
         facts.update(tuned=report.tuned, problems=len(report.rows), warmup_s=report.seconds,
                      forward_s=round(report.forward_s, 3), check_s=round(report.check_s, 3),
                      winners=sorted({r.winner for r in report.rows}), runs=sorted({r.runs for r in report.rows}),

@@ -58,11 +58,10 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
 
     `tensors` are the op's arguments in torch order (addmm: bias, mat1, mat2; scaled_mm: a, b, scale_a,
     scale_b[, bias], with its `out_dtype` (default bfloat16) and `use_fast_accum`: docs/FP8.md).
-    `device` moves them first; `backends` is a tuple of family names from
-    `gemmtune.FAMILIES` (`("extern",)`: library kernels only); `strategy` names one
-    of `gemmtune.search.STRATEGIES` (default `settings.strategy`, "model_pruned": a cost
-    model prunes binaries before prescreening; on CPU it is "prescreen"); `out_layout` is None/"row", "col" (strides
-    (1, M); only while the selection is flexible) or "padded" (`core.layout`).  Timings and
+    `device` moves them first; `backends` is a tuple of family names from `gemmtune.FAMILIES` (`("extern",)`:
+    library kernels only); `strategy` names one of `gemmtune.search.STRATEGIES` (default `settings.strategy`,
+    "model_pruned": a cost model prunes binaries before prescreening; on CPU "prescreen"); `out_layout` is
+    None/"row", "col" (strides (1, M); only while the selection is flexible) or "padded" (`core.layout`).  Timings and
     the pick are kept in the persistent store (`settings.store`), so a second
     tune of the same problem is a cache hit.  `store_tag` keeps a pick made for another purpose
     apart in the store (e.g. "traced": chosen among the templates a `torch.compile` trace can emit).
