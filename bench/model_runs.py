@@ -8,8 +8,7 @@ Variants: `eager`; `default` (`torch.compile`); `max_autotune` (mode max-autotun
 `gemmtune` (`gemmtune.inductor.install()`, then `torch.compile`; `gemmtune_pipeline`: `pipeline=True`);
 `gemmtune_warmup` (`gemmtune.warmup(for_compile=True)`, then `torch.compile`); `eager_warmup`
 (`gemmtune.warmup`, then eager; `eager_warmup_patched`: `release=False`; `eager_warmup_padded`: `out_layout="padded"`;
-`*_shared`: kernels in the store).
-`*_store`, `*_again`: from the caches their group left (FIRST); `eager_copy`, `eager_late`: plain eager (A/A).
+`*_shared`: kernels in the store). `*_store`, `*_again`: from their group's caches; `eager_copy`, `eager_late`: A/A.
 """
 
 from __future__ import annotations
@@ -95,7 +94,9 @@ def build(name: str, m: int) -> tuple[nn.Module, tuple]:
                 if p.dim() == 2:
                     p.normal_(0.0, 0.02)
         return model.eval(), (x,)
-    if name == "gpt2":
+    if name == "gpt2":  # its attention and MLP are Conv1D layers: only the LM head is an nn.Linear
+        if m % 8:
+            raise SystemExit(f"model_runs.py: gpt2 takes M tokens in 8 sequences: M must be a multiple of 8, got {m}")
         from transformers import GPT2Config, GPT2LMHeadModel
         with torch.device("cuda"):
             model = GPT2LMHeadModel(GPT2Config()).to(torch.bfloat16).eval()

@@ -2,6 +2,8 @@
 whose output rows are not whole 16 bytes (an LM head of an odd vocabulary) returns a view of padded rows
 from its pick, on every call; every other layer stays row-major."""
 
+import types
+
 import pytest
 import torch
 from torch import nn
@@ -10,7 +12,7 @@ import gemmtune
 from gemmtune.core.errors import InputError
 from gemmtune.dispatch import patching
 from gemmtune.dispatch.eager import dispatch_stats
-from gemmtune.dispatch.patch_report import RELEASED, ROUTE
+from gemmtune.dispatch.patch_report import LEGACY, RELEASED, ROUTE
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")
 
@@ -38,9 +40,55 @@ def test_without_the_layout_a_patched_head_stays_contiguous():
         assert model(x).is_contiguous()
 
 
-def test_patch_refuses_a_layout_a_linear_layer_cannot_return():
-    with pytest.raises(InputError, match="out_layout must be None or 'padded'"):
+def test_patch_refuses_a_layout_a_linear_layer_cannot_return_and_takes_row_as_none():
+    with pytest.raises(InputError, match="out_layout must be None, 'row' or 'padded'"):
         gemmtune.patch(_lm(), out_layout="col")
+    assert vars(gemmtune.patch(nn.Linear(4, 19), out_layout="row"))[ROUTE] == (None, None)
+
+
+def test_two_layers_of_one_shape_keep_their_own_layouts_call_after_call():
+    padded = gemmtune.patch(nn.Linear(8, 19), backends=("extern",), out_layout="padded")
+    plain = gemmtune.patch(nn.Linear(8, 19), backends=("extern",))
+    x = torch.randn(4, 8)
+    for _ in range(3):
+        assert padded(x).stride() == (20, 1) and plain(x).stride() == (19, 1)
+
+
+@pytest.mark.parametrize("first, then, route", [
+    ({"out_layout": "padded"}, {"backends": ("extern",)}, (("extern",), "padded")),
+    ({"backends": ("extern",)}, {"out_layout": "padded"}, (("extern",), "padded")),
+    ({"backends": ("extern",), "out_layout": "padded"}, {}, (("extern",), "padded"))])
+def test_a_warm_up_keeps_what_a_patched_layer_was_given_where_it_is_not_given_again(first, then, route):
+    model, x = gemmtune.patch(_lm(), **first), torch.randn(3, 16)
+    gemmtune.warmup(model, x, progress=False, in_model=False, release=False, **then)
+    assert vars(model[2])[ROUTE] == route and model(x).stride() == (1024, 1)
+
+
+def test_torchs_op_in_place_of_a_padded_pick_writes_padded_rows_and_keeps_the_layer():
+    # The in-model check's switch (set_library): torch's op for a padded layer is F.linear laid out as padded rows.
+    head, x = gemmtune.patch(nn.Linear(8, 19), backends=("extern",), out_layout="padded"), torch.randn(4, 8)
+    ref = head(x)
+    selections = {id(sel): sel for sel, _ in patching._ORIGIN.values()}
+    assert len(selections) == 1
+    assert patching.set_library(next(iter(selections.values())), True) == 1
+    y = head(x)
+    assert y.stride() == (20, 1) and not patching.runs_library(head, x)
+    torch.testing.assert_close(y, ref)
+
+
+def test_a_layer_released_or_patched_before_routes_is_patched_again():
+    # A pickled model keeps what an earlier gemmtune set: a released layer's (backends,), a patched one's backends.
+    released = nn.Linear(8, 19)
+    vars(released)[RELEASED] = (("extern",),)
+    patching.repatch_released(released)
+    assert vars(released)[ROUTE] == (("extern",), None)
+    old = nn.Linear(8, 19)
+    object.__setattr__(old, LEGACY, ("extern",))
+    object.__setattr__(old, "_gemmtune_decided", patching._new_decided())
+    object.__setattr__(old, "forward", types.MethodType(patching._linear_forward, old))
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(old(x), x @ old.weight.t() + old.bias)
+    assert LEGACY not in vars(gemmtune.unpatch(old)) and "forward" not in vars(old)
 
 
 def test_a_released_layer_is_patched_again_with_its_layout():

@@ -12,6 +12,7 @@ from torch.nn.utils import parametrize
 
 import gemmtune
 from gemmtune.dispatch import patching
+from gemmtune.dispatch.patch_report import ROUTE
 from gemmtune.dispatch.release import lean_forward
 
 
@@ -112,7 +113,7 @@ def test_a_second_warm_up_tunes_the_new_shapes_of_released_layers_too(monkeypatc
     assert first.released == ("1",) and patching.patched_modules(model) == ["0"]
     second = gemmtune.warmup(model, torch.randn(9, 12), progress=False, in_model=False)
     assert second.tuned == 2 and len(second.rows) == 2  # both layers' M = 9 problems, not only the patched one's
-    assert second.released == ("1",) and vars(model[0])["_gemmtune_backends"] == (("extern",), None)
+    assert second.released == ("1",) and vars(model[0])[ROUTE] == (("extern",), None)
 
 
 def test_a_released_model_compiles_and_matches_eager(aten_library):

@@ -433,11 +433,13 @@ def test_a_stored_kernel_over_the_bounds_is_a_cache_miss_and_never_written(tmp_p
 
 
 @pytest.mark.parametrize("share", [True, False], ids=["share_kernels", "not"])
-def test_a_tune_of_no_store_keeps_the_process_sharing_and_keeps_nothing(tmp_path, share):
+def test_a_tune_of_no_store_keeps_the_process_sharing_and_keeps_nothing(tmp_path, monkeypatch, share):
     # The M-bucket builds tune with store="off": the store this process shares stays the one Triton's misses
     # are served from, and the build's kernel goes to no throwaway store.
     location = str(tmp_path / "store.sqlite")
     shared = open_store(location, TRUST)
+    published: list = []
+    monkeypatch.setattr(kernels, "publish", lambda store, binaries: published.append(store) or 0)
     assert kernels.share(shared)
     try:
         template = _Reporting(tmp_path / "cache")
@@ -446,6 +448,6 @@ def test_a_tune_of_no_store_keeps_the_process_sharing_and_keeps_nothing(tmp_path
         assert kernels._STATE["store"] is shared
         with kernels.scope():
             assert knobs.cache.manager_class is kernels.StoreCacheManager
-        assert not shared.has_kernel_files(f"KEY{sel.winner.config_dict['TILE']}")
+        assert not shared.has_kernel_files(f"KEY{sel.winner.config_dict['TILE']}") and published == []
     finally:
         kernels.stop_sharing()

@@ -42,7 +42,7 @@ def test_patched_linear_fast_path_on_gpu(backends, bias):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_patched_head_of_an_odd_vocabulary_returns_padded_rows_from_its_padded_weight(bias):
+def test_a_patched_head_of_an_odd_vocabulary_returns_padded_rows_on_every_call(bias):
     # patch(out_layout="padded"): the head's pick writes rows of a 128-byte stride (30523 -> 30528), every call.
     torch.manual_seed(0)
     head = nn.Linear(768, 30523, bias=bias, device="cuda", dtype=torch.bfloat16)

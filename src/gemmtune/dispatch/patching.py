@@ -29,15 +29,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.errors import InputError
-from ..core.layout import effective_layout
+from ..core.layout import effective_layout, in_layout
 from . import autocast as _ac
 from . import eager as api
 from . import fp8
-from .patch_report import RELEASED, ROUTE, PatchReport, patch_report
+from .patch_report import LEGACY, RELEASED, ROUTE, PatchReport, patch_report
 from .table import TABLE
 
-__all__ = ["patch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library", "runs_library",
-           "release", "repatch_released"]
+__all__ = ["patch", "repatch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library",
+           "runs_library", "release", "repatch_released"]
 
 
 # Per patched problem, once decided: what the layer runs.  Key (`_signature`): the input's, weight's
@@ -126,7 +126,7 @@ def _linear_slow(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The first call of a problem (tunes it through gemmtune.mm / addmm), then remembers the fast path."""
     w: torch.Tensor = layer.weight  # type: ignore[assignment]
     bias: torch.Tensor | None = layer.bias  # type: ignore[assignment]
-    route = getattr(layer, ROUTE)
+    route = vars(layer).get(ROUTE) or (vars(layer).get(LEGACY), None)  # a layer patched before routes
     backends, layout = route
     x2 = x.unsqueeze(0) if x.dim() == 1 else x.reshape(-1, x.shape[-1])
     tensors = (x2, w.t()) if bias is None else (bias, x2, w.t())
@@ -181,11 +181,20 @@ def set_library(selection: Any, library: bool) -> int:
     switched = 0
     for key, (sel, kernel) in list(_ORIGIN.items()):
         if sel is selection:
-            _LINEAR[key] = _linear if library else kernel
+            _LINEAR[key] = _torch_linear(key) if library else kernel
             for decided in _HOLDERS.get(key, []) if not library else ():
                 decided.discard(key[0].numel())
             switched += 1
     return switched
+
+
+def _torch_linear(key: tuple) -> Callable[..., torch.Tensor]:
+    """torch's op for the problem of `key` (`_signature`): `F.linear`, its output laid out as the layer's
+    route asks (padded rows: a copy; `core.layout.in_layout`), so the in-model check compares like for like."""
+    n, layout = key[4][0], key[-1][1]
+    if effective_layout(layout, n, key[6].itemsize) is None:
+        return _linear
+    return lambda x, w, bias: in_layout(_linear(x, w, bias), layout)
 
 
 def _clear() -> None:
@@ -227,9 +236,9 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
     `backends` is passed to `gemmtune.mm` / `gemmtune.addmm` (a tuple of family
     names; None: the device's defaults, which leave out NumPy's BLAS: it runs on a thread pool of
     its own, family "numpy", opt-in).  `out_layout="padded"`: a layer whose output rows are not whole
-    16 bytes (an LM head of an odd vocabulary) may return a view of padded rows (`gemmtune.mm`'s
-    `out_layout`), which the library writes faster; every other layer is unchanged.  Patching again
-    updates both.
+    16 bytes (an LM head of an odd vocabulary) returns a view of padded rows (`gemmtune.mm`'s `out_layout`:
+    library kernels only; `.view(-1)` on it raises, `.contiguous()` copies); every other layer is unchanged.
+    Patching again sets both ("row" is None).
     The `nn.Linear` layers inside an `nn.MultiheadAttention` are left alone: it
     calls `F.linear` on their weights, so they would never reach gemmtune.
     `report=True` prints `patch_report(module)` (what is routed, what is not
@@ -248,24 +257,47 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
         True
         >>> _ = gemmtune.unpatch(mlp)
     """
-    if backends is not None and not isinstance(backends, str):
-        backends = tuple(backends)  # hashable: the dispatch key's fast path
-    if out_layout not in (None, "padded"):
-        raise InputError(f"patch: out_layout must be None or 'padded' (an nn.Linear's output is row-major), "
-                         f"got {out_layout!r}")
-    inside_mha = {id(c) for m in module.modules() if isinstance(m, nn.MultiheadAttention) for c in m.modules()}
-    for m in module.modules():
-        if _patchable(m) and id(m) not in inside_mha:  # MHA calls F.linear on its weights: never routed
-            vars(m).pop(RELEASED, None)
-            object.__setattr__(m, ROUTE, (backends, out_layout))
-            object.__setattr__(m, _DECIDED_ATTR, _new_decided())
-            object.__setattr__(m, "forward", types.MethodType(_linear_forward, m))
-            object.__setattr__(m, "_apply", types.MethodType(_apply_clearing, m))
+    _route_layers(module, backends, out_layout, keep=False)
     if scaled_mm:
         fp8.route(module, backends)
     if report:
         print(patch_report(module), file=sys.stderr)
     return module
+
+
+def repatch(module: nn.Module, backends: Sequence[str] | str | None, out_layout: str | None) -> nn.Module:
+    """`patch(module)` with `backends` and `out_layout` where given: a patched layer keeps its own value of
+    an argument that is None (what a warm-up does); returns `module`.
+
+    Example:
+        >>> import torch
+        >>> lin = patch(torch.nn.Linear(4, 19), out_layout="padded")
+        >>> vars(repatch(lin, ("extern",), None))[ROUTE]
+        (('extern',), 'padded')
+    """
+    _route_layers(module, backends, out_layout, keep=True)
+    return module
+
+
+def _route_layers(module: nn.Module, backends: Any, out_layout: str | None, keep: bool) -> None:
+    """Patch each `nn.Linear` of `module` (its route, fast path and `_apply`); `keep`: a patched layer's own
+    backends or out_layout where the argument is None."""
+    if backends is not None and not isinstance(backends, str):
+        backends = tuple(backends)  # hashable: the dispatch key's fast path
+    if out_layout not in (None, "row", "padded"):
+        raise InputError(f"patch: out_layout must be None, 'row' or 'padded' (an nn.Linear's rows are row-major), "
+                         f"got {out_layout!r}")
+    inside_mha = {id(c) for m in module.modules() if isinstance(m, nn.MultiheadAttention) for c in m.modules()}
+    for m in module.modules():
+        if _patchable(m) and id(m) not in inside_mha:  # MHA calls F.linear on its weights: never routed
+            old = vars(m).get(ROUTE, (None, None)) if keep else (None, None)
+            route = (old[0] if backends is None else backends, old[1] if out_layout is None else out_layout)
+            for attr in (RELEASED, LEGACY):
+                vars(m).pop(attr, None)
+            object.__setattr__(m, ROUTE, (route[0], None if route[1] == "row" else route[1]))
+            object.__setattr__(m, _DECIDED_ATTR, _new_decided())
+            object.__setattr__(m, "forward", types.MethodType(_linear_forward, m))
+            object.__setattr__(m, "_apply", types.MethodType(_apply_clearing, m))
 
 
 def unpatch(module: nn.Module) -> nn.Module:
@@ -280,8 +312,8 @@ def unpatch(module: nn.Module) -> nn.Module:
     """
     fp8.unroute(module)
     for m in module.modules():
-        if ROUTE in vars(m):
-            for attr in (ROUTE, _DECIDED_ATTR, "forward", "_apply"):
+        if ROUTE in vars(m) or LEGACY in vars(m):
+            for attr in (ROUTE, LEGACY, _DECIDED_ATTR, "forward", "_apply"):
                 vars(m).pop(attr, None)
         elif vars(m).pop(RELEASED, None):  # released by a warm-up: its lean forward goes too
             vars(m).pop("forward", None)
@@ -320,7 +352,8 @@ def release(layer: nn.Module, forward: Callable[..., torch.Tensor]) -> nn.Module
 
 
 def repatch_released(module: nn.Module) -> list[str]:
-    """Patch again, each with its former backends and out_layout, the layers of `module` that `release` gave back; their names.
+    """Patch again, each with its former backends and out_layout, the layers of `module` that `release` gave
+    back; their names.
 
     Example:
         >>> import torch
@@ -331,7 +364,7 @@ def repatch_released(module: nn.Module) -> list[str]:
     names = [name for name, m in module.named_modules() if RELEASED in vars(m)]
     for name in names:
         layer = module.get_submodule(name)
-        backends, layout = vars(layer)[RELEASED]
+        backends, layout = (*vars(layer)[RELEASED], None)[:2]  # (backends,): released before routes
         patch(layer, backends=backends, out_layout=layout)
     return names
 

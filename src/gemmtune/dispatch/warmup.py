@@ -36,7 +36,7 @@ from ..measure import deferred
 from ..pipeline.progress import silenced
 from ..store import distributed
 from ..store.locations import shared_store
-from .patching import patch, patched_modules, repatch_released
+from .patching import patch, patched_modules, repatch, repatch_released
 from .release import release_library_layers
 from .spread import as_tuned, prepare_for, spread
 
@@ -133,16 +133,16 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
            out_layout: str | None = None, **example_kwargs: Any) -> WarmupReport:
     """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
 
-    `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`, with `backends` and `out_layout`) unless they
-    already are and neither is given; calls of `gemmtune.mm` / `addmm` / `bmm` made by the model's own code are
-    collected too, and so are its `torch._scaled_mm` calls (fp8 linear layers: the forward runs under
-    `dispatch.fp8.ScaledMMRouter`); a model whose forward met one is routed (`gemmtune.patch(model,
-    scaled_mm=True)`), so its later forwards run the picks (docs/FP8.md).  The forward runs once under
-    `torch.no_grad()`. `for_compile=True` decides the problems for a later `torch.compile` of the model, in any
-    mode: tuned among the kernels Inductor builds and stored where gemmtune's Inductor handler reads them, so the
-    compile tunes and benchmarks nothing (`Settings.compile_path="traced"`: among the traceable templates, emitted
-    at trace time).  `progress`: a progress bar (default: when standard error is a terminal; False: no bar, no
-    stage lines).  Returns a `WarmupReport` (`report.table()`: the summary).
+    `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`, with `backends` and `out_layout`; a patched
+    layer keeps its own where one is None: `dispatch.patching.repatch`); calls of `gemmtune.mm` / `addmm` / `bmm`
+    made by the model's own code are collected too, and so are its `torch._scaled_mm` calls (fp8 linear layers: the
+    forward runs under `dispatch.fp8.ScaledMMRouter`); a model whose forward met one is routed
+    (`gemmtune.patch(model, scaled_mm=True)`), so its later forwards run the picks (docs/FP8.md).  The forward runs
+    once under `torch.no_grad()`. `for_compile=True` decides the problems for a later `torch.compile` of the model,
+    in any mode: tuned among the kernels Inductor builds and stored where gemmtune's Inductor handler reads them,
+    so the compile tunes and benchmarks nothing (`Settings.compile_path="traced"`: among the traceable templates,
+    emitted at trace time).  `progress`: a progress bar (default: when standard error is a terminal; False: no bar,
+    no stage lines).  Returns a `WarmupReport` (`report.table()`: the summary).
 
     `in_model` checks each pick that is not torch's own op in the model (`dispatch.in_model`): about 30 more
     forwards per such problem, under `torch.no_grad()`.  Its verdicts are kept in the store for this model,
@@ -203,11 +203,14 @@ def _quiet(progress: bool | None) -> Any:
 
 def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backends: Sequence[str] | None,
             progress: bool | None, for_compile: bool, in_model: bool | None, release: bool,
-            m: Any = None, inputs_at: Callable[[int], Any] | None = None, out_layout: str | None = None) -> WarmupReport:
+            m: Any = None, inputs_at: Callable[[int], Any] | None = None,
+            out_layout: str | None = None) -> WarmupReport:
     started = time.perf_counter()
     repatch_released(model)  # an earlier warm-up's released layers: this one meets their problems too
-    if not patched_modules(model) or backends is not None or out_layout is not None:
+    if not patched_modules(model):
         patch(model, backends=backends, out_layout=out_layout)
+    elif backends is not None or out_layout is not None:  # each patched layer keeps what is not given
+        repatch(model, backends, out_layout)
     forward = functools.partial(model, *example_inputs, **example_kwargs)
     with deferred.deferring() as pending:  # the store's generated picks: built together below
         rows, seen, forward_end = _record_and_tune(forward, model, _show(progress), for_compile)
