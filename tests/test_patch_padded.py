@@ -105,6 +105,7 @@ def test_a_warm_up_with_the_layout_keeps_the_head_patched_and_tunes_nothing_late
     ref = model(x)
     report = gemmtune.warmup(model, x, backends=("extern",), out_layout="padded", progress=False, in_model=False)
     assert len(report.rows) == 2 and "2" not in report.released  # the head's pick writes padded rows
+    assert [r.problem.endswith(" [padded]") for r in report.rows] == [False, True]
     tunes = dispatch_stats()["tunes"]
     with torch.no_grad():
         y = model(x)

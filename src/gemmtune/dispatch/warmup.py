@@ -371,5 +371,6 @@ def _row(outcome: tuple[Any, float], calls: int) -> WarmupRow:
     timings = {t.choice: t for t in sel.timings}
     win = timings.get(sel.winner)
     lib = min((t.ms for t in sel.timings if t.choice.is_extern and t.ms is not None), default=None)
-    return WarmupRow(sel.problem.describe(), calls, sel.winner.name, win.ms if win else None, lib, seconds,
+    laid = "" if sel.out_layout in (None, "row") else f" [{sel.out_layout}]"  # an output of other strides
+    return WarmupRow(sel.problem.describe() + laid, calls, sel.winner.name, win.ms if win else None, lib, seconds,
                      bool(sel.cache_hit))
