@@ -2,8 +2,6 @@
 whose output rows are not whole 16 bytes (an LM head of an odd vocabulary) returns a view of padded rows
 from its pick, on every call; every other layer stays row-major."""
 
-import types
-
 import pytest
 import torch
 from torch import nn
@@ -12,7 +10,8 @@ import gemmtune
 from gemmtune.core.errors import InputError
 from gemmtune.dispatch import patching
 from gemmtune.dispatch.eager import dispatch_stats
-from gemmtune.dispatch.patch_report import LEGACY, RELEASED, ROUTE
+from gemmtune.dispatch.patch_report import RELEASED, ROUTE
+from gemmtune.dispatch.release import release_library_layers
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")
 
@@ -74,21 +73,22 @@ def test_torchs_op_in_place_of_a_padded_pick_writes_padded_rows_and_keeps_the_la
     y = head(x)
     assert y.stride() == (20, 1) and not patching.runs_library(head, x)
     torch.testing.assert_close(y, ref)
+    assert release_library_layers(head, lambda: head(x)) == [] and head(x).stride() == (20, 1)
 
 
-def test_a_layer_released_or_patched_before_routes_is_patched_again():
-    # A pickled model keeps what an earlier gemmtune set: a released layer's (backends,), a patched one's backends.
+def test_a_layer_released_by_an_earlier_gemmtune_is_patched_again_with_its_backends():
+    # A pickled model keeps what an earlier gemmtune set on a released layer: (backends,).
     released = nn.Linear(8, 19)
     vars(released)[RELEASED] = (("extern",),)
     patching.repatch_released(released)
     assert vars(released)[ROUTE] == (("extern",), None)
-    old = nn.Linear(8, 19)
-    object.__setattr__(old, LEGACY, ("extern",))
-    object.__setattr__(old, "_gemmtune_decided", patching._new_decided())
-    object.__setattr__(old, "forward", types.MethodType(patching._linear_forward, old))
-    x = torch.randn(4, 8)
-    torch.testing.assert_close(old(x), x @ old.weight.t() + old.bias)
-    assert LEGACY not in vars(gemmtune.unpatch(old)) and "forward" not in vars(old)
+
+
+def test_repatch_keeps_a_released_layers_own_route():
+    head = patching.release(gemmtune.patch(nn.Linear(8, 19), backends=("extern",), out_layout="padded"),
+                            nn.Linear.forward)
+    assert vars(patching.repatch(head, None, None))[ROUTE] == (("extern",), "padded")
+    assert vars(patching.repatch(head, ("numba",), None))[ROUTE] == (("numba",), "padded")
 
 
 def test_a_released_layer_is_patched_again_with_its_layout():

@@ -14,7 +14,6 @@ __all__ = ["PatchReport", "patch_report"]
 
 ROUTE = "_gemmtune_route"  # on a patched layer: its route, (backends, out_layout)
 RELEASED = "_gemmtune_released"  # on a layer given back to torch's op (`patching.release`): its former route
-LEGACY = "_gemmtune_backends"  # where a layer patched by gemmtune before 2026-12-07 keeps its backends alone
 
 
 @dataclass
@@ -63,7 +62,7 @@ def patch_report(module: nn.Module) -> PatchReport:
             rep.fast_paths.setdefault(name, "computes its projections with F.linear / a fused kernel")
         if not isinstance(m, nn.Linear):
             continue
-        if ROUTE in vars(m) or LEGACY in vars(m):
+        if ROUTE in vars(m):
             rep.routed.append(name)
         elif vars(m).get(RELEASED):
             rep.not_routed[name] = "released by gemmtune.warmup: every problem it met runs torch's op"

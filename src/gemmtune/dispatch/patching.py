@@ -33,7 +33,7 @@ from ..core.layout import effective_layout, in_layout
 from . import autocast as _ac
 from . import eager as api
 from . import fp8
-from .patch_report import LEGACY, RELEASED, ROUTE, PatchReport, patch_report
+from .patch_report import RELEASED, ROUTE, PatchReport, patch_report
 from .table import TABLE
 
 __all__ = ["patch", "repatch", "unpatch", "patched_modules", "patch_report", "PatchReport", "set_library",
@@ -126,7 +126,7 @@ def _linear_slow(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The first call of a problem (tunes it through gemmtune.mm / addmm), then remembers the fast path."""
     w: torch.Tensor = layer.weight  # type: ignore[assignment]
     bias: torch.Tensor | None = layer.bias  # type: ignore[assignment]
-    route = vars(layer).get(ROUTE) or (vars(layer).get(LEGACY), None)  # a layer patched before routes
+    route = getattr(layer, ROUTE)
     backends, layout = route
     x2 = x.unsqueeze(0) if x.dim() == 1 else x.reshape(-1, x.shape[-1])
     tensors = (x2, w.t()) if bias is None else (bias, x2, w.t())
@@ -194,7 +194,11 @@ def _torch_linear(key: tuple) -> Callable[..., torch.Tensor]:
     n, layout = key[4][0], key[-1][1]
     if effective_layout(layout, n, key[6].itemsize) is None:
         return _linear
-    return lambda x, w, bias: in_layout(_linear(x, w, bias), layout)
+
+    def rows(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        y = _linear(x, w, bias)
+        return y if y.numel() <= n else in_layout(y, layout)  # one row: any stride will do, as the pick's
+    return rows
 
 
 def _clear() -> None:
@@ -237,7 +241,7 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
     names; None: the device's defaults, which leave out NumPy's BLAS: it runs on a thread pool of
     its own, family "numpy", opt-in).  `out_layout="padded"`: a layer whose output rows are not whole
     16 bytes (an LM head of an odd vocabulary) returns a view of padded rows (`gemmtune.mm`'s `out_layout`:
-    library kernels only; `.view(-1)` on it raises, `.contiguous()` copies); every other layer is unchanged.
+    library kernels only; where M > 1 `.view(-1)` on it raises, `.contiguous()` copies); other layers are unchanged.
     Patching again sets both ("row" is None).
     The `nn.Linear` layers inside an `nn.MultiheadAttention` are left alone: it
     calls `F.linear` on their weights, so they would never reach gemmtune.
@@ -290,14 +294,20 @@ def _route_layers(module: nn.Module, backends: Any, out_layout: str | None, keep
     inside_mha = {id(c) for m in module.modules() if isinstance(m, nn.MultiheadAttention) for c in m.modules()}
     for m in module.modules():
         if _patchable(m) and id(m) not in inside_mha:  # MHA calls F.linear on its weights: never routed
-            old = vars(m).get(ROUTE, (None, None)) if keep else (None, None)
+            old = _own_route(m) if keep else (None, None)
             route = (old[0] if backends is None else backends, old[1] if out_layout is None else out_layout)
-            for attr in (RELEASED, LEGACY):
-                vars(m).pop(attr, None)
+            vars(m).pop(RELEASED, None)
             object.__setattr__(m, ROUTE, (route[0], None if route[1] == "row" else route[1]))
             object.__setattr__(m, _DECIDED_ATTR, _new_decided())
             object.__setattr__(m, "forward", types.MethodType(_linear_forward, m))
             object.__setattr__(m, "_apply", types.MethodType(_apply_clearing, m))
+
+
+def _own_route(layer: nn.Module) -> tuple:
+    """The (backends, out_layout) `layer` is patched with, or was before `release` (a layer released by an earlier
+    gemmtune, pickled, holds `(backends,)`); (None, None) for neither."""
+    own = vars(layer)
+    return own[ROUTE] if ROUTE in own else (*own.get(RELEASED, ()), None, None)[:2]
 
 
 def unpatch(module: nn.Module) -> nn.Module:
@@ -312,8 +322,8 @@ def unpatch(module: nn.Module) -> nn.Module:
     """
     fp8.unroute(module)
     for m in module.modules():
-        if ROUTE in vars(m) or LEGACY in vars(m):
-            for attr in (ROUTE, LEGACY, _DECIDED_ATTR, "forward", "_apply"):
+        if ROUTE in vars(m):
+            for attr in (ROUTE, _DECIDED_ATTR, "forward", "_apply"):
                 vars(m).pop(attr, None)
         elif vars(m).pop(RELEASED, None):  # released by a warm-up: its lean forward goes too
             vars(m).pop("forward", None)
@@ -364,7 +374,7 @@ def repatch_released(module: nn.Module) -> list[str]:
     names = [name for name, m in module.named_modules() if RELEASED in vars(m)]
     for name in names:
         layer = module.get_submodule(name)
-        backends, layout = (*vars(layer)[RELEASED], None)[:2]  # (backends,): released before routes
+        backends, layout = _own_route(layer)
         patch(layer, backends=backends, out_layout=layout)
     return names
 

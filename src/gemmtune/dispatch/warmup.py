@@ -133,16 +133,17 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
            out_layout: str | None = None, **example_kwargs: Any) -> WarmupReport:
     """Tune every GEMM of `model(*example_inputs, **example_kwargs)` before it is used.
 
-    `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`, with `backends` and `out_layout`; a patched
-    layer keeps its own where one is None: `dispatch.patching.repatch`); calls of `gemmtune.mm` / `addmm` / `bmm`
-    made by the model's own code are collected too, and so are its `torch._scaled_mm` calls (fp8 linear layers: the
-    forward runs under `dispatch.fp8.ScaledMMRouter`); a model whose forward met one is routed
-    (`gemmtune.patch(model, scaled_mm=True)`), so its later forwards run the picks (docs/FP8.md).  The forward runs
-    once under `torch.no_grad()`. `for_compile=True` decides the problems for a later `torch.compile` of the model,
-    in any mode: tuned among the kernels Inductor builds and stored where gemmtune's Inductor handler reads them,
-    so the compile tunes and benchmarks nothing (`Settings.compile_path="traced"`: among the traceable templates,
-    emitted at trace time).  `progress`: a progress bar (default: when standard error is a terminal; False: no bar,
-    no stage lines).  Returns a `WarmupReport` (`report.table()`: the summary).
+    `model`'s `nn.Linear` layers are patched first (`gemmtune.patch`, with `backends` and `out_layout`) unless they
+    already are; then, where one is given, each keeps its own value of the other (`dispatch.patching.repatch`;
+    `out_layout="row"`: the padded layout off). Calls of `gemmtune.mm` / `addmm` / `bmm` made by the model's own
+    code are collected too, and so are its `torch._scaled_mm` calls (fp8 linear layers: the forward runs under
+    `dispatch.fp8.ScaledMMRouter`); a model whose forward met one is routed (`gemmtune.patch(model,
+    scaled_mm=True)`), so its later forwards run the picks (docs/FP8.md).  The forward runs once under
+    `torch.no_grad()`. `for_compile=True` decides the problems for a later `torch.compile` of the model, in any
+    mode: tuned among the kernels Inductor builds and stored where gemmtune's Inductor handler reads them, so the
+    compile tunes and benchmarks nothing (`Settings.compile_path="traced"`: among the traceable templates, emitted
+    at trace time).  `progress`: a progress bar (default: when standard error is a terminal; False: no bar, no stage
+    lines).  Returns a `WarmupReport` (`report.table()`: the summary).
 
     `in_model` checks each pick that is not torch's own op in the model (`dispatch.in_model`): about 30 more
     forwards per such problem, under `torch.no_grad()`.  Its verdicts are kept in the store for this model,
@@ -154,11 +155,10 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
     block, else the default group).  On a host with more than one GPU of the model's kind (at most
     `Settings.gpus`), the problems are tuned at once in one worker process per GPU (docs/SCALE.md).
 
-    `release` (default: on for eager use, off with `for_compile`) then takes the patch off every layer
-    whose problems all run torch's op (`dispatch.release`, one more forward): it computes what an
-    unpatched layer computes, through the parameter dict, so the warm-up costs eager use nothing where
-    torch's op won; a new input shape there is no longer tuned (`release=False` keeps every layer
-    patched: 1.5 % of a launch-bound model).  A warm-up first patches again the layers released before.
+    `release` (default: on for eager use, off with `for_compile`) then takes the patch off every layer whose
+    problems all run torch's op (`dispatch.release`, one more forward), so the warm-up costs eager use nothing where
+    torch's op won; a new input shape there is no longer tuned (`release=False` keeps every layer patched: 1.5 % of
+    a launch-bound model).  A warm-up first patches again the layers released before.
 
     `m` (a range, a list of M, or "LO:HI"; M = batch x tokens for a linear layer) also tunes each mm and
     addmm family at every bucket of M, so a later eager call at any M tunes nothing (`dispatch.ranges`);
