@@ -5,9 +5,10 @@ For every shape of `--suite` (bf16 `bench/shapes.json`, fp8 `bench/shapes_fp8.js
 `torch.compile` of the op in mode max-autotune-no-cudagraphs on fresh caches; gemmtune's `tune`, store off, cold (a
 fresh Triton cache) and warm; on misaligned shapes (`--compiled`), a default-mode compile under
 `gemmtune.inductor.installed`; where N's rows are not whole 16 bytes, the pick for `out_layout="padded"` (columns
-`padded_view_*`: the view of padded rows Inductor returns); with `--exhaustive`, the exhaustive search.  The picks are
-timed interleaved (CUDA events, L2 flushed), then each once more by the second timer (`gemmtune.measure.second`:
-Triton's do_bench), columns `*_second_ms`.  Writes JSON after every shape.
+`padded_view_*`: the view of padded rows Inductor returns, B a frozen layer's weight: `as_weight`); with
+`--exhaustive`, the exhaustive search.  The picks are timed interleaved (CUDA events, L2 flushed), then each once more
+by the second timer (`gemmtune.measure.second`: Triton's do_bench), columns `*_second_ms`.  Writes JSON after every
+shape.
 
     python bench/compare.py --suite bench/shapes_fp8.json --no-inductor --only llama3-8b-q_o-m16-rowwise
     python bench/compare.py --dry-run                     # no GPU: the plan, nothing timed
@@ -82,6 +83,16 @@ def op_fn(op: str) -> Callable:
     return {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}[op]
 
 
+def as_weight(tensors: tuple) -> tuple:
+    """`tensors` with B the weight of a frozen layer (`nn.Parameter`, no grad; `W.t()` where B is a column-major
+    `W.t()`), as a patched model's head under `no_grad` passes it: its padded copy is kept, not made per call."""
+    import torch
+    b = tensors[-1]
+    col = b.dim() == 2 and b.stride(0) == 1 and b.stride(1) != 1
+    w = torch.nn.Parameter(b.mT if col else b, requires_grad=False)
+    return (*tensors[:-1], w.mT if col else w)
+
+
 def run_compiled(spec, tensors, settings=None) -> tuple[Callable, float, str]:
     """`torch.compile` of the op on fresh caches, first call timed: Inductor in `INDUCTOR_MODE`, or with `settings`,
     gemmtune's compiled path (default mode, `gemmtune.inductor.installed`; Inductor's padding too).  Call, seconds,
@@ -147,9 +158,10 @@ def run_shape(spec, settings, timer, exhaustive: bool, inductor: bool, rounds: i
         fns["inductor"] = lambda: by_inductor(*tensors)
     row["misaligned"], ki = bool(padding_dims(cold.problem)), cold.problem
     if ki.op != "scaled_mm" and padded_row(ki.N, ki.result_dtype.itemsize) != ki.N:  # also Inductor's padded view
-        t0, view = time.perf_counter(), gemmtune.tune(spec.op, *tensors, settings=settings, out_layout="padded")
+        held = as_weight(tensors)
+        t0, view = time.perf_counter(), gemmtune.tune(spec.op, *held, settings=settings, out_layout="padded")
         row.update(padded_view_winner=view.winner.key, padded_view_tune_s=time.perf_counter() - t0)
-        fns["padded_view"] = lambda: view(*tensors)
+        fns["padded_view"] = lambda: view(*held)
     if inductor and (compiled == "all" or (compiled == "misaligned" and row["misaligned"])):
         path, row["compiled_compile_s"], _ = run_compiled(spec, tensors, settings)
         fns["compiled"] = lambda: path(*tensors)

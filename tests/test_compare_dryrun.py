@@ -153,3 +153,17 @@ def test_a_shape_times_the_compiled_path_where_it_is_asked_for(compare, monkeypa
         assert compiles == (["inductor", "gemmtune"] if runs else ["inductor"]), (k, which)
         assert ("compiled_ms" in row) == runs and row["inductor_ms"] == 1.0
         assert row["inductor_pick"].startswith("triton_mm_1")
+
+
+@pytest.mark.parametrize("col", [True, False])
+def test_the_padded_view_holds_b_as_a_frozen_layers_weight(compare, col):
+    # A patched head under no_grad: B (W.t() or a row-major [K, N]) is a view of a Parameter that needs no grad,
+    # so the padded twin keeps its padded copy (templates/padded.py, _ParameterPads), as in a model.
+    import torch
+    a, w = torch.randn(6, 8), torch.randn(19, 8)
+    b = w.t() if col else w.t().contiguous()
+    held = compare.as_weight((torch.randn(19), a, b))
+    assert held[0].shape == (19,) and held[1] is a
+    weight = held[2] if not col else held[2]._base
+    assert isinstance(weight, torch.nn.Parameter) and not weight.requires_grad
+    assert held[2].stride() == b.stride() and torch.equal(held[2], b)
