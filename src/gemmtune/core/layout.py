@@ -69,6 +69,16 @@ def effective_layout(out_layout: str | None, n: int, itemsize: int) -> str | Non
     return None if out_layout == "padded" and padded_row(n, itemsize) == n else out_layout
 
 
+def call_layout(out_layout: str | None, b: torch.Tensor) -> str | None:
+    """`effective_layout` of a call whose last operand is `b` ([..., K, N]: its N, its element size).
+
+    Example:
+        >>> call_layout("padded", torch.ones(4, 19)), call_layout("padded", torch.ones(4, 20))
+        ('padded', None)
+    """
+    return effective_layout(out_layout, b.shape[-1], b.dtype.itemsize)
+
+
 def output_strides(size: tuple[int, ...], out_layout: str | None, itemsize: int = 0) -> tuple[int, ...]:
     """Row-major strides; for "col" the last two dims swapped ([M, N] with strides (1, M)); for
     "padded" rows of `padded_row(N, itemsize)` elements.

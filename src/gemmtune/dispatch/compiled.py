@@ -41,7 +41,7 @@ from . import library  # noqa: F401  registers torch.ops.gemmtune.mm / addmm / b
 from ..core.settings import Settings, check_backends
 from ..core.validate import validate_operands
 from ..core.inputs import KernelInputs, stand_in
-from ..core.layout import effective_layout, in_layout
+from ..core.layout import call_layout, in_layout
 from ..templates import active_templates, default_templates, inductor_pool
 from . import autocast, route
 from .autograd import addmm_grads, addmm_setup, mm_grads, mm_setup
@@ -106,8 +106,8 @@ def prepare_traced(op: str, tensors: tuple, alpha: float, beta: float, backends:
 
 def _emit(op: str, tensors: tuple, alpha: float, beta: float, backends: Optional[str],
           out_layout: Optional[str]) -> torch.Tensor:
-    padded = effective_layout(out_layout, tensors[-1].shape[-1], tensors[-1].dtype.itemsize) == "padded"
-    if not is_static(tensors) or padded:  # a traced pick writes row-major rows: the padded pick runs as itself
+    # A traced pick writes row-major rows: a padded call's pick runs as itself, as a dynamic call's is tuned then.
+    if not is_static(tensors) or call_layout(out_layout, tensors[-1]) == "padded":
         return _opaque(op, tensors, alpha, beta, backends, out_layout)
     if route.to_inductor(tensors, backends, out_layout):  # Inductor builds gemmtune's pick of the aten op
         return torch.addmm(*tensors, beta=beta, alpha=alpha) if op == "addmm" else getattr(torch, op)(*tensors)

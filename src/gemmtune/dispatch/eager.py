@@ -25,7 +25,7 @@ from .. import engine
 from ..core.errors import InputError, NoCandidatesError
 from ..core import autocast as _ac
 from ..core.binding import bound_on_first_call
-from ..core.layout import OUT_LAYOUTS, effective_layout, in_layout
+from ..core.layout import OUT_LAYOUTS, call_layout, in_layout
 from ..templates import staging
 from . import buckets
 from .autograd import TunedAddmm, TunedMM, gemms_for, redispatch, transform_runner
@@ -261,7 +261,7 @@ def _miss(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
 
 def _validated(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
                out_layout: Any) -> tuple[tuple, tuple[str, ...] | None, str | None]:
-    """The operands (negation views resolved), canonical backends and output layout (`effective_layout`)
+    """The operands (negation views resolved), canonical backends and output layout (`call_layout`)
     of a valid call; else InputError."""
     from ..core.settings import check_backends
     from ..core.validate import check_backends_arg, validate_operands
@@ -272,7 +272,7 @@ def _validated(op: str, tensors: tuple, alpha: Any, beta: Any, backends: Any,
     canon_backends = check_backends(backends)
     if out_layout not in OUT_LAYOUTS:
         raise InputError(f"{op}: out_layout must be None, 'row', 'col' or 'padded', got {out_layout!r}")
-    return tensors, canon_backends, effective_layout(out_layout, tensors[-1].shape[-1], tensors[-1].dtype.itemsize)
+    return tensors, canon_backends, call_layout(out_layout, tensors[-1])
 
 
 def _build(op: str, tensors: tuple, alpha: float, beta: float, backends: tuple[str, ...] | None,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..core.inputs import device_str
-from ..core.layout import effective_layout
+from ..core.layout import call_layout
 from ..core.settings import Settings
 from ..measure import devices
 from ..measure.devices import Dealt, Slot
@@ -84,8 +84,8 @@ def as_tuned(outcome: tuple[Any, float], dealt: Dealt | None) -> tuple[Any, floa
 
 def prepare_for(rec: Recorded, traced: bool) -> Any:
     """Tune (or read from the store) one recorded problem as the warm-up does; its Selection."""
-    prepare, b = eager.prepare, rec.tensors[-1]
-    if traced and effective_layout(rec.out_layout, b.shape[-1], b.dtype.itemsize) != "padded":
+    prepare = eager.prepare
+    if traced and call_layout(rec.out_layout, rec.tensors[-1]) != "padded":
         # as the compile will meet it: built by Inductor from the store (dispatch.route), or traced; a
         # padded layout's call runs as the opaque op there, through the eager dict (dispatch.compiled)
         from . import compiled  # registers the traced ops (torch's compiler stack): only for a compile

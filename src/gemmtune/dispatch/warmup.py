@@ -36,7 +36,7 @@ from ..measure import deferred
 from ..pipeline.progress import silenced
 from ..store import distributed
 from ..store.locations import shared_store
-from .patching import patch, patched_modules, repatch, repatch_released
+from .patching import patched_modules, repatch, repatch_released
 from .release import release_library_layers
 from .spread import as_tuned, prepare_for, spread
 
@@ -207,10 +207,8 @@ def _warmup(model: nn.Module, example_inputs: tuple, example_kwargs: dict, backe
             out_layout: str | None = None) -> WarmupReport:
     started = time.perf_counter()
     repatch_released(model)  # an earlier warm-up's released layers: this one meets their problems too
-    if not patched_modules(model):
-        patch(model, backends=backends, out_layout=out_layout)
-    elif backends is not None or out_layout is not None:  # each patched layer keeps what is not given
-        repatch(model, backends, out_layout)
+    if not patched_modules(model) or backends is not None or out_layout is not None:
+        repatch(model, backends, out_layout)  # a patched layer keeps its own value of an argument that is None
     forward = functools.partial(model, *example_inputs, **example_kwargs)
     with deferred.deferring() as pending:  # the store's generated picks: built together below
         rows, seen, forward_end = _record_and_tune(forward, model, _show(progress), for_compile)
