@@ -20,6 +20,9 @@ memory comes from the caching allocator's general pool, never a CUDA graph's pri
 `forget` frees them all (`gemmtune.clear_dispatch_cache` does; a tune's runner, when it closes, frees
 its own thread's).
 
+`block_copy` makes each copy: on a GPU, a Triton kernel reads or writes the packed side in 16-byte vectors where
+a misaligned row stride keeps torch's copy from vectorising either side (`triton.copy_kernel`).
+
 Example:
     >>> import torch
     >>> pad = staged_padder(True, 2, 4, fallback=lambda t: None)
@@ -155,7 +158,7 @@ def padded_copy(t: torch.Tensor, rows: int, cols: int, row_major: bool) -> torch
     """
     padded, view = _storage(t, rows, cols, row_major)
     with torch.no_grad():
-        view.copy_(t)
+        block_copy(view, t)
     return padded
 
 
@@ -207,7 +210,7 @@ def staged_padder(row_major: bool, rows: int, cols: int, fallback: Callable[[Any
         entry = _kept(key, t, rows, cols, row_major)
         if entry is None:
             return fallback(t)
-        entry[1].copy_(t)
+        block_copy(entry[1], t)
         return entry[0]
 
     return pad
@@ -234,3 +237,90 @@ def forget(thread: int | None = None) -> None:
         for key in [k for k in _KEPT if thread is None or k[0] == thread]:
             old = _KEPT.pop(key)[0]
             _KEPT_BYTES[0] -= old.numel() * old.element_size()
+
+
+COPY_MIN_BYTES = 1 << 20
+"""The smallest copy (bytes) `block_copy` hands to its Triton kernel: below it a launch's host time costs
+more than the kernel saves."""
+
+COPY_BLOCK, COPY_WARPS = 2048, 4
+"""Elements per program and warps of `block_copy`'s kernel."""
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _oriented(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`dst` and `src` as matrices whose columns are packed (both as given, or both transposed); None if
+    they share no such orientation or neither side's elements are packed."""
+    if dst.stride(-1) != 1 or src.stride(-1) != 1:
+        dst, src = dst.mT, src.mT
+        if dst.stride(-1) != 1 or src.stride(-1) != 1:
+            return None
+    return (dst, src) if dst.is_contiguous() or src.is_contiguous() else None
+
+
+def _kernel_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Whether `block_copy` may copy with its kernel (`kernel_copy`): plain CUDA tensors on the current
+    device, large enough, no autograd to record, every offset within int32."""
+    if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or not (dst.is_cuda and src.is_cuda):
+        return False
+    if dst.device != src.device or _functorch_wrapped(dst) or _functorch_wrapped(src):
+        return False
+    if torch.is_grad_enabled() and (src.requires_grad or dst.requires_grad):
+        return False
+    if src.numel() * src.element_size() < COPY_MIN_BYTES or src.device.index != torch.cuda.current_device():
+        return False
+    reach = [sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + t.numel() for t in (dst, src)]
+    return max(reach) < 2 ** 31
+
+
+def block_copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """`dst.copy_(src)` for tensors of one shape and dtype; on a GPU, a matrix or batch of them of at least
+    `COPY_MIN_BYTES` whose rows are packed on one side is copied by a Triton kernel (`triton.copy_kernel`).
+    Returns `dst`.
+
+    Example:
+        >>> dst = torch.zeros(2, 4)
+        >>> block_copy(dst[:, :3], torch.ones(2, 3)) is not None, dst.tolist()
+        (True, [[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]])
+    """
+    if not (_kernel_copy(dst, src) and kernel_copy(dst, src)):
+        dst.copy_(src)
+    return dst
+
+
+def kernel_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Copy `src` into `dst` (one shape and dtype, 2 or 3 dimensions) with `triton.copy_kernel`, on the
+    device of both (the CPU under Triton's interpreter); False, copying nothing, where their rows are packed
+    on neither side or Triton is missing."""
+    if dst.shape != src.shape or dst.dtype != src.dtype or dst.dim() not in (2, 3) or src.element_size() not in _BITS:
+        return False
+    pair = _oriented(dst, src)
+    if pair is None:
+        return False
+    try:
+        import triton
+
+        from .triton.copy_kernel import block_copy_kernel
+    except ImportError:  # pragma: no cover - a CUDA build of torch without Triton
+        return False
+    d, s = (x.view(_BITS[x.element_size()]) for x in pair)
+    d3, s3 = (x if x.dim() == 3 else x.unsqueeze(0) for x in (d, s))
+    n = s3.numel()
+    block_copy_kernel[(triton.cdiv(n, COPY_BLOCK),)](
+        s3, d3, n, s3.shape[1], s3.shape[2], s3.stride(0), s3.stride(1), d3.stride(0), d3.stride(1),
+        BLOCK=COPY_BLOCK, SRC_FLAT=s3.is_contiguous(), DST_FLAT=d3.is_contiguous(), num_warps=COPY_WARPS)
+    return True
+
+
+def packed(t: torch.Tensor) -> torch.Tensor:
+    """`t.contiguous()`, on a GPU copied by `block_copy`'s kernel where that may run.
+
+    Example:
+        >>> packed(torch.ones(3, 4)[:, :2]).stride()
+        (2, 1)
+    """
+    if not t.is_cuda or t.is_contiguous():
+        return t.contiguous()
+    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    return out if _kernel_copy(out, t) and kernel_copy(out, t) else t.contiguous()
