@@ -189,6 +189,12 @@ def test_bad_input_after_a_good_one_still_raises():
         mm(a, b, backends=("cublas",))
 
 
+@pytest.mark.parametrize("store", ["off", "/tmp/picks.db", 0])
+def test_a_store_that_is_no_store_is_an_input_error_naming_the_setting(store):
+    with pytest.raises(InputError, match=r"store: expected a gemmtune store .*Settings\(store='off'\)"):
+        gemmtune.tune("mm", torch.randn(3, 4), torch.randn(4, 2), backends=EXTERN, store=store, progress=False)
+
+
 # -- out_layout ------------------------------------------------------------------------------------
 
 def test_col_out_layout_with_library_kernels():

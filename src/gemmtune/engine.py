@@ -84,7 +84,7 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     settings = (settings or Settings.from_env()).with_(**asked)
     ki, tensors, out_layout = _problem(op, tensors, device, alpha, beta, out_layout, out_dtype, use_fast_accum)
     plan = plan_for(settings, ki, templates, started=started, out_layout=out_layout, store_tag=store_tag)
-    store = store if store is not None else shared_store(plan.store, plan.trust)
+    store = _store_for(plan, store)
     if plan.store != "off":  # before any template asks Triton anything; a tune of no store (the M-bucket
         kernels.sharing(store if plan.share_kernels else None)  # builds) keeps the process's sharing as it is
     choices = _choices(ki, plan, op, finalize)
@@ -96,6 +96,16 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
             return job.share(ctx.store, plan.key.where(), lambda: _tune_here(ctx, choices, layout, started),
                              distributed.pool_digest(choices, plan))
         return _tune_here(ctx, choices, layout, started)
+
+
+def _store_for(plan: Plan, store: Any) -> Store:
+    """`store`, else the plan's shared store; InputError for anything that is no store (a name such as "off")."""
+    if store is None:
+        return shared_store(plan.store, plan.trust)
+    if not callable(getattr(store, "load", None)):
+        raise InputError(f"store: expected a gemmtune store (gemmtune.Store, a RedisStore) or None, got {store!r}; "
+                         "settings=gemmtune.Settings(store='off') tunes without one")
+    return store
 
 
 def _tune_here(ctx: "_Context", choices: list[Choice], layout: Any, started: float) -> Selection:
