@@ -246,6 +246,9 @@ more than the kernel saves."""
 COPY_BLOCK, COPY_WARPS = 2048, 4
 """Elements per program and warps of `block_copy`'s kernel."""
 
+_LAUNCHES: dict[tuple, Any] = {}  # a copy's shape, strides and kernel arguments -> its `KernelLaunch`
+_MAX_LAUNCHES = 256
+
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -292,24 +295,39 @@ def block_copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
 def kernel_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """Copy `src` into `dst` (one shape and dtype, 2 or 3 dimensions) with `triton.copy_kernel`, on the
     device of both (the CPU under Triton's interpreter); False, copying nothing, where their rows are packed
-    on neither side or Triton is missing."""
+    on neither side, Triton is missing, or a CUDA graph is being captured before this copy's kernel was
+    compiled.  Each specialisation is compiled once and then launched directly (`triton.launch.FastLaunch`):
+    a JIT launch's host time would cost more than the kernel saves."""
     if dst.shape != src.shape or dst.dtype != src.dtype or dst.dim() not in (2, 3) or src.element_size() not in _BITS:
         return False
     pair = _oriented(dst, src)
     if pair is None:
         return False
     try:
-        import triton
-
+        from .triton.base import KernelLaunch, interpreting
         from .triton.copy_kernel import block_copy_kernel
     except ImportError:  # pragma: no cover - a CUDA build of torch without Triton
         return False
     d, s = (x.view(_BITS[x.element_size()]) for x in pair)
     d3, s3 = (x if x.dim() == 3 else x.unsqueeze(0) for x in (d, s))
     n = s3.numel()
-    block_copy_kernel[(triton.cdiv(n, COPY_BLOCK),)](
-        s3, d3, n, s3.shape[1], s3.shape[2], s3.stride(0), s3.stride(1), d3.stride(0), d3.stride(1),
-        BLOCK=COPY_BLOCK, SRC_FLAT=s3.is_contiguous(), DST_FLAT=d3.is_contiguous(), num_warps=COPY_WARPS)
+    args = (s3, d3, n, s3.shape[1], s3.shape[2], s3.stride(0), s3.stride(1), d3.stride(0), d3.stride(1))
+    meta = {"BLOCK": COPY_BLOCK, "SRC_FLAT": s3.is_contiguous(), "DST_FLAT": d3.is_contiguous(),
+            "num_warps": COPY_WARPS}
+    grid = (-(-n // COPY_BLOCK), 1, 1)
+    if interpreting():
+        block_copy_kernel[grid](*args, **meta)
+        return True
+    key = (s3.device, s3.dtype, *args[2:], *meta.values())
+    launch = _LAUNCHES.get(key)
+    if launch is None and torch.cuda.is_current_stream_capturing():
+        return False  # compiled and loaded outside a CUDA graph's capture only
+    if launch is None:  # compiled and loaded once per specialisation, then launched directly (`FastLaunch`)
+        launch = KernelLaunch(block_copy_kernel, grid, meta).warmed(args)
+        if len(_LAUNCHES) >= _MAX_LAUNCHES:
+            _LAUNCHES.clear()
+        _LAUNCHES[key] = launch
+    launch(args)
     return True
 
 
