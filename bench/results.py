@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS, PAGE, README = ROOT / "bench" / "results", ROOT / "docs" / "RESULTS.md", ROOT / "README.md"
 TEMPLATE, BEGIN, END = ROOT / "bench" / "results_page.md", "<!-- results -->", "<!-- /results -->"
 BF16, HARD = ("compare_default_full_runF_2026-11-30.json",), ("compare_hard_h100_2026-12-06.json",)
-MISALIGNED = tuple(f"compare_misaligned{v}_h100_2026-12-{d}.json" for v, d in (("", "06"), ("", "07"), ("_view", "07")))
+MISALIGNED = tuple(f"compare_misaligned{v}_h100_2026-12-{d}.json"
+                   for v, d in (("", "06"), ("", "07"), ("_view", "07"), ("_weight", "07")))
 STAGE0 = tuple(f"compare_hard_p1_stage0_{n}_h200_2026-12-06.json" for n in (14, 20))
 FP8_18 = ("compare_fp8_18_run3_merged_h100_2026-12-05.json",)
 FP8_64 = ("compare_fp8_h200_2026-12-02.json", "compare_fp8_library_h200_2026-12-02.json",
@@ -41,6 +42,7 @@ CHECKS = ("first_use_check_cpu_2026-12-06.json", "first_use_check_h100_2026-12-0
 SERVING = ("serving_h100_2026-12-06.json", "serving_steady_h100_2026-12-07.json", "serving_warmup_h100_2026-12-07.json",
            "serving_warmup_run2_h100_2026-12-07.json", "serving_warmup_shared_h100_2026-12-07.json",
            "serving_compile_shared_h100_2026-12-07.json")
+WHOLE, STATIC = ("models_gpt2_h100_2026-12-07.json",), ("serving_static_h100_2026-12-07.json",)
 # What a file does not say of its own run (or says only in parts).
 RECORD: dict[str, dict[str, str]] = {
     BF16[0]: {"command": "python bench/compare.py --exhaustive square-2048,square-8192,llama3-8b-down-m16,"
@@ -56,6 +58,9 @@ RECORD: dict[str, dict[str, str]] = {
     **{SERVING[i]: {"command": f"GEMMTUNE_SHARE_KERNELS=1 GEMMTUNE_STORE_KEY=$KEY python bench/serving.py --first {first} "
                                "--steady ''"} for i, first in ((4, "eager_range,eager_range_store"),
                                                                (5, "default,gemmtune,gemmtune_store"))},
+    WHOLE[0]: {"command": "python bench/models.py --cases gpt2:8192 --first '' --steady eager,eager_warmup,"
+                          "eager_warmup_padded,default,max_autotune --rounds 10"},
+    STATIC[0]: {"command": "python bench/serving.py --first '' --steady '' --static 16,2048 --rounds 5"},
     CHECKS[0]: {"device": "the 2-core CPU machine",
                 "command": "python bench/redis_store.py --first-use --device cpu --sizes 64,256,512,1024 --reps 7"},
     CHECKS[1]: {"command": "python bench/redis_store.py --first-use --device cuda --backends triton --sizes 256,1024,4096"}}
@@ -64,7 +69,7 @@ SRC, PLAIN = ["command", "device", "date", "file"], ("eager", "eager_copy", "eag
 
 def cited() -> list[str]:
     """Every result file the page cites, in page order."""
-    return [*BF16, *HARD, *MISALIGNED, *STAGE0, *FP8_18, *FP8_64, *MODELS, *EAGER[0], *EAGER[1], *SERVING, *CPU, *REDIS, *CHECKS]
+    return [*BF16, *HARD, *MISALIGNED, *STAGE0, *FP8_18, *FP8_64, *MODELS, *WHOLE, *EAGER[0], *EAGER[1], *SERVING, *STATIC, *CPU, *REDIS, *CHECKS]
 
 
 def load(results: Path, name: str) -> Any:
@@ -134,7 +139,8 @@ def gpu_tables(results: Path) -> dict[str, str]:
                                      ("50 of the 57 shapes of `bench/shapes_hard.json`", HARD),
                                      ("4 of its misaligned shapes, again", MISALIGNED[:1]),
                                      ("the same 4, padded operands copied into kept storage", MISALIGNED[1:2]),
-                                     ("the same 4 again, the padded output layout timed beside", MISALIGNED[2:]),
+                                     ("the same 4 again, the padded output layout timed beside", MISALIGNED[2:3]),
+                                     ("the same 4, the padded layout's B a frozen weight", MISALIGNED[3:]),
                                      ("its first 29 shapes, 14 binaries kept to compile (the default)", STAGE0[:1]),
                                      ("the same 29, 20 kept (the default before)", STAGE0[1:])), "cuBLAS"),
             "bf16_shapes": md(["shape", "MxKxN", "pick's kernel", "x cuBLAS", "Inductor x cuBLAS", "tuning, cold"],
@@ -162,6 +168,20 @@ def model_tables(results: Path) -> dict[str, str]:
                                "eager warm-up: cold / warm store / with kernels", *SRC], first),
             "steady": md(["case", "default compile x max-autotune", "gemmtune x max-autotune",
                           "training step, gemmtune", *SRC], steady)}
+
+
+def variant_tables(results: Path) -> dict[str, str]:
+    """A whole model's steady variants beside eager and max-autotune; per M, the GEMMs' GPU time of gemmtune's
+    dynamic compile against a static max-autotune compile for that M."""
+    rows = [[f"`{c['case']}`", f"`{r['variant']}`", num(r["ms"], ".2f", " ms"), num(r["ratio_vs_max_autotune"]),
+             num(r.get("ratio_vs_eager")), *source(results, WHOLE)] for c in load(results, WHOLE[0])["cases"]
+            for r in c["steady"]]
+    by = {(r["M"], r["variant"]): r for r in load(results, STATIC[0])["steady"]}
+    static = [[str(m), num(by[m, "gemmtune"]["gemm_ms"], ".4f", " ms"), num(by[m, "static"]["gemm_ms"], ".4f", " ms"),
+               num(by[m, "gemmtune"]["gemm_ms"] / by[m, "static"]["gemm_ms"]), *source(results, STATIC)]
+              for m in sorted({m for m, v in by if v == "static"})]
+    return {"whole_model": md(["case", "variant", "per forward", "time x max-autotune's", "time x eager's", *SRC], rows),
+            "static": md(["M", "GEMM GPU time: gemmtune, dynamic", "static max-autotune", "ratio", *SRC], static)}
 
 
 def pooled(runs: list[Any], case: str, variant: str) -> tuple[float, float, float, int] | None:
@@ -275,7 +295,7 @@ def summary(results: Path) -> str:
 def page(results: Path = RESULTS, template: Path = TEMPLATE) -> str:
     """docs/RESULTS.md: the template with its fields filled from the cited files."""
     tables = {"summary": summary(results), **gpu_tables(results), **model_tables(results), **eager_table(results),
-              **serving_tables(results), **cpu_tables(results), **store_table(results)}
+              **serving_tables(results), **variant_tables(results), **cpu_tables(results), **store_table(results)}
     return re.sub(r"\{(\w+)\}", lambda m: tables[m[1]], template.read_text())
 
 

@@ -195,8 +195,9 @@ def test_the_class_name_check_finds_a_duplicate(tmp_path):
 # -- bench/: the scripts a user or maintainer runs ------------------------------------------------
 
 BENCH = PKG.parents[1] / "bench"
-BENCH_MAX_SCRIPTS, BENCH_MAX_LINES = 12, 2795  # 2,500 until serving.py joined; 2,760 until compare.py timed padded
-# views; 2,770 until model_runs.py ran GPT-2 with its padded head; 2,780 until compare.py held B as a frozen weight
+BENCH_MAX_SCRIPTS, BENCH_MAX_LINES = 12, 2815  # 2,500 until serving.py joined; 2,760 until compare.py timed padded
+# views; 2,770 until model_runs.py ran GPT-2 with its padded head; 2,780 until compare.py held B as a frozen weight;
+# 2,795 until results.py rendered a whole model's eager variants and the static per-M compiles
 # the bench modules a bench module may import (the others run scripts as processes, if at all)
 BENCH_IMPORTS = {"models": {"model_runs"}, "serving": {"model_runs", "models"}, "profiling": {"model_runs"}}
 # modules of tests/ a bench script may import: the redis-server starter the store's tests use
@@ -223,7 +224,7 @@ def _against_the_direction(edges: dict[str, set[str]]) -> list[str]:
     return sorted(f"{a} -> {b}" for a, targets in edges.items() for b in targets if b not in BENCH_IMPORTS.get(a, ()))
 
 
-def test_bench_holds_at_most_12_scripts_of_at_most_2795_lines_in_all():
+def test_bench_holds_at_most_12_scripts_of_at_most_2815_lines_in_all():
     scripts = sorted(BENCH.glob("*.py"))
     lines = {p.name: len(p.read_text().splitlines()) for p in scripts}
     assert len(scripts) <= BENCH_MAX_SCRIPTS, sorted(lines)
