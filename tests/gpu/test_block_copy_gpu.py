@@ -40,7 +40,7 @@ def test_a_small_copy_is_torchs(monkeypatch):
 def test_the_kernel_copies_inside_a_captured_cuda_graph():
     src = torch.randn(777, 1234, device="cuda", dtype=BF16)
     padded = torch.zeros(777, 1280, device="cuda", dtype=BF16)
-    staging._LAUNCHES.clear()
+    staging._BOUND.clear()
     staging.block_copy(padded[:, :1234], src)  # compiled before the capture
     padded.zero_()
     graph = torch.cuda.CUDAGraph()
@@ -65,25 +65,26 @@ def test_a_padded_launch_copies_its_block_out_with_the_kernel(monkeypatch):
     torch.testing.assert_close(got.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
 
 
-def test_each_copy_is_compiled_once_and_then_launched_directly():
-    staging._LAUNCHES.clear()
+def test_each_copy_is_compiled_once_and_then_launched_bound_to_its_shapes():
+    staging._BOUND.clear()
     src = torch.randn(777, 1234, device="cuda", dtype=BF16)
     padded = torch.zeros(777, 1280, device="cuda", dtype=BF16)
     for _ in range(3):
         staging.block_copy(padded[:, :1234], src)
-    (launch,) = staging._LAUNCHES.values()
-    assert launch.fast is not None  # the direct path, not Triton's JIT
+    (bound,) = staging._BOUND.values()
+    assert bound is not None  # launched bound to the copy: the direct path, not Triton's JIT
+    assert bound((src,), padded[:, :1234])
     assert torch.equal(padded[:, :1234], src)
 
 
 def test_a_copy_first_met_inside_a_capture_is_left_to_torch():
-    staging._LAUNCHES.clear()
+    staging._BOUND.clear()
     src = torch.randn(513, 1234, device="cuda", dtype=BF16)
     padded = torch.zeros(513, 1280, device="cuda", dtype=BF16)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         staging.block_copy(padded[:, :1234], src)
-    assert not staging._LAUNCHES  # nothing compiled or loaded during the capture
+    assert not staging._BOUND  # nothing compiled or loaded during the capture
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(padded[:, :1234], src) and not padded[:, 1234:].any()

@@ -246,8 +246,8 @@ more than the kernel saves."""
 COPY_BLOCK, COPY_WARPS = 2048, 4
 """Elements per program and warps of `block_copy`'s kernel."""
 
-_LAUNCHES: dict[tuple, Any] = {}  # a copy's shape, strides and kernel arguments -> its `KernelLaunch`
-_MAX_LAUNCHES = 256
+_BOUND: dict[tuple, Any] = {}  # a copy's dtypes, devices, shapes and strides -> its launch bound to them
+_MAX_BOUND = 256
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -263,18 +263,14 @@ def _oriented(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 def _kernel_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    """Whether `block_copy` may copy with its kernel (`kernel_copy`): plain CUDA tensors on the current
-    device, large enough, no autograd to record, every offset within int32."""
+    """Whether `block_copy` may try its kernel (`kernel_copy`): plain CUDA tensors, large enough, no autograd
+    to record."""
     if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or not (dst.is_cuda and src.is_cuda):
-        return False
-    if dst.device != src.device or _functorch_wrapped(dst) or _functorch_wrapped(src):
         return False
     if torch.is_grad_enabled() and (src.requires_grad or dst.requires_grad):
         return False
-    if src.numel() * src.element_size() < COPY_MIN_BYTES or src.device.index != torch.cuda.current_device():
-        return False
-    reach = [sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + t.numel() for t in (dst, src)]
-    return max(reach) < 2 ** 31
+    large = src.numel() * src.element_size() >= COPY_MIN_BYTES
+    return large and not (_functorch_wrapped(dst) or _functorch_wrapped(src))
 
 
 def block_copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
@@ -294,14 +290,26 @@ def block_copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
 
 def kernel_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """Copy `src` into `dst` (one shape and dtype, 2 or 3 dimensions) with `triton.copy_kernel`, on the
-    device of both (the CPU under Triton's interpreter); False, copying nothing, where their rows are packed
-    on neither side, Triton is missing, or a CUDA graph is being captured before this copy's kernel was
-    compiled.  Each specialisation is compiled once and then launched directly (`triton.launch.FastLaunch`):
-    a JIT launch's host time would cost more than the kernel saves."""
+    device of both (the current one; the CPU under Triton's interpreter); False, copying nothing, where their
+    rows are packed on neither side, an offset exceeds int32, Triton is missing, or a CUDA graph is being
+    captured before this copy's kernel was compiled.  Each specialisation is compiled once; a copy of the
+    same shapes and strides then launches it bound to the call (`triton.launch.FastLaunch.bind`): only the
+    pointers change, as a JIT launch's host time would cost more than the kernel saves."""
+    key = (dst.dtype, src.dtype, dst.device, src.device, dst.shape, dst.stride(), src.shape, src.stride(),
+           COPY_BLOCK, COPY_WARPS)
+    bound = _BOUND.get(key)
+    if bound is not None and bound((src,), dst):
+        return True
+    return _first_copy(key, dst, src)
+
+
+def _first_copy(key: tuple, dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """`kernel_copy` of a copy not yet bound: checked, compiled once (`KernelLaunch.warmed`) and bound."""
     if dst.shape != src.shape or dst.dtype != src.dtype or dst.dim() not in (2, 3) or src.element_size() not in _BITS:
         return False
     pair = _oriented(dst, src)
-    if pair is None:
+    reach = [sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1 for t in (dst, src)]
+    if pair is None or max(reach) >= 2 ** 31 or dst.device != src.device:
         return False
     try:
         from .triton.base import KernelLaunch, interpreting
@@ -318,16 +326,13 @@ def kernel_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
     if interpreting():
         block_copy_kernel[grid](*args, **meta)
         return True
-    key = (s3.device, s3.dtype, *args[2:], *meta.values())
-    launch = _LAUNCHES.get(key)
-    if launch is None and torch.cuda.is_current_stream_capturing():
+    if src.device.index != torch.cuda.current_device() or torch.cuda.is_current_stream_capturing():
         return False  # compiled and loaded outside a CUDA graph's capture only
-    if launch is None:  # compiled and loaded once per specialisation, then launched directly (`FastLaunch`)
-        launch = KernelLaunch(block_copy_kernel, grid, meta).warmed(args)
-        if len(_LAUNCHES) >= _MAX_LAUNCHES:
-            _LAUNCHES.clear()
-        _LAUNCHES[key] = launch
+    launch = KernelLaunch(block_copy_kernel, grid, meta).warmed(args)
     launch(args)
+    if len(_BOUND) >= _MAX_BOUND:
+        _BOUND.clear()
+    _BOUND[key] = launch.fast.bind(args, (s3,), d3) if launch.fast is not None else None
     return True
 
 
