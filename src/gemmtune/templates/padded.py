@@ -47,7 +47,7 @@ from ..core.choices import Choice
 from ..core.inputs import KernelInputs, TensorMeta
 from ..core.layout import ALIGN_BYTES, padded_row
 from .base import Launcher, Template, source_hash, streaming
-from .staging import block_copy, packed, padded_copy, staged_padder
+from .staging import padded_copy, staged_padder
 
 PREFIX = "padded_"
 """A padded template's uid is this prefix and its inner template's uid."""
@@ -303,7 +303,7 @@ def padded_launcher(ki: KernelInputs, dims: dict[str, int], inner: Launcher, kee
         if into_out:
             return inner(padded_args(tensors), out, **runtime)
         block = inner(padded_args(tensors), None, **runtime)[..., :m, :n]
-        return packed(block) if out is None else block_copy(out, block)
+        return block.contiguous() if out is None else out.copy_(block)
 
     if hasattr(inner, "bound"):  # the eager dispatch binds it (core/binding.py)
         setattr(launch, "bound",
@@ -334,7 +334,7 @@ def _bound(inner: Any, padded_args: Any, tensors: Sequence[Any], runtime: dict, 
 
     def bound(*operands: Any, out: Any = None) -> Any:
         block = run(*padded_args(operands))[..., :m, :n]
-        return packed(block) if out is None else block_copy(out, block)
+        return block.contiguous() if out is None else out.copy_(block)
 
     return bound
 

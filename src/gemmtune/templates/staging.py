@@ -20,9 +20,6 @@ memory comes from the caching allocator's general pool, never a CUDA graph's pri
 `forget` frees them all (`gemmtune.clear_dispatch_cache` does; a tune's runner, when it closes, frees
 its own thread's).
 
-`block_copy` makes each copy: on a GPU, a Triton kernel reads or writes the packed side in 16-byte vectors where
-a misaligned row stride keeps torch's copy from vectorising either side (`triton.copy_kernel`).
-
 Example:
     >>> import torch
     >>> pad = staged_padder(True, 2, 4, fallback=lambda t: None)
@@ -158,7 +155,7 @@ def padded_copy(t: torch.Tensor, rows: int, cols: int, row_major: bool) -> torch
     """
     padded, view = _storage(t, rows, cols, row_major)
     with torch.no_grad():
-        block_copy(view, t)
+        view.copy_(t)
     return padded
 
 
@@ -210,7 +207,7 @@ def staged_padder(row_major: bool, rows: int, cols: int, fallback: Callable[[Any
         entry = _kept(key, t, rows, cols, row_major)
         if entry is None:
             return fallback(t)
-        block_copy(entry[1], t)
+        entry[1].copy_(t)
         return entry[0]
 
     return pad
@@ -237,113 +234,3 @@ def forget(thread: int | None = None) -> None:
         for key in [k for k in _KEPT if thread is None or k[0] == thread]:
             old = _KEPT.pop(key)[0]
             _KEPT_BYTES[0] -= old.numel() * old.element_size()
-
-
-COPY_MIN_BYTES = 1 << 20
-"""The smallest copy (bytes) `block_copy` hands to its Triton kernel: below it a launch's host time costs
-more than the kernel saves."""
-
-COPY_BLOCK, COPY_WARPS = 2048, 4
-"""Elements per program and warps of `block_copy`'s kernel."""
-
-_BOUND: dict[tuple, Any] = {}  # a copy's dtypes, devices, shapes and strides -> its launch bound to them
-_MAX_BOUND = 256
-
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def _oriented(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """`dst` and `src` as matrices whose columns are packed (both as given, or both transposed); None if
-    they share no such orientation or neither side's elements are packed."""
-    if dst.stride(-1) != 1 or src.stride(-1) != 1:
-        dst, src = dst.mT, src.mT
-        if dst.stride(-1) != 1 or src.stride(-1) != 1:
-            return None
-    return (dst, src) if dst.is_contiguous() or src.is_contiguous() else None
-
-
-def _kernel_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    """Whether `block_copy` may try its kernel (`kernel_copy`): plain CUDA tensors, large enough, no autograd
-    to record."""
-    if type(dst) is not torch.Tensor or type(src) is not torch.Tensor or not (dst.is_cuda and src.is_cuda):
-        return False
-    if torch.is_grad_enabled() and (src.requires_grad or dst.requires_grad):
-        return False
-    large = src.numel() * src.element_size() >= COPY_MIN_BYTES
-    return large and not (_functorch_wrapped(dst) or _functorch_wrapped(src))
-
-
-def block_copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    """`dst.copy_(src)` for tensors of one shape and dtype; on a GPU, a matrix or batch of them of at least
-    `COPY_MIN_BYTES` whose rows are packed on one side is copied by a Triton kernel (`triton.copy_kernel`).
-    Returns `dst`.
-
-    Example:
-        >>> dst = torch.zeros(2, 4)
-        >>> block_copy(dst[:, :3], torch.ones(2, 3)) is not None, dst.tolist()
-        (True, [[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]])
-    """
-    if not (_kernel_copy(dst, src) and kernel_copy(dst, src)):
-        dst.copy_(src)
-    return dst
-
-
-def kernel_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    """Copy `src` into `dst` (one shape and dtype, 2 or 3 dimensions) with `triton.copy_kernel`, on the
-    device of both (the current one; the CPU under Triton's interpreter); False, copying nothing, where their
-    rows are packed on neither side, an offset exceeds int32, Triton is missing, or a CUDA graph is being
-    captured before this copy's kernel was compiled.  Each specialisation is compiled once; a copy of the
-    same shapes and strides then launches it bound to the call (`triton.launch.FastLaunch.bind`): only the
-    pointers change, as a JIT launch's host time would cost more than the kernel saves."""
-    key = (dst.dtype, src.dtype, dst.device, src.device, dst.shape, dst.stride(), src.shape, src.stride(),
-           COPY_BLOCK, COPY_WARPS)
-    bound = _BOUND.get(key)
-    if bound is not None and bound((src,), dst):
-        return True
-    return _first_copy(key, dst, src)
-
-
-def _first_copy(key: tuple, dst: torch.Tensor, src: torch.Tensor) -> bool:
-    """`kernel_copy` of a copy not yet bound: checked, compiled once (`KernelLaunch.warmed`) and bound."""
-    if dst.shape != src.shape or dst.dtype != src.dtype or dst.dim() not in (2, 3) or src.element_size() not in _BITS:
-        return False
-    pair = _oriented(dst, src)
-    reach = [sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1 for t in (dst, src)]
-    if pair is None or max(reach) >= 2 ** 31 or dst.device != src.device:
-        return False
-    try:
-        from .triton.base import KernelLaunch, interpreting
-        from .triton.copy_kernel import block_copy_kernel
-    except ImportError:  # pragma: no cover - a CUDA build of torch without Triton
-        return False
-    d, s = (x.view(_BITS[x.element_size()]) for x in pair)
-    d3, s3 = (x if x.dim() == 3 else x.unsqueeze(0) for x in (d, s))
-    n = s3.numel()
-    args = (s3, d3, n, s3.shape[1], s3.shape[2], s3.stride(0), s3.stride(1), d3.stride(0), d3.stride(1))
-    meta = {"BLOCK": COPY_BLOCK, "SRC_FLAT": s3.is_contiguous(), "DST_FLAT": d3.is_contiguous(),
-            "num_warps": COPY_WARPS}
-    grid = (-(-n // COPY_BLOCK), 1, 1)
-    if interpreting():
-        block_copy_kernel[grid](*args, **meta)
-        return True
-    if src.device.index != torch.cuda.current_device() or torch.cuda.is_current_stream_capturing():
-        return False  # compiled and loaded outside a CUDA graph's capture only
-    launch = KernelLaunch(block_copy_kernel, grid, meta).warmed(args)
-    launch(args)
-    if len(_BOUND) >= _MAX_BOUND:
-        _BOUND.clear()
-    _BOUND[key] = launch.fast.bind(args, (s3,), d3) if launch.fast is not None else None
-    return True
-
-
-def packed(t: torch.Tensor) -> torch.Tensor:
-    """`t.contiguous()`, on a GPU copied by `block_copy`'s kernel where that may run.
-
-    Example:
-        >>> packed(torch.ones(3, 4)[:, :2]).stride()
-        (2, 1)
-    """
-    if not t.is_cuda or t.is_contiguous():
-        return t.contiguous()
-    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
-    return out if _kernel_copy(out, t) and kernel_copy(out, t) else t.contiguous()
