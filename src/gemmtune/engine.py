@@ -25,6 +25,7 @@ from .core.inputs import KernelInputs, place_operands
 from .core.binding import layout_kernel
 from .core.layout import OUT_LAYOUTS, FixedLayout, effective_layout
 from .core.settings import Settings
+from .core.validate import check_tune_options
 from .measure import deferred
 from .measure.bench import Listener
 from .measure.compile import CompileJob, CompileResult, Launchers
@@ -56,21 +57,20 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
          out_dtype: torch.dtype | None = None, use_fast_accum: bool = False, progress: bool | None = None) -> Selection:
     """Tune one `mm`, `addmm`, `bmm` or `scaled_mm` problem and return the Selection.
 
-    `tensors` are the op's arguments in torch order (addmm: bias, mat1, mat2; scaled_mm: a, b, scale_a,
-    scale_b[, bias], with its `out_dtype` (default bfloat16) and `use_fast_accum`: docs/FP8.md).
-    `device` moves them first; `backends` is a tuple of family names from `gemmtune.FAMILIES` (`("extern",)`:
-    library kernels only); `strategy` names one of `gemmtune.search.STRATEGIES` (default `settings.strategy`,
-    "model_pruned": a cost model prunes binaries before prescreening; on CPU "prescreen"); `out_layout` is
-    None/"row", "col" (strides (1, M); only while the selection is flexible) or "padded" (`core.layout`).  Timings and
-    the pick are kept in the persistent store (`settings.store`), so a second
-    tune of the same problem is a cache hit.  `store_tag` keeps a pick made for another purpose
-    apart in the store (e.g. "traced": chosen among the templates a `torch.compile` trace can emit).
-    Under `torch.autocast` the operands are cast as torch would cast them for the op, and that problem
-    is tuned (its Selection then accepts the same autocast call).  In a torch.distributed job the problem
-    is tuned once, on one rank of `group`, and shared (a ProcessGroup; default: the group of the
-    enclosing `gemmtune.distributed_group` block, else the default group).  `progress`: stage lines on
-    stderr ("gemmtune: 25 choices, 9 binaries: compiling (0.0 s)"); None (default): off a terminal, for a
-    tune still running after a second and no `listener`; False: none (`gemmtune.pipeline.progress`).
+    `tensors` are the op's arguments in torch order (addmm: bias, mat1, mat2; scaled_mm: a, b, scale_a, scale_b[,
+    bias], with its `out_dtype` (default bfloat16) and `use_fast_accum`: docs/FP8.md). `device` moves them first;
+    `backends` is a tuple of family names from `gemmtune.FAMILIES` (`("extern",)`: library kernels only); `strategy`
+    names one of `gemmtune.search.STRATEGIES` (default `settings.strategy`, "model_pruned": a cost model prunes
+    binaries before prescreening; on CPU "prescreen"); `out_layout` is None/"row", "col" (strides (1, M); only while
+    the selection is flexible) or "padded" (`core.layout`).  Timings and the pick are kept in the persistent store
+    (`settings.store`, or `store`), so a second tune of the same problem is a cache hit.  `store_tag` keeps a pick
+    made for another purpose apart in the store (e.g. "traced": chosen among the templates a `torch.compile` trace
+    can emit).  An option of the wrong kind is an InputError. Under `torch.autocast` the operands are cast as torch
+    would cast them for the op, and that problem is tuned (its Selection then accepts the same autocast call).  In a
+    torch.distributed job the problem is tuned once, on one rank of `group`, and shared (a ProcessGroup; default:
+    the group of the enclosing `gemmtune.distributed_group` block, else the default group).  `progress`: stage lines
+    on stderr ("gemmtune: 25 choices, 9 binaries: compiling (0.0 s)"); None (default): off a terminal, for a tune
+    still running after a second and no `listener`; False: none (`gemmtune.pipeline.progress`).
 
     Example:
         >>> import torch, gemmtune
@@ -81,10 +81,11 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     """
     started = time.perf_counter()
     asked = {k: v for k, v in (("backends", backends), ("strategy", strategy)) if v is not None}
+    check_tune_options(settings, templates, finalize, listener, store_tag, progress, store)
     settings = (settings or Settings.from_env()).with_(**asked)
     ki, tensors, out_layout = _problem(op, tensors, device, alpha, beta, out_layout, out_dtype, use_fast_accum)
     plan = plan_for(settings, ki, templates, started=started, out_layout=out_layout, store_tag=store_tag)
-    store = _store_for(plan, store)
+    store = store if store is not None else shared_store(plan.store, plan.trust)
     if plan.store != "off":  # before any template asks Triton anything; a tune of no store (the M-bucket
         kernels.sharing(store if plan.share_kernels else None)  # builds) keeps the process's sharing as it is
     choices = _choices(ki, plan, op, finalize)
@@ -96,16 +97,6 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
             return job.share(ctx.store, plan.key.where(), lambda: _tune_here(ctx, choices, layout, started),
                              distributed.pool_digest(choices, plan))
         return _tune_here(ctx, choices, layout, started)
-
-
-def _store_for(plan: Plan, store: Any) -> Store:
-    """`store`, else the plan's shared store; InputError for anything that is no store (a name such as "off")."""
-    if store is None:
-        return shared_store(plan.store, plan.trust)
-    if not callable(getattr(store, "load", None)):
-        raise InputError(f"store: expected a gemmtune store (gemmtune.Store, a RedisStore) or None, got {store!r}; "
-                         "settings=gemmtune.Settings(store='off') tunes without one")
-    return store
 
 
 def _tune_here(ctx: "_Context", choices: list[Choice], layout: Any, started: float) -> Selection:

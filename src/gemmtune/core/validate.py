@@ -268,3 +268,57 @@ def check_backends_arg(backends: Any) -> None:
     if not isinstance(backends, (tuple, list)) or not all(isinstance(b, str) for b in backends):
         raise BackendError(f"backends: expected None, a string or a tuple of family names "
                            f"('extern', 'triton', 'numba', 'cutlass'), got {type(backends).__name__} {backends!r}")
+
+
+def check_tune_options(settings: Any, templates: Any, finalize: Any, listener: Any, store_tag: Any,
+                       progress: Any, store: Any = None) -> None:
+    """InputError naming the first of `gemmtune.tune`'s options that is not of its kind (the operands and
+    scalars are `validate_operands`' to check).
+
+    Example:
+        >>> check_tune_options(None, None, (), None, "traced", False)
+        >>> check_tune_options("off", None, (), None, None, None)
+        Traceback (most recent call last):
+        ...
+        gemmtune.core.errors.InputError: settings: expected a gemmtune.Settings or None, got 'off'
+    """
+    from .settings import Settings
+
+    def sequence_of(value: Any, ok: Any) -> bool:
+        return isinstance(value, (tuple, list)) and all(ok(v) for v in value)
+
+    if settings is not None and not isinstance(settings, Settings):
+        raise InputError(f"settings: expected a gemmtune.Settings or None, got {settings!r}")
+    if templates is not None and not sequence_of(templates, lambda t: isinstance(getattr(t, "uid", None), str)
+                                                 and callable(getattr(t, "configs", None))):
+        raise InputError(f"templates: expected None or a tuple of templates (gemmtune.templates), got {templates!r}")
+    if not sequence_of(finalize, callable):
+        raise InputError(f"finalize: expected a tuple of callables, got {finalize!r}")
+    if listener is not None and not callable(listener):
+        raise InputError(f"listener: expected a callable or None, got {listener!r}")
+    if store_tag is not None and not isinstance(store_tag, str):
+        raise InputError(f"store_tag: expected a string or None, got {store_tag!r}")
+    if progress is not None and not isinstance(progress, bool):
+        raise InputError(f"progress: expected True, False or None, got {progress!r}")
+    if store is not None and not callable(getattr(store, "load", None)):
+        raise InputError(f"store: expected a gemmtune store (gemmtune.Store, a RedisStore) or None, got {store!r}; "
+                         "settings=gemmtune.Settings(store='off') tunes without one")
+
+
+def check_model_options(where: str, model: Any, backends: Any, **flags: Any) -> None:
+    """InputError naming the first of `where`'s options that is not of its kind: `model` a `torch.nn.Module`,
+    each of `flags` True, False or None; `backends` as `check_backends_arg` (a BackendError).
+
+    Example:
+        >>> check_model_options("patch", torch.nn.Linear(2, 2), ("extern",), report=False)
+        >>> check_model_options("warmup", torch.nn.Linear(2, 2), None, release="yes")
+        Traceback (most recent call last):
+        ...
+        gemmtune.core.errors.InputError: warmup: release: expected True, False or None, got 'yes'
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(f"{where}: expected a torch.nn.Module to {where}, got {type(model).__name__}")
+    check_backends_arg(backends)
+    for name, value in flags.items():
+        if value is not None and not isinstance(value, bool):
+            raise InputError(f"{where}: {name}: expected True, False or None, got {value!r}")

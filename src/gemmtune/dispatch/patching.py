@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.errors import InputError
+from ..core.validate import check_model_options
 from ..core.layout import effective_layout, in_layout
 from . import autocast as _ac
 from . import eager as api
@@ -126,6 +127,8 @@ def _linear_slow(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The first call of a problem (tunes it through gemmtune.mm / addmm), then remembers the fast path."""
     w: torch.Tensor = layer.weight  # type: ignore[assignment]
     bias: torch.Tensor | None = layer.bias  # type: ignore[assignment]
+    if not isinstance(x, torch.Tensor):
+        return _linear(x, w, bias)  # raises as an unpatched layer does
     route = getattr(layer, ROUTE)
     backends, layout = route
     x2 = x.unsqueeze(0) if x.dim() == 1 else x.reshape(-1, x.shape[-1])
@@ -261,6 +264,7 @@ def patch(module: nn.Module, *, backends: Sequence[str] | str | None = None, rep
         True
         >>> _ = gemmtune.unpatch(mlp)
     """
+    check_model_options("patch", module, backends, report=report, scaled_mm=scaled_mm)
     _route_layers(module, backends, out_layout, keep=False)
     if scaled_mm:
         fp8.route(module, backends)

@@ -31,6 +31,7 @@ from .buckets import buckets_for
 from .in_model import InModel
 from ..core.errors import InputError
 from ..core.m_range import parse_m
+from ..core.validate import check_model_options
 from ..core.settings import Settings
 from ..measure import deferred
 from ..pipeline.progress import silenced
@@ -172,15 +173,19 @@ def warmup(model: nn.Module, *example_inputs: Any, backends: Sequence[str] | Non
         >>> len(report.rows), report.rows[0].winner.startswith(("aten", "numpy"))
         (2, True)
     """
-    release = _checked_options(release, for_compile, m, inputs_at)
+    release = _checked_options(model, backends, release, for_compile, m, inputs_at, progress, in_model)
     with distributed.distributed_group(group) if group is not None else contextlib.nullcontext(), _quiet(progress):
         return _warmup(model, example_inputs, example_kwargs, backends, progress, for_compile, in_model, release, m,
                        inputs_at, out_layout)
 
 
-def _checked_options(release: bool | None, for_compile: bool, m: Any, inputs_at: Any = None) -> bool:
+def _checked_options(model: Any, backends: Any, release: bool | None, for_compile: bool, m: Any,
+                     inputs_at: Any = None, progress: Any = None, in_model: Any = None) -> bool:
     """`release` as asked (default: on for eager use, off with `for_compile`), once `m` is read
-    (`core.m_range`); InputError for a bad `m` and for options that do not go together, before the forward."""
+    (`core.m_range`); InputError for an option of the wrong kind, a bad `m` and options that do not go
+    together, before the forward."""
+    check_model_options("warmup", model, backends, release=release, for_compile=for_compile, progress=progress,
+                        in_model=in_model)
     if m is not None:
         parse_m(m, "warmup: m")
     if inputs_at is not None and (m is None or not callable(inputs_at)):

@@ -1,0 +1,54 @@
+"""`gemmtune.patch` and `gemmtune.warmup` given options of the wrong kind: a typed error naming the option,
+raised before any layer is patched or any forward runs; a patched layer given a non-tensor raises as an
+unpatched `nn.Linear` does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import gemmtune
+from gemmtune.core.errors import BackendError, InputError
+from gemmtune.dispatch.patching import patched_modules
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+@pytest.mark.parametrize("call", [gemmtune.patch, lambda m, **kw: gemmtune.warmup(m, torch.randn(2, 8), **kw)])
+def test_a_model_that_is_no_module_is_an_input_error(call):
+    with pytest.raises(InputError, match=r"expected a torch.nn.Module to (patch|warmup), got int"):
+        call(3)
+
+
+@pytest.mark.parametrize("call", [gemmtune.patch, lambda m, **kw: gemmtune.warmup(m, torch.randn(2, 8), **kw)])
+def test_backends_of_the_wrong_kind_is_a_backend_error_and_nothing_is_patched(call):
+    model = _mlp()
+    with pytest.raises(BackendError, match="backends: expected None, a string or a tuple of family names"):
+        call(model, backends=3)
+    assert patched_modules(model) == []
+
+
+@pytest.mark.parametrize("flag, value", [("release", "yes"), ("in_model", 1), ("progress", "y"), ("for_compile", 0)])
+def test_a_warmup_flag_that_is_no_bool_is_an_input_error_before_the_forward(flag, value):
+    model, calls = _mlp(), []
+    model.register_forward_hook(lambda *a: calls.append(1))
+    with pytest.raises(InputError, match=f"warmup: {flag}: expected True, False or None, got {value!r}"):
+        gemmtune.warmup(model, torch.randn(2, 8), **{flag: value})
+    assert calls == [] and patched_modules(model) == []
+
+
+def test_a_patch_flag_that_is_no_bool_is_an_input_error():
+    with pytest.raises(InputError, match="patch: report: expected True, False or None, got 'stderr'"):
+        gemmtune.patch(_mlp(), report="stderr")
+
+
+def test_a_patched_layer_given_no_tensor_raises_as_an_unpatched_one():
+    plain = nn.Linear(8, 4)
+    with pytest.raises(TypeError) as unpatched:
+        plain("x")
+    with pytest.raises(TypeError) as patched:
+        gemmtune.patch(nn.Linear(8, 4), backends=("extern",))("x")
+    assert str(patched.value) == str(unpatched.value)
