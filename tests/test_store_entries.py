@@ -15,6 +15,7 @@ import torch
 
 import gemmtune
 from gemmtune.core.settings import Settings
+from gemmtune.dispatch.eager import dispatched
 from gemmtune.store import entry
 from gemmtune.store.keys import Row
 from gemmtune.store.locations import open_store
@@ -153,7 +154,7 @@ def test_a_malformed_entry_is_skipped_with_one_warning_naming_the_store_and_key(
                                                                                monkeypatch, request):
     where = (str(tmp_path / "s.sqlite") if backend == "sqlite"
              else request.getfixturevalue("server").url(prefix=f"m{uuid.uuid4().hex[:12]}"))
-    first = _tune(where)
+    _tune(where)
     key = (_redis_corrupt if backend == "redis" else _sqlite_corrupt)(where, kind)
     code, out = _check(where, capsys)
     assert code == 1 and key in out and "1 bad" in out, out
@@ -169,6 +170,7 @@ def test_a_malformed_entry_is_skipped_with_one_warning_naming_the_store_and_key(
         warnings.simplefilter("always")
         out_mm = gemmtune.mm(a, b, backends=("extern", "numpy"))
     torch.testing.assert_close(out_mm, a @ b)
+    retuned = dispatched("mm", (a, b), backends=("extern", "numpy"))[0]  # may pick another library kernel
     skipped = _skips(caught)
     assert len(skipped) == 1 and key in skipped[0], skipped
     store_path = open_store(where).path
@@ -176,7 +178,9 @@ def test_a_malformed_entry_is_skipped_with_one_warning_naming_the_store_and_key(
     if kind in REPLACED:  # the tune after the skip wrote a good entry over the bad one
         assert _check(where, capsys)[0] == 0
         _new_process(monkeypatch)
-        assert _tune(where).cache_hit and _tune(where).winner.key == first.winner.key
+        hit = _tune(where)  # the store answers with what the tune after the skip stored (a provisional pick,
+        assert hit.winner.key == retuned.winner.key or retuned.provisional  # a close call under load: timed again)
+        assert hit.cache_hit or retuned.provisional
 
 
 def test_a_malformed_index_member_is_listed_and_never_crashes_ls(server, capsys, monkeypatch):
