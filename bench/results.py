@@ -69,7 +69,8 @@ SRC, PLAIN = ["command", "device", "date", "file"], ("eager", "eager_copy", "eag
 
 def cited() -> list[str]:
     """Every result file the page cites, in page order."""
-    return [*BF16, *HARD, *MISALIGNED, *STAGE0, *FP8_18, *FP8_64, *MODELS, *WHOLE, *EAGER[0], *EAGER[1], *SERVING, *STATIC, *CPU, *REDIS, *CHECKS]
+    return [*BF16, *HARD, *MISALIGNED, *STAGE0, *FP8_18, *FP8_64, *MODELS, *WHOLE, *EAGER[0], *EAGER[1], *SERVING,
+            *STATIC, *CPU, *REDIS, *CHECKS]
 
 
 def load(results: Path, name: str) -> Any:
@@ -177,11 +178,12 @@ def variant_tables(results: Path) -> dict[str, str]:
              num(r.get("ratio_vs_eager")), *source(results, WHOLE)] for c in load(results, WHOLE[0])["cases"]
             for r in c["steady"]]
     by = {(r["M"], r["variant"]): r for r in load(results, STATIC[0])["steady"]}
-    static = [[str(m), num(by[m, "gemmtune"]["gemm_ms"], ".4f", " ms"), num(by[m, "static"]["gemm_ms"], ".4f", " ms"),
-               num(by[m, "gemmtune"]["gemm_ms"] / by[m, "static"]["gemm_ms"]), *source(results, STATIC)]
-              for m in sorted({m for m, v in by if v == "static"})]
-    return {"whole_model": md(["case", "variant", "per forward", "time x max-autotune's", "time x eager's", *SRC], rows),
-            "static": md(["M", "GEMM GPU time: gemmtune, dynamic", "static max-autotune", "ratio", *SRC], static)}
+    g, st = (lambda m, v=v: by[m, v] for v in ("gemmtune", "static"))
+    static = [[str(m), f'{g(m)["ms"]:.3f} / {st(m)["ms"]:.3f}', f'{g(m)["gemm_ms"]:.3f} / {st(m)["gemm_ms"]:.3f}',
+               num(g(m)["gemm_ms"] / st(m)["gemm_ms"]), *source(results, STATIC)] for m in sorted({m for m, _ in by})]
+    return {"whole_model": md(["case", "variant", "per forward", "x max-autotune's time", "x eager's", *SRC], rows),
+            "static": md(["M", "ms per forward: gemmtune / static", "GEMM GPU ms: gemmtune / static",
+                          "GEMM time, gemmtune / static", *SRC], static)}
 
 
 def pooled(runs: list[Any], case: str, variant: str) -> tuple[float, float, float, int] | None:

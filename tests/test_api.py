@@ -189,22 +189,6 @@ def test_bad_input_after_a_good_one_still_raises():
         mm(a, b, backends=("cublas",))
 
 
-@pytest.mark.parametrize("option, value, says", [
-    ("store", "off", r"store: expected a gemmtune store .*Settings\(store='off'\)"),
-    ("store", 0, "store: expected a gemmtune store"),
-    ("settings", "off", "settings: expected a gemmtune.Settings or None, got 'off'"),
-    ("templates", "aten_mm", "templates: expected None or a tuple of templates"),
-    ("templates", [3], "templates: expected None or a tuple of templates"),
-    ("finalize", 3, "finalize: expected a tuple of callables"),
-    ("listener", "stderr", "listener: expected a callable or None"),
-    ("store_tag", 3, "store_tag: expected a string or None"),
-    ("progress", "yes", "progress: expected True, False or None")])
-def test_an_option_of_the_wrong_kind_is_an_input_error_naming_it(option, value, says):
-    kwargs = {"backends": EXTERN, "progress": False, option: value}
-    with pytest.raises(InputError, match=says):
-        gemmtune.tune("mm", torch.randn(3, 4), torch.randn(4, 2), **kwargs)
-
-
 # -- out_layout ------------------------------------------------------------------------------------
 
 def test_col_out_layout_with_library_kernels():

@@ -60,12 +60,12 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     `tensors` are the op's arguments in torch order (addmm: bias, mat1, mat2; scaled_mm: a, b, scale_a, scale_b[,
     bias], with its `out_dtype` (default bfloat16) and `use_fast_accum`: docs/FP8.md). `device` moves them first;
     `backends` is a tuple of family names from `gemmtune.FAMILIES` (`("extern",)`: library kernels only); `strategy`
-    names one of `gemmtune.search.STRATEGIES` (default `settings.strategy`, "model_pruned": a cost model prunes
-    binaries before prescreening; on CPU "prescreen"); `out_layout` is None/"row", "col" (strides (1, M); only while
-    the selection is flexible) or "padded" (`core.layout`).  Timings and the pick are kept in the persistent store
-    (`settings.store`, or `store`), so a second tune of the same problem is a cache hit.  `store_tag` keeps a pick
-    made for another purpose apart in the store (e.g. "traced": chosen among the templates a `torch.compile` trace
-    can emit).  An option of the wrong kind is an InputError. Under `torch.autocast` the operands are cast as torch
+    names one of `gemmtune.search.STRATEGIES` (default `settings.strategy`, "model_pruned", on CPU "prescreen");
+    `out_layout` is None/"row", "col" (strides (1, M); only while the selection is flexible) or "padded"
+    (`core.layout`).  Timings and the pick are kept in the persistent store (`settings.store`, or `store`), so a
+    second tune of the same problem is a cache hit.  `store_tag` keeps a pick made for another purpose apart in the
+    store (e.g. "traced": chosen among the templates a `torch.compile` trace can emit).  An option of the wrong kind
+    is an InputError (`backends`, `strategy`: a BackendError). Under `torch.autocast` the operands are cast as torch
     would cast them for the op, and that problem is tuned (its Selection then accepts the same autocast call).  In a
     torch.distributed job the problem is tuned once, on one rank of `group`, and shared (a ProcessGroup; default:
     the group of the enclosing `gemmtune.distributed_group` block, else the default group).  `progress`: stage lines

@@ -280,29 +280,35 @@ def check_tune_options(settings: Any, templates: Any, finalize: Any, listener: A
         >>> check_tune_options("off", None, (), None, None, None)
         Traceback (most recent call last):
         ...
-        gemmtune.core.errors.InputError: settings: expected a gemmtune.Settings or None, got 'off'
+        gemmtune.core.errors.InputError: settings: expected a gemmtune.Settings or None, got str
     """
     from .settings import Settings
 
-    def sequence_of(value: Any, ok: Any) -> bool:
-        return isinstance(value, (tuple, list)) and all(ok(v) for v in value)
+    def bad_item(value: Any, ok: Any) -> str | None:
+        """Why `value` is no tuple or list of items `ok` accepts (None: it is one)."""
+        if not isinstance(value, (tuple, list)):
+            return f"got {type(value).__name__}"
+        return next((f"item {i} is {type(v).__name__}" for i, v in enumerate(value) if not ok(v)), None)
 
     if settings is not None and not isinstance(settings, Settings):
-        raise InputError(f"settings: expected a gemmtune.Settings or None, got {settings!r}")
-    if templates is not None and not sequence_of(templates, lambda t: isinstance(getattr(t, "uid", None), str)
-                                                 and callable(getattr(t, "configs", None))):
-        raise InputError(f"templates: expected None or a tuple of templates (gemmtune.templates), got {templates!r}")
-    if not sequence_of(finalize, callable):
-        raise InputError(f"finalize: expected a tuple of callables, got {finalize!r}")
+        raise InputError(f"settings: expected a gemmtune.Settings or None, got {type(settings).__name__}")
+    def is_template(t: Any) -> bool:
+        return isinstance(getattr(t, "uid", None), str) and callable(getattr(t, "configs", None))
+
+    if templates is not None and (why := bad_item(templates, is_template)):
+        raise InputError(f"templates: expected None or a tuple or list of templates (gemmtune.templates); {why}")
+    if why := bad_item(finalize, callable):
+        raise InputError(f"finalize: expected a tuple or list of callables; {why}")
     if listener is not None and not callable(listener):
-        raise InputError(f"listener: expected a callable or None, got {listener!r}")
+        raise InputError(f"listener: expected a callable or None, got {type(listener).__name__}")
     if store_tag is not None and not isinstance(store_tag, str):
-        raise InputError(f"store_tag: expected a string or None, got {store_tag!r}")
+        raise InputError(f"store_tag: expected a string or None, got {type(store_tag).__name__}")
     if progress is not None and not isinstance(progress, bool):
         raise InputError(f"progress: expected True, False or None, got {progress!r}")
     if store is not None and not callable(getattr(store, "load", None)):
-        raise InputError(f"store: expected a gemmtune store (gemmtune.Store, a RedisStore) or None, got {store!r}; "
-                         "settings=gemmtune.Settings(store='off') tunes without one")
+        raise InputError(f"store: expected an open store (gemmtune.store.locations.open_store) or None, got "
+                         f"{type(store).__name__}; a path, a redis:// URL or 'off' goes in "
+                         f"settings=gemmtune.Settings(store=...)")
 
 
 def check_model_options(where: str, model: Any, backends: Any, **flags: Any) -> None:
@@ -317,7 +323,7 @@ def check_model_options(where: str, model: Any, backends: Any, **flags: Any) -> 
         gemmtune.core.errors.InputError: warmup: release: expected True, False or None, got 'yes'
     """
     if not isinstance(model, torch.nn.Module):
-        raise InputError(f"{where}: expected a torch.nn.Module to {where}, got {type(model).__name__}")
+        raise InputError(f"{where}: model: expected a torch.nn.Module, got {type(model).__name__}")
     check_backends_arg(backends)
     for name, value in flags.items():
         if value is not None and not isinstance(value, bool):

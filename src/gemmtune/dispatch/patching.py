@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.errors import InputError
-from ..core.validate import check_model_options
 from ..core.layout import effective_layout, in_layout
+from ..core.validate import check_model_options
 from . import autocast as _ac
 from . import eager as api
 from . import fp8

@@ -31,8 +31,8 @@ from .buckets import buckets_for
 from .in_model import InModel
 from ..core.errors import InputError
 from ..core.m_range import parse_m
-from ..core.validate import check_model_options
 from ..core.settings import Settings
+from ..core.validate import check_model_options
 from ..measure import deferred
 from ..pipeline.progress import silenced
 from ..store import distributed

@@ -1,6 +1,6 @@
-"""`gemmtune.patch` and `gemmtune.warmup` given options of the wrong kind: a typed error naming the option,
-raised before any layer is patched or any forward runs; a patched layer given a non-tensor raises as an
-unpatched `nn.Linear` does."""
+"""`gemmtune.tune`, `gemmtune.patch` and `gemmtune.warmup` given options of the wrong kind: a typed error
+naming the option, raised before any tune, patch or forward; a patched layer given a non-tensor raises as
+an unpatched `nn.Linear` does."""
 
 from __future__ import annotations
 
@@ -11,6 +11,23 @@ from torch import nn
 import gemmtune
 from gemmtune.core.errors import BackendError, InputError
 from gemmtune.dispatch.patching import patched_modules
+from gemmtune.templates.extern import AtenTemplate
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("store", "off", r"store: expected an open store .*got str; a path, a redis:// URL or 'off' goes in settings="),
+    ("store", 0, "store: expected an open store"),
+    ("settings", "off", "settings: expected a gemmtune.Settings or None, got str"),
+    ("templates", "aten_mm", "templates: expected None or a tuple or list of templates .*; got str"),
+    ("templates", [AtenTemplate("mm"), 3], "templates: .*; item 1 is int"),
+    ("finalize", 3, "finalize: expected a tuple or list of callables; got int"),
+    ("listener", "stderr", "listener: expected a callable or None, got str"),
+    ("store_tag", 3, "store_tag: expected a string or None, got int"),
+    ("progress", "yes", "progress: expected True, False or None, got 'yes'")])
+def test_a_tune_option_of_the_wrong_kind_is_an_input_error_naming_it(option, value, says):
+    kwargs = {"backends": ("extern",), "progress": False, option: value}
+    with pytest.raises(InputError, match=says):
+        gemmtune.tune("mm", torch.randn(3, 4), torch.randn(4, 2), **kwargs)
 
 
 def _mlp() -> nn.Module:
@@ -19,7 +36,7 @@ def _mlp() -> nn.Module:
 
 @pytest.mark.parametrize("call", [gemmtune.patch, lambda m, **kw: gemmtune.warmup(m, torch.randn(2, 8), **kw)])
 def test_a_model_that_is_no_module_is_an_input_error(call):
-    with pytest.raises(InputError, match=r"expected a torch.nn.Module to (patch|warmup), got int"):
+    with pytest.raises(InputError, match=r"(patch|warmup): model: expected a torch.nn.Module, got int"):
         call(3)
 
 
