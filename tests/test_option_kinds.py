@@ -69,3 +69,15 @@ def test_a_patched_layer_given_no_tensor_raises_as_an_unpatched_one():
     with pytest.raises(TypeError) as patched:
         gemmtune.patch(nn.Linear(8, 4), backends=("extern",))("x")
     assert str(patched.value) == str(unpatched.value)
+
+
+@pytest.mark.parametrize("option, value", [("settings", "off"), ("tune_on_miss", "yes"), ("all_threads", 3),
+                                           ("extern", 3), ("templates", "nope"), ("fusion", -1), ("gemv", 3)])
+def test_an_install_option_of_the_wrong_kind_is_an_input_error_and_nothing_is_installed(option, value):
+    import gemmtune.inductor as gi
+    from torch._inductor import config
+
+    before = config.inductor_choices_class
+    with pytest.raises(InputError, match=f"^{option}: expected"):
+        gi.install(**{option: value})
+    assert config.inductor_choices_class is before

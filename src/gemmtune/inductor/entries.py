@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..core.choices import Choice, Timing, as_params
+from ..core.errors import InputError
 from ..core.inputs import KernelInputs
 from .compat import available, inductor_templates  # noqa: F401 - `available` is used by the doctest
 
@@ -142,7 +143,7 @@ def companions_for(fusion: int | str) -> int:
     if isinstance(fusion, bool):  # False: no companions; True: one
         return int(fusion)
     if not isinstance(fusion, int) or fusion < 0:
-        raise ValueError(f"fusion: expected 'predict' or a count >= 0, got {fusion!r}")
+        raise InputError(f"fusion: expected 'predict' or a count >= 0, got {fusion!r}")
     return fusion
 
 

@@ -70,6 +70,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import logging
 
+from ..core.errors import InputError
 from ..core.m_range import parse_m
 from ..core.settings import Settings
 from .compat import require
@@ -116,6 +117,7 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     from torch._inductor.virtualized import V
 
     _check_options(templates, fusion, measure, shortlist, m, gemv, pipeline)
+    _check_kinds(settings, tune_on_miss=tune_on_miss, all_threads=all_threads)
     loaded = drop_stale(read_table(table)) if table is not None else None
     handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
     handler.measure, handler.shortlist, handler.gemv, handler.pipeline = measure, shortlist, gemv, pipeline
@@ -142,27 +144,37 @@ def _extern_option(extern: Sequence[str] | None) -> tuple[str, ...]:
     """`install(extern=...)` as a tuple of template uids (None: `inductor.extern.EXTERN_TEMPLATES`)."""
     if extern is None:
         return EXTERN_TEMPLATES
-    if isinstance(extern, str) or not all(isinstance(u, str) for u in extern):
-        raise ValueError(f"extern: expected a sequence of template names, got {extern!r}")
+    if not isinstance(extern, (tuple, list)) or not all(isinstance(u, str) for u in extern):
+        raise InputError(f"extern: expected a tuple or list of template names, got {extern!r}")
     return tuple(extern)
 
 
 def _check_options(templates: str, fusion: int | str, measure: str, shortlist: int | None, m: Any = None,
                    gemv: bool | str = "autotune", pipeline: bool = False) -> None:
-    """`install`'s options, each refused with a ValueError naming it before anything is installed."""
+    """`install`'s options, each refused with an InputError (a ValueError) naming it before anything is
+    installed."""
     if not (isinstance(gemv, bool) or gemv == "autotune"):
-        raise ValueError(f"gemv: expected True, False or 'autotune', got {gemv!r}")
+        raise InputError(f"gemv: expected True, False or 'autotune', got {gemv!r}")
     if not isinstance(pipeline, bool):
-        raise ValueError(f"pipeline: expected True or False, got {pipeline!r}")
+        raise InputError(f"pipeline: expected True or False, got {pipeline!r}")
     if m is not None and m is not False:
         parse_m(m, "install(m=...)")  # an InputError (a ValueError) naming the option
     if templates not in ("inductor", "all"):
-        raise ValueError(f"templates: expected 'inductor' or 'all', got {templates!r}")
+        raise InputError(f"templates: expected 'inductor' or 'all', got {templates!r}")
     companions_for(fusion)  # a bad value is a ValueError here, not at the first GEMM
     if measure not in ("inductor", "gemmtune"):
-        raise ValueError(f"measure: expected 'inductor' or 'gemmtune', got {measure!r}")
+        raise InputError(f"measure: expected 'inductor' or 'gemmtune', got {measure!r}")
     if shortlist is not None and (isinstance(shortlist, bool) or not isinstance(shortlist, int) or shortlist < 1):
-        raise ValueError(f"shortlist: expected an int >= 1 or None, got {shortlist!r}")
+        raise InputError(f"shortlist: expected an int >= 1 or None, got {shortlist!r}")
+
+
+def _check_kinds(settings: Any, **flags: Any) -> None:
+    """InputError for a `settings` that is no Settings, or a flag that is no bool."""
+    if settings is not None and not isinstance(settings, Settings):
+        raise InputError(f"settings: expected a gemmtune.Settings or None, got {type(settings).__name__}")
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise InputError(f"{name}: expected True or False, got {value!r}")
 
 
 class HandlerFactory:
