@@ -81,3 +81,11 @@ def test_an_install_option_of_the_wrong_kind_is_an_input_error_and_nothing_is_in
     with pytest.raises(InputError, match=f"^{option}: expected"):
         gi.install(**{option: value})
     assert config.inductor_choices_class is before
+
+
+def test_under_autocast_an_option_of_the_wrong_kind_is_refused_before_the_operands_are_cast(monkeypatch):
+    from gemmtune.core import autocast
+
+    monkeypatch.setattr(autocast, "place_operands", lambda *a: pytest.fail("operands moved before the check"))
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(InputError, match="progress: expected"):
+        gemmtune.tune("mm", torch.randn(3, 4), torch.randn(4, 2), backends=("extern",), progress="yes")

@@ -34,6 +34,7 @@ from typing import Any, Callable, ContextManager, TypeVar
 import torch
 
 from .inputs import place_operands
+from .validate import TUNE_OPTIONS, check_tune_options
 
 __all__ = ["enabled", "active_for", "cast", "disabled", "tunes_cast_problem"]
 R = TypeVar("R")
@@ -70,6 +71,7 @@ def tunes_cast_problem(tune: Callable[..., R]) -> Callable[..., R]:
     @functools.wraps(tune)
     def wrapper(op: Any, *tensors: Any, device: Any = None, **options: Any) -> R:
         if enabled() and op != "scaled_mm":
+            check_tune_options(**{k: v for k, v in options.items() if k in TUNE_OPTIONS})  # before any move or cast
             placed = place_operands(tensors, device)
             if active_for(placed):
                 cast_ = cast(placed)

@@ -270,8 +270,12 @@ def check_backends_arg(backends: Any) -> None:
                            f"('extern', 'triton', 'numba', 'cutlass'), got {type(backends).__name__} {backends!r}")
 
 
-def check_tune_options(settings: Any, templates: Any, finalize: Any, listener: Any, store_tag: Any,
-                       progress: Any, store: Any = None) -> None:
+TUNE_OPTIONS = ("settings", "templates", "finalize", "listener", "store_tag", "progress", "store")
+"""The options of `gemmtune.tune` that `check_tune_options` checks."""
+
+
+def check_tune_options(settings: Any = None, templates: Any = None, finalize: Any = (), listener: Any = None,
+                       store_tag: Any = None, progress: Any = None, store: Any = None) -> None:
     """InputError naming the first of `gemmtune.tune`'s options that is not of its kind (the operands and
     scalars are `validate_operands`' to check).
 
