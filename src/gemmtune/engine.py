@@ -25,7 +25,6 @@ from .core.inputs import KernelInputs, place_operands
 from .core.binding import layout_kernel
 from .core.layout import OUT_LAYOUTS, FixedLayout, effective_layout
 from .core.settings import Settings
-from .core.validate import check_tune_options
 from .measure import deferred
 from .measure.bench import Listener
 from .measure.compile import CompileJob, CompileResult, Launchers
@@ -81,7 +80,6 @@ def tune(op: str, *tensors: torch.Tensor, device: str | torch.device | None = No
     """
     started = time.perf_counter()
     asked = {k: v for k, v in (("backends", backends), ("strategy", strategy)) if v is not None}
-    check_tune_options(settings, templates, finalize, listener, store_tag, progress, store)
     settings = (settings or Settings.from_env()).with_(**asked)
     ki, tensors, out_layout = _problem(op, tensors, device, alpha, beta, out_layout, out_dtype, use_fast_accum)
     plan = plan_for(settings, ki, templates, started=started, out_layout=out_layout, store_tag=store_tag)

@@ -67,11 +67,12 @@ def tunes_cast_problem(tune: Callable[..., R]) -> Callable[..., R]:
     """Wrap `tune(op, *tensors, device=..., **options)`: under autocast it tunes the problem torch would
     compute (the operands cast as `cast` casts them, after moving them to `device`), with autocast off
     while every candidate runs, so that aten and the generated kernels are timed in the same dtype.
-    scaled_mm is not cast (torch's autocast leaves `torch._scaled_mm` alone: its operands are float8)."""
+    scaled_mm is not cast (torch's autocast leaves `torch._scaled_mm` alone: its operands are float8).
+    `tune`'s options are checked here first (`validate.check_tune_options`), before any operand moves."""
     @functools.wraps(tune)
     def wrapper(op: Any, *tensors: Any, device: Any = None, **options: Any) -> R:
+        check_tune_options(**{k: v for k, v in options.items() if k in TUNE_OPTIONS})
         if enabled() and op != "scaled_mm":
-            check_tune_options(**{k: v for k, v in options.items() if k in TUNE_OPTIONS})  # before any move or cast
             placed = place_operands(tensors, device)
             if active_for(placed):
                 cast_ = cast(placed)

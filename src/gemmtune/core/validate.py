@@ -294,11 +294,11 @@ def check_tune_options(settings: Any = None, templates: Any = None, finalize: An
             return f"got {type(value).__name__}"
         return next((f"item {i} is {type(v).__name__}" for i, v in enumerate(value) if not ok(v)), None)
 
-    if settings is not None and not isinstance(settings, Settings):
-        raise InputError(f"settings: expected a gemmtune.Settings or None, got {type(settings).__name__}")
     def is_template(t: Any) -> bool:
         return isinstance(getattr(t, "uid", None), str) and callable(getattr(t, "configs", None))
 
+    if settings is not None and not isinstance(settings, Settings):
+        raise InputError(f"settings: expected a gemmtune.Settings or None, got {type(settings).__name__}")
     if templates is not None and (why := bad_item(templates, is_template)):
         raise InputError(f"templates: expected None or a tuple or list of templates (gemmtune.templates); {why}")
     if why := bad_item(finalize, callable):
@@ -307,8 +307,7 @@ def check_tune_options(settings: Any = None, templates: Any = None, finalize: An
         raise InputError(f"listener: expected a callable or None, got {type(listener).__name__}")
     if store_tag is not None and not isinstance(store_tag, str):
         raise InputError(f"store_tag: expected a string or None, got {type(store_tag).__name__}")
-    if progress is not None and not isinstance(progress, bool):
-        raise InputError(f"progress: expected True, False or None, got {progress!r}")
+    check_flags("", True, progress=progress)
     if store is not None and not callable(getattr(store, "load", None)):
         raise InputError(f"store: expected an open store (gemmtune.store.locations.open_store) or None, got "
                          f"{type(store).__name__}; a path, a redis:// URL or 'off' goes in "
@@ -329,6 +328,20 @@ def check_model_options(where: str, model: Any, backends: Any, **flags: Any) -> 
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"{where}: model: expected a torch.nn.Module, got {type(model).__name__}")
     check_backends_arg(backends)
+    check_flags(f"{where}: ", True, **flags)
+
+
+def check_flags(prefix: str, optional: bool, **flags: Any) -> None:
+    """InputError, its message led by `prefix`, for the first of `flags` that is not True or False (or
+    None, where `optional`).
+
+    Example:
+        >>> check_flags("install: ", False, pipeline=True, all_threads=None)
+        Traceback (most recent call last):
+        ...
+        gemmtune.core.errors.InputError: install: all_threads: expected True or False, got None
+    """
     for name, value in flags.items():
-        if value is not None and not isinstance(value, bool):
-            raise InputError(f"{where}: {name}: expected True, False or None, got {value!r}")
+        if not (isinstance(value, bool) or (optional and value is None)):
+            kinds = "True, False or None" if optional else "True or False"
+            raise InputError(f"{prefix}{name}: expected {kinds}, got {value!r}")

@@ -73,6 +73,7 @@ import logging
 from ..core.errors import InputError
 from ..core.m_range import parse_m
 from ..core.settings import Settings
+from ..core.validate import check_flags, check_tune_options
 from .compat import require
 from .export import drop_stale, read_table
 from .entries import FUSION, companions_for
@@ -116,8 +117,9 @@ def install(table: str | Path | Mapping[str, list] | None = None, tune_on_miss: 
     from torch._inductor import config
     from torch._inductor.virtualized import V
 
-    _check_options(templates, fusion, measure, shortlist, m, gemv, pipeline)
-    _check_kinds(settings, tune_on_miss=tune_on_miss, all_threads=all_threads)
+    _check_options(templates, fusion, measure, shortlist, m, gemv)
+    check_tune_options(settings=settings)
+    check_flags("", False, tune_on_miss=tune_on_miss, all_threads=all_threads, pipeline=pipeline)
     loaded = drop_stale(read_table(table)) if table is not None else None
     handler = make_handler(loaded, tune_on_miss, settings, templates, fusion)
     handler.measure, handler.shortlist, handler.gemv, handler.pipeline = measure, shortlist, gemv, pipeline
@@ -150,13 +152,11 @@ def _extern_option(extern: Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _check_options(templates: str, fusion: int | str, measure: str, shortlist: int | None, m: Any = None,
-                   gemv: bool | str = "autotune", pipeline: bool = False) -> None:
+                   gemv: bool | str = "autotune") -> None:
     """`install`'s options, each refused with an InputError (a ValueError) naming it before anything is
     installed."""
     if not (isinstance(gemv, bool) or gemv == "autotune"):
         raise InputError(f"gemv: expected True, False or 'autotune', got {gemv!r}")
-    if not isinstance(pipeline, bool):
-        raise InputError(f"pipeline: expected True or False, got {pipeline!r}")
     if m is not None and m is not False:
         parse_m(m, "install(m=...)")  # an InputError (a ValueError) naming the option
     if templates not in ("inductor", "all"):
@@ -166,15 +166,6 @@ def _check_options(templates: str, fusion: int | str, measure: str, shortlist: i
         raise InputError(f"measure: expected 'inductor' or 'gemmtune', got {measure!r}")
     if shortlist is not None and (isinstance(shortlist, bool) or not isinstance(shortlist, int) or shortlist < 1):
         raise InputError(f"shortlist: expected an int >= 1 or None, got {shortlist!r}")
-
-
-def _check_kinds(settings: Any, **flags: Any) -> None:
-    """InputError for a `settings` that is no Settings, or a flag that is no bool."""
-    if settings is not None and not isinstance(settings, Settings):
-        raise InputError(f"settings: expected a gemmtune.Settings or None, got {type(settings).__name__}")
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise InputError(f"{name}: expected True or False, got {value!r}")
 
 
 class HandlerFactory:
