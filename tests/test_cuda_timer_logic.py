@@ -137,3 +137,38 @@ def test_a_reading_reports_the_spread_of_its_runs(timer):
 
     a, b = timer.time_interleaved([steady, jumpy], rounds=4)
     assert a.spread == 0.0 and b.spread is not None and b.spread > 0.3  # IQR over median of its runs
+
+
+def _syncs_counted(monkeypatch):
+    """The timed runs enqueued between two synchronisations, as a list (the fake synchronize closes one)."""
+    batches = [0]
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: batches.append(0))
+    return batches
+
+
+def test_time_never_queues_more_than_queue_runs_between_synchronisations(timer, monkeypatch):
+    timer.rep_ms, timer.min_reps, timer.max_reps = 50.0, 5, 100
+    batches = _syncs_counted(monkeypatch)
+    calls = []
+
+    def fn():
+        calls.append(1)
+        batches[-1] += 1
+        Clock.now += 1e-6
+    timer.time(fn)
+    assert len(calls) - 2 == 100  # the budget asks for max_reps runs: several batches of them
+    assert max(batches) <= measure.QUEUE_RUNS and sum(batches) == len(calls)
+
+
+def test_interleaved_rounds_never_queue_more_than_queue_runs(timer, monkeypatch):
+    batches = _syncs_counted(monkeypatch)
+    fns = []
+    for _ in range(5):
+        def fn():
+            batches[-1] += 1
+            Clock.now += 1e-6
+        fns.append(fn)
+    timer.time_interleaved(fns, rounds=15)  # microsecond runs: extra rounds up to 150 in all
+    timed = sum(batches) - 2 * len(fns)  # minus each one's warm-up and host-time probe
+    assert timed > 15 * len(fns) and max(batches) <= measure.QUEUE_RUNS
+    assert all(n % len(fns) == 0 for n in batches[2:-1])  # whole rounds between synchronisations
