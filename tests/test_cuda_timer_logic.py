@@ -172,3 +172,9 @@ def test_interleaved_rounds_never_queue_more_than_queue_runs(timer, monkeypatch)
     timed = sum(batches) - 2 * len(fns)  # minus each one's warm-up and host-time probe
     assert timed > 15 * len(fns) and max(batches) <= measure.QUEUE_RUNS
     assert all(n % len(fns) == 0 for n in batches[2:-1])  # whole rounds between synchronisations
+
+
+def test_each_function_keeps_its_own_readings_across_synchronisations(timer):
+    (a, _), (b, _), (c, _) = counted(1e-5), counted(2e-5), counted(4e-5)
+    readings = timer.time_interleaved([a, b, c], rounds=30)  # 30 rounds of 3: several synchronisations
+    assert [round(m.gpu_ms, 6) for m in readings] == [0.01, 0.02, 0.04]  # no event pair read for another run

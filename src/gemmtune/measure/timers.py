@@ -20,8 +20,8 @@ QUEUE_RUNS = 24
 """The most timed runs `CudaTimer` enqueues between two synchronisations.  Each run's flush, events and
 kernels wait in the GPU's launch queue; where the GPU falls behind (a covering sleep, a flush and the kernel
 outlast the host's launch), that queue fills and a launch then blocks the host until the GPU drains it.  A
-host time read then is a share of the GPU's time, not the launch's: a call of four small kernels read
-0.096 ms of host time beside 0.022 ms for one kernel (H100, 777x1234x5555, 2026-12-08, before this bound).
+host time read then is a share of the GPU's time, not the launch's: readings consistent with that, a call of
+four launches 0.111 ms of host time and a one-launch call 0.023 ms (H100, 777x1234x5555, 2026-12-08, before).
 A synchronisation after every `QUEUE_RUNS` runs (whole rounds of an interleaved timing) keeps it short."""
 
 __all__ = ["CpuTimer", "CudaTimer", "Fn", "Measurement", "Timer", "planned_runs", "relative_spread", "timer_for"]
